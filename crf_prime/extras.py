@@ -1,0 +1,21 @@
+"""Lazy imports of optional hosts with an error that names the extra to install."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+
+class MissingExtraError(ImportError):
+    """An optional host package is not installed."""
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Import ``module`` or raise :class:`MissingExtraError` telling the user which crf-prime extra provides it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:  # pragma: no cover - message path tested in tests/test_extras.py
+        raise MissingExtraError(
+            f"{module!r} is not installed; it comes with the crf-prime extra {extra!r}: "
+            f"pip install 'crf-prime[{extra}]'"
+        ) from e
