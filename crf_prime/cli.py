@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:
-            if e.name != name:  # a real import error inside an existing command module
+            # skip a command whose module (or parent package) is absent; re-raise errors from inside one
+            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
                 raise
             continue
         module.register(sub)
