@@ -1,0 +1,301 @@
+"""A scripted OpenAI-compatible chat-completions server on 127.0.0.1, for tests.
+
+It is a real HTTP server (stdlib ``ThreadingHTTPServer`` on a background thread), so anything that speaks the OpenAI
+protocol -- the ``openai`` client, verifiers' interception proxy, a harness in a child process -- can talk to it.
+Every answer comes from a script: a list of :class:`Reply` consumed in order, or a callable that maps the request
+body to a :class:`Reply`. Streaming answers are SSE ``chat.completion.chunk`` events with content and tool-call
+argument deltas split over several chunks, like vLLM and OpenAI send them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Reply(BaseModel):
+    """One scripted response of the server."""
+
+    content: str | None = None
+    """Assistant text."""
+    tool_calls: list[dict] = Field(default_factory=list)
+    """Tool calls as ``{"name": ..., "arguments": "<json str>"}``; ids are generated unless ``id`` is given."""
+    reasoning: str | None = None
+    """Reasoning text, sent as ``reasoning_content``."""
+    usage: dict | None = None
+    """Usage block; default: rough prompt/completion token counts (characters / 4)."""
+    cost: float | None = None
+    """If set, reported as ``usage.cost`` (OpenRouter style), in USD."""
+    delay_s: float = 0.0
+    """Latency before the first byte, in seconds."""
+    status: int = 200
+    """HTTP status (e.g. 429, 500); a non-200 status sends an OpenAI-style error body."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Extra response headers (e.g. ``{"Retry-After": "0.2"}``)."""
+    error: dict | None = None
+    """Send HTTP 200 with body ``{"error": {...}}`` and no choices."""
+    malformed: bool = False
+    """Send a body that is not JSON."""
+    stall_s: float = 0.0
+    """Streaming only: pause this many seconds in the middle of the stream."""
+
+
+Script = Callable[[dict], Reply] | Sequence[Reply]
+
+
+class ScriptExhausted(RuntimeError):
+    """The list script has no reply left for a request."""
+
+
+def _rough_tokens(value: Any) -> int:
+    return max(1, len(json.dumps(value, default=str)) // 4) if value else 0
+
+
+def _split(text: str, parts: int) -> list[str]:
+    """Split ``text`` into at most ``parts`` non-empty pieces (at least one, possibly empty)."""
+    if not text:
+        return [text]
+    size = max(1, -(-len(text) // parts))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+class LoopbackOpenAI:
+    """Serve scripted chat completions on ``http://127.0.0.1:PORT/v1`` from a background thread.
+
+    Use as a context manager (or ``start()``/``stop()``). ``requests`` lists every chat-completion request body in
+    arrival order.
+    """
+
+    def __init__(self, script: Script, *, model: str = "scripted", host: str = "127.0.0.1") -> None:
+        self.model = model
+        self.requests: list[dict] = []
+        self._script = script
+        self._next = 0
+        self._lock = threading.Lock()
+        self._host = host
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("LoopbackOpenAI is not started")
+        return f"http://{self._host}:{self._server.server_address[1]}/v1"
+
+    def start(self) -> LoopbackOpenAI:
+        if self._server is not None:
+            return self
+        owner = self
+
+        class Handler(_Handler):
+            server_owner = owner
+
+        self._server = ThreadingHTTPServer((self._host, 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="loopback-openai", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> LoopbackOpenAI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- script --------------------------------------------------------------------------------------------------
+    def _reply_for(self, body: dict) -> Reply:
+        with self._lock:
+            self.requests.append(body)
+            if not callable(self._script):
+                if self._next >= len(self._script):
+                    raise ScriptExhausted(
+                        f"loopback script exhausted: request #{len(self.requests)} but only {len(self._script)} replies"
+                    )
+                self._next += 1
+                return self._script[self._next - 1]
+        return self._script(body)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_owner: LoopbackOpenAI
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+        return
+
+    # -- helpers -------------------------------------------------------------------------------------------------
+    def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _read_body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        return json.loads(raw or b"{}")
+
+    # -- routes --------------------------------------------------------------------------------------------------
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            model = self.server_owner.model
+            self._send_json(200, {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "crf"}]})
+        else:
+            self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+
+    def do_POST(self) -> None:
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+            return
+        try:
+            body = self._read_body()
+        except (ValueError, json.JSONDecodeError) as e:
+            self._send_json(400, {"error": {"message": f"request body is not JSON: {e}", "type": "invalid_request"}})
+            return
+        try:
+            reply = self.server_owner._reply_for(body)
+        except ScriptExhausted as e:
+            self._send_json(500, {"error": {"message": str(e), "type": "script_exhausted"}})
+            return
+        if reply.delay_s:
+            time.sleep(reply.delay_s)
+        if reply.malformed:
+            data = b"this is not json {"
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        if reply.status != 200:
+            err = reply.error or {"message": f"scripted HTTP {reply.status}", "type": "scripted", "code": reply.status}
+            self._send_json(reply.status, {"error": err}, reply.headers)
+            return
+        if reply.error is not None:
+            self._send_json(200, {"error": reply.error}, reply.headers)
+            return
+        model = body.get("model") or self.server_owner.model
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            self._stream(reply, body, model, include_usage)
+        else:
+            self._send_json(200, _completion(reply, body, model), reply.headers)
+
+    def _stream(self, reply: Reply, body: dict, model: str, include_usage: bool) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        for key, value in reply.headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.close_connection = True
+        chunks = list(_chunks(reply, body, model, include_usage))
+        stall_at = len(chunks) // 2
+        try:
+            for i, chunk in enumerate(chunks):
+                if reply.stall_s and i == stall_at:
+                    self.wfile.flush()
+                    time.sleep(reply.stall_s)
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+
+def _tool_calls(reply: Reply) -> list[dict]:
+    calls = []
+    for i, call in enumerate(reply.tool_calls):
+        args = call.get("arguments", "{}")
+        if not isinstance(args, str):
+            args = json.dumps(args)
+        calls.append(
+            {
+                "id": call.get("id") or f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "index": i,
+                "function": {"name": call["name"], "arguments": args},
+            }
+        )
+    return calls
+
+
+def _usage(reply: Reply, body: dict) -> dict:
+    if reply.usage is not None:
+        usage = dict(reply.usage)
+    else:
+        prompt = _rough_tokens(body.get("messages"))
+        completion = _rough_tokens(reply.content) + _rough_tokens(reply.reasoning) + _rough_tokens(reply.tool_calls)
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if reply.cost is not None:
+        usage["cost"] = reply.cost
+    return usage
+
+
+def _finish_reason(reply: Reply) -> str:
+    return "tool_calls" if reply.tool_calls else "stop"
+
+
+def _completion(reply: Reply, body: dict, model: str) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.reasoning is not None:
+        message["reasoning_content"] = reply.reasoning
+    calls = _tool_calls(reply)
+    if calls:
+        message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in calls]
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:16]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(reply), "logprobs": None}],
+        "usage": _usage(reply, body),
+    }
+
+
+def _chunks(reply: Reply, body: dict, model: str, include_usage: bool) -> Iterator[dict]:
+    base = {"id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion.chunk", "created": int(time.time())}
+    base["model"] = model
+
+    def chunk(delta: dict, finish: str | None = None) -> dict:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    if reply.reasoning:
+        for piece in _split(reply.reasoning, 3):
+            yield chunk({"reasoning_content": piece})
+    if reply.content:
+        for piece in _split(reply.content, 3):
+            yield chunk({"content": piece})
+    for call in _tool_calls(reply):
+        head = {"index": call["index"], "id": call["id"], "type": "function"}
+        yield chunk({"tool_calls": [{**head, "function": {"name": call["function"]["name"], "arguments": ""}}]})
+        for piece in _split(call["function"]["arguments"], 3):
+            yield chunk({"tool_calls": [{"index": call["index"], "function": {"arguments": piece}}]})
+    yield chunk({}, _finish_reason(reply))
+    if include_usage:
+        yield {**base, "choices": [], "usage": _usage(reply, body)}
