@@ -1,0 +1,10 @@
+"""Channel 2 hints: error-site detection over an episode and the hint prime-rl's ``opsd`` reads from ``trace.info``.
+
+Channel 2 (targeted self-distillation with a hint at the error site) is part of Cursor's Composer 2.5 recipe; the
+detectors, templates and the optional LLM-written hint are crf-prime's implementation of it.
+"""
+
+from crf_prime.hints.attach import HINT_KEY, SITES_KEY, analyse, attach_hint, build_hint
+from crf_prime.hints.models import ErrorKind, ErrorSite, FailingTest
+
+__all__ = ["HINT_KEY", "SITES_KEY", "ErrorKind", "ErrorSite", "FailingTest", "analyse", "attach_hint", "build_hint"]

@@ -1,0 +1,69 @@
+"""The one call environments make after scoring: analyse the episode and store the hint in ``trace.info["hint"]``.
+
+prime-rl's ``opsd`` algorithm reads ``trace.info[demo_key]`` and raises when it is missing, so the key is always
+written, as an empty string when there is nothing to say (opsd then scores the branch under an empty system block).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from crf_prime.hints.detect import detect_error_sites, episode_messages, episode_tools, tool_specs
+from crf_prime.hints.models import ErrorSite, FailingTest
+from crf_prime.hints.templates import MAX_CHARS, render_hint
+
+HINT_KEY = "hint"
+"""``trace.info`` key; configs/ladder sets ``demo_key = "hint"`` to match."""
+SITES_KEY = "hint_sites"
+"""``trace.info`` key holding the detected error sites (list of dicts) for analysis and the LLM writer."""
+
+
+def analyse(
+    trace: Any, *, failing_tests: Sequence[FailingTest] = (), tools: Sequence[str] | None = None
+) -> list[ErrorSite]:
+    """Error sites of an episode: tool-call errors, tracebacks, repeated failures, plus the failing tests."""
+    declared = episode_tools(trace)
+    if tools is not None:
+        specs = tool_specs(tools, declared)
+    else:
+        specs = declared or None  # no declared tools: an unknown name cannot be told from a known one
+    sites = detect_error_sites(episode_messages(trace), specs)
+    sites += [ErrorSite(kind="failing_test", index=-1, tool=t.name, detail=t.message) for t in failing_tests]
+    return sites
+
+
+def build_hint(
+    trace: Any,
+    *,
+    failing_tests: Sequence[FailingTest] = (),
+    tools: Sequence[str] | None = None,
+    max_chars: int = MAX_CHARS,
+) -> tuple[str, list[ErrorSite]]:
+    """The templated hint for an episode and the error sites it was built from."""
+    declared = episode_tools(trace)
+    specs = tool_specs(tools, declared) if tools is not None else (declared or None)
+    sites = analyse(trace, failing_tests=failing_tests, tools=tools)
+    tool_sites = [s for s in sites if s.kind != "failing_test"]
+    return render_hint(tool_sites, failing_tests, specs, max_chars=max_chars), sites
+
+
+def attach_hint(
+    trace: Any,
+    *,
+    failing_tests: Sequence[FailingTest] = (),
+    tools: Sequence[str] | None = None,
+    max_chars: int = MAX_CHARS,
+) -> str:
+    """Write the episode's hint (possibly ``""``) into ``trace.info["hint"]`` and return it.
+
+    ``trace`` is a verifiers v1 ``Trace`` (or a trace record dict); ``failing_tests`` are the tests that failed when the
+    environment scored it; ``tools`` overrides the tool names the agent was offered (default: ``trace.tools``).
+    """
+    hint, sites = build_hint(trace, failing_tests=failing_tests, tools=tools, max_chars=max_chars)
+    info = trace["info"] if isinstance(trace, dict) else trace.info
+    if isinstance(trace, dict) and info is None:
+        info = trace["info"] = {}
+    info[HINT_KEY] = hint
+    info[SITES_KEY] = [s.model_dump(exclude={"detail"} if s.kind == "failing_test" else set()) for s in sites]
+    return hint

@@ -1,0 +1,110 @@
+"""Templated hints per error kind, and SDPO-style feedback from failing tests.
+
+Channel 2 of Cursor's Composer 2.5 recipe: at an error site, a short hint is put into the context and the
+hint-conditioned policy acts as the teacher. prime-rl's ``opsd`` algorithm prepends
+``template.format(demonstration=trace.info["hint"])`` as a system message, so a hint is written as advice to the
+agent ("you", imperative), one line per error, with no reference to the grader.
+The test-feedback form follows SDPO (Hübotter et al. 2026, "Reinforcement Learning via Self-Distillation",
+arXiv:2601.20802): the environment's own failure output, condensed, is the teacher's extra context.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from crf_prime.hints.detect import ToolSpec, condense
+from crf_prime.hints.models import KIND_ORDER, ErrorSite, FailingTest
+
+MAX_TESTS = 3
+"""Failing tests quoted in one hint (the rest are counted)."""
+MAX_CHARS = 1500
+"""Hard cap on a hint's length in characters (it is prepended to every scored branch)."""
+
+_PYTEST_NOISE = re.compile(r"^(?:[=_-]{3,}.*|\s*\^+\s*|.*\bshort test summary info\b.*)$")
+_E_LINE = re.compile(r"^E\s+(.*)$")
+
+
+def condense_failure(message: str, limit: int = 240) -> str:
+    """The informative part of a test failure: pytest ``E`` lines when present, else the last non-noise lines."""
+    lines = [ln.rstrip() for ln in message.splitlines() if ln.strip() and not _PYTEST_NOISE.match(ln)]
+    e_lines = [m.group(1) for ln in lines if (m := _E_LINE.match(ln))]
+    if e_lines:
+        return condense(" | ".join(e_lines[:4]), limit)
+    return condense(" | ".join(lines[-3:]), limit)
+
+
+def _signature(spec: ToolSpec) -> str:
+    props: Mapping[str, Any] = spec.parameters.get("properties", {}) if spec.parameters else {}
+    if not props:
+        return ""
+    required = set(spec.parameters.get("required", ()))
+    fields = []
+    for key, prop in props.items():
+        typ = prop.get("type", "any") if isinstance(prop, Mapping) else "any"
+        fields.append(f"{key}{'' if key in required else '?'}: {typ}")
+    return "{" + ", ".join(fields) + "}"
+
+
+def _line(site: ErrorSite, tools: Mapping[str, ToolSpec] | None) -> str:
+    tool = f"`{site.tool}`" if site.tool else "the tool"
+    match site.kind:
+        case "unknown_tool":
+            if tools:
+                names = ", ".join(f"`{n}`" for n in sorted(tools))
+                return f"Reminder: the available tools are {names}; {tool} is not one of them."
+            return f"{tool} is not an available tool; call only the tools listed in the prompt."
+        case "invalid_json":
+            why = f" ({site.detail})" if site.detail else ""
+            return f"Tool arguments must be one valid JSON object; your call to {tool} was not{why}."
+        case "schema_violation":
+            sig = _signature(tools[site.tool]) if tools and site.tool in tools else ""
+            expects = f"{tool} expects {sig}" if sig else f"{tool} rejected its arguments"
+            return f"{expects}; your call failed validation: {site.detail}."
+        case "repeated_failure":
+            return (
+                f"You ran the same failing {tool} call {site.count} times ({site.arguments}); "
+                "repeating it will not change the result: read the error and change something first."
+            )
+        case "traceback":
+            return f"A {tool} run raised {site.detail}; fix that error before moving on."
+        case "tool_error":
+            return f"{tool} failed: {site.detail}"
+        case "failing_test":  # pragma: no cover - rendered by feedback_lines
+            return f"Test `{site.tool}` failed: {site.detail}"
+
+
+def feedback_lines(failing_tests: Sequence[FailingTest], max_tests: int = MAX_TESTS) -> list[str]:
+    """SDPO-style feedback: which tests failed and with what, condensed."""
+    lines = []
+    for test in failing_tests[:max_tests]:
+        why = condense_failure(test.message)
+        lines.append(f"Test `{test.name}` failed" + (f" with: {why}" if why else "."))
+    if len(failing_tests) > max_tests:
+        lines.append(f"{len(failing_tests) - max_tests} more test(s) failed.")
+    return lines
+
+
+def render_hint(
+    sites: Sequence[ErrorSite],
+    failing_tests: Sequence[FailingTest] = (),
+    tools: Mapping[str, ToolSpec] | None = None,
+    *,
+    max_chars: int = MAX_CHARS,
+) -> str:
+    """One hint for the episode: test feedback first, then one line per distinct tool-usage error."""
+    lines = feedback_lines(failing_tests)
+    seen: set[tuple[str, str | None]] = set()
+    for kind in KIND_ORDER:
+        for site in sites:
+            if site.kind != kind or kind == "failing_test":
+                continue
+            # One line per (kind, tool): the first occurrence is the error site the hint targets.
+            key = (site.kind, site.tool if site.kind != "unknown_tool" else None)
+            if key in seen:
+                continue
+            seen.add(key)
+            lines.append(_line(site, tools))
+    hint = "\n".join(f"- {ln}" for ln in lines)
+    return hint if len(hint) <= max_chars else hint[: max_chars - 1].rstrip() + "…"

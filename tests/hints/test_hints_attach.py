@@ -1,0 +1,214 @@
+"""attach_hint on real verifiers v1 traces: every error kind is found at the right message and worded as specified."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import verifiers.v1 as vf
+from verifiers.v1.configs.agent import AgentConfig
+from verifiers.v1.trace import AgentInfo, TraceTask
+from verifiers.v1.types import AssistantMessage, Tool, ToolCall, ToolMessage, UserMessage
+
+from crf_prime.hints import HINT_KEY, FailingTest, analyse, attach_hint
+from crf_prime.hints.detect import exit_code, traceback_summary
+from crf_prime.hints.templates import condense_failure
+
+BASH = Tool(
+    name="bash",
+    parameters={
+        "type": "object",
+        "properties": {"command": {"type": "string"}},
+        "required": ["command"],
+        "additionalProperties": False,
+    },
+)
+EDIT = Tool(
+    name="edit",
+    parameters={
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "old_str": {"type": "string"}, "new_str": {"type": "string"}},
+        "required": ["path", "old_str", "new_str"],
+    },
+)
+TB = "Traceback (most recent call last):\n  File \"/w/app.py\", line 7, in <module>\n    main()\nKeyError: 'user'\n"
+
+
+def make_trace(turns: list[tuple[list[tuple[str, str]], list[str]]], tools=(BASH, EDIT)) -> vf.Trace:
+    """A trace whose turns are (tool calls as (name, raw args), tool results in the same order)."""
+    trace = vf.Trace(task=TraceTask(type="T", data=vf.TaskData(prompt="fix it")), agent=AgentInfo(config=AgentConfig()))
+    trace.tools = list(tools)
+    trace.nodes.append(vf.MessageNode(message=UserMessage(content="fix it")))
+    n = 0
+    for calls, results in turns:
+        ids = [f"c{n + k}" for k in range(len(calls))]
+        n += len(calls)
+        msg = AssistantMessage(
+            tool_calls=[ToolCall(id=i, name=c, arguments=a) for i, (c, a) in zip(ids, calls, strict=True)]
+        )
+        trace.nodes.append(vf.MessageNode(parent=len(trace.nodes) - 1, message=msg, sampled=True))
+        for i, (name, _), result in zip(ids, calls, results, strict=True):
+            tm = ToolMessage(tool_call_id=i, content=result, name=name)
+            trace.nodes.append(vf.MessageNode(parent=len(trace.nodes) - 1, message=tm))
+    return trace
+
+
+def test_clean_episode_gets_empty_hint_and_key_is_always_written():
+    trace = make_trace([([("bash", '{"command": "ls"}')], ["app.py\nexit code: 0"])])
+    assert attach_hint(trace) == ""
+    assert trace.info[HINT_KEY] == ""
+    assert trace.info["hint_sites"] == []
+
+
+def test_unknown_tool_lists_available_tools():
+    trace = make_trace([([("grep", '{"pattern": "x"}')], ["error: unknown tool 'grep'"])])
+    hint = attach_hint(trace)
+    assert hint == "- Reminder: the available tools are `bash`, `edit`; `grep` is not one of them."
+    sites = analyse(trace)
+    assert [(s.kind, s.index, s.tool) for s in sites] == [("unknown_tool", 1, "grep")]
+
+
+def test_tools_override_replaces_declared_names():
+    trace = make_trace([([("edit", '{"path": "a", "old_str": "x", "new_str": "y"}')], ["ok"])])
+    assert attach_hint(trace, tools=["bash", "submit"]) == (
+        "- Reminder: the available tools are `bash`, `submit`; `edit` is not one of them."
+    )
+
+
+def test_unknown_tool_from_result_text_when_no_tools_declared():
+    trace = make_trace([([("search", "{}")], ["error: unknown tool 'search'"])], tools=())
+    assert attach_hint(trace) == "- `search` is not an available tool; call only the tools listed in the prompt."
+
+
+def test_invalid_json_and_non_object_arguments():
+    trace = make_trace([([("bash", '{"command": "ls"'), ("edit", "[1, 2]")], ["error: invalid JSON", "error"])])
+    sites = analyse(trace)
+    assert [(s.kind, s.tool) for s in sites] == [("invalid_json", "bash"), ("invalid_json", "edit")]
+    assert sites[0].detail.startswith("Expecting ',' delimiter")
+    assert sites[1].detail == "arguments must be a JSON object, got list"
+    hint = attach_hint(trace).splitlines()
+    assert hint[0].startswith("- Tool arguments must be one valid JSON object; your call to `bash` was not (Expecting")
+    assert hint[1] == (
+        "- Tool arguments must be one valid JSON object; your call to `edit` was not "
+        "(arguments must be a JSON object, got list)."
+    )
+
+
+def test_schema_violation_names_expected_signature():
+    trace = make_trace(
+        [([("edit", '{"path": "a.py", "old": "x"}')], ["error: 'old_str' and 'new_str' must be strings"])]
+    )
+    hint = attach_hint(trace)
+    assert hint == (
+        "- `edit` expects {path: string, old_str: string, new_str: string}; your call failed validation: "
+        "'old_str' is a required property; 'new_str' is a required property."
+    )
+
+
+def test_nonzero_exit_and_traceback():
+    trace = make_trace(
+        [
+            ([("bash", '{"command": "make"}')], ["make: *** No rule to make target 'x'.\nexit code: 2"]),
+            ([("bash", '{"command": "python app.py"}')], [TB + "exit code: 1"]),
+        ]
+    )
+    sites = analyse(trace)
+    assert [(s.kind, s.index) for s in sites] == [("tool_error", 2), ("traceback", 4)]
+    assert attach_hint(trace).splitlines() == [
+        "- A `bash` run raised KeyError: 'user' (at /w/app.py:7); fix that error before moving on.",
+        "- `bash` failed: exit code 2, make: *** No rule to make target 'x'.",
+    ]
+
+
+def test_repeated_identical_failing_command_is_counted_across_formatting():
+    failing = "FAILED tests/test_app.py::test_x\nexit code: 1"
+    trace = make_trace(
+        [
+            ([("bash", '{"command": "pytest -x"}')], [failing]),
+            ([("bash", '{"command":   "pytest -x"}')], [failing]),
+            ([("bash", '{"command": "pytest -x"}')], [failing]),
+            ([("bash", '{"command": "ls"}')], ["app.py\nexit code: 0"]),
+        ]
+    )
+    repeated = [s for s in analyse(trace) if s.kind == "repeated_failure"]
+    assert [(s.tool, s.count, s.index, s.arguments) for s in repeated] == [("bash", 3, 2, '{"command": "pytest -x"}')]
+    assert (
+        '- You ran the same failing `bash` call 3 times ({"command": "pytest -x"}); repeating it will not change '
+        "the result: read the error and change something first."
+    ) in attach_hint(trace).splitlines()
+
+
+def test_succeeding_repeats_are_not_failures():
+    trace = make_trace([([("bash", '{"command": "ls"}')], ["a\nexit code: 0"])] * 3)
+    assert [s.kind for s in analyse(trace)] == []
+
+
+def test_failing_tests_come_first_condensed_sdpo_style():
+    pytest_out = (
+        "_______________________ test_parse _______________________\n\n"
+        "    def test_parse():\n>       assert parse('1') == 2\n"
+        "E       AssertionError: assert 1 == 2\nE        +  where 1 = parse('1')\n\n"
+        "tests/test_p.py:4: AssertionError\n"
+    )
+    tests = [FailingTest(name=f"tests/test_p.py::test_{i}", message=pytest_out) for i in range(5)]
+    trace = make_trace([([("bash", '{"command": "ls"}')], ["ok"])])
+    assert attach_hint(trace, failing_tests=tests).splitlines() == [
+        "- Test `tests/test_p.py::test_0` failed with: AssertionError: assert 1 == 2 | + where 1 = parse('1')",
+        "- Test `tests/test_p.py::test_1` failed with: AssertionError: assert 1 == 2 | + where 1 = parse('1')",
+        "- Test `tests/test_p.py::test_2` failed with: AssertionError: assert 1 == 2 | + where 1 = parse('1')",
+        "- 2 more test(s) failed.",
+    ]
+
+
+def test_hint_is_capped_and_survives_json_roundtrip_of_the_record():
+    tests = [FailingTest(name=f"t{i}", message="E   " + "x" * 500) for i in range(3)]
+    trace = make_trace([([("bash", '{"command": "ls"}')], ["ok"])])
+    hint = attach_hint(trace, failing_tests=tests, max_chars=300)
+    assert len(hint) == 300 and hint.endswith("…")
+    record = json.loads(json.dumps(trace.to_record()))
+    assert record["info"]["hint"] == hint
+    # the record form (traces.jsonl row) analyses the same way as the live trace
+    record["info"] = {}
+    assert attach_hint(record, failing_tests=tests, max_chars=300) == hint
+
+
+def test_openai_message_dicts_are_accepted():
+    messages = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "1", "type": "function", "function": {"name": "bash", "arguments": "{oops"}}],
+        },
+        {"role": "tool", "tool_call_id": "1", "content": "error: invalid JSON in tool arguments"},
+    ]
+    sites = analyse(messages)
+    assert [(s.kind, s.index, s.tool) for s in sites] == [("invalid_json", 1, "bash")]
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("exit code: 3", 3),
+        ("[exit_code=127]", 127),
+        ("Process exited with code 1", 1),
+        ("returncode 0", 0),
+        ("x", None),
+    ],
+)
+def test_exit_code_formats(text, code):
+    assert exit_code(text) == code
+
+
+def test_traceback_summary_takes_last_traceback_and_chained_exceptions():
+    text = (
+        TB
+        + "\nDuring handling of the above exception, another exception occurred:\n\n"
+        + TB.replace("KeyError: 'user'", "RuntimeError: config missing").replace("line 7", "line 9")
+    )
+    assert traceback_summary(text) == "RuntimeError: config missing (at /w/app.py:9)"
+    assert traceback_summary("all good") is None
+
+
+def test_condense_failure_without_e_lines_keeps_tail():
+    msg = "=== FAILURES ===\nsetup\nConnectionRefusedError: [Errno 111]\n\n---- captured ----\n"
+    assert condense_failure(msg) == "setup | ConnectionRefusedError: [Errno 111]"
