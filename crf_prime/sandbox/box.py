@@ -1,0 +1,331 @@
+"""``Sandbox``: run one command in a bubblewrap box under resource limits and return a structured result.
+
+One implementation (asyncio) serves both ``arun`` and ``run``. Each run: a per-run cgroup (memory, pids) that the
+child joins before ``exec``, rlimits (CPU, file size, address space when no memory cgroup), a wall-clock timeout
+that kills the whole tree (the box is a pid namespace whose init dies with bwrap; the cgroup is swept too), output
+captured up to a cap per stream, the cgroup removed afterwards. Cancelling ``arun`` kills the box as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import resource
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from crf_prime.sandbox.bwrap import DEFAULT_PATH, build_argv
+from crf_prime.sandbox.cgroups import RunCgroup, detect_layout
+from crf_prime.sandbox.models import LimitName, RunResult, SandboxLimits
+from crf_prime.sandbox.probe import require
+
+logger = logging.getLogger(__name__)
+
+_READ_CHUNK = 1 << 16
+_FLOOD_BYTES = 64 << 20
+"""Output dropped beyond the cap before the run is killed for flooding (plus 16x the cap)."""
+_DRAIN_GRACE_S = 1.0
+"""How long to wait for the output pipes to close after the command exits before sweeping leftovers."""
+
+
+def _truncation_marker(dropped: int) -> str:
+    return f"\n[... output truncated: {dropped} more bytes not shown ...]\n"
+
+
+class _Capture:
+    """Keep the first ``cap`` bytes of a stream, count the rest."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.data = bytearray()
+        self.dropped = 0
+
+    def feed(self, chunk: bytes) -> None:
+        room = self.cap - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+        self.dropped += max(0, len(chunk) - max(room, 0))
+
+    def text(self) -> str:
+        out = bytes(self.data).decode("utf-8", errors="replace")
+        return out + _truncation_marker(self.dropped) if self.dropped else out
+
+
+def _preexec(procs_files: list[bytes], rlimits: list[tuple[int, int, int]]) -> Callable[[], None]:
+    """Runs in the child between fork and exec: join the run's cgroups, set rlimits (async-signal-safe calls only)."""
+
+    def preexec() -> None:
+        pid = str(os.getpid()).encode()
+        for path in procs_files:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
+        for res, soft, hard in rlimits:
+            resource.setrlimit(res, (soft, hard))
+
+    return preexec
+
+
+def _signal_of(code: int) -> int | None:
+    """Signal that ended the command: negative for a direct child, 128+N as reported by bwrap/shells."""
+    if code < 0:
+        return -code
+    if 128 < code < 128 + 65:
+        return code - 128
+    return None
+
+
+class Sandbox:
+    """Run commands isolated with bubblewrap (or, with ``unsandboxed=True``, explicitly without isolation).
+
+    Construction probes the host once and raises :class:`SandboxUnavailable` (saying how to fix it) when bubblewrap
+    cannot isolate here. Safe to share across threads and asyncio tasks: every run has its own box and cgroup.
+    """
+
+    def __init__(
+        self, limits: SandboxLimits | None = None, *, unsandboxed: bool = False, bwrap: str | None = None
+    ) -> None:
+        self.limits = limits or SandboxLimits()
+        self.unsandboxed = unsandboxed
+        if unsandboxed:
+            self._bwrap: str | None = None
+            logger.warning("crf_prime.sandbox: running commands WITHOUT isolation (unsandboxed=True)")
+        else:
+            self._bwrap = require(bwrap).bwrap
+
+    # -- public API ----------------------------------------------------------------------------------------------
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        workdir: Path,
+        ro_binds: Sequence[Path] = (),
+        protected: Sequence[Path] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        stdin: bytes | None = None,
+        limits: SandboxLimits | None = None,
+    ) -> RunResult:
+        """Blocking form of :meth:`arun` (usable from inside a running event loop too: it then uses a thread)."""
+        coro_args = dict(
+            workdir=workdir, ro_binds=ro_binds, protected=protected, env=env, cwd=cwd, stdin=stdin, limits=limits
+        )
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.arun(argv, **coro_args))
+        box: list[RunResult | BaseException] = []
+
+        def worker() -> None:
+            try:
+                box.append(asyncio.run(self.arun(argv, **coro_args)))
+            except BaseException as e:
+                box.append(e)
+
+        thread = threading.Thread(target=worker, name="crf-sandbox-run")
+        thread.start()
+        thread.join()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    async def arun(
+        self,
+        argv: Sequence[str],
+        *,
+        workdir: Path,
+        ro_binds: Sequence[Path] = (),
+        protected: Sequence[Path] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        stdin: bytes | None = None,
+        limits: SandboxLimits | None = None,
+    ) -> RunResult:
+        """Run ``argv`` in a box rooted at ``workdir`` (writable, same path inside, default cwd)."""
+        lim = limits or self.limits
+        if not argv:
+            raise ValueError("argv is empty")
+        workdir_p = Path(os.path.realpath(workdir))
+        if not workdir_p.is_dir():
+            raise ValueError(f"workdir {workdir} is not a directory")
+        cwd_p = Path(os.path.realpath(cwd)) if cwd is not None else workdir_p
+        ro = [Path(os.path.realpath(p)) for p in ro_binds]
+        for p in ro:
+            if not p.exists():
+                raise ValueError(f"ro_binds: {p} does not exist")
+        prot = [Path(os.path.realpath(workdir_p / p)) for p in protected]
+        for p in prot:
+            if workdir_p not in p.parents:
+                raise ValueError(f"protected: {p} is not inside workdir {workdir_p}")
+        full_env = {"PATH": DEFAULT_PATH, "HOME": str(workdir_p), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+        full_env.update(env or {})
+
+        enforced: list[str] = []
+        layout = detect_layout()
+        cgroup = RunCgroup(layout, lim.memory_mb, lim.pids) if layout.version else None
+        rlimits = [(resource.RLIMIT_CORE, 0, 0)]
+        if lim.cpu_seconds is not None:
+            rlimits.append((resource.RLIMIT_CPU, lim.cpu_seconds, lim.cpu_seconds + 1))
+            enforced.append("cpu:rlimit")
+        if lim.file_size_mb is not None:
+            size = lim.file_size_mb * 1024 * 1024
+            rlimits.append((resource.RLIMIT_FSIZE, size, size))
+            enforced.append("file_size:rlimit")
+        try:
+            if cgroup is not None:
+                enforced += cgroup.create()
+            if lim.memory_mb is not None and "memory" not in (cgroup.dirs if cgroup else {}):
+                size = lim.memory_mb * 1024 * 1024
+                rlimits.append((resource.RLIMIT_AS, size, size))
+                enforced.append("memory:rlimit-as")
+            if lim.pids is not None and "pids" not in (cgroup.dirs if cgroup else {}) and os.geteuid() != 0:
+                rlimits.append((resource.RLIMIT_NPROC, lim.pids, lim.pids))
+                enforced.append("pids:rlimit-nproc")
+            enforced += ["wall", f"output:{lim.output_bytes}"]
+            if self._bwrap is not None:
+                enforced = ["isolation:bwrap", f"tmp_size:{lim.tmp_size_mb}mb", *enforced]
+                cmd = build_argv(
+                    self._bwrap,
+                    list(argv),
+                    workdir=workdir_p,
+                    ro_binds=ro,
+                    protected=prot,
+                    env=full_env,
+                    cwd=cwd_p,
+                    tmp_size_mb=lim.tmp_size_mb,
+                )
+                popen_env: dict[str, str] | None = {}
+                popen_cwd = None
+            else:
+                cmd, popen_env, popen_cwd = list(argv), full_env, str(cwd_p)
+            return await self._execute(cmd, popen_env, popen_cwd, stdin, lim, cgroup, rlimits, tuple(enforced))
+        finally:
+            if cgroup is not None:
+                await _remove_cgroup(cgroup)
+
+    # -- internals -----------------------------------------------------------------------------------------------
+    async def _execute(
+        self,
+        cmd: list[str],
+        env: dict[str, str] | None,
+        cwd: str | None,
+        stdin: bytes | None,
+        lim: SandboxLimits,
+        cgroup: RunCgroup | None,
+        rlimits: list[tuple[int, int, int]],
+        enforced: tuple[str, ...],
+    ) -> RunResult:
+        start = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *cmd,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_preexec(cgroup.procs_files() if cgroup else [], rlimits),
+        )
+        out, err = _Capture(lim.output_bytes), _Capture(lim.output_bytes)
+        flooded = asyncio.Event()
+        flood_at = _FLOOD_BYTES + 16 * lim.output_bytes
+
+        async def pump(stream: asyncio.StreamReader, cap: _Capture) -> None:
+            while chunk := await stream.read(_READ_CHUNK):
+                cap.feed(chunk)
+                if cap.dropped > flood_at:
+                    flooded.set()
+
+        async def feed_stdin() -> None:
+            assert proc.stdin is not None
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                proc.stdin.write(stdin or b"")
+                await proc.stdin.drain()
+            proc.stdin.close()
+
+        assert proc.stdout is not None and proc.stderr is not None
+        pumps = [asyncio.create_task(pump(proc.stdout, out)), asyncio.create_task(pump(proc.stderr, err))]
+        feeder = asyncio.create_task(feed_stdin()) if stdin is not None else None
+        waiter = asyncio.create_task(proc.wait())
+        flood_wait = asyncio.create_task(flooded.wait())
+        timed_out = False
+        try:
+            done, _ = await asyncio.wait({waiter, flood_wait}, timeout=lim.wall_seconds, return_when="FIRST_COMPLETED")
+            if waiter not in done:
+                timed_out = not flooded.is_set()
+                self._kill(proc, cgroup)
+                await waiter
+            # the command exited; its output pipes close as soon as nothing in the box holds them
+            _, pending = await asyncio.wait(pumps, timeout=_DRAIN_GRACE_S)
+            if pending:
+                self._kill(proc, cgroup)
+                _, pending = await asyncio.wait(pumps, timeout=_DRAIN_GRACE_S)
+                for task in pending:
+                    task.cancel()
+        except BaseException:
+            self._kill(proc, cgroup)
+            raise
+        finally:
+            flood_wait.cancel()
+            if feeder is not None:
+                feeder.cancel()
+            for task in pumps:
+                if not task.done():
+                    task.cancel()
+        duration = time.monotonic() - start
+        code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+        sig = _signal_of(code)
+        if code < 0:
+            code = 128 + sig  # report like a shell / bwrap does
+        limit_hit: LimitName | None = cgroup.limit_fired() if cgroup is not None else None
+        if limit_hit is None:
+            if timed_out:
+                limit_hit = "wall"
+            elif flooded.is_set():
+                limit_hit = "output"
+            elif lim.cpu_seconds is not None and (
+                sig == signal.SIGXCPU or (sig == signal.SIGKILL and duration >= lim.cpu_seconds)
+            ):
+                limit_hit = "cpu"
+            elif lim.file_size_mb is not None and (sig == signal.SIGXFSZ or "File too large" in err.text()):
+                limit_hit = "file_size"
+            elif lim.memory_mb is not None and "memory:rlimit-as" in enforced and "MemoryError" in err.text():
+                limit_hit = "memory"
+        killed = limit_hit in ("wall", "output") or (limit_hit is not None and sig is not None)
+        return RunResult(
+            exit_code=None if killed else code,
+            stdout=out.text(),
+            stderr=err.text(),
+            stdout_truncated=out.dropped > 0,
+            stderr_truncated=err.dropped > 0,
+            duration_s=duration,
+            limit_hit=limit_hit,
+            enforced=enforced,
+        )
+
+    def _kill(self, proc: asyncio.subprocess.Process, cgroup: RunCgroup | None) -> None:
+        """Kill the whole tree: bwrap (its pid-namespace init dies with it), the process group, the cgroup."""
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        if self._bwrap is None:  # unsandboxed: no pid namespace, so sweep the session's process group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        if cgroup is not None:
+            cgroup.kill_all()
+
+
+async def _remove_cgroup(cgroup: RunCgroup, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cgroup.try_remove():
+        if time.monotonic() > deadline:
+            logger.warning("crf_prime.sandbox: could not remove cgroup(s) %s", cgroup.created)
+            return
+        await asyncio.sleep(0.005)

@@ -1,0 +1,131 @@
+"""The bubblewrap command line of one box.
+
+Isolation (see docs/sandbox.md): every namespace unshared (no network but a private ``lo``), all capabilities
+dropped (as root, a box that keeps them can remount a read-only bind read-write and write the host), a new
+session, death with the parent, an empty environment plus an explicit one, the root filesystem read-only. Visible:
+system dirs read-only (/usr and the /bin, /lib* links, /etc minus secrets), the base Python prefix read-only, a
+size-limited private /tmp, the task directory writable at its own path, caller-listed read-only binds, and read-only
+binds over protected paths inside the task directory. Nothing else of the host (no /root, /home, /opt, /var, /srv,
+other tasks' directories).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+# /etc entries never shown inside the box: password hashes, sudo rules, ssh host keys, TLS private keys, and
+# package-manager configuration that may point at local indexes or carry credentials.
+ETC_HIDDEN = frozenset(
+    {
+        "shadow",
+        "shadow-",
+        "gshadow",
+        "gshadow-",
+        "sudoers",
+        "sudoers.d",
+        "ssh",
+        "pip.conf",
+        "npmrc",
+        "subuid",
+        "subuid-",
+        "subgid",
+        "subgid-",
+        "security",
+        "machine-id",
+        "docker",
+        "containerd",
+        "netrc",
+        "uv",
+    }
+)
+# nested secrets under otherwise visible /etc directories (covered with an empty tmpfs)
+ETC_HIDDEN_DIRS = ("ssl/private",)
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _resolved(path: str | os.PathLike[str]) -> Path:
+    return Path(os.path.realpath(path))
+
+
+@functools.lru_cache(maxsize=1)
+def python_prefixes() -> tuple[Path, ...]:
+    """Base interpreter prefix(es) to bind read-only (skipping those already visible under /usr)."""
+    prefixes = {_resolved(sys.base_prefix), _resolved(sys.base_exec_prefix), _resolved(sys.executable).parent.parent}
+    return tuple(sorted(p for p in prefixes if p != Path("/") and not _under(p, Path("/usr")) and p.exists()))
+
+
+def _under(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents
+
+
+@functools.lru_cache(maxsize=1)
+def system_args() -> tuple[str, ...]:
+    """The host-independent part of the command: namespaces, system dirs, /etc minus secrets, /proc, /dev."""
+    args = [
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / name
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
+    args += ["--dir", "/etc"]
+    for entry in sorted(os.listdir("/etc")):
+        if entry in ETC_HIDDEN:
+            continue
+        host = Path("/etc") / entry
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.exists():
+            args += ["--ro-bind", str(host), str(host)]
+    for rel in ETC_HIDDEN_DIRS:
+        if (Path("/etc") / rel).is_dir():
+            args += ["--tmpfs", f"/etc/{rel}", "--remount-ro", f"/etc/{rel}"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    for prefix in python_prefixes():
+        args += ["--ro-bind", str(prefix), str(prefix)]
+    return tuple(args)
+
+
+def build_argv(
+    bwrap: str,
+    argv: Sequence[str],
+    *,
+    workdir: Path,
+    ro_binds: Sequence[Path],
+    protected: Sequence[Path],
+    env: Mapping[str, str],
+    cwd: Path,
+    tmp_size_mb: int,
+) -> list[str]:
+    """Full ``bwrap ... -- argv`` command line (paths must be absolute)."""
+    args = [bwrap, *system_args(), "--size", str(tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+    args += ["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
+    outer = [p for p in ro_binds if not _under(p, workdir)]
+    inner = [p for p in ro_binds if _under(p, workdir)]
+    # parents before children, so a deeper bind lands on top of a shallower one; all before the task dir's
+    # writable bind (an ro bind may contain the task dir), and binds inside the task dir after it
+    for p in sorted(outer, key=lambda p: len(p.parts)):
+        args += ["--ro-bind", str(p), str(p)]
+    args += ["--bind", str(workdir), str(workdir)]
+    for p in sorted([*inner, *protected], key=lambda p: len(p.parts)):
+        if p.exists():
+            args += ["--ro-bind", str(p), str(p)]
+    for key, value in env.items():
+        args += ["--setenv", key, value]
+    args += ["--remount-ro", "/", "--chdir", str(cwd), "--", *argv]
+    return args
