@@ -1,0 +1,73 @@
+"""Token-level self-distillation through prime-rl's loss hook (channel 2's math on sampled tokens).
+
+Per token: ``ℓ_t = sg[logπ_θ(y_t) − logπ_ref(y_t)] · logπ_θ(y_t)``, the sampled-token reverse-KL REINFORCE estimator
+(Thinking Machines "On-Policy Distillation", 2025; SDPO token-level mode, Hübotter et al. 2026, arXiv:2601.20802;
+TRL ``compute_sampled_token_self_distillation_loss``). Its gradient, in expectation over y_t ~ π_θ, is that of
+``KL(π_θ(·|y_<t) ‖ π_ref(·|y_<t))``. Tokens are sampled by the inference engine, so an optional importance weight
+``sg[min(π_θ/π_inference, is_clip)]`` corrects the trainer/inference gap (SDPO / TRL clip at 2).
+
+Where it has effect: ``ref_logprobs`` must reach the rl loss. In prime-rl at HEAD the stock algorithms never do that
+(``opd``/``opsd`` route their tokens to the built-in ``ref_kl`` loss), and mixed batches zero-fill ``ref_logprobs``
+for samples without a reference; an all-zero or missing reference is treated as absent (zero loss, still
+backpropagates). In prime-rl, channel 2 therefore runs through ``[orchestrator.algo] type = "opsd"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from loss_fns.types import make_outputs, masked_mean, masked_sum, ref_logprobs_of
+
+
+def reference_of(inputs: Any) -> Tensor | None:
+    """The reference logprobs, or None when absent, zero-filled on every loss token (mixed batches), or unmasked."""
+    ref = ref_logprobs_of(inputs)
+    if ref is None:
+        return None
+    mask = inputs.loss_mask
+    if not bool(mask.any()) or not bool((ref[mask] != 0).any()):
+        return None
+    return ref.detach()
+
+
+def self_distill_terms(inputs: Any, ref: Tensor, is_clip: float | None) -> tuple[Tensor, dict[str, Tensor]]:
+    """Per-token estimator ``sg[w]·sg[logπ_θ − logπ_ref]·logπ_θ`` (``[seq]``) and its metrics (``distill/*``)."""
+    lp = inputs.trainer_logprobs
+    log_gap = (lp - ref).detach()
+    per_token = log_gap * lp
+    mask = inputs.loss_mask
+    metrics = {
+        "distill/reverse_kl": masked_mean(log_gap, mask),
+        "distill/has_ref": torch.ones((), device=lp.device),
+    }
+    if is_clip is not None:
+        ratio = torch.exp(lp.detach() - inputs.inference_logprobs.detach())
+        per_token = per_token * torch.clamp(ratio, max=is_clip)
+        metrics["distill/is_clip_frac"] = masked_mean(ratio > is_clip, mask)
+    return per_token, metrics
+
+
+def absent_metrics(is_clip: float | None, device: torch.device) -> dict[str, Tensor]:
+    """Metrics of a sequence without a reference: same keys, shapes and device as with one (prime-rl stacks them)."""
+    keys = ["distill/reverse_kl", "distill/has_ref"] + (["distill/is_clip_frac"] if is_clip is not None else [])
+    return {key: torch.zeros((), device=device) for key in keys}
+
+
+def self_distill(inputs: Any, is_clip: float | None = 2.0, scale: float = 1.0) -> Any:
+    """Sampled-token reverse-KL self-distillation toward ``ref_logprobs`` (or the older ``teacher_logprobs``).
+
+    Returns the masked, weighted SUM; a zero loss anchored on ``trainer_logprobs`` when the reference is absent.
+    ``is_clip=None`` disables the importance correction (fully on-policy trainers).
+    """
+    if is_clip is not None and is_clip <= 0:
+        raise ValueError(f"trainer.loss.kwargs.is_clip must be > 0 or None, got {is_clip}")
+    ref = reference_of(inputs)
+    if ref is None:
+        anchor = inputs.trainer_logprobs.sum() * 0.0
+        return make_outputs(anchor, absent_metrics(is_clip, inputs.trainer_logprobs.device))
+    per_token, metrics = self_distill_terms(inputs, ref, is_clip)
+    loss = masked_sum(per_token, inputs)
+    return make_outputs(loss * scale if scale != 1.0 else loss, metrics)
