@@ -1,0 +1,143 @@
+"""Token self-distillation, composer_loss and the 2026-05/06 compatibility adapter."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from loss_fns import compat, composer, distill, policy
+from loss_fns.types import LossInputs, LossOutputs
+
+LN2 = math.log(2.0)
+
+
+def make_inputs(trainer, inference, ref, advantages=None, mask=None, weights=None):
+    n = len(trainer)
+    as64 = lambda xs: None if xs is None else torch.tensor(xs, dtype=torch.float64)  # noqa: E731
+    return LossInputs(
+        trainer_logprobs=as64(trainer).requires_grad_(),
+        inference_logprobs=as64(inference),
+        ref_logprobs=as64(ref),
+        advantages=as64(advantages if advantages is not None else [1.0] * n),
+        loss_mask=torch.ones(n, dtype=torch.bool) if mask is None else torch.tensor(mask),
+        loss_weights=as64(weights),
+    )
+
+
+def grad_of(out, inputs):
+    (grad,) = torch.autograd.grad(out.loss, inputs.trainer_logprobs)
+    return grad
+
+
+def test_sampled_token_reverse_kl_closed_form() -> None:
+    # logπ = [log .5, log .25], logπ_ref = [log .25, log .5]: gap = [ln2, -ln2]
+    inputs = make_inputs([-LN2, -2 * LN2], [-LN2, -2 * LN2], [-2 * LN2, -LN2])
+    out = distill.self_distill(inputs, is_clip=None)
+    assert out.loss.item() == pytest.approx(LN2 * -LN2 + -LN2 * -2 * LN2, abs=1e-12)
+    # gradient = sg[logπ − logπ_ref]: pushes down where the policy is above the reference
+    torch.testing.assert_close(grad_of(out, inputs), torch.tensor([LN2, -LN2], dtype=torch.float64))
+    assert out.metrics["distill/reverse_kl"].item() == pytest.approx(0.0, abs=1e-12)
+    assert out.metrics["distill/has_ref"].item() == 1.0
+
+
+def test_importance_correction_is_clipped() -> None:
+    # trainer/inference ratios [1, 4] -> weights [1, min(4, 2) = 2]
+    inputs = make_inputs([-LN2, -2 * LN2], [-LN2, -4 * LN2], [-2 * LN2, -LN2])
+    out = distill.self_distill(inputs, is_clip=2.0)
+    torch.testing.assert_close(grad_of(out, inputs), torch.tensor([LN2, -2 * LN2], dtype=torch.float64))
+    assert out.metrics["distill/is_clip_frac"].item() == 0.5
+
+
+def test_mask_weights_and_gradient_only_to_policy() -> None:
+    inputs = make_inputs([-LN2, -2 * LN2], [-LN2, -2 * LN2], [-2 * LN2, -LN2], mask=[True, False], weights=[3.0, 1.0])
+    inputs.ref_logprobs.requires_grad_()
+    inputs.inference_logprobs.requires_grad_()
+    out = distill.self_distill(inputs)
+    assert out.loss.item() == pytest.approx(3.0 * LN2 * -LN2, abs=1e-12)
+    out.loss.backward()
+    torch.testing.assert_close(inputs.trainer_logprobs.grad, torch.tensor([3 * LN2, 0.0], dtype=torch.float64))
+    assert inputs.ref_logprobs.grad is None and inputs.inference_logprobs.grad is None
+
+
+@pytest.mark.parametrize("ref", [None, [0.0, 0.0]], ids=["none", "zero-filled"])
+def test_absent_reference_gives_anchored_zero(ref) -> None:
+    inputs = make_inputs([-LN2, -2 * LN2], [-LN2, -2 * LN2], ref)
+    out = distill.self_distill(inputs)
+    assert out.loss.item() == 0.0
+    assert torch.equal(grad_of(out, inputs), torch.zeros(2, dtype=torch.float64))
+    assert out.metrics["distill/has_ref"].item() == 0.0
+    present = distill.self_distill(make_inputs([-LN2, -2 * LN2], [-LN2, -2 * LN2], [-1.0, -1.0]))
+    assert set(out.metrics) == set(present.metrics)  # prime-rl stacks metrics across sequences
+
+
+def test_empty_mask_with_reference() -> None:
+    inputs = make_inputs([-LN2, -2 * LN2], [-LN2, -2 * LN2], [-1.0, -1.0], mask=[False, False])
+    out = distill.self_distill(inputs)
+    assert out.loss.item() == 0.0
+    out.loss.backward()
+    assert torch.equal(inputs.trainer_logprobs.grad, torch.zeros(2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("objective", sorted(policy.OBJECTIVES))
+def test_composer_zero_weight_is_bitwise_base(objective: str) -> None:
+    args = ([-0.3, -1.2, -0.7], [-0.35, -1.0, -0.9], [-0.5, -0.8, -0.6], [1.5, -0.5, 0.7])
+    base_in, comp_in = make_inputs(*args), make_inputs(*args)
+    base = policy.OBJECTIVES[objective](base_in)
+    comp = composer.composer_loss(comp_in, objective=objective, alpha_sdpo=0.0)
+    assert torch.equal(comp.loss, base.loss)
+    assert torch.equal(grad_of(comp, comp_in), grad_of(base, base_in))
+    assert comp.metrics.keys() == base.metrics.keys()
+
+
+def test_composer_adds_alpha_times_distillation() -> None:
+    args = ([-LN2, -2 * LN2], [-LN2, -2 * LN2], [-2 * LN2, -LN2], [1.0, 1.0])
+    inputs = make_inputs(*args)
+    out = composer.composer_loss(inputs, objective="dapo", alpha_sdpo=0.5, is_clip=None)
+    base = policy.dapo(make_inputs(*args))
+    sd = distill.self_distill(make_inputs(*args), is_clip=None)
+    assert out.loss.item() == pytest.approx(base.loss.item() + 0.5 * sd.loss.item(), abs=1e-12)
+    # ratio 1: base gradient -A·r = -1 per token; plus 0.5·[ln2, -ln2]
+    expected = torch.tensor([-1.0 + 0.5 * LN2, -1.0 - 0.5 * LN2], dtype=torch.float64)
+    torch.testing.assert_close(grad_of(out, inputs), expected)
+    assert "dapo/clip_frac_high" in out.metrics and "distill/reverse_kl" in out.metrics
+
+
+def test_composer_objective_kwargs_and_errors() -> None:
+    args = ([-0.1], [-0.1 - math.log(1.25)], None, [1.0])
+    out = composer.composer_loss(make_inputs(*args), objective="ppo_clip", objective_kwargs={"clip_high": 0.28})
+    assert out.loss.item() == pytest.approx(-1.25)
+    with pytest.raises(ValueError, match=r"trainer\.loss\.kwargs\.objective"):
+        composer.composer_loss(make_inputs(*args), objective="grpo_typo")
+    # alpha > 0 without a reference: the base loss, plus distill metrics at zero
+    no_ref = composer.composer_loss(make_inputs(*args), objective="ppo_clip", alpha_sdpo=1.0)
+    assert no_ref.loss.item() == pytest.approx(-1.2) and no_ref.metrics["distill/has_ref"].item() == 0.0
+
+
+def test_outputs_are_loss_outputs() -> None:
+    out = policy.dr_grpo(make_inputs([-0.1], [-0.1], None))
+    assert isinstance(out, LossOutputs)
+    assert isinstance(make_inputs([-0.1], [-0.1], None), LossInputs)
+
+
+def test_legacy_inputs_and_setup_loss_fns() -> None:
+    legacy = compat.LegacyLossInputs(
+        trainer_logprobs=torch.tensor([-LN2, -2 * LN2], dtype=torch.float64, requires_grad=True),
+        inference_logprobs=torch.tensor([-LN2, -2 * LN2], dtype=torch.float64),
+        teacher_logprobs=torch.tensor([-2 * LN2, -LN2], dtype=torch.float64),
+        advantages=torch.tensor([1.0, -1.0], dtype=torch.float64),
+        loss_mask=torch.tensor([True, True]),
+    )
+    fns = compat.setup_loss_fns({"import_path": "loss_fns.policy.dapo", "kwargs": {"clip_high": 0.5}})
+    assert set(fns) == {"rl", "opd", "sft"}
+    rl = fns["rl"](legacy)
+    current = compat.to_current(legacy)
+    assert torch.equal(current.ref_logprobs, legacy.teacher_logprobs) and current.loss_weights is None
+    assert torch.equal(rl.loss, policy.dapo(current, clip_high=0.5).loss)
+    opd = fns["opd"](legacy)
+    assert opd.loss.item() == pytest.approx(LN2 * LN2, abs=1e-12)
+    sft = fns["sft"](legacy)
+    assert sft.loss.item() == pytest.approx(3 * LN2, abs=1e-12) and "sft/nll" in sft.metrics
+    with pytest.raises(ValueError, match=r"trainer\.loss\.import_path"):
+        compat.setup_loss_fns({"import_path": "loss_fns.policy.nope"})
