@@ -1,0 +1,211 @@
+"""Grade a test log against an instance's FAIL_TO_PASS / PASS_TO_PASS lists with swebench's semantics.
+
+Follows swebench 5.0.2 ``harness/grading.py`` (``get_logs_eval``, ``get_eval_tests_report``,
+``get_resolution_status``), re-implemented so grading needs no docker/datasets/modal imports:
+
+* the log is only trusted when it has both output markers and none of the harness's failure markers;
+* the parsed region is the text between ``>>>>> Start Test Output`` and ``>>>>> End Test Output`` (the whole log
+  when that region parses to nothing);
+* 5.x forged-output rule: a recorded test exit code that is non-zero while the log shows no FAILED/ERROR means
+  the log does not describe the run (e.g. a ``conftest.py`` printing fake ``PASSED`` lines) -> no results;
+* F2P passes on PASSED/XFAIL; P2P additionally accepts SKIPPED; a missing test fails;
+* resolved = every F2P and every P2P test succeeds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from crf_prime.swe.logparse import ERROR, FAILED, PASSED, SKIPPED, XFAIL, StatusMap, get_parser
+
+START_TEST_OUTPUT = ">>>>> Start Test Output"
+END_TEST_OUTPUT = ">>>>> End Test Output"
+TEST_EXIT_CODE = ">>>>> Test Exit Code"
+APPLY_PATCH_FAIL = ">>>>> Patch Apply Failed"
+RESET_FAILED = ">>>>> Reset Failed"
+TESTS_ERROR = ">>>>> Tests Errored"
+TESTS_TIMEOUT = ">>>>> Tests Timed Out"
+BAD_MARKERS = (APPLY_PATCH_FAIL, RESET_FAILED, TESTS_ERROR, TESTS_TIMEOUT)
+
+_EXIT_CODE = re.compile(re.escape(TEST_EXIT_CODE) + r":\s*(-?\d+)")
+# evidence that some runner executed when nothing parsed (swebench SUITE_RAN; these shapes come from JS/TAP runners)
+_SUITE_RAN = re.compile(
+    "|".join(
+        (
+            r"Executed [1-9]\d* of \d+",
+            r"TOTAL: [1-9]\d* (?:SUCCESS|FAILED)",
+            r"[1-9]\d* passing",
+            r"Tests:\s+[1-9]\d*",
+            r"Test Suites:\s+(?:\d+ \w+, )*[1-9]\d* total",
+            r"^# tests [1-9]\d*",
+            r"[1-9]\d* specs?, \d+ failures?",
+            r"': ok$",
+        )
+    ),
+    re.M,
+)
+
+RESOLVED_FULL, RESOLVED_PARTIAL, RESOLVED_NO = "RESOLVED_FULL", "RESOLVED_PARTIAL", "RESOLVED_NO"
+
+
+class LogResult(BaseModel):
+    """What a log says: the status map, or why it cannot be trusted."""
+
+    model_config = ConfigDict(frozen=True)
+
+    found: bool
+    """Whether the log holds trustworthy results (swebench: ``patch_successfully_applied``)."""
+    status: dict[str, str]
+    """Test id -> PASSED / FAILED / SKIPPED / ERROR / XFAIL (empty when not found)."""
+    reason: str = ""
+    """Why the log was rejected (empty when found)."""
+    exit_code: int | None = None
+    """The test command's exit status recorded after the end marker (None: not recorded)."""
+
+
+class GradeReport(BaseModel):
+    """Verdict for one instance: per-list successes and failures, and whether it is resolved."""
+
+    model_config = ConfigDict(frozen=True)
+
+    instance_id: str
+    found: bool
+    reason: str = ""
+    exit_code: int | None = None
+    f2p_success: tuple[str, ...] = ()
+    f2p_failure: tuple[str, ...] = ()
+    p2p_success: tuple[str, ...] = ()
+    p2p_failure: tuple[str, ...] = ()
+    resolution: str = RESOLVED_NO
+    """RESOLVED_FULL / RESOLVED_PARTIAL / RESOLVED_NO (swebench ``get_resolution_status``)."""
+
+    @property
+    def resolved(self) -> bool:
+        return self.found and self.resolution == RESOLVED_FULL
+
+    @property
+    def f2p_fraction(self) -> float:
+        """Share of FAIL_TO_PASS tests that pass (0.0 when the log was rejected)."""
+        return _fraction(self.f2p_success, self.f2p_failure) if self.found else 0.0
+
+    @property
+    def p2p_fraction(self) -> float:
+        """Share of PASS_TO_PASS tests still passing (0.0 when the log was rejected)."""
+        return _fraction(self.p2p_success, self.p2p_failure) if self.found else 0.0
+
+
+def _fraction(success: Sequence[str], failure: Sequence[str]) -> float:
+    total = len(success) + len(failure)
+    return 1.0 if total == 0 else len(success) / total
+
+
+def recorded_exit_code(log: str) -> int | None:
+    """Exit status the eval script echoed as ``>>>>> Test Exit Code: N`` (first occurrence)."""
+    m = _EXIT_CODE.search(log)
+    return int(m.group(1)) if m else None
+
+
+def read_log(log: str, parser: str) -> LogResult:
+    """Parse ``log`` with the parser named ``parser`` under swebench's trust rules."""
+    parse = get_parser(parser)
+    exit_code = recorded_exit_code(log)
+    bad = [marker for marker in BAD_MARKERS if marker in log]
+    if bad:
+        return LogResult(found=False, status={}, reason=f"log contains {bad[0]!r}", exit_code=exit_code)
+    if START_TEST_OUTPUT not in log or END_TEST_OUTPUT not in log:
+        return LogResult(found=False, status={}, reason="test output markers missing", exit_code=exit_code)
+    region = log.split(START_TEST_OUTPUT)[1].split(END_TEST_OUTPUT)[0]
+    status = parse(region) or parse(log)
+    if not status and not _SUITE_RAN.search(log):
+        return LogResult(found=False, status={}, reason="no test results in the log", exit_code=exit_code)
+    if exit_code not in (None, 0) and status and not any(s in (FAILED, ERROR) for s in status.values()):
+        return LogResult(
+            found=False,
+            status={},
+            reason=f"test command exited {exit_code} but the log shows no failure (forged output)",
+            exit_code=exit_code,
+        )
+    return LogResult(found=True, status=status, exit_code=exit_code)
+
+
+def _lookup(test: str, status: StatusMap) -> str | None:
+    """Key of ``test`` in ``status``; a dataset id truncated inside ``[...]`` matches by prefix when unambiguous."""
+    if test in status:
+        return test
+    if test.count("[") > test.count("]"):
+        keys = [k for k in status if k.startswith(test)]
+        if keys and len({status[k] in (PASSED, XFAIL) for k in keys}) == 1:
+            return keys[0]
+    return None
+
+
+def _passed(test: str, status: StatusMap) -> bool:
+    key = _lookup(test, status)
+    return key is not None and status[key] in (PASSED, XFAIL)
+
+
+def _failed(test: str, status: StatusMap) -> bool:
+    key = _lookup(test, status)
+    return key is None or status[key] in (FAILED, ERROR, SKIPPED)
+
+
+def _maintained(test: str, status: StatusMap) -> bool:
+    key = _lookup(test, status)
+    return _passed(test, status) or (key is not None and status[key] == SKIPPED)
+
+
+def grade_status(
+    instance_id: str, status: Mapping[str, str], fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
+) -> GradeReport:
+    """Grade a trusted status map."""
+    sm = dict(status)
+    f2p_ok = [t for t in fail_to_pass if _passed(t, sm)]
+    f2p_bad = [t for t in fail_to_pass if not _passed(t, sm) and _failed(t, sm)]
+    p2p_ok = [t for t in pass_to_pass if _maintained(t, sm)]
+    p2p_bad = [t for t in pass_to_pass if not _maintained(t, sm) and _failed(t, sm)]
+    f2p, p2p = _fraction(f2p_ok, f2p_bad), _fraction(p2p_ok, p2p_bad)
+    if f2p == 1 and p2p == 1:
+        resolution = RESOLVED_FULL
+    elif 0 < f2p < 1 and p2p == 1:
+        resolution = RESOLVED_PARTIAL
+    else:
+        resolution = RESOLVED_NO
+    return GradeReport(
+        instance_id=instance_id,
+        found=True,
+        f2p_success=tuple(f2p_ok),
+        f2p_failure=tuple(f2p_bad),
+        p2p_success=tuple(p2p_ok),
+        p2p_failure=tuple(p2p_bad),
+        resolution=resolution,
+    )
+
+
+def grade_log(
+    instance_id: str, log: str, parser: str, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
+) -> GradeReport:
+    """Grade an eval log: parse it with ``parser`` and compare with the F2P / P2P lists."""
+    result = read_log(log, parser)
+    if not result.found:
+        return GradeReport(
+            instance_id=instance_id,
+            found=False,
+            reason=result.reason,
+            exit_code=result.exit_code,
+            f2p_failure=tuple(fail_to_pass),
+            p2p_failure=tuple(pass_to_pass),
+        )
+    report = grade_status(instance_id, result.status, fail_to_pass, pass_to_pass)
+    return report.model_copy(update={"exit_code": result.exit_code})
+
+
+def grade_instance_log(instance, log: str) -> GradeReport:
+    """Grade ``log`` for a :class:`~crf_prime.swe.instance.SweInstance` with its repo's parser."""
+    from crf_prime.swe.specs import repo_spec
+
+    return grade_log(
+        instance.instance_id, log, repo_spec(instance).log_parser, instance.FAIL_TO_PASS, instance.PASS_TO_PASS
+    )

@@ -1,0 +1,214 @@
+"""Test-log parsers for the SWE-bench-lite repositories: log text -> ``{test id: status}``.
+
+Each parser reproduces the behaviour of the swebench 5.0.2 parser of the same name
+(``swebench/harness/log_parsers/python.py``; ``parse_log_<name>``), including its quirks, because F2P/P2P ids in
+the dataset were produced by those parsers; ``tests/swe/test_swe_parity.py`` feeds the same logs to both and
+requires identical maps. Statuses are the swebench ``TestStatus`` values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+PASSED, FAILED, SKIPPED, ERROR, XFAIL = "PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"
+STATUSES: tuple[str, ...] = (FAILED, PASSED, SKIPPED, ERROR, XFAIL)
+
+StatusMap = dict[str, str]
+Parser = Callable[[str], StatusMap]
+
+_BRACKET_COUNT = re.compile(r"\[\d+\]")
+
+
+def _skip_summary(status: str, name: str) -> bool:
+    # ``SKIPPED [3] tests/x.py:12: reason`` is pytest's grouped skip summary; ``[3]`` is a count, not a test
+    return status == SKIPPED and _BRACKET_COUNT.fullmatch(name) is not None
+
+
+def _summary_line(line: str) -> tuple[str, str] | None:
+    """``(status, first token)`` of a pytest ``-rA`` short-summary line, else None."""
+    if not line.startswith(STATUSES):
+        return None
+    if line.startswith(FAILED):
+        line = line.replace(" - ", " ")
+    tokens = line.split()
+    if len(tokens) < 2 or _skip_summary(tokens[0], tokens[1]):
+        return None
+    return tokens[0], tokens[1]
+
+
+def parse_pytest(log: str) -> StatusMap:
+    """pytest ``-rA`` short test summary (``PASSED tests/test_x.py::test_y``)."""
+    out: StatusMap = {}
+    for line in log.split("\n"):
+        if (hit := _summary_line(line)) is not None:
+            out[hit[1]] = hit[0]
+    return out
+
+
+_OPTION = re.compile(r"(.*?)\[(.*)\]")
+
+
+def _normalise_option(test: str) -> str:
+    # parametrize ids holding absolute paths are cut to their last component, so ids survive a moved checkout
+    m = _OPTION.search(test)
+    if m is None:
+        return test
+    head, option = m.groups()
+    if option.startswith("/") and not option.startswith("//") and "*" not in option:
+        option = "/" + option.split("/")[-1]
+    return f"{head}[{option}]"
+
+
+def parse_pytest_options(log: str) -> StatusMap:
+    """pytest ``-rA`` with parametrize options normalised (requests, pylint)."""
+    out: StatusMap = {}
+    for line in log.split("\n"):
+        if (hit := _summary_line(line)) is not None:
+            out[_normalise_option(hit[1])] = hit[0]
+    return out
+
+
+def parse_matplotlib(log: str) -> StatusMap:
+    """pytest ``-rA`` with ``MouseButton`` enum reprs in ids spelled as their numbers."""
+    return parse_pytest(log.replace("MouseButton.LEFT", "1").replace("MouseButton.RIGHT", "3"))
+
+
+_ANSI_TAIL = re.compile(r"\[(\d+)m")
+_CONTROL = str.maketrans("", "", "".join(chr(c) for c in range(1, 32)))
+
+
+def parse_pytest_v2(log: str) -> StatusMap:
+    """pytest ``-rA`` with colour codes, ids containing spaces, and old ``id STATUS`` verbose lines.
+
+    Used for astropy, scikit-learn and sphinx.
+    """
+    out: StatusMap = {}
+    for raw in log.split("\n"):
+        line = _ANSI_TAIL.sub("", raw).translate(_CONTROL)
+        if line.startswith(STATUSES):
+            if line.startswith(FAILED):
+                line = line.split(" - ", 1)[0]
+            tokens = line.split()
+            if len(tokens) >= 2 and not _skip_summary(tokens[0], tokens[1]):
+                out[" ".join(tokens[1:])] = tokens[0]
+        elif line.endswith(STATUSES):
+            tokens = line.split()
+            if len(tokens) >= 2:
+                out[" ".join(tokens[:-1])] = tokens[-1]
+    return out
+
+
+def parse_seaborn(log: str) -> StatusMap:
+    """pytest output as seaborn's config prints it (``id PASSED [ 10%]`` progress lines and ``-rA`` summary)."""
+    out: StatusMap = {}
+    for line in log.split("\n"):
+        tokens = line.split()
+        if len(tokens) < 2:
+            continue
+        if line.startswith(FAILED):
+            out[tokens[1]] = FAILED
+        elif f" {PASSED} " in line:
+            if tokens[1] == PASSED:
+                out[tokens[0]] = PASSED
+        elif line.startswith(PASSED):
+            out[tokens[1]] = PASSED
+    return out
+
+
+_DJANGO_PASS_SUFFIXES = (" ... ok", " ... OK", " ...  OK")
+_DJANGO_7188_PREFIX = "Applying sites.0002_alter_domain_unique...test_no_migrations"
+_DJANGO_INTERRUPTED = (
+    # a long multi-line print can split "<test> ... ok" over two lines; these three shapes were observed
+    re.compile(r"^(.*?)\s\.\.\.\sTesting\ against\ Django\ installed\ in\ ((?s:.*?))\ silenced\)\.\nok$", re.M),
+    re.compile(r"^(.*?)\s\.\.\.\sInternal\ Server\ Error:\ \/(.*)\/\nok$", re.M),
+    re.compile(r"^(.*?)\s\.\.\.\sSystem check identified no issues \(0 silenced\)\nok$", re.M),
+)
+
+
+def parse_django(log: str) -> StatusMap:
+    """Django's ``runtests.py --verbosity 2`` lines (``test_x (mod.Class) ... ok``) and ``FAIL:``/``ERROR:`` headers."""
+    out: StatusMap = {}
+    last_test: str | None = None
+    for raw in log.split("\n"):
+        line = raw.strip()
+        if "--version is equivalent to version" in line:
+            out["--version is equivalent to version"] = PASSED
+        if " ... " in line:
+            last_test = line.split(" ... ")[0]
+        for suffix in _DJANGO_PASS_SUFFIXES:
+            if line.endswith(suffix):
+                if line.startswith(_DJANGO_7188_PREFIX):  # django__django-7188 prints a migration line first
+                    line = line.split("...", 1)[-1].strip()
+                out[line.rsplit(suffix, 1)[0]] = PASSED
+                break
+        if " ... skipped" in line:
+            out[line.split(" ... skipped")[0]] = SKIPPED
+        if line.endswith(" ... FAIL"):
+            out[line.split(" ... FAIL")[0]] = FAILED
+        if line.startswith("FAIL:"):
+            out[line.split()[1].strip()] = FAILED
+        if line.endswith(" ... ERROR"):
+            out[line.split(" ... ERROR")[0]] = ERROR
+        if line.startswith("ERROR:"):
+            out[line.split()[1].strip()] = ERROR
+        if line.lstrip().startswith("ok") and last_test is not None:
+            out[last_test] = PASSED  # "ok" on its own line after output printed between "..." and the verdict
+    for pattern in _DJANGO_INTERRUPTED:
+        for m in pattern.finditer(log):
+            out[m.group(1)] = PASSED
+    return out
+
+
+_SYMPY_FAILURE_HEADER = re.compile(r"(_*) (.*)\.py:(.*) (_*)")
+
+
+def parse_sympy(log: str) -> StatusMap:
+    """sympy's ``bin/test -C --verbose`` (``test_name ok|F|E`` lines and ``___ path.py:test ___`` failure headers)."""
+    out: StatusMap = {}
+    for m in _SYMPY_FAILURE_HEADER.findall(log):
+        out[f"{m[1]}.py:{m[2]}"] = FAILED
+    for raw in log.split("\n"):
+        line = raw.strip()
+        if not line.startswith("test_"):
+            continue
+        if line.endswith(" E"):
+            out[line.split()[0]] = ERROR
+        if line.endswith(" F"):
+            out[line.split()[0]] = FAILED
+        if line.endswith(" ok"):
+            out[line.split()[0]] = PASSED
+    return out
+
+
+PARSERS: dict[str, Parser] = {
+    "pytest": parse_pytest,
+    "pytest_options": parse_pytest_options,
+    "pytest_v2": parse_pytest_v2,
+    "matplotlib": parse_matplotlib,
+    "seaborn": parse_seaborn,
+    "django": parse_django,
+    "sympy": parse_sympy,
+}
+"""Parser by name; swebench's registry calls the same parser ``parse_log_<name>``."""
+
+
+def get_parser(name: str) -> Parser:
+    """Parser called ``name`` (``parse_log_`` prefix accepted); unknown names raise with the known list."""
+    key = name.removeprefix("parse_log_")
+    try:
+        return PARSERS[key]
+    except KeyError:
+        raise KeyError(f"unknown log parser {name!r}; known: {', '.join(sorted(PARSERS))}") from None
+
+
+_PYTEST_FAILED_MESSAGE = re.compile(r"^(?:FAILED|ERROR) (\S+) - (.*)$")
+
+
+def failure_messages(log: str) -> dict[str, str]:
+    """``{test id: message}`` from pytest's ``FAILED id - message`` summary lines (for hints; best effort)."""
+    out: dict[str, str] = {}
+    for line in log.split("\n"):
+        if (m := _PYTEST_FAILED_MESSAGE.match(line.strip())) is not None:
+            out[m.group(1)] = m.group(2).strip()
+    return out
