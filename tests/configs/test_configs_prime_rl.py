@@ -1,0 +1,81 @@
+"""Opt-in: each ladder arm, composed exactly as `uv run rl @ a.toml @ b.toml` composes it, validates as prime-rl's
+real `RLConfig` (packages/prime-rl-configs), with the environments resolved by id through verifiers' loaders.
+
+Enable with CRF_PRIME_RL_SRC=/path/to/prime-rl (a source checkout) and `pip install 'crf-prime[prime-rl]'` plus the
+packages prime_rl.configs.rl imports (verifiers, renderers). The environments are imported from environments/*
+(their source directories go on sys.path), so they need not be installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from ladder_arms import ARMS, REPO, rl_args
+
+from crf_prime.hints import HINT_KEY
+
+pytestmark = pytest.mark.prime_rl
+
+
+@pytest.fixture(scope="module")
+def load_rl_config():
+    src = Path(os.environ["CRF_PRIME_RL_SRC"])
+    paths = [str(src / "src"), str(src / "packages" / "prime-rl-configs" / "src")]
+    for env_dir in sorted((REPO / "environments").iterdir()):
+        if (env_dir / "pyproject.toml").is_file():
+            paths.append(str(env_dir / "src") if (env_dir / "src").is_dir() else str(env_dir))
+    sys.path[:0] = paths
+    try:
+        from prime_rl.configs.rl import RLConfig
+        from pydantic_config import cli
+
+        yield lambda arm: cli(RLConfig, args=rl_args(arm))
+    finally:
+        for p in paths:
+            sys.path.remove(p)
+
+
+def train_sources(cfg) -> list[tuple[str, str, str]]:
+    return [(s.resolved_name, s.env.taskset.id, s.algo.type if s.algo else "") for s in cfg.orchestrator.train.source]
+
+
+@pytest.mark.parametrize("arm", list(ARMS))
+def test_arm_validates_as_rl_config(load_rl_config, arm: str):
+    try:
+        cfg = load_rl_config(arm)
+    except SystemExit as e:  # pydantic_config prints the validation error and exits
+        pytest.fail(f"{arm} ({' '.join(rl_args(arm))}) does not validate as RLConfig: exit {e.code}")
+    assert cfg.orchestrator.algo.type == "grpo"
+    expected_loss = "default" if arm == "A0" else "custom"
+    assert cfg.trainer.loss.type == expected_loss
+    if expected_loss == "custom":
+        assert cfg.trainer.loss.import_path == "loss_fns.policy.dr_grpo"
+    featdel = cfg.orchestrator.train.source[0]
+    # the id resolves to this repo's environment, and the taskset's bundled harness (crf-prime's) is the default
+    from verifiers.v1.utils.loaders import taskset_class
+
+    assert taskset_class(featdel.env.taskset.id).__module__.split(".")[0] == "feature_deletion"
+    assert featdel.env.agent_harnesses()["agent"].id == "feature-deletion"
+    expected = {
+        "A0": [("featdel", "feature-deletion", "")],
+        "A1": [("featdel", "feature-deletion", "")],
+        "A1-slurm": [("featdel", "feature-deletion", "")],
+        "A2": [("featdel", "feature-deletion", ""), ("featdel-hints", "feature-deletion", "opsd")],
+        "A3": [("featdel", "feature-deletion", ""), ("replay", "trace-replay", "")],
+        "A4": [
+            ("featdel", "feature-deletion", ""),
+            ("featdel-hints", "feature-deletion", "opsd"),
+            ("replay", "trace-replay", ""),
+        ],
+    }[arm]
+    assert train_sources(cfg) == expected
+    for source in cfg.orchestrator.train.source:
+        if source.algo is not None:
+            assert source.algo.demo_key == HINT_KEY
+            assert source.group_size == 1
+    assert cfg.run.name == {"A1-slurm": "a1-dr-grpo"}.get(arm, ARMS[arm][-1].removesuffix(".toml").replace("_", "-"))
+    assert cfg.deployment.type == ("multi_node" if arm == "A1-slurm" else "single_node")
+    assert cfg.orchestrator.eval.source[0].env.taskset.id == "feature-deletion"
