@@ -1,0 +1,125 @@
+"""Faults on loopback: a server killed mid-transfer, corrupted and truncated shards, a client killed mid-download.
+
+Each case ends with the correct checkpoint or none at all: prime-rl's ``step_*`` glob never sees a partial step.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from relay_testkit import REPO, ServerProcess, same_tree, staged_shards, visible_steps, write_checkpoint
+
+from crf_prime.relay.manifest import RelayError
+from crf_prime.relay.node import RelayNode
+from crf_prime.relay.origin import RelayOrigin
+
+pytestmark = pytest.mark.shardcast
+
+SHARD_MB = 1.0
+
+
+@pytest.fixture
+def origin_dir(tmp_path: Path) -> Path:
+    broadcasts = tmp_path / "trainer" / "broadcasts"
+    write_checkpoint(broadcasts / "step_7", total_mb=12, n_files=3, seed=7)
+    return broadcasts
+
+
+def test_server_killed_mid_transfer_then_failover_resumes(tmp_path: Path, origin_dir: Path) -> None:
+    server = ServerProcess(origin_dir, tmp_path / "data-a", tmp_path, SHARD_MB, name="a")
+    try:
+        index = server.wait_published(7)
+        assert len(index.get(7).shards) >= 10
+        node_dir = tmp_path / "node" / "broadcasts"
+        node = RelayNode([server.url], node_dir, workers=1, attempts=2, retry_wait=0.05)
+        seen: list[str] = []
+
+        def kill_after_second_shard(manifest, shard, reused) -> None:
+            seen.append(shard.name)
+            if len(seen) == 2:
+                server.kill()
+
+        with pytest.raises(RelayError, match="could not be verified"):
+            node.pull_once(kill_after_second_shard)
+    finally:
+        server.kill()
+    assert visible_steps(node_dir) == []
+    assert [p.name for p in staged_shards(node_dir)] == seen
+
+    # a second server publishing the same broadcast dir serves identical shards (deterministic archive)
+    with RelayOrigin(origin_dir, tmp_path / "data-b", shard_size=int(SHARD_MB * 1e6)) as mirror:
+        mirror.poll_once()
+        node = RelayNode([server.url, mirror.url], node_dir, workers=2, attempts=2, retry_wait=0.05)
+        result = node.pull_once()
+    assert result is not None and result.step == 7
+    assert result.reused_shards == 2
+    assert result.downloaded_shards == len(index.get(7).shards) - 2
+    assert visible_steps(node_dir) == ["step_7"]
+    assert same_tree(origin_dir / "step_7", node_dir / "step_7")
+    assert staged_shards(node_dir) == []
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "truncate"])
+def test_damaged_shard_is_never_published(tmp_path: Path, origin_dir: Path, damage: str) -> None:
+    shard_size = int(SHARD_MB * 1e6)
+    node_dir = tmp_path / "node" / "broadcasts"
+    with RelayOrigin(origin_dir, tmp_path / "data-a", shard_size=shard_size) as bad:
+        manifest = bad.poll_once()
+        victim = tmp_path / "data-a" / manifest.version / manifest.shards[3].name
+        data = bytearray(victim.read_bytes())
+        if damage == "corrupt":
+            data[len(data) // 2] ^= 0x01
+            victim.write_bytes(bytes(data))
+        else:
+            victim.write_bytes(bytes(data[: len(data) // 3]))
+        node = RelayNode([bad.url], node_dir, workers=2, attempts=2, retry_wait=0.05)
+        with pytest.raises(RelayError, match=f"shard {manifest.shards[3].name} could not be verified"):
+            node.pull_once()
+        assert visible_steps(node_dir) == []
+        assert manifest.shards[3].name not in [p.name for p in staged_shards(node_dir)]
+
+        # with a healthy second server the bad copy is routed around
+        with RelayOrigin(origin_dir, tmp_path / "data-b", shard_size=shard_size) as good:
+            good.poll_once()
+            node = RelayNode([bad.url, good.url], node_dir, workers=2, attempts=2, retry_wait=0.05)
+            result = node.pull_once()
+    assert result is not None and result.step == 7
+    assert same_tree(origin_dir / "step_7", node_dir / "step_7")
+
+
+def test_client_killed_mid_download_resumes(tmp_path: Path, origin_dir: Path) -> None:
+    server = ServerProcess(origin_dir, tmp_path / "data", tmp_path, SHARD_MB)
+    node_dir = tmp_path / "node" / "broadcasts"
+    argv = [sys.executable, "-m", "crf_prime.cli", "relay", "pull", "--server", server.url]
+    argv += ["--broadcast-dir", str(node_dir), "--once", "--workers", "1", "--timeout", "60"]
+    try:
+        total = len(server.wait_published(7).get(7).shards)
+        client = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while len(staged_shards(node_dir)) < 3 and time.monotonic() < deadline and client.poll() is None:
+            time.sleep(0.002)
+        server.signal(signal.SIGSTOP)  # freeze the server so the client hangs inside a shard download
+        try:
+            assert client.poll() is None, "client finished before it could be interrupted"
+            client.send_signal(signal.SIGKILL)
+            client.wait(timeout=30)
+        finally:
+            server.signal(signal.SIGCONT)
+        assert visible_steps(node_dir) == []
+        partial = staged_shards(node_dir)
+        assert 3 <= len(partial) < total
+
+        restarted = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    finally:
+        server.kill()
+    assert restarted.returncode == 0, restarted.stderr
+    assert visible_steps(node_dir) == ["step_7"]
+    assert same_tree(origin_dir / "step_7", node_dir / "step_7")
+    # shards verified by the killed run are not fetched again
+    summary = f"step 7 ready: {total - len(partial)} shards downloaded, {len(partial)} reused from an interrupted run"
+    assert summary in restarted.stderr
