@@ -1,0 +1,165 @@
+"""Where teacher clients run: in this event loop (asyncio) or in one Ray async actor per teacher.
+
+Both backends expose ``await backend.ask(teacher_name, state) -> JournalRecord`` and never raise for API errors.
+The Ray backend creates each actor with ``num_cpus=0`` (it only waits on HTTP), a high ``max_concurrency`` (the
+teacher's own semaphore inside the actor is the real cap) and ``max_restarts`` so a dead actor process comes back
+with a fresh client; a call lost with the process is re-sent by the driver after the restart (Ray-level retries
+cover process death only, HTTP retries stay in the client). Ray is imported lazily (extra ``ray``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from crf_prime.teachers.client import TeacherClient
+from crf_prime.teachers.config import TeacherConfig
+from crf_prime.teachers.journal import JournalRecord
+from crf_prime.traces.models import TraceState
+
+
+class Backend(Protocol):
+    teachers: dict[str, TeacherConfig]
+
+    async def ask(self, teacher: str, state: Any) -> JournalRecord: ...
+
+    def prepare(self, state: TraceState) -> Any:
+        """What to pass to ``ask`` for this state (Ray: one object-store ref shared by all teachers)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class AsyncioBackend:
+    """Every teacher client in the caller's event loop."""
+
+    def __init__(self, teachers: Sequence[TeacherConfig], *, api_keys: dict[str, str] | None = None) -> None:
+        keys = api_keys or {}
+        self.teachers = {t.name: t for t in teachers}
+        self._clients = {t.name: TeacherClient(t, api_key=keys.get(t.name)) for t in teachers}
+
+    def prepare(self, state: TraceState) -> TraceState:
+        return state
+
+    async def ask(self, teacher: str, state: TraceState) -> JournalRecord:
+        return await self._clients[teacher].ask(state)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.close() for c in self._clients.values()))
+
+
+class TeacherActor:
+    """Body of a Ray teacher actor: a :class:`TeacherClient` built inside the actor process."""
+
+    def __init__(self, config: dict[str, Any], api_key: str | None = None) -> None:
+        self.config = TeacherConfig.model_validate(config)
+        self.client = TeacherClient(self.config, api_key=api_key)
+
+    async def ask(self, state: TraceState) -> JournalRecord:
+        return await self.client.ask(state)
+
+    async def pid(self) -> int:
+        return os.getpid()
+
+    async def teacher_config(self) -> dict[str, Any]:
+        return self.config.model_dump()
+
+
+def actor_name(prefix: str, teacher: str) -> str:
+    return f"{prefix}:teacher:{teacher}"
+
+
+class RayBackend:
+    """One async Ray actor per teacher; calls lost to an actor's death are re-sent once it has restarted."""
+
+    def __init__(
+        self,
+        teachers: Sequence[TeacherConfig],
+        *,
+        api_keys: dict[str, str] | None = None,
+        max_restarts: int = 3,
+        death_retries: int = 3,
+        name_prefix: str | None = None,
+        detached: bool = False,
+        namespace: str | None = None,
+        actors: dict[str, Any] | None = None,
+    ) -> None:
+        from crf_prime.extras import require
+
+        self._ray = require("ray", "ray")
+        if not self._ray.is_initialized():
+            self._ray.init(include_dashboard=False, log_to_driver=False, namespace=namespace)
+        self.teachers = {t.name: t for t in teachers}
+        self.death_retries = death_retries
+        self.actor_deaths = 0
+        if actors is not None:  # attach to existing (live-mode) actors
+            self._actors = dict(actors)
+            return
+        keys = api_keys if api_keys is not None else {t.name: t.api_key() for t in teachers}
+        remote_cls = self._ray.remote(TeacherActor)
+        self._actors = {}
+        for t in teachers:
+            opts: dict[str, Any] = {
+                "num_cpus": 0,
+                "max_restarts": max_restarts,
+                "max_task_retries": 0,
+                "max_concurrency": max(64, 4 * t.max_concurrency),
+            }
+            if name_prefix is not None:
+                opts.update(name=actor_name(name_prefix, t.name), get_if_exists=True)
+                if namespace is not None:
+                    opts["namespace"] = namespace
+            if detached:
+                opts["lifetime"] = "detached"
+            self._actors[t.name] = remote_cls.options(**opts).remote(t.model_dump(), keys.get(t.name))
+
+    @property
+    def actors(self) -> dict[str, Any]:
+        return dict(self._actors)
+
+    def prepare(self, state: TraceState) -> Any:
+        return self._ray.put(state)
+
+    async def ask(self, teacher: str, state: Any) -> JournalRecord:
+        ray_errors = self._ray.exceptions
+        start = time.perf_counter()
+        last: BaseException | None = None
+        for retry in range(self.death_retries + 1):
+            try:
+                rec: JournalRecord = await self._actors[teacher].ask.remote(state)
+            except ray_errors.RayActorError as e:  # process died (or is restarting): the answer is lost, ask again
+                last = e
+                self.actor_deaths += 1
+                await asyncio.sleep(min(0.2 * 2**retry, 2.0))
+                continue
+            return rec if retry == 0 else rec.model_copy(update={"attempt": rec.attempt + retry})
+        cfg = self.teachers[teacher]
+        st = await state if isinstance(state, self._ray.ObjectRef) else state
+        return JournalRecord(
+            state_id=st.state_id,
+            teacher=teacher,
+            model=cfg.model,
+            model_family=cfg.model_family,
+            ok=False,
+            action=None,
+            error=f"teacher actor died {self.death_retries + 1} times: {type(last).__name__}: {last}"[:2000],
+            error_type="actor_died",
+            input_tokens=0,
+            output_tokens=0,
+            cost_usd=0.0,
+            latency_s=time.perf_counter() - start,
+            attempt=self.death_retries + 1,
+            ts=time.time(),
+            trace_id=st.source.trace_id,
+        )
+
+    async def pids(self) -> dict[str, int]:
+        return {name: await a.pid.remote() for name, a in self._actors.items()}
+
+    async def close(self, *, kill: bool = True) -> None:
+        if kill:
+            for a in self._actors.values():
+                self._ray.kill(a, no_restart=True)

@@ -1,0 +1,274 @@
+"""One teacher behind an OpenAI-compatible endpoint, asked for the next action at a recorded trace state.
+
+Exactly one retry layer: the ``openai`` client is built with ``max_retries=0`` and tenacity retries 408/409/429/5xx,
+timeouts and connection errors, waiting what ``retry-after-ms`` / ``Retry-After`` asks (else exponential backoff
+with jitter). Everything the API can throw is turned into a failed :class:`JournalRecord`: openai exceptions do not
+pickle, so they must never cross a Ray process boundary (teachers-and-traces.md §1.5). An HTTP 200 whose body holds
+``error`` and no ``choices`` (OpenRouter, mid-generation failure) is a failure, not an empty answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import time
+from typing import Any
+
+import httpx
+import openai
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from crf_prime.teachers.config import TeacherConfig
+from crf_prime.teachers.journal import JournalRecord
+from crf_prime.traces.models import Action, ToolCall, TraceState
+
+_REASONING_KEYS = ("reasoning_content", "reasoning", "thinking", "reasoning_details")
+_RETRY_STATUS = {408, 409, 429}
+
+
+class _AttemptTimeout(Exception):
+    """The whole attempt (streaming included) exceeded the teacher's timeout."""
+
+
+class _ProviderError(Exception):
+    """HTTP 200 with an ``error`` body and no choices."""
+
+    def __init__(self, error: Any, usage: Any) -> None:
+        super().__init__(_error_text(error))
+        self.usage = usage
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        code = error.get("code")
+        return f"{error.get('message', error)}" + (f" (code {code})" if code is not None else "")
+    return str(error)
+
+
+def teacher_messages(state: TraceState) -> list[dict[str, Any]]:
+    """The state's context as sent to a teacher: reasoning/thinking fields dropped (other models cannot use them)."""
+    return [{k: v for k, v in m.items() if k not in _REASONING_KEYS} for m in state.messages]
+
+
+def _status(exc: BaseException) -> int | None:
+    return exc.status_code if isinstance(exc, openai.APIStatusError) else None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Retry on 408/409/429/5xx, timeouts and connection errors; never on 4xx, malformed bodies or 200-with-error."""
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
+    return isinstance(exc, openai.APIConnectionError | httpx.TransportError | _AttemptTimeout)
+
+
+def retry_after_s(exc: BaseException | None) -> float | None:
+    """Seconds the server asked to wait (``retry-after-ms`` preferred, then ``Retry-After`` seconds or HTTP date)."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return float(ms) / 1000.0
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def classify(exc: BaseException) -> str:
+    """Short error class for the journal and the report."""
+    if isinstance(exc, _ProviderError):
+        return "provider_error"
+    if isinstance(exc, openai.RateLimitError):
+        return "rate_limit"
+    if isinstance(exc, openai.APIStatusError):
+        return "server_error" if exc.status_code >= 500 else f"http_{exc.status_code}"
+    if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException | _AttemptTimeout):
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
+        return "connection"
+    if isinstance(exc, json.JSONDecodeError | openai.APIResponseValidationError):
+        return "malformed"
+    return type(exc).__name__
+
+
+class TeacherClient:
+    """Asks one teacher for the next action at a state; at most ``max_concurrency`` requests in flight.
+
+    ``ask`` never raises for API or transport problems: it returns a :class:`JournalRecord` with ``ok=False``.
+    """
+
+    def __init__(
+        self, config: TeacherConfig, *, api_key: str | None = None, http_client: httpx.AsyncClient | None = None
+    ) -> None:
+        self.config = config
+        self._client = openai.AsyncOpenAI(
+            base_url=config.base_url,
+            api_key=api_key if api_key is not None else config.api_key(),
+            max_retries=0,  # the only retry layer is tenacity below
+            timeout=config.timeout_s,
+            http_client=http_client,
+        )
+        self._sem = asyncio.Semaphore(config.max_concurrency)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    def request(self, state: TraceState) -> dict[str, Any]:
+        """Keyword arguments of ``chat.completions.create`` for this state."""
+        s = self.config.sampling
+        kwargs: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": teacher_messages(state),
+            "temperature": s.temperature,
+            "max_tokens": s.max_tokens,
+        }
+        if s.top_p is not None:
+            kwargs["top_p"] = s.top_p
+        if state.tools:
+            kwargs["tools"] = list(state.tools)
+            kwargs["tool_choice"] = "auto"
+        if s.extra_body:
+            kwargs["extra_body"] = dict(s.extra_body)
+        if self.config.stream:
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
+        return kwargs
+
+    async def ask(self, state: TraceState) -> JournalRecord:
+        async with self._sem:
+            return await self._ask(state)
+
+    async def _ask(self, state: TraceState) -> JournalRecord:
+        cfg = self.config
+        start = time.perf_counter()
+        attempts = 0
+        kwargs = self.request(state)
+        backoff = wait_exponential_jitter(multiplier=0.5, max=8.0, jitter=0.5)
+
+        def wait(retry_state: Any) -> float:
+            after = retry_after_s(retry_state.outcome.exception())
+            return after if after is not None else backoff(retry_state)
+
+        def stop(retry_state: Any) -> bool:
+            # give up when attempts are spent, or when the server asks for a longer wait than we accept
+            after = retry_after_s(retry_state.outcome.exception())
+            return stop_after_attempt(cfg.max_attempts)(retry_state) or (
+                after is not None and after > cfg.max_retry_after_s
+            )
+
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(is_transient), wait=wait, stop=stop, reraise=True
+            ):
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    action, usage = await self._once(kwargs)
+        except Exception as exc:  # every API/transport failure becomes a record; nothing crosses a process boundary
+            usage = getattr(exc, "usage", None)
+            return self._record(state, start, attempts, None, usage, error=exc)
+        return self._record(state, start, attempts, action, usage)
+
+    async def _once(self, kwargs: dict[str, Any]) -> tuple[Action, Any]:
+        try:
+            async with asyncio.timeout(self.config.timeout_s):
+                if kwargs.get("stream"):
+                    return await self._streamed(kwargs)
+                response = await self._client.chat.completions.create(**kwargs)
+        except TimeoutError as e:
+            raise _AttemptTimeout(f"no complete response within {self.config.timeout_s:g} s") from e
+        extra = response.model_extra or {}
+        if not response.choices:
+            raise _ProviderError(extra.get("error") or "response has no choices", response.usage)
+        msg = response.choices[0].message
+        calls = tuple(
+            ToolCall(id=c.id or "", name=c.function.name, arguments=c.function.arguments or "{}")
+            for c in (msg.tool_calls or [])
+            if getattr(c, "function", None) is not None
+        )
+        reasoning = (msg.model_extra or {}).get("reasoning_content") or (msg.model_extra or {}).get("reasoning") or ""
+        return Action(text=msg.content or "", reasoning=str(reasoning), tool_calls=calls), response.usage
+
+    async def _streamed(self, kwargs: dict[str, Any]) -> tuple[Action, Any]:
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        usage = None
+        got_choice = False
+        stream = await self._client.chat.completions.create(**kwargs)
+        async for chunk in stream:
+            extra = chunk.model_extra or {}
+            if extra.get("error"):
+                raise _ProviderError(extra["error"], chunk.usage or usage)
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for choice in chunk.choices or []:
+                got_choice = True
+                delta = choice.delta
+                if delta.content:
+                    text.append(delta.content)
+                r = (delta.model_extra or {}).get("reasoning_content") or (delta.model_extra or {}).get("reasoning")
+                if r:
+                    reasoning.append(str(r))
+                for tc in delta.tool_calls or []:
+                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                    if tc.id:
+                        slot["id"] = tc.id
+                    if tc.function is not None:
+                        slot["name"] += tc.function.name or ""
+                        slot["arguments"] += tc.function.arguments or ""
+        if not got_choice:
+            raise _ProviderError("stream ended without choices", usage)
+        tool_calls = tuple(
+            ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"] or "{}") for _, c in sorted(calls.items())
+        )
+        return Action(text="".join(text), reasoning="".join(reasoning), tool_calls=tool_calls), usage
+
+    def _record(
+        self,
+        state: TraceState,
+        start: float,
+        attempts: int,
+        action: Action | None,
+        usage: Any,
+        error: BaseException | None = None,
+    ) -> JournalRecord:
+        cfg = self.config
+        inp = int(getattr(usage, "prompt_tokens", 0) or 0)
+        out = int(getattr(usage, "completion_tokens", 0) or 0)
+        reported = getattr(usage, "cost", None) if usage is not None else None
+        if reported is None and usage is not None:
+            reported = (getattr(usage, "model_extra", None) or {}).get("cost")
+        if reported is not None:
+            cost, source = float(reported), "usage"
+        elif usage is not None:
+            cost, source = cfg.price_cost(inp, out), "prices"
+        else:
+            cost, source = 0.0, ""
+        return JournalRecord(
+            state_id=state.state_id,
+            teacher=cfg.name,
+            model=cfg.model,
+            model_family=cfg.model_family,
+            ok=error is None,
+            action=action,
+            error="" if error is None else f"{type(error).__name__}: {error}"[:2000],
+            error_type="" if error is None else classify(error),
+            status=None if error is None else _status(error),
+            input_tokens=inp,
+            output_tokens=out,
+            cost_usd=cost,
+            cost_source=source,
+            latency_s=time.perf_counter() - start,
+            attempt=max(1, attempts),
+            ts=time.time(),
+            trace_id=state.source.trace_id,
+        )

@@ -1,0 +1,178 @@
+"""Teacher pool configuration: which OpenAI-compatible models to ask, what they cost, how hard to push them.
+
+Loaded from a TOML file (``configs/teachers.toml``) with ``[[teachers]]`` tables plus optional ``[budget]`` and
+``[pool]`` tables. Prices are the fallback cost source when the API does not return ``usage.cost`` (OpenRouter
+does; vLLM and OpenAI do not).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A teacher config file or field is invalid; the message names the file and the field."""
+
+
+class Sampling(BaseModel):
+    """Sampling parameters sent with every request of a teacher."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    temperature: float = 0.0
+    """Sampling temperature; votes want near-greedy answers."""
+    top_p: float | None = None
+    """Nucleus sampling mass, or None to leave the provider default."""
+    max_tokens: int = 2048
+    """Upper bound on generated tokens per request."""
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Provider-specific request fields (e.g. OpenRouter ``provider`` routing, ``reasoning``)."""
+
+
+class TeacherConfig(BaseModel):
+    """One frozen teacher model behind an OpenAI-compatible chat-completions endpoint."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    """Short unique name used in the journal and the report."""
+    model: str
+    """Model id sent in the request (e.g. ``deepseek/deepseek-chat-v3.1`` on OpenRouter)."""
+    base_url: str
+    """Endpoint root including ``/v1`` (e.g. ``https://openrouter.ai/api/v1``)."""
+    api_key_var: str = "OPENROUTER_API_KEY"
+    """Environment variable holding the API key; empty string means no key (local vLLM: ``EMPTY``)."""
+    model_family: str = ""
+    """Model family (e.g. ``anthropic``, ``openai``, ``qwen``); teachers of a trace's own family are excluded."""
+    price_in_per_mtok: float = 0.0
+    """USD per 1M input tokens, used when the response has no ``usage.cost``."""
+    price_out_per_mtok: float = 0.0
+    """USD per 1M output tokens, used when the response has no ``usage.cost``."""
+    max_concurrency: int = 8
+    """Requests of this teacher in flight at once (the provider rate cap)."""
+    timeout_s: float = 120.0
+    """Per-attempt timeout in seconds (whole response, streaming included)."""
+    max_attempts: int = 4
+    """HTTP attempts per call (1 + retries on 408/409/429/5xx/timeouts/connection errors)."""
+    max_retry_after_s: float = 60.0
+    """A ``Retry-After`` longer than this (seconds) is not waited for: the call fails instead."""
+    stream: bool = False
+    """Ask for a streamed (SSE) response; usage comes from the final chunk."""
+    tier: int = 0
+    """Tiered querying: lower tiers are asked first; higher tiers only when the lower ones disagree."""
+    sampling: Sampling = Field(default_factory=Sampling)
+
+    @field_validator("max_concurrency", "max_attempts")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("timeout_s", "price_in_per_mtok", "price_out_per_mtok", "max_retry_after_s")
+    @classmethod
+    def _non_negative(cls, v: float) -> float:
+        if v < 0:
+            raise ValueError("must be >= 0")
+        return v
+
+    def api_key(self) -> str:
+        """The API key from ``api_key_var`` ("EMPTY" when no variable is configured)."""
+        if not self.api_key_var:
+            return "EMPTY"
+        key = os.environ.get(self.api_key_var)
+        if not key:
+            raise ConfigError(
+                f"teacher {self.name!r}: environment variable {self.api_key_var} (teachers.api_key_var) is not set"
+            )
+        return key
+
+    def price_cost(self, input_tokens: int, output_tokens: int) -> float:
+        """Cost in USD from the price table."""
+        return (input_tokens * self.price_in_per_mtok + output_tokens * self.price_out_per_mtok) / 1e6
+
+
+class BudgetConfig(BaseModel):
+    """Hard spend caps (USD). None = no cap. The job cap covers every run that shares one journal."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job_usd: float | None = None
+    """Cap for the whole job (all runs on one journal)."""
+    per_trace_usd: float | None = None
+    """Cap per trace (states sharing ``source.trace_id``)."""
+
+
+class PoolOptions(BaseModel):
+    """How the pool schedules calls."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    exclude_same_family: bool = True
+    """Do not ask teachers of the trace's own model family (circularity); the report lists the exclusions."""
+    tiered: bool = False
+    """Ask low tiers first; escalate a state only on disagreement among them or with the student."""
+    window: int | None = None
+    """States in flight at once (driver-side backpressure); default 2 x the largest teacher concurrency."""
+    retry_failed: bool = True
+    """On resume, ask again where the journal only holds failed calls."""
+    resend_lost: bool = False
+    """On resume, ask again where a call was in flight when the previous run died (it may have been billed)."""
+
+
+class PoolConfig(BaseModel):
+    """A whole ``teachers.toml``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    teachers: tuple[TeacherConfig, ...]
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    pool: PoolOptions = Field(default_factory=PoolOptions)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> PoolConfig:
+        if not self.teachers:
+            raise ValueError("at least one [[teachers]] table is required")
+        names = [t.name for t in self.teachers]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"teacher names must be unique; repeated: {', '.join(dup)}")
+        return self
+
+
+def _field_path(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
+    parts: list[str] = []
+    node: Any = data
+    for item in loc:
+        if isinstance(item, int) and isinstance(node, list | tuple):
+            name = node[item].get("name") if item < len(node) and isinstance(node[item], dict) else None
+            parts[-1] = f"{parts[-1]}[{item}{f' name={name!r}' if name else ''}]"
+            node = node[item] if item < len(node) else None
+        else:
+            parts.append(str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return ".".join(parts)
+
+
+def load_pool_config(path: str | Path) -> PoolConfig:
+    """Read a ``teachers.toml``; errors name the file and the field (or the TOML line)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: teacher config file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+    try:
+        return PoolConfig.model_validate(data)
+    except ValidationError as e:
+        lines = [f"{path}: invalid teacher config"]
+        for err in e.errors():
+            where = _field_path(tuple(err["loc"]), data) or "(top level)"
+            lines.append(f"  {where}: {err['msg']}")
+        raise ConfigError("\n".join(lines)) from None

@@ -1,0 +1,157 @@
+"""The replay journal: one append-only JSONL row per teacher call, keyed by (state_id, teacher).
+
+Every row is flushed and fsynced before the call counts as done, so a job killed with SIGKILL loses at most the
+calls that were in flight. Those are found on restart through the intent log written next to the journal
+(``<journal>.intents.jsonl``: one fsynced row per call *before* it is sent): an intent without a journal row is a
+call that may have been billed but whose answer was lost. Restarting never re-sends a key that has an ``ok`` row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from crf_prime.traces.models import Action
+
+Key = tuple[str, str]
+"""(state_id, teacher name)."""
+
+
+class JournalRecord(BaseModel):
+    """The outcome of one teacher call at one state (also the plain result record a teacher client returns)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    state_id: str
+    teacher: str
+    """Teacher name from the config."""
+    model: str
+    model_family: str
+    ok: bool
+    """True when the teacher returned an action."""
+    action: Action | None
+    """The teacher's proposed next action (None when the call failed)."""
+    error: str = ""
+    """Human-readable error of a failed call."""
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    """``usage.cost`` when the API reports it, else tokens x the config's price table; 0 when unknown."""
+    latency_s: float
+    """Wall time of the call in seconds, retries included."""
+    attempt: int
+    """HTTP attempts made (1 = no retry)."""
+    ts: float
+    """Unix time the call finished."""
+    error_type: str = ""
+    """Error class: rate_limit, server_error, timeout, connection, provider_error, malformed, http_4xx, lost, ..."""
+    status: int | None = None
+    """Last HTTP status seen, when there was one."""
+    trace_id: str = ""
+    """Trace the state belongs to (per-trace budget on resume)."""
+    cost_source: str = ""
+    """"usage" (API reported cost), "prices" (price table) or "" (no usage)."""
+
+    @property
+    def key(self) -> Key:
+        return (self.state_id, self.teacher)
+
+
+class Intent(BaseModel):
+    """A call about to be sent (written before the request leaves)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    state_id: str
+    teacher: str
+    trace_id: str = ""
+    ts: float
+
+
+class JournalError(ValueError):
+    """A journal line other than a torn last line is not a valid record."""
+
+
+def _read_rows(path: Path, model: type[BaseModel]) -> Iterator[Any]:
+    if not path.exists():
+        return
+    with path.open("rb") as f:
+        lines = f.readlines()
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        last = i == len(lines)
+        try:
+            yield model.model_validate_json(raw)
+        except (ValidationError, ValueError) as e:
+            if last and not raw.endswith(b"\n"):
+                return  # torn write of a killed process: the call is treated as not done
+            raise JournalError(f"{path}:{i}: not a valid {model.__name__} row: {e}") from None
+
+
+def read_journal(path: str | Path) -> Iterator[JournalRecord]:
+    """All records of a journal in write order; a torn last line (kill -9 mid-write) is ignored."""
+    yield from _read_rows(Path(path), JournalRecord)
+
+
+def read_intents(path: str | Path) -> Iterator[Intent]:
+    yield from _read_rows(Path(path), Intent)
+
+
+def intents_path(journal_path: str | Path) -> Path:
+    p = Path(journal_path)
+    return p.with_name(p.name.removesuffix(".jsonl") + ".intents.jsonl")
+
+
+class _AppendLog:
+    """Append-only JSONL writer: one line per row, flushed and fsynced before ``append`` returns."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._repair_torn_tail()
+        self._f = self.path.open("ab")
+        self._lock = threading.Lock()
+
+    def _repair_torn_tail(self) -> None:
+        # a process killed mid-write leaves a last line without "\n"; cut it so the next row starts on its own line
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return
+        with self.path.open("rb+") as f:
+            data = f.read()
+            if data.endswith(b"\n"):
+                return
+            cut = data.rfind(b"\n") + 1
+            f.truncate(cut)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def append_line(self, line: bytes) -> None:
+        with self._lock:
+            self._f.write(line + b"\n")
+            self._f.flush()
+            os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            self._f.close()
+
+
+class Journal(_AppendLog):
+    """Append-only journal writer (flush + fsync per record)."""
+
+    def append(self, record: JournalRecord) -> None:
+        self.append_line(record.model_dump_json().encode())
+
+
+class IntentLog(_AppendLog):
+    """Append-only intent writer (flush + fsync per intent, before the request is sent)."""
+
+    def append(self, intent: Intent) -> None:
+        self.append_line(json.dumps(intent.model_dump()).encode())

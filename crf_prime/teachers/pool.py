@@ -1,0 +1,195 @@
+"""The teacher pool: ask every eligible teacher for the next action at each state, within budget, resumably.
+
+Per state: teachers of the trace's own model family are excluded (circularity; on by default); the rest are asked
+concurrently, tier by tier when tiered querying is on (cheap tier first, escalate only when its answers disagree
+with each other or with the student: the value-of-information rule). Every call goes through the ledger (journal,
+budget, dedup) and the backend (asyncio or Ray). At most ``window`` states are in flight: the driver-side bound that
+keeps the number of pending calls (and Ray object refs) finite on datasets of any size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from crf_prime.teachers.agreement import all_agree
+from crf_prime.teachers.backends import Backend
+from crf_prime.teachers.config import PoolOptions, TeacherConfig
+from crf_prime.teachers.journal import JournalRecord
+from crf_prime.teachers.ledger import Admission
+from crf_prime.traces.models import TraceState
+
+
+class LedgerLike(Protocol):
+    async def admit(self, state_id: str, teacher: str, trace_id: str = "") -> Admission: ...
+    async def commit(self, record: JournalRecord) -> None: ...
+    async def snapshot(self) -> dict: ...
+
+
+def _family_of_model(model: str) -> str:
+    try:  # the traces team's normaliser, when present
+        from crf_prime.traces.family import model_family
+    except ImportError:
+        return ""
+    return model_family(model)
+
+
+def teacher_family(t: TeacherConfig) -> str:
+    return (t.model_family or _family_of_model(t.model)).strip().lower()
+
+
+def state_family(state: TraceState) -> str:
+    return (state.model_family or _family_of_model(state.source_model)).strip().lower()
+
+
+@dataclass
+class StateOutcome:
+    """What happened at one state in this run."""
+
+    state_id: str
+    trace_id: str
+    records: list[JournalRecord] = field(default_factory=list)
+    """Answers for this state: fresh ones and ones already in the journal."""
+    sent: list[JournalRecord] = field(default_factory=list)
+    """Calls actually sent in this run (a subset of ``records``)."""
+    excluded: list[str] = field(default_factory=list)
+    """Teachers not asked because they share the trace's model family."""
+    skipped_by_tier: list[str] = field(default_factory=list)
+    """Teachers not asked because the cheaper tier agreed with itself and with the student."""
+    saved_usd: float = 0.0
+    """Estimated cost of the calls tiering avoided."""
+    budget_skipped: list[str] = field(default_factory=list)
+    """Teachers not asked because a spend cap was reached."""
+    step_latency_s: float | None = None
+    """Wall time from the first call sent at this state to the last answer (None when nothing was sent)."""
+    sequential_latency_s: float | None = None
+    """Sum of this run's call latencies at the state: what calling the teachers one after another would take."""
+
+
+class TeacherPool:
+    def __init__(
+        self, teachers: Iterable[TeacherConfig], backend: Backend, ledger: LedgerLike, options: PoolOptions
+    ) -> None:
+        self.teachers = list(teachers)
+        self.backend = backend
+        self.ledger = ledger
+        self.options = options
+        self.stopped = ""
+        self.tiers = sorted({t.tier for t in self.teachers}) if options.tiered else [None]
+        self.on_record: Callable[[JournalRecord, StateOutcome], None] | None = None
+        self._mean_cost: dict[str, tuple[float, int]] = {}
+
+    def eligible(self, state: TraceState) -> tuple[list[TeacherConfig], list[str]]:
+        if not self.options.exclude_same_family:
+            return list(self.teachers), []
+        fam = state_family(state)
+        keep, excluded = [], []
+        for t in self.teachers:
+            (excluded if fam and teacher_family(t) == fam else keep).append(t)
+        return keep, excluded
+
+    def _estimate(self, t: TeacherConfig, answered: list[JournalRecord]) -> float:
+        """Cost a skipped call would have had: tokens seen at this state x its prices, else its mean cost so far."""
+        priced = [r for r in answered if r.input_tokens or r.output_tokens]
+        if priced and (t.price_in_per_mtok or t.price_out_per_mtok):
+            n = len(priced)
+            return t.price_cost(
+                round(sum(r.input_tokens for r in priced) / n), round(sum(r.output_tokens for r in priced) / n)
+            )
+        total, n = self._mean_cost.get(t.name, (0.0, 0))
+        return total / n if n else 0.0
+
+    async def _call(self, t: TeacherConfig, state: TraceState, payload: Any, out: StateOutcome, times: list) -> None:
+        adm = await self.ledger.admit(state.state_id, t.name, state.source.trace_id)
+        if adm.verdict == "done":
+            assert adm.record is not None
+            out.records.append(adm.record)
+            return
+        if adm.verdict in ("job_budget", "trace_budget"):
+            out.budget_skipped.append(t.name)
+            if adm.verdict == "job_budget":
+                self.stopped = adm.message
+            return
+        sent = time.perf_counter()
+        try:
+            rec = await self.backend.ask(t.name, payload)
+        finally:
+            times.append((sent, time.perf_counter()))
+        await self.ledger.commit(rec)
+        out.records.append(rec)
+        out.sent.append(rec)
+        total, n = self._mean_cost.get(t.name, (0.0, 0))
+        self._mean_cost[t.name] = (total + rec.cost_usd, n + 1)
+        if self.on_record is not None:
+            self.on_record(rec, out)
+
+    async def replay_state(self, state: TraceState) -> StateOutcome:
+        out = StateOutcome(state_id=state.state_id, trace_id=state.source.trace_id)
+        teachers, out.excluded = self.eligible(state)
+        payload = self.backend.prepare(state)
+        times: list[tuple[float, float]] = []
+        for i, tier in enumerate(self.tiers):
+            group = [t for t in teachers if tier is None or t.tier == tier]
+            if not group:
+                continue
+            await asyncio.gather(*(self._call(t, state, payload, out, times) for t in group))
+            if self.stopped:
+                break
+            later = [t for t in teachers if tier is not None and t.tier in self.tiers[i + 1 :]]
+            answers = [r.action for r in out.records if r.ok and r.action is not None]
+            if later and answers and all_agree(answers, state.student_action):
+                out.skipped_by_tier = [t.name for t in later]
+                out.saved_usd = sum(self._estimate(t, out.records) for t in later)
+                break
+        if times:
+            out.step_latency_s = max(e for _, e in times) - min(s for s, _ in times)
+            out.sequential_latency_s = sum(e - s for s, e in times)
+        return out
+
+    async def replay(
+        self, states: Iterable[TraceState], *, on_state: Callable[[StateOutcome], None] | None = None
+    ) -> list[StateOutcome]:
+        """Replay states with at most ``window`` in flight; stops sending (and starting states) at the job cap."""
+        window = self.options.window or 2 * max(t.max_concurrency for t in self.teachers)
+        sem = asyncio.Semaphore(window)
+        outcomes: list[StateOutcome] = []
+        tasks: set[asyncio.Task[StateOutcome]] = set()
+        errors: list[BaseException] = []
+
+        def finished(task: asyncio.Task[StateOutcome]) -> None:
+            tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                errors.append(task.exception())  # type: ignore[arg-type]
+
+        async def one(state: TraceState) -> StateOutcome:
+            try:
+                out = await self.replay_state(state)
+            finally:
+                sem.release()
+            outcomes.append(out)
+            if on_state is not None:
+                on_state(out)
+            return out
+
+        try:
+            for state in states:
+                await sem.acquire()
+                if self.stopped:
+                    sem.release()
+                    break
+                task = asyncio.create_task(one(state))
+                tasks.add(task)
+                task.add_done_callback(finished)
+                if errors:  # infrastructure errors (bugs, broken journal) surface as soon as they happen
+                    raise errors[0]
+            if tasks:
+                await asyncio.gather(*tasks)
+            if errors:
+                raise errors[0]
+        finally:
+            for t in tasks:
+                t.cancel()
+        return outcomes

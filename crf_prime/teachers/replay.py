@@ -1,0 +1,145 @@
+"""``crf-prime replay`` as a library function: states file + teacher config -> journal + cost/latency report.
+
+Channel 3 (trace replay) is crf-prime's own addition to Cursor's Composer 2.5 recipe.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from crf_prime.teachers.agreement import SAME_ACTION_SOURCE
+from crf_prime.teachers.backends import AsyncioBackend, Backend, RayBackend
+from crf_prime.teachers.config import PoolConfig
+from crf_prime.teachers.journal import JournalRecord
+from crf_prime.teachers.ledger import Ledger
+from crf_prime.teachers.pool import StateOutcome, TeacherPool
+from crf_prime.teachers.report import ReplayReport, build_report, percentile
+from crf_prime.traces.models import TraceState
+
+JOURNAL_NAME = "journal.jsonl"
+REPORT_NAME = "report.json"
+EXIT_BUDGET = 3
+
+
+class StatesFileError(ValueError):
+    """A states file line is not a TraceState; the message names file and line."""
+
+
+def iter_states(path: str | Path) -> Iterator[TraceState]:
+    """Stream TraceState rows from a JSONL file (constant memory); bad lines raise with file:line."""
+    path = Path(path)
+    with path.open("rb") as f:
+        for i, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield TraceState.model_validate_json(raw)
+            except ValidationError as e:
+                first = e.errors()[0]
+                where = ".".join(str(x) for x in first["loc"]) or "(row)"
+                raise StatesFileError(f"{path}:{i}: not a TraceState row: {where}: {first['msg']}") from None
+
+
+def check_states(path: str | Path) -> int:
+    """Validate the whole file before anything is paid for; returns the number of states."""
+    if not Path(path).exists():
+        raise StatesFileError(f"{path}: states file not found")
+    n = sum(1 for _ in iter_states(path))
+    if n == 0:
+        raise StatesFileError(f"{path}: no states")
+    return n
+
+
+@dataclass
+class Progress:
+    """Live counters the CLI shows (states, calls, spend, p95 latency)."""
+
+    states: int = 0
+    calls: int = 0
+    errors: int = 0
+    spend: float = 0.0
+    _lat: list[float] | None = None
+
+    def record(self, rec: JournalRecord) -> None:
+        self.calls += 1
+        self.errors += not rec.ok
+        self.spend += rec.cost_usd
+        if self._lat is None:
+            self._lat = []
+        self._lat.append(rec.latency_s)
+
+    def p95(self) -> float | None:
+        return percentile(self._lat or [], 95)
+
+
+async def replay_async(
+    states_path: str | Path,
+    config: PoolConfig,
+    out_dir: str | Path,
+    *,
+    backend: Literal["asyncio", "ray"] = "asyncio",
+    live: str | None = None,
+    on_progress: Any = None,
+    api_keys: dict[str, str] | None = None,
+) -> ReplayReport:
+    """Replay every state of ``states_path``; the journal and report.json land in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    journal = out / JOURNAL_NAME
+    ledger: Ledger | None = None
+    be: Backend
+    if live is not None:
+        from crf_prime.teachers import live as live_mode
+
+        pool = live_mode.serve(config, journal, name=live, api_keys=api_keys)
+        be = pool.backend
+    else:
+        opts = config.pool
+        ledger = Ledger(journal, config.budget, retry_failed=opts.retry_failed, resend_lost=opts.resend_lost)
+        if backend == "ray":
+            be = RayBackend(config.teachers, api_keys=api_keys)
+        else:
+            be = AsyncioBackend(config.teachers, api_keys=api_keys)
+        pool = TeacherPool(config.teachers, be, ledger, config.pool)
+    progress = Progress()
+
+    def on_record(rec: JournalRecord, _: StateOutcome) -> None:
+        progress.record(rec)
+        if on_progress is not None:
+            on_progress(progress)
+
+    def on_state(_: StateOutcome) -> None:
+        progress.states += 1
+        if on_progress is not None:
+            on_progress(progress)
+
+    pool.on_record = on_record
+    start = time.perf_counter()
+    try:
+        outcomes = await pool.replay(iter_states(states_path), on_state=on_state)
+    finally:
+        if live is None:
+            await be.close()
+    snapshot = await pool.ledger.snapshot()
+    if ledger is not None:
+        ledger.close()
+    report = build_report(
+        outcomes,
+        backend=f"live:{live}" if live else backend,
+        wall_s=time.perf_counter() - start,
+        tiered=config.pool.tiered,
+        ledger_snapshot=snapshot,
+        stopped=pool.stopped,
+        agreement_source=SAME_ACTION_SOURCE,
+    )
+    tmp = out / (REPORT_NAME + ".tmp")
+    tmp.write_text(json.dumps(report.model_dump(), indent=2) + "\n")
+    tmp.replace(out / REPORT_NAME)
+    return report

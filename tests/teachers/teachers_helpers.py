@@ -1,0 +1,95 @@
+"""Shared builders for the teacher-pool tests: trace states, teacher configs, a per-model loopback script."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from crf_prime.loopback import Reply
+from crf_prime.teachers.config import PoolConfig, TeacherConfig
+from crf_prime.traces.models import Action, Source, ToolCall, TraceState
+
+TOOLS = (
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "run a shell command",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    },
+)
+
+
+def bash(cmd: str) -> Action:
+    return Action(tool_calls=(ToolCall(id="c1", name="bash", arguments=json.dumps({"command": cmd})),))
+
+
+def make_state(i: int, *, trace: str = "t0", family: str = "", student: str = "ls") -> TraceState:
+    return TraceState(
+        state_id=f"s{i:04d}",
+        messages=(
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": f"state s{i:04d}: fix the bug"},
+            {"role": "assistant", "content": "", "reasoning_content": "secret thoughts"},
+        ),
+        tools=TOOLS,
+        student_action=bash(student),
+        source=Source(format="swe-gym", file="traces.jsonl", line=i + 1, trace_id=trace),
+        source_model="claude-x" if family == "anthropic" else "",
+        model_family=family,
+        step=i,
+    )
+
+
+def write_states(path: Path, states: list[TraceState]) -> Path:
+    path.write_text("".join(s.model_dump_json() + "\n" for s in states))
+    return path
+
+
+def state_of(body: dict) -> str:
+    for m in body.get("messages", []):
+        found = re.search(r"state (s\d+)", str(m.get("content") or ""))
+        if found:
+            return found.group(1)
+    raise AssertionError(f"no state id in request {body}")
+
+
+def teacher(name: str, base_url: str, **kw) -> TeacherConfig:
+    kw.setdefault("model", f"model-{name}")
+    kw.setdefault("api_key_var", "")
+    kw.setdefault("max_attempts", 3)
+    kw.setdefault("timeout_s", 10.0)
+    return TeacherConfig(name=name, base_url=base_url, **kw)
+
+
+def pool_config(teachers: list[TeacherConfig], **kw) -> PoolConfig:
+    budget = kw.pop("budget", {})
+    return PoolConfig(teachers=tuple(teachers), budget=budget, pool=kw)
+
+
+class Router:
+    """A loopback script: per request, call ``reply(model, state_id, n)`` where n counts that (model, state) pair."""
+
+    def __init__(self, reply: Callable[[str, str, int], Reply]) -> None:
+        self.reply = reply
+        self.calls: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict) -> Reply:
+        key = (body["model"], state_of(body))
+        with self._lock:
+            self.calls[key] += 1
+            n = self.calls[key]
+        return self.reply(key[0], key[1], n)
+
+    def duplicates(self) -> dict[tuple[str, str], int]:
+        return {k: v for k, v in self.calls.items() if v > 1}
+
+
+def answer(cmd: str = "ls", **kw) -> Reply:
+    return Reply(tool_calls=[{"name": "bash", "arguments": json.dumps({"command": cmd})}], **kw)

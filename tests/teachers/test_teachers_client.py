@@ -1,0 +1,125 @@
+"""TeacherClient against a real OpenAI-compatible HTTP server on loopback, with scripted faults."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+from teachers_helpers import TOOLS, answer, make_state, teacher
+
+from crf_prime.loopback import LoopbackOpenAI, Reply
+from crf_prime.teachers.client import TeacherClient
+from crf_prime.teachers.journal import JournalRecord
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def ask(replies: list[Reply], **cfg) -> tuple[JournalRecord, LoopbackOpenAI]:
+    with LoopbackOpenAI(replies) as server:
+        client = TeacherClient(teacher("a", server.base_url, **cfg))
+        try:
+            rec = await client.ask(make_state(1))
+        finally:
+            await client.close()
+    return rec, server
+
+
+async def test_tool_call_answer_state_tools_sent_and_reasoning_stripped():
+    rec, server = await ask([answer("pytest -x", reasoning="because")])
+    assert rec.ok and rec.attempt == 1 and rec.error == ""
+    assert rec.action is not None and rec.action.tool_calls[0].name == "bash"
+    assert json.loads(rec.action.tool_calls[0].arguments) == {"command": "pytest -x"}
+    assert rec.action.reasoning == "because"
+    body = server.requests[0]
+    assert body["tools"] == list(TOOLS) and body["tool_choice"] == "auto"
+    assert all("reasoning_content" not in m for m in body["messages"])
+    assert (rec.state_id, rec.teacher, rec.model, rec.trace_id) == ("s0001", "a", "model-a", "t0")
+
+
+async def test_429_with_retry_after_is_honoured_then_succeeds():
+    limited = Reply(status=429, headers={"Retry-After": "0.3"})
+    rec, server = await ask([limited, limited, answer()])
+    assert rec.ok and rec.attempt == 3 and len(server.requests) == 3
+    assert rec.latency_s >= 0.6  # two waits of the server's Retry-After
+
+
+async def test_retry_after_ms_is_preferred():
+    rec, server = await ask([Reply(status=503, headers={"retry-after-ms": "50", "Retry-After": "30"}), answer()])
+    assert rec.ok and rec.attempt == 2 and len(server.requests) == 2
+
+
+async def test_retry_after_longer_than_accepted_fails_at_once():
+    rec, server = await ask([Reply(status=429, headers={"Retry-After": "90"}), answer()], max_retry_after_s=5)
+    assert not rec.ok and rec.error_type == "rate_limit" and rec.status == 429
+    assert rec.attempt == 1 and len(server.requests) == 1
+
+
+async def test_500_retried_until_attempts_spent():
+    rec, server = await ask([Reply(status=500, headers={"retry-after-ms": "1"})] * 3)
+    assert not rec.ok and rec.error_type == "server_error" and rec.status == 500
+    assert rec.attempt == 3 and len(server.requests) == 3
+
+
+async def test_400_is_not_retried():
+    rec, server = await ask([Reply(status=400), answer()])
+    assert not rec.ok and rec.error_type == "http_400" and len(server.requests) == 1
+
+
+async def test_timeout_is_retried_then_fails():
+    rec, server = await ask([Reply(delay_s=1.0)] * 2, timeout_s=0.2, max_attempts=2)
+    assert not rec.ok and rec.error_type == "timeout" and rec.attempt == 2 and len(server.requests) == 2
+
+
+async def test_200_with_error_and_no_choices_is_a_failure():
+    err = {"message": "upstream provider died mid-generation", "code": 502}
+    rec, server = await ask([Reply(error=err), answer()])
+    assert not rec.ok and rec.error_type == "provider_error" and rec.action is None
+    assert "upstream provider died" in rec.error and len(server.requests) == 1
+
+
+async def test_malformed_json_is_a_failure_without_retry():
+    rec, server = await ask([Reply(malformed=True), answer()])
+    assert not rec.ok and rec.error_type == "malformed" and len(server.requests) == 1
+
+
+async def test_stream_assembles_tool_call_deltas_and_usage():
+    rec, server = await ask([answer("make test", cost=0.0031, stall_s=0.05)], stream=True)
+    assert server.requests[0]["stream"] is True
+    assert rec.ok and json.loads(rec.action.tool_calls[0].arguments) == {"command": "make test"}
+    assert rec.cost_usd == pytest.approx(0.0031) and rec.cost_source == "usage"
+
+
+async def test_slow_stream_times_out_and_is_retried():
+    rec, server = await ask([answer(stall_s=1.5), answer()], stream=True, timeout_s=0.3)
+    assert rec.ok and rec.attempt == 2 and len(server.requests) == 2
+
+
+async def test_cost_from_usage_cost_when_present():
+    rec, _ = await ask([answer(cost=0.0123)], price_in_per_mtok=100.0, price_out_per_mtok=100.0)
+    assert rec.cost_usd == pytest.approx(0.0123) and rec.cost_source == "usage"
+
+
+async def test_cost_from_price_table_without_usage_cost():
+    usage = {"prompt_tokens": 1000, "completion_tokens": 500, "total_tokens": 1500}
+    rec, _ = await ask([answer(usage=usage)], price_in_per_mtok=2.0, price_out_per_mtok=10.0)
+    assert (rec.input_tokens, rec.output_tokens) == (1000, 500)
+    assert rec.cost_usd == pytest.approx(0.002 + 0.005) and rec.cost_source == "prices"
+
+
+async def test_connection_refused_becomes_a_record():
+    import socket
+
+    with socket.socket() as s:  # a port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = TeacherClient(teacher("a", f"http://127.0.0.1:{port}/v1", max_attempts=2))
+    rec = await client.ask(make_state(1))
+    await client.close()
+    assert not rec.ok and rec.error_type == "connection" and rec.attempt == 2
+
+
+async def test_failure_records_pickle_across_processes():
+    rec, _ = await ask([Reply(status=429, headers={"Retry-After": "0.01"})] * 3)
+    back = pickle.loads(pickle.dumps(rec))
+    assert back == rec and back.error_type == "rate_limit"
