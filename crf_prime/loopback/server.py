@@ -100,7 +100,9 @@ class LoopbackOpenAI:
 
         self._server = ThreadingHTTPServer((self._host, 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="loopback-openai", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="loopback-openai", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -80,8 +80,11 @@ def _namespace_hints() -> str:
             "this looks like a container: namespaces need CAP_SYS_ADMIN or a seccomp profile that allows "
             "unshare/clone (e.g. docker run --security-opt seccomp=unconfined --security-opt apparmor=unconfined)"
         )
-    if not hints:
-        hints.append("check that user namespaces are enabled: sysctl user.max_user_namespaces (must be > 0)")
+    try:
+        current = Path("/proc/sys/user/max_user_namespaces").read_text().strip()
+    except OSError:
+        current = "unknown"
+    hints.append(f"check that namespaces are enabled: sysctl user.max_user_namespaces (must be > 0; now {current})")
     return "; ".join(hints)
 
 

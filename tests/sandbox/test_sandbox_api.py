@@ -1,0 +1,169 @@
+"""The sandbox API around the box: probe and its error text, explicit opt-out, async + concurrency, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import uuid
+from pathlib import Path
+
+import pytest
+
+from crf_prime.sandbox import BWRAP_ENV, Sandbox, SandboxLimits, SandboxUnavailable, probe
+
+LIMITS = SandboxLimits(wall_seconds=10, memory_mb=256, pids=64, output_bytes=10_000, tmp_size_mb=16)
+
+
+def test_missing_bwrap_is_a_clear_error(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-bwrap")
+    status = probe(missing)
+    assert not status.available
+    assert "bubblewrap not found" in status.reason
+    assert "apt-get install bubblewrap" in status.reason
+    assert "unsandboxed=True" in status.reason
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        Sandbox(bwrap=missing)
+
+
+def test_missing_bwrap_via_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(BWRAP_ENV, str(tmp_path / "gone" / "bwrap"))
+    with pytest.raises(SandboxUnavailable, match=r"looked for '.*gone/bwrap'"):
+        Sandbox()
+
+
+def test_broken_namespaces_error_names_the_sysctl(tmp_path: Path) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = --version ]; then echo "bubblewrap 0.8.0"; exit 0; fi\n'
+        "echo 'bwrap: Creating new namespace failed: nesting depth or /proc/sys/user/max_*_namespaces "
+        "exceeded (ENOSPC)' >&2\nexit 1\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    status = probe(str(fake))
+    assert not status.available
+    assert "Creating new namespace failed" in status.reason
+    assert "max_user_namespaces" in status.reason
+    with pytest.raises(SandboxUnavailable, match="Creating new namespace failed"):
+        Sandbox(bwrap=str(fake))
+
+
+def test_unsandboxed_is_explicit_and_reported(tmp_path: Path) -> None:
+    r = Sandbox(LIMITS, unsandboxed=True).run(["sh", "-c", "pwd; echo $HOME"], workdir=tmp_path)
+    assert r.exit_code == 0
+    assert r.stdout == f"{tmp_path.resolve()}\n{tmp_path.resolve()}\n"
+    assert "isolation:bwrap" not in r.enforced
+    assert "wall" in r.enforced
+
+
+def test_unsandboxed_timeout_kills_process_group(tmp_path: Path) -> None:
+    marker = f"7{uuid.uuid4().int % 10**8}"
+    r = Sandbox(LIMITS, unsandboxed=True).run(
+        ["sh", "-c", f"sleep {marker} & sleep {marker}"],
+        workdir=tmp_path,
+        limits=LIMITS.model_copy(update={"wall_seconds": 0.5}),
+    )
+    assert r.limit_hit == "wall"
+    alive = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).endswith(f"sleep\0{marker}\0")]
+    assert alive == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.bwrap
+def test_probe_reports_enforced_limits() -> None:
+    status = probe()
+    assert status.available, status.reason
+    assert "isolation:bwrap" in status.enforced
+    assert any(e.startswith("memory:") for e in status.enforced)
+    if status.cgroup is not None and "pids" in status.cgroup_controllers:
+        assert f"pids:cgroup-{status.cgroup}" in status.enforced
+
+
+@pytest.mark.bwrap
+def test_workdir_is_writable_at_same_path_and_protected_is_not(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.py").write_text("orig")
+    r = Sandbox(LIMITS).run(
+        ["sh", "-c", "pwd; echo hi > out.txt; echo x >> tests/t.py"], workdir=tmp_path, protected=[Path("tests")]
+    )
+    assert r.stdout == f"{tmp_path.resolve()}\n"
+    assert (tmp_path / "out.txt").read_text() == "hi\n"
+    assert (tmp_path / "tests" / "t.py").read_text() == "orig"
+    assert "Read-only file system" in r.stderr
+
+
+@pytest.mark.bwrap
+def test_ro_bind_is_visible_read_only(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "tool").write_text("#!/bin/sh\necho from-venv\n")
+    (venv / "bin" / "tool").chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    box = Sandbox(LIMITS)
+    r = box.run([str(venv / "bin" / "tool")], workdir=work, ro_binds=[venv])
+    assert r.stdout == "from-venv\n"
+    r = box.run(["sh", "-c", f"echo x > {venv}/bin/tool"], workdir=work, ro_binds=[venv])
+    assert r.exit_code != 0
+    r = box.run(["sh", "-c", f"ls {venv}"], workdir=work)  # not bound -> not visible
+    assert "No such file or directory" in r.stderr
+
+
+@pytest.mark.bwrap
+def test_stdin_is_passed(tmp_path: Path) -> None:
+    r = Sandbox(LIMITS).run(["cat"], workdir=tmp_path, stdin=b"hello box")
+    assert r.stdout == "hello box"
+
+
+@pytest.mark.bwrap
+def test_bad_arguments_raise(tmp_path: Path) -> None:
+    box = Sandbox(LIMITS)
+    with pytest.raises(ValueError, match="is not a directory"):
+        box.run(["true"], workdir=tmp_path / "missing")
+    with pytest.raises(ValueError, match="not inside workdir"):
+        box.run(["true"], workdir=tmp_path, protected=[Path("/etc")])
+    with pytest.raises(ValueError, match="ro_binds"):
+        box.run(["true"], workdir=tmp_path, ro_binds=[tmp_path / "nope"])
+
+
+@pytest.mark.bwrap
+async def test_concurrent_boxes_are_independent(tmp_path: Path) -> None:
+    box = Sandbox(LIMITS)
+    dirs = []
+    for i in range(8):
+        d = tmp_path / f"t{i}"
+        d.mkdir()
+        dirs.append(d)
+    results = await asyncio.gather(
+        *(box.arun(["sh", "-c", f"echo {i} > mine; sleep 0.2; cat mine; ls .."], workdir=d) for i, d in enumerate(dirs))
+    )
+    for i, (d, r) in enumerate(zip(dirs, results, strict=True)):
+        assert r.exit_code == 0, r.stderr
+        assert r.stdout.splitlines() == [str(i), d.name]  # sees only its own task dir
+        assert (d / "mine").read_text() == f"{i}\n"
+
+
+@pytest.mark.bwrap
+async def test_sync_run_inside_event_loop(tmp_path: Path) -> None:
+    r = Sandbox(LIMITS).run(["echo", "ok"], workdir=tmp_path)  # falls back to a worker thread
+    assert r.stdout == "ok\n"
+
+
+@pytest.mark.bwrap
+async def test_cancelling_arun_kills_the_box(tmp_path: Path) -> None:
+    marker = f"6{uuid.uuid4().int % 10**8}"
+    task = asyncio.create_task(Sandbox(LIMITS).arun(["sh", "-c", f"sleep {marker} & sleep {marker}"], workdir=tmp_path))
+    await asyncio.sleep(0.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.2)
+    alive = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).endswith(f"sleep\0{marker}\0")]
+    assert alive == []
