@@ -1,0 +1,272 @@
+"""Find deletable functions with ``ast`` and delete their bodies by byte positions.
+
+The splice keeps decorators, signature and docstring byte-identical and replaces everything between the end of the
+header (or of the docstring) and the end of the last body statement with ``raise NotImplementedError``; the rest of
+the file is untouched, so the gold patch is minimal (recipe: ../shared/hosts/sandbox-and-swebench.md §3.1; closest
+public relative: SWE-smith's "LM rewrite" stubs). Comments between the docstring and the first statement go with the
+body so they cannot leak the implementation.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import io
+import tokenize
+from dataclasses import dataclass
+
+STUB = "raise NotImplementedError"
+SKIP_DECORATORS = frozenset({"overload", "abstractmethod", "abstractproperty", "abc.abstractmethod", "typing.overload"})
+
+
+@dataclass(frozen=True)
+class FunctionInfo:
+    """A function or method found in a source file."""
+
+    path: str
+    qualname: str
+    lineno: int
+    """Line of the ``def`` keyword."""
+    start_line: int
+    """First line including decorators."""
+    body_lines: frozenset[int]
+    """Lines of every statement in the body (docstring excluded) — used to map coverage contexts."""
+    statements: int
+    """Statements in the body, nested ones included (docstring excluded)."""
+    public: bool
+    class_name: str | None
+    calls: frozenset[str]
+    """Bare names called in the body (for grouping related functions)."""
+    body_dump: str
+    """``ast.dump`` of the body, to detect duplicated implementations."""
+
+
+def _docstring_node(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.Expr | None:
+    first = fn.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return first
+    return None
+
+
+def _decorator_name(d: ast.expr) -> str:
+    if isinstance(d, ast.Call):
+        d = d.func
+    try:
+        return ast.unparse(d)
+    except Exception:  # pragma: no cover - unparse handles every expression node
+        return ""
+
+
+def _is_stub(body: list[ast.stmt]) -> bool:
+    if len(body) != 1:
+        return False
+    s = body[0]
+    if isinstance(s, ast.Pass):
+        return True
+    if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and s.value.value is Ellipsis:
+        return True
+    if isinstance(s, ast.Raise) and s.exc is not None:
+        exc = s.exc.func if isinstance(s.exc, ast.Call) else s.exc
+        return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+    return False
+
+
+def iter_functions(path: str, source: str) -> list[FunctionInfo]:
+    """Every function/method in ``source`` that has a real body (not a stub, overload or abstract method)."""
+    tree = ast.parse(source)
+    out: list[FunctionInfo] = []
+
+    def visit(node: ast.AST, prefix: str, cls: str | None, public_scope: bool, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.", child.name, public_scope and not child.name.startswith("_"), in_function)
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                qual = f"{prefix}{child.name}"
+                doc = _docstring_node(child)
+                body = child.body[1:] if doc is not None else child.body
+                decos = {_decorator_name(d) for d in child.decorator_list}
+                if body and not _is_stub(body) and not (decos & SKIP_DECORATORS) and not in_function:
+                    lines: set[int] = set()
+                    calls: set[str] = set()
+                    n = 0
+                    for stmt in body:
+                        for sub in ast.walk(stmt):
+                            if isinstance(sub, ast.stmt):
+                                n += 1
+                                lines.update(range(sub.lineno, (sub.end_lineno or sub.lineno) + 1))
+                            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name):
+                                calls.add(sub.func.id)
+                    name_public = not child.name.startswith("_")
+                    out.append(
+                        FunctionInfo(
+                            path=path,
+                            qualname=qual,
+                            lineno=child.lineno,
+                            start_line=min([child.lineno] + [d.lineno for d in child.decorator_list]),
+                            body_lines=frozenset(lines),
+                            statements=n,
+                            public=public_scope and name_public,
+                            class_name=cls,
+                            calls=frozenset(calls),
+                            body_dump="\n".join(ast.dump(s) for s in body),
+                        )
+                    )
+                visit(child, f"{qual}.<locals>.", None, False, True)
+            else:
+                visit(child, prefix, cls, public_scope, in_function)
+
+    visit(tree, "", None, True, False)
+    return out
+
+
+def _walk_defs(node: ast.AST, prefix: str = ""):
+    """Yield (qualname, function node) for every def, recursing through classes and if/try/with blocks."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.ClassDef):
+            yield from _walk_defs(child, f"{prefix}{child.name}.")
+        elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield f"{prefix}{child.name}", child
+            yield from _walk_defs(child, f"{prefix}{child.name}.<locals>.")
+        else:
+            yield from _walk_defs(child, prefix)
+
+
+def _find(tree: ast.AST, qualname: str, lineno: int | None = None) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    for q, fn in _walk_defs(tree):
+        if q == qualname and (lineno is None or fn.lineno == lineno):
+            return fn
+    raise KeyError(f"{qualname!r} not found")
+
+
+def _line_offsets(data: bytes) -> list[int]:
+    offsets = [0]
+    for i, b in enumerate(data):
+        if b == 0x0A:
+            offsets.append(i + 1)
+    return offsets
+
+
+def _header_colon(source: str, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[int, int]:
+    """(line, byte col) just after the ``:`` that ends the ``def`` header (first ``:`` at bracket depth 0)."""
+    lines = source.splitlines(keepends=True)
+    snippet = "".join(lines[fn.lineno - 1 : fn.body[0].lineno])
+    depth = 0
+    seen_def = False
+    for tok in tokenize.generate_tokens(io.StringIO(snippet).readline):
+        if tok.type == tokenize.NAME and tok.string == "def":
+            seen_def = True
+        elif tok.type == tokenize.OP and seen_def:
+            if tok.string in "([{":
+                depth += 1
+            elif tok.string in ")]}":
+                depth -= 1
+            elif tok.string == ":" and depth == 0:
+                line = fn.lineno + tok.end[0] - 1
+                col_chars = tok.end[1]
+                return line, len(lines[line - 1][:col_chars].encode())
+    raise ValueError(f"no header colon found for {fn.name} at line {fn.lineno}")
+
+
+def delete_bodies(source: str, qualnames: list[str]) -> str:
+    """Replace the bodies of ``qualnames`` (in one file) with ``raise NotImplementedError``."""
+    tree = ast.parse(source)
+    data = source.encode()
+    offsets = _line_offsets(data)
+    spans: list[tuple[int, int, bytes]] = []
+    for q in qualnames:
+        fn = _find(tree, q)
+        doc = _docstring_node(fn)
+        last = fn.body[-1]
+        end = offsets[last.end_lineno - 1] + last.end_col_offset  # type: ignore[operator]
+        first = fn.body[1] if doc is not None else fn.body[0]
+        indent_line = data[offsets[first.lineno - 1] : offsets[first.lineno - 1] + first.col_offset]
+        if doc is not None:
+            start = offsets[doc.end_lineno - 1] + doc.end_col_offset  # type: ignore[operator]
+            same_line = first.lineno == doc.end_lineno
+        else:
+            cl, cc = _header_colon(source, fn)
+            start = offsets[cl - 1] + cc
+            same_line = first.lineno == cl
+        if same_line:
+            repl = (b"; " if doc is not None else b" ") + STUB.encode()
+        else:
+            indent = indent_line if indent_line.strip() == b"" else b" " * (fn.col_offset + 4)
+            repl = b"\n" + indent + STUB.encode()
+        spans.append((start, end, repl))
+    for start, end, repl in sorted(spans, reverse=True):
+        data = data[:start] + repl + data[end:]
+    out = data.decode()
+    ast.parse(out)  # must stay valid Python
+    return out
+
+
+def function_text(source: str, qualname: str) -> str:
+    """Decorators + signature + docstring (+ body) of one function, as it appears in ``source``."""
+    tree = ast.parse(source)
+    fn = _find(tree, qualname)
+    lines = source.splitlines(keepends=True)
+    start = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
+    text = "".join(lines[start - 1 : fn.end_lineno])
+    indent = len(lines[start - 1]) - len(lines[start - 1].lstrip())
+    return "".join(line[indent:] if line[:indent].strip() == "" else line for line in text.splitlines(keepends=True))
+
+
+def unified_diff(path: str, before: str, after: str) -> str:
+    """Unified diff with ``a/``/``b/`` prefixes (git-apply compatible) for one file."""
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=3
+    )
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+class PatchError(ValueError):
+    """A unified diff does not apply exactly."""
+
+
+def apply_unified_diff(files: dict[str, str], patch: str) -> dict[str, str]:
+    """Apply a unified diff (exact context, as written by :func:`unified_diff`) to in-memory files."""
+    result = dict(files)
+    lines = patch.splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("--- "):
+            i += 1
+            continue
+        path = lines[i + 1][4:].strip()
+        path = path[2:] if path.startswith("b/") else path
+        if path not in result:
+            raise PatchError(f"patch touches {path!r}, which is not in the tree")
+        old = result[path].splitlines(keepends=True)
+        new: list[str] = []
+        pos = 0
+        i += 2
+        while i < len(lines) and lines[i].startswith("@@"):
+            old_range = lines[i].split()[1][1:]
+            first, _, count = old_range.partition(",")
+            start = int(first) if count == "0" else max(int(first) - 1, 0)
+            new.extend(old[pos:start])
+            pos = start
+            i += 1
+            prev = ""
+            while i < len(lines) and lines[i][:1] in (" ", "-", "+", "\\"):
+                tag, body = lines[i][:1], lines[i][1:]
+                i += 1
+                if tag == "\\":
+                    if prev in (" ", "+") and new and new[-1].endswith("\n"):
+                        new[-1] = new[-1][:-1]
+                    continue
+                prev = tag
+                if tag in (" ", "-"):
+                    if pos >= len(old) or old[pos].rstrip("\n") != body.rstrip("\n"):
+                        raise PatchError(f"{path}: context mismatch at line {pos + 1}")
+                    if tag == " ":
+                        new.append(old[pos])
+                    pos += 1
+                else:
+                    new.append(body)
+        new.extend(old[pos:])
+        result[path] = "".join(new)
+    return result

@@ -1,0 +1,532 @@
+"""Feature Deletion generator: real project + its own tests -> validated "re-implement this feature" tasks.
+
+Cursor's Composer 2.5 recipe ("Synthetic data": delete a testable feature from a codebase whose tests pass, the agent
+re-implements it, the tests are the reward) made procedural and Docker-free:
+
+1. materialise the source (local dir / pinned PyPI sdist), strip caches and build artefacts;
+2. build (once, cached) a test venv without the project, run the suite once in the sandbox under coverage with one
+   dynamic context per test node id -> which tests execute which function; the suite must pass as shipped;
+3. candidates = public functions/methods covered by >= 1 test, plus "features" (a public class's methods, or a
+   function with the private helpers only it calls), sampled deterministically for the seed;
+4. delete bodies by AST positions, hide the covering test files, write the gold patch and a prompt;
+5. validate each in the sandbox with the real grader: gold passes, the snapshot fails >= 1 target test, the whole
+   suite still collects. Only valid tasks are written; rejections are reported by reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crf_prime.featdel.deletion import (
+    FunctionInfo,
+    apply_unified_diff,
+    delete_bodies,
+    function_text,
+    iter_functions,
+    unified_diff,
+)
+from crf_prime.featdel.grade import grade_changes, materialise
+from crf_prime.featdel.models import FeatdelTask, GenerateSummary, Rejection, SourceInfo, Target
+from crf_prime.featdel.runner import PytestRun, make_sandbox, run_pytest
+from crf_prime.featdel.source import (
+    Project,
+    SourceError,
+    load_project,
+    make_archive,
+    source_files,
+    test_config_files,
+)
+from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env
+
+DEFAULT_SOURCE = "pypi:toolz==1.2.0"
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """Knobs of one generation run (the CLI maps its flags onto these)."""
+
+    source: str = DEFAULT_SOURCE
+    out: Path = Path("out/featdel")
+    max_tasks: int = 8
+    seed: int = 0
+    workers: int = 0
+    """Parallel validations; 0 = number of CPU cores."""
+    min_statements: int = 2
+    """Bodies with fewer statements are too trivial to re-implement."""
+    max_target_tests: int = 40
+    """Functions covered by more tests are too central (deleting them breaks half the suite)."""
+    max_suite_fraction: float = 0.25
+    """... or by more than this fraction of the suite."""
+    feature_max_functions: int = 4
+    deselect: tuple[str, ...] = ()
+    """Node ids of tests that fail as shipped and are left out (``--deselect``); everything else must pass."""
+    extra_requirements: tuple[str, ...] = ()
+    """Additional test-only requirements for the venv (e.g. ``hypothesis``)."""
+    unsandboxed: bool = False
+    """Explicit opt-in to run without bubblewrap isolation."""
+    suite_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A function or feature that may become a task."""
+
+    key: str
+    granularity: str
+    functions: tuple[FunctionInfo, ...]
+    tests: tuple[str, ...]
+
+
+@dataclass
+class Baseline:
+    project: Project
+    env: TestEnv
+    pytest_args: tuple[str, ...]
+    suite_tests: int
+    coverage: dict[str, dict[int, set[str]]]
+    """path -> line -> node ids executing it."""
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+def _copy_repo(src: Path, run_dir: Path) -> Path:
+    repo = run_dir / "repo"
+    shutil.copytree(src, repo)
+    return repo
+
+
+def _suite_failures(run: PytestRun) -> list[str]:
+    return sorted(f"{c}::{n}: {s}" for (c, n), (s, _) in run.outcomes.items() if s in ("failed", "error"))
+
+
+def run_baseline(project: Project, env: TestEnv, sandbox, cfg: GenerateConfig, workspace: Path) -> Baseline:
+    """One coverage run of the whole suite in the sandbox; fails clearly if the suite does not pass as shipped."""
+    protected = test_config_files(project.root)
+    deselect = tuple(a for n in cfg.deselect for a in ("--deselect", n))
+    attempts: list[tuple[str, ...]] = [deselect, ("-o", "addopts=", *deselect)]
+    last: PytestRun | None = None
+    for args in attempts:
+        run_dir = workspace / f"baseline-{len(args) - len(deselect)}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        _copy_repo(project.root, run_dir)
+        run = run_pytest(
+            sandbox,
+            env,
+            run_dir,
+            pythonpath=project.pythonpath,
+            pytest_args=args,
+            protected=protected,
+            with_coverage=project.package_dirs,
+            wall_seconds=cfg.suite_timeout_s,
+        )
+        last = run
+        if run.exit_code in (3, 4) or (run.exit_code != 0 and not run.outcomes):
+            continue  # usage error (e.g. addopts needing a plugin we do not install): retry without addopts
+        failures = _suite_failures(run)
+        if failures or run.exit_code != 0:
+            shown = "\n  ".join(failures[:15]) or run.tail()
+            raise SourceError(
+                f"{project.info.spec}: the test suite does not pass as shipped (pytest exit {run.exit_code}, "
+                f"{len(failures)} failing):\n  {shown}\nFix the environment (--extra-requirement) or leave known failures "
+                "out with --deselect NODEID."
+            )
+        return Baseline(
+            project=project,
+            env=env,
+            pytest_args=args,
+            suite_tests=len(run.outcomes),
+            coverage=_read_coverage(run_dir, project),
+        )
+    assert last is not None
+    raise SourceError(
+        f"{project.info.spec}: could not run the test suite (pytest exit {last.exit_code}, limit {last.limit_hit}); "
+        f"output tail:\n{last.tail()}"
+    )
+
+
+def _read_coverage(run_dir: Path, project: Project) -> dict[str, dict[int, set[str]]]:
+    import coverage
+
+    data = coverage.CoverageData(basename=str(run_dir / "out" / "coverage.db"))
+    data.read()
+    repo = (run_dir / "repo").resolve()
+    out: dict[str, dict[int, set[str]]] = {}
+    for fname in data.measured_files():
+        try:
+            rel = Path(fname).resolve().relative_to(repo).as_posix()
+        except ValueError:
+            continue
+        by_line = data.contexts_by_lineno(fname)
+        out[rel] = {ln: {c for c in ctxs if c} for ln, ctxs in by_line.items()}
+    return out
+
+
+def find_candidates(baseline: Baseline, cfg: GenerateConfig) -> tuple[list[Candidate], Counter[str], int]:
+    """Function and feature candidates with their covering tests; also filter counts and the function count."""
+    project = baseline.project
+    filtered: Counter[str] = Counter()
+    functions: list[FunctionInfo] = []
+    for rel in source_files(project.root, project.package_dirs):
+        text = (project.root / rel).read_text(errors="replace")
+        try:
+            functions.extend(iter_functions(rel, text))
+        except SyntaxError:
+            filtered["unparseable-file"] += 1
+    dumps = Counter(f.body_dump for f in functions)
+    limit = min(cfg.max_target_tests, max(1, int(cfg.max_suite_fraction * max(baseline.suite_tests, 1))))
+
+    def tests_of(f: FunctionInfo) -> set[str]:
+        lines = baseline.coverage.get(f.path, {})
+        out: set[str] = set()
+        for ln in f.body_lines:
+            out |= lines.get(ln, set())
+        return out
+
+    covered: dict[tuple[str, str], set[str]] = {(f.path, f.qualname): tests_of(f) for f in functions}
+    cands: list[Candidate] = []
+    public = [f for f in functions if f.public]
+    for f in public:
+        tests = covered[(f.path, f.qualname)]
+        if f.statements < cfg.min_statements:
+            filtered["trivial-body"] += 1
+        elif dumps[f.body_dump] > 1:
+            filtered["duplicated-body"] += 1
+        elif not tests:
+            filtered["no-covering-tests"] += 1
+        elif len(tests) > limit:
+            filtered["too-many-tests"] += 1
+        else:
+            cands.append(Candidate(_key(f.path, [f.qualname]), "function", (f,), tuple(sorted(tests))))
+    cands.extend(_features(functions, covered, limit, cfg))
+    return sorted(cands, key=lambda c: c.key), filtered, len(public)
+
+
+def _key(path: str, qualnames: list[str]) -> str:
+    module = re.sub(r"(^src/)|(\.py$)", "", path).replace("/", ".").removesuffix(".__init__")
+    return f"{module}.{'+'.join(qualnames)}"
+
+
+def _features(
+    functions: list[FunctionInfo], covered: dict[tuple[str, str], set[str]], limit: int, cfg: GenerateConfig
+) -> list[Candidate]:
+    """Groups deleted together: a public class's covered methods, or a function plus the private helpers only it calls."""
+    out: list[Candidate] = []
+    by_class: dict[tuple[str, str], list[FunctionInfo]] = defaultdict(list)
+    module_level: dict[str, dict[str, FunctionInfo]] = defaultdict(dict)
+    for f in functions:
+        if f.class_name and f.public and f.statements >= 1 and covered[(f.path, f.qualname)]:
+            by_class[(f.path, f.qualname.rsplit(".", 1)[0])].append(f)
+        if "." not in f.qualname:
+            module_level[f.path][f.qualname] = f
+    for (path, cls), methods in sorted(by_class.items()):
+        methods = sorted(methods, key=lambda m: m.lineno)[: cfg.feature_max_functions]
+        tests = set().union(*(covered[(path, m.qualname)] for m in methods))
+        if len(methods) >= 2 and len(tests) <= limit and sum(m.statements for m in methods) >= cfg.min_statements:
+            out.append(Candidate(f"feature:{_key(path, [cls])}", "feature", tuple(methods), tuple(sorted(tests))))
+    for path, fns in sorted(module_level.items()):
+        callers: dict[str, set[str]] = defaultdict(set)
+        for f in fns.values():
+            for name in f.calls:
+                callers[name].add(f.qualname)
+        for f in sorted(fns.values(), key=lambda x: x.lineno):
+            if not f.public or not covered[(path, f.qualname)]:
+                continue
+            helpers = [
+                fns[n]
+                for n in sorted(f.calls)
+                if n in fns and n.startswith("_") and callers[n] == {f.qualname} and covered[(path, n)]
+            ][: cfg.feature_max_functions - 1]
+            if not helpers:
+                continue
+            group = (f, *helpers)
+            tests = set().union(*(covered[(path, g.qualname)] for g in group))
+            if len(tests) <= limit:
+                out.append(Candidate(f"feature:{_key(path, [f.qualname])}", "feature", group, tuple(sorted(tests))))
+    return out
+
+
+def _call_sites(files: dict[str, str], names: set[str], exclude: set[tuple[str, int]], k: int = 5) -> list[str]:
+    pat = re.compile(r"(?<![\w])(?:\.)?(" + "|".join(re.escape(n) for n in sorted(names)) + r")\s*\(")
+    out: list[str] = []
+    for rel in sorted(files):
+        for i, line in enumerate(files[rel].splitlines(), 1):
+            stripped = line.strip()
+            if stripped.startswith(("def ", "async def ", "#")) or (rel, i) in exclude:
+                continue
+            if pat.search(line):
+                out.append(f"{rel}:{i}: {stripped[:160]}")
+                if len(out) >= k:
+                    return out
+    return out
+
+
+def build_prompt(project: Project, cand: Candidate, broken: dict[str, str], visible: dict[str, str]) -> str:
+    """Task statement from the targets' names, signatures, docstrings (as left in the snapshot) and call sites."""
+    info = project.info
+    what = (
+        f"`{cand.functions[0].qualname}` in `{cand.functions[0].path}`"
+        if cand.granularity == "function"
+        else "these related functions: " + ", ".join(f"`{f.qualname}` (`{f.path}`)" for f in cand.functions)
+    )
+    parts = [
+        f"This is {info.name} {info.version} (a Python project). The implementation of {what} was deleted: "
+        "the body now raises NotImplementedError, while the signature, decorators and docstring are unchanged. "
+        "Re-implement it so that the project's tests pass again.",
+    ]
+    for f in cand.functions:
+        parts.append(f"`{f.path}`:\n```python\n{function_text(broken[f.path], f.qualname).rstrip()}\n```")
+    names = {f.qualname.rsplit(".", 1)[-1] for f in cand.functions}
+    sites = _call_sites(visible, names, set())
+    if sites:
+        parts.append("Where it is used:\n" + "\n".join(f"- {s}" for s in sites))
+    parts.append(
+        "The tests that exercise this code are hidden and will be run to grade your work. Only your changes to the "
+        "project's non-test source files are kept; test files and test configuration are restored before grading."
+    )
+    return "\n\n".join(parts)
+
+
+def build_task(
+    baseline: Baseline, cand: Candidate, cfg: GenerateConfig, base_archive: str, base_sha: str
+) -> FeatdelTask:
+    project = baseline.project
+    root = project.root
+    by_path: dict[str, list[str]] = defaultdict(list)
+    for f in cand.functions:
+        by_path[f.path].append(f.qualname)
+    originals = {p: (root / p).read_text() for p in by_path}
+    broken = {p: delete_bodies(originals[p], q) for p, q in sorted(by_path.items())}
+    gold = "".join(unified_diff(p, broken[p], originals[p]) for p in sorted(broken))
+    if apply_unified_diff(broken, gold) != originals:
+        raise ValueError("gold patch does not round-trip")
+    hidden = tuple(sorted({t.split("::", 1)[0] for t in cand.tests}))
+    srcs = source_files(root, project.package_dirs)
+    visible = {p: (broken.get(p) or (root / p).read_text(errors="replace")) for p in srcs}
+    for p in sorted(test_config_files(root)):
+        if p.endswith(".py") and p not in hidden:
+            visible[p] = (root / p).read_text(errors="replace")
+    protected = {p: hashlib.sha256((root / p).read_bytes()).hexdigest() for p in test_config_files(root)}
+    return FeatdelTask(
+        task_id=f"{project.info.name}-{project.info.version}__{cand.key.replace(':', '__')}",
+        source=project.info,
+        granularity=cand.granularity,  # type: ignore[arg-type]
+        targets=tuple(Target(path=f.path, qualname=f.qualname, lineno=f.lineno) for f in cand.functions),
+        prompt=build_prompt(project, cand, broken, visible),
+        base_archive=base_archive,
+        base_sha256=base_sha,
+        broken_files=broken,
+        hidden_tests=hidden,
+        target_tests=cand.tests,
+        gold_patch=gold,
+        source_files=srcs,
+        package_dirs=project.package_dirs,
+        protected_files=protected,
+        pytest_args=baseline.pytest_args,
+        pythonpath=project.pythonpath,
+        test_env=default_spec(project.runtime_requirements + cfg.extra_requirements),
+        seed=cfg.seed,
+    )
+
+
+def validate_task(task: FeatdelTask, task_dir: Path, *, sandbox, env: TestEnv) -> Rejection | None:
+    """Gold passes every target test, the snapshot fails at least one, the full suite still collects."""
+    broken = dict(task.broken_files)
+    gold = apply_unified_diff(broken, task.gold_patch)
+    try:
+        good = grade_changes(task, task_dir, dict(gold), sandbox=sandbox, env=env)
+    except Exception as e:  # noqa: BLE001 - reported as a rejection with the reason
+        return Rejection(candidate=task.task_id, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
+    if good.hack:
+        return Rejection(candidate=task.task_id, reason="grader-mismatch", detail=good.hack)
+    if good.score != 1.0:
+        detail = "; ".join(f"{f.name}: {f.message[:120]}" for f in good.failed[:3])
+        return Rejection(candidate=task.task_id, reason="original-fails", detail=detail)
+    bad = grade_changes(task, task_dir, {}, sandbox=sandbox, env=env)
+    if bad.score != 0.0 or not bad.failed:
+        return Rejection(candidate=task.task_id, reason="deleted-passes", detail="no target test fails after deletion")
+    run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-collect-"))
+    try:
+        materialise(task, task_dir, run_dir / "repo", hidden=True)
+        run = run_pytest(
+            sandbox,
+            env,
+            run_dir,
+            pythonpath=task.pythonpath,
+            pytest_args=task.pytest_args,
+            protected=tuple(task.protected_files),
+            collect_only=True,
+        )
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    if run.exit_code != 0:
+        return Rejection(candidate=task.task_id, reason="collection-breaks", detail=run.tail(400))
+    return None
+
+
+def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[list[FeatdelTask], GenerateSummary]:
+    """Run the whole pipeline and write ``tasks.jsonl``, ``summary.json`` and the base archive under ``cfg.out``."""
+    t0 = time.perf_counter()
+    seconds: dict[str, float] = {}
+    progress = progress or (lambda phase, done, total: None)
+    sandbox = make_sandbox(unsandboxed=cfg.unsandboxed, wall_seconds=300.0)
+    workspace = Path(tempfile.mkdtemp(prefix="crf-featdel-gen-"))
+    try:
+        progress("source", 0, 1)
+        project = load_project(cfg.source, workspace)
+        seconds["source"] = time.perf_counter() - t0
+        progress("venv", 0, 1)
+        t = time.perf_counter()
+        spec = default_spec(project.runtime_requirements + cfg.extra_requirements)
+        env = ensure_test_env(spec, project.top_level)
+        seconds["venv"] = time.perf_counter() - t
+        progress("coverage", 0, 1)
+        t = time.perf_counter()
+        baseline = run_baseline(project, env, sandbox, cfg, workspace)
+        seconds["coverage"] = time.perf_counter() - t
+        cands, filtered, n_functions = find_candidates(baseline, cfg)
+        rng = random.Random(cfg.seed)
+        rng.shuffle(cands)
+
+        out = cfg.out
+        staging = Path(tempfile.mkdtemp(prefix=".featdel-staging-", dir=_parent(out)))
+        base_rel = f"bases/{project.info.name}-{project.info.version}.tar.gz"
+        base_sha = make_archive(project.root, staging / base_rel)
+
+        t = time.perf_counter()
+        workers = cfg.workers or os.cpu_count() or 1
+        valid: list[FeatdelTask] = []
+        rejections: list[Rejection] = []
+        checked = 0
+        pos = 0
+        progress("validate", 0, cfg.max_tasks)
+
+        def check(c: Candidate) -> tuple[FeatdelTask | None, Rejection | None]:
+            try:
+                task = build_task(baseline, c, cfg, base_rel, base_sha)
+            except Exception as e:  # noqa: BLE001 - a candidate that cannot be built is a rejection, not a crash
+                return None, Rejection(candidate=c.key, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
+            return task, validate_task(task, staging, sandbox=sandbox, env=env)
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            while len(valid) < cfg.max_tasks and pos < len(cands):
+                need = cfg.max_tasks - len(valid)
+                batch = cands[pos : pos + max(workers, min(need, workers * 2))]
+                pos += len(batch)
+                for task, rej in pool.map(check, batch):  # results in candidate order -> deterministic
+                    checked += 1
+                    if rej is not None:
+                        rejections.append(rej)
+                    elif task is not None and len(valid) < cfg.max_tasks:
+                        valid.append(task)
+                progress("validate", len(valid), cfg.max_tasks)
+        seconds["validate"] = time.perf_counter() - t
+        seconds["total"] = time.perf_counter() - t0
+        summary = GenerateSummary(
+            source=project.info,
+            suite_tests=baseline.suite_tests,
+            functions=n_functions,
+            candidates=len(cands),
+            checked=checked,
+            valid=len(valid),
+            rejected=dict(sorted(Counter(r.reason for r in rejections).items())),
+            filtered=dict(sorted(filtered.items())),
+            rejections=tuple(rejections),
+            seconds={k: round(v, 2) for k, v in seconds.items()},
+        )
+        with open(staging / "tasks.jsonl", "w") as fh:
+            for task in valid:
+                fh.write(task.model_dump_json() + "\n")
+        (staging / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
+        _publish(staging, out)
+        return valid, summary
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+
+
+def _parent(out: Path) -> Path:
+    parent = out.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    return parent
+
+
+def _publish(staging: Path, out: Path) -> None:
+    """Replace ``out`` with the finished staging directory (nothing half-written is ever visible)."""
+    if out.exists():
+        if not (out / "tasks.jsonl").is_file() and any(out.iterdir()):
+            shutil.rmtree(staging, ignore_errors=True)
+            raise SourceError(f"--out {out}: exists, is not empty and holds no tasks.jsonl; refusing to replace it")
+        old = out.with_name(out.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+        staging.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        staging.rename(out)
+
+
+def load_tasks(task_dir: Path) -> list[FeatdelTask]:
+    """Read ``task_dir/tasks.jsonl``; a bad row raises with the file and line."""
+    path = task_dir / "tasks.jsonl"
+    if not path.is_file():
+        raise SourceError(f"{path}: not found (expected a directory written by 'crf-prime featdel generate')")
+    tasks = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            tasks.append(FeatdelTask.model_validate_json(line))
+        except Exception as e:
+            raise SourceError(f"{path}:{i}: invalid task row: {e}") from e
+    return tasks
+
+
+def validate_dir(
+    task_dir: Path, *, unsandboxed: bool = False, workers: int = 0, progress: ProgressFn | None = None
+) -> list[tuple[FeatdelTask, Rejection | None]]:
+    """Re-run validation on every task of a generated directory."""
+    tasks = load_tasks(task_dir)
+    sandbox = make_sandbox(unsandboxed=unsandboxed)
+    envs: dict[str, TestEnv] = {}
+    for t in tasks:
+        key = json.dumps(t.test_env.model_dump(), sort_keys=True)
+        if key not in envs:
+            envs[key] = ensure_test_env(t.test_env)
+    done = 0
+    progress = progress or (lambda phase, d, n: None)
+
+    def one(t: FeatdelTask) -> tuple[FeatdelTask, Rejection | None]:
+        env = envs[json.dumps(t.test_env.model_dump(), sort_keys=True)]
+        return t, validate_task(t, task_dir, sandbox=sandbox, env=env)
+
+    results = []
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        for r in pool.map(one, tasks):
+            results.append(r)
+            done += 1
+            progress("validate", done, len(tasks))
+    return results
+
+
+__all__ = [
+    "DEFAULT_SOURCE",
+    "GenerateConfig",
+    "SourceInfo",
+    "generate",
+    "load_tasks",
+    "validate_dir",
+    "validate_task",
+]

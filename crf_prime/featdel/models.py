@@ -1,0 +1,171 @@
+"""Rows at the Feature Deletion generator's edges: the task written to JSONL, the grade of one attempt, the summary.
+
+Field names ``target_tests`` play the role of SWE-bench's ``FAIL_TO_PASS`` (the hidden tests that cover the deleted
+code); the grader reads their outcome from pytest's junit XML.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Granularity = Literal["function", "feature"]
+
+
+class SourceInfo(BaseModel):
+    """Where the project came from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    spec: str
+    """What the user passed: ``pypi:NAME==VERSION`` or a local directory path."""
+    name: str
+    """Distribution (or directory) name."""
+    version: str
+    """Pinned version ("local" for a directory)."""
+    sha256: str
+    """SHA-256 of the downloaded sdist, or of the stripped source tree for a directory."""
+
+
+class TestEnvSpec(BaseModel):
+    """How to rebuild the per-source test venv (pytest + coverage + runtime deps, never the project itself)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    python: str
+    """Major.minor of the interpreter the venv was built with, e.g. "3.11"."""
+    requirements: tuple[str, ...]
+    """Pinned pip requirement strings installed into the venv."""
+
+
+class Target(BaseModel):
+    """One deleted function or method."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    """Source file, relative to the repository root (POSIX separators)."""
+    qualname: str
+    """Dotted qualified name inside the module, e.g. ``Cls.method``."""
+    lineno: int
+    """1-based line of the ``def`` keyword in the original file."""
+
+
+class FeatdelTask(BaseModel):
+    """One validated Feature Deletion task (a JSONL row)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    """Stable id: ``<name>-<version>__<module.qualname>[+...]``."""
+    source: SourceInfo
+    granularity: Granularity
+    """"function" = one body deleted; "feature" = a group of related functions deleted together."""
+    targets: tuple[Target, ...]
+    prompt: str
+    """Task statement written from the names, signatures, docstrings and call sites of the targets."""
+    base_archive: str
+    """Pristine (cache-stripped) source tree as a .tar.gz, relative to the task directory."""
+    base_sha256: str
+    """SHA-256 of ``base_archive``; checked before use."""
+    broken_files: dict[str, str]
+    """Files that differ from the base tree in the agent's snapshot: path -> text with the bodies deleted."""
+    hidden_tests: tuple[str, ...]
+    """Test files (paths) removed from the agent's snapshot and restored for grading."""
+    target_tests: tuple[str, ...]
+    """pytest node ids that cover the targets; all must pass for reward 1.0."""
+    gold_patch: str
+    """Unified diff (a/ b/ prefixes) from the snapshot back to the original implementation."""
+    source_files: tuple[str, ...]
+    """Allow-list: the project's non-test Python files; only agent changes to these (or new .py files in the
+    package directories) reach the grader."""
+    package_dirs: tuple[str, ...]
+    """Directories of the project's importable packages/modules, relative to the root (``.`` for top-level files)."""
+    protected_files: dict[str, str]
+    """Tests and test configuration: path -> SHA-256 of the pristine content (re-materialised at grading)."""
+    pytest_args: tuple[str, ...]
+    """Extra pytest arguments needed to run the suite as shipped (e.g. ``-o addopts=`` when it needs plugins)."""
+    pythonpath: tuple[str, ...]
+    """Directories (relative to the root) put on PYTHONPATH, e.g. ``src`` for a src layout."""
+    test_env: TestEnvSpec
+    seed: int
+    """Seed the generator ran with."""
+
+
+class FailedTest(BaseModel):
+    """A target test that did not pass at grading."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    """pytest node id."""
+    message: str = ""
+    """Failure / error message from the junit XML (first lines), or why it is missing."""
+
+
+class GradeResult(BaseModel):
+    """Outcome of grading one working tree against a task."""
+
+    model_config = ConfigDict(frozen=True)
+
+    score: float
+    """1.0 when every target test passed, else 0.0."""
+    passed_fraction: float
+    """Passed target tests / target tests."""
+    passed: tuple[str, ...]
+    failed: tuple[FailedTest, ...]
+    hack: str = ""
+    """Non-empty when a reward hack was detected (the score is then 0.0): what was found."""
+    exit_code: int | None = None
+    """pytest's exit status inside the sandbox."""
+    duration_s: float = 0.0
+    """Wall time of the grading run (seconds)."""
+    changed_files: tuple[str, ...] = ()
+    """Source files taken from the agent's tree because they differ from the snapshot."""
+
+
+RejectReason = Literal[
+    "no-covering-tests",
+    "too-many-tests",
+    "trivial-body",
+    "original-fails",
+    "deleted-passes",
+    "collection-breaks",
+    "grader-mismatch",
+    "error",
+]
+
+
+class Rejection(BaseModel):
+    """A candidate that did not become a task."""
+
+    model_config = ConfigDict(frozen=True)
+
+    candidate: str
+    reason: RejectReason
+    detail: str = ""
+
+
+class GenerateSummary(BaseModel):
+    """What one ``featdel generate`` run did (written as summary.json next to tasks.jsonl)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: SourceInfo
+    suite_tests: int
+    """Tests in the shipped suite (junit testcases of the coverage run)."""
+    functions: int
+    """Public functions/methods found in the project's source files."""
+    candidates: int
+    """Function + feature candidates covered by at least one test (before sampling)."""
+    checked: int
+    """Candidates validated in the sandbox."""
+    valid: int
+    rejected: dict[str, int] = Field(default_factory=dict)
+    """Rejections by reason."""
+    filtered: dict[str, int] = Field(default_factory=dict)
+    """Public functions left out before validation, by reason (trivial body, no covering test, too central)."""
+    rejections: tuple[Rejection, ...] = ()
+    seconds: dict[str, float] = Field(default_factory=dict)
+    """Wall time per phase (source, venv, coverage, validate, total)."""

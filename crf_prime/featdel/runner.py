@@ -1,0 +1,147 @@
+"""Run a project's pytest suite inside the crf-prime sandbox and read the outcome from pytest's junit XML.
+
+Each run gets its own directory ``<run>/repo`` (the tree, cwd) + ``<run>/out`` (junit XML, coverage data); only
+``<run>`` is writable inside the box, test files and test configuration are re-bound read-only (``protected``), the
+test venv is bound read-only, and the environment starts empty. Results come from the junit XML, never from stdout.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crf_prime.featdel.testenv import TestEnv
+
+Outcome = tuple[str, str]  # (status: "passed" | "failed" | "error" | "skipped", message)
+
+
+def junit_key(nodeid: str) -> tuple[str, str]:
+    """(classname, name) pytest's junitxml writes for ``nodeid`` (same rule as ``_pytest.junitxml.mangle_test_address``)."""
+    path, bracket, params = nodeid.partition("[")
+    names = path.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    names[-1] += bracket + params
+    return ".".join(names[:-1]), names[-1]
+
+
+def parse_junit(xml_text: str) -> dict[tuple[str, str], Outcome]:
+    """Map (classname, name) -> (status, message) for every testcase; a failed teardown downgrades a pass."""
+    root = ET.fromstring(xml_text)
+    out: dict[tuple[str, str], Outcome] = {}
+    for case in root.iter("testcase"):
+        key = (case.get("classname", ""), case.get("name", ""))
+        status, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                status = "failed" if child.tag == "failure" else "error"
+                text = (child.get("message") or "") + "\n" + (child.text or "")
+                message = text.strip()[:2000]
+                break
+            if child.tag == "skipped":
+                status, message = "skipped", (child.get("message") or "")[:500]
+        prev = out.get(key)
+        if prev is None or prev[0] == "passed":  # setup/teardown errors appear as extra testcases with the same key
+            out[key] = (status, message)
+    return out
+
+
+@dataclass
+class PytestRun:
+    """One sandboxed pytest run."""
+
+    exit_code: int | None
+    outcomes: dict[tuple[str, str], Outcome]
+    junit_found: bool
+    duration_s: float
+    limit_hit: str | None
+    stdout: str
+    stderr: str
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def status_of(self, nodeid: str) -> Outcome:
+        return self.outcomes.get(junit_key(nodeid), ("missing", "test did not run (not in the junit report)"))
+
+    def tail(self, n: int = 1500) -> str:
+        return (self.stdout[-n:] + "\n" + self.stderr[-n:]).strip()
+
+
+def make_sandbox(*, unsandboxed: bool = False, wall_seconds: float = 300.0, memory_mb: int | None = 4096):
+    """A :class:`crf_prime.sandbox.Sandbox` with limits suited to test suites."""
+    from crf_prime.sandbox import Sandbox, SandboxLimits
+
+    limits = SandboxLimits(wall_seconds=wall_seconds, memory_mb=memory_mb, pids=512, output_bytes=2_000_000)
+    return Sandbox(limits, unsandboxed=unsandboxed)
+
+
+def pytest_env(repo: Path, pythonpath: Sequence[str], extra_paths: Sequence[Path] = ()) -> dict[str, str]:
+    paths = [str((repo / p).resolve()) for p in pythonpath] + [str(p) for p in extra_paths]
+    return {"PYTHONPATH": ":".join(paths), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def run_pytest(
+    sandbox,
+    env: TestEnv,
+    run_dir: Path,
+    *,
+    pythonpath: Sequence[str],
+    pytest_args: Sequence[str] = (),
+    node_ids: Sequence[str] = (),
+    protected: Sequence[str] = (),
+    collect_only: bool = False,
+    with_coverage: Sequence[str] = (),
+    wall_seconds: float | None = None,
+) -> PytestRun:
+    """Run pytest on ``run_dir/repo``; ``with_coverage`` = source dirs to measure with per-test contexts."""
+    repo, out = run_dir / "repo", run_dir / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    junit = out / "junit.xml"
+    junit.unlink(missing_ok=True)
+    argv: list[str] = [str(env.python), "-s"]
+    extra_paths: list[Path] = []
+    if with_coverage:
+        rc = out / "coveragerc"
+        rc.write_text("[run]\n")  # ignore the project's own coverage config (plugins, omit lists)
+        argv += ["-m", "coverage", "run", f"--rcfile={rc}", f"--data-file={out / 'coverage.db'}"]
+        argv += [f"--source={','.join(str(repo / d) for d in with_coverage)}"]
+        argv += ["-m", "pytest", "-p", "crf_featdel_ctx"]
+        extra_paths.append(env.plugin_dir)
+    else:
+        argv += ["-m", "pytest"]
+    argv += ["-p", "no:cacheprovider", "-q", f"--rootdir={repo}", f"--junitxml={junit}", *pytest_args]
+    if collect_only:
+        argv.append("--collect-only")
+    argv += list(node_ids)
+    kwargs = {}
+    if wall_seconds is not None:
+        from crf_prime.sandbox import SandboxLimits
+
+        base = sandbox.limits if hasattr(sandbox, "limits") else SandboxLimits()
+        kwargs["limits"] = base.model_copy(update={"wall_seconds": wall_seconds})
+    result = sandbox.run(
+        argv,
+        workdir=run_dir,
+        cwd=repo,
+        ro_binds=[env.venv, *( [env.plugin_dir] if with_coverage else [])],
+        protected=[repo / p for p in protected if (repo / p).exists()],
+        env=pytest_env(repo, pythonpath, extra_paths),
+        **kwargs,
+    )
+    outcomes: dict[tuple[str, str], Outcome] = {}
+    found = junit.is_file()
+    if found:
+        try:
+            outcomes = parse_junit(junit.read_text(errors="replace"))
+        except ET.ParseError:
+            found = False
+    return PytestRun(
+        exit_code=result.exit_code,
+        outcomes=outcomes,
+        junit_found=found,
+        duration_s=result.duration_s,
+        limit_hit=result.limit_hit,
+        stdout=result.stdout,
+        stderr=result.stderr,
+    )

@@ -1,0 +1,332 @@
+"""Get a project's source tree (local directory or a pinned PyPI sdist), strip what leaks code, read its layout.
+
+Leak surface (../shared/hosts/sandbox-and-swebench.md §3.4): bytecode caches hold the deleted implementation
+(``marshal`` + ``dis`` recover it), type-checker caches hold signatures, ``.git`` keeps old blobs, ``*.egg-info`` and
+``build/``/``dist/`` hold copies or file lists. All are removed from the tree every task is built from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+import zipfile
+from configparser import ConfigParser
+from dataclasses import dataclass
+from pathlib import Path
+
+from crf_prime.featdel.models import SourceInfo
+
+# directory names removed anywhere in the tree
+STRIP_DIRS = frozenset(
+    {
+        "__pycache__",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".pytype",
+        ".pyre",
+        ".hypothesis",
+        ".git",
+        ".hg",
+        ".svn",
+        ".tox",
+        ".nox",
+        ".venv",
+        "venv",
+        "htmlcov",
+        ".eggs",
+    }
+)
+# directory names removed at the root only (a package may legitimately have a sub-package called "build")
+STRIP_ROOT_DIRS = frozenset({"build", "dist"})
+STRIP_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".orig", ".rej", "~", ".dmypy.json")
+STRIP_FILES = frozenset({".coverage", ".dmypy.json"})
+
+TEST_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "conftest.py")
+
+
+class SourceError(RuntimeError):
+    """The source cannot be used as a Feature Deletion project; the message says why."""
+
+
+def cache_root() -> Path:
+    """Cache directory for sdists and test venvs (``$CRF_PRIME_CACHE`` or ``~/.cache/crf-prime``)."""
+    root = os.environ.get("CRF_PRIME_CACHE") or str(Path.home() / ".cache" / "crf-prime")
+    return Path(root) / "featdel"
+
+
+def strip_tree(root: Path) -> list[str]:
+    """Remove caches, VCS data and build artefacts under ``root``; return the removed paths (relative, sorted)."""
+    removed: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, topdown=True):
+        here = Path(dirpath)
+        keep = []
+        for d in dirnames:
+            full = here / d
+            if d in STRIP_DIRS or d.endswith(".egg-info") or (here == root and d in STRIP_ROOT_DIRS):
+                shutil.rmtree(full)
+                removed.append(full.relative_to(root).as_posix())
+            elif full.is_symlink():
+                full.unlink()
+                removed.append(full.relative_to(root).as_posix())
+            else:
+                keep.append(d)
+        dirnames[:] = keep
+        for f in filenames:
+            full = here / f
+            if f in STRIP_FILES or f.endswith(STRIP_SUFFIXES) or full.is_symlink():
+                full.unlink()
+                removed.append(full.relative_to(root).as_posix())
+    return sorted(removed)
+
+
+def tree_sha256(root: Path) -> str:
+    """Content hash of a tree (paths + bytes, sorted) — stable across machines."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _parse_pypi_spec(spec: str) -> tuple[str, str]:
+    m = re.fullmatch(r"pypi:([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)", spec.strip())
+    if not m:
+        raise SourceError(f"source {spec!r}: expected 'pypi:NAME==VERSION' (pinned) or a local directory")
+    return m.group(1), m.group(2)
+
+
+def download_sdist(name: str, version: str, cache: Path | None = None) -> Path:
+    """``pip download`` the sdist of ``name==version`` into the cache (once) and return its path."""
+    dest = (cache or cache_root()) / "sdists" / f"{name.lower()}-{version}"
+    found = sorted(p for p in dest.glob("*") if p.suffix in (".gz", ".zip")) if dest.is_dir() else []
+    if found:
+        return found[0]
+    tmp = Path(tempfile.mkdtemp(prefix="dl-", dir=dest.parent if dest.parent.exists() else None))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--disable-pip-version-check"]
+    cmd += ["-q", "-d", str(tmp), f"{name}=={version}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    files = sorted(p for p in tmp.glob("*") if p.suffix in (".gz", ".zip"))
+    if proc.returncode != 0 or not files:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SourceError(f"pip download {name}=={version} failed (exit {proc.returncode}): {proc.stderr.strip()[-600:]}")
+    tmp.rename(dest) if not dest.exists() else shutil.rmtree(tmp)
+    return sorted(p for p in dest.glob("*") if p.suffix in (".gz", ".zip"))[0]
+
+
+def _unpack(archive: Path, into: Path) -> Path:
+    """Unpack an sdist (tar.gz or zip) safely; return its single top-level directory."""
+    into.mkdir(parents=True, exist_ok=True)
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as z:
+            for m in z.namelist():
+                if m.startswith("/") or ".." in Path(m).parts:
+                    raise SourceError(f"{archive}: unsafe member {m!r}")
+            z.extractall(into)
+    else:
+        with tarfile.open(archive) as t:
+            t.extractall(into, filter="data")
+    tops = [p for p in into.iterdir()]
+    if len(tops) == 1 and tops[0].is_dir():
+        return tops[0]
+    return into
+
+
+@dataclass(frozen=True)
+class Project:
+    """A stripped source tree ready for generation, with its layout."""
+
+    root: Path
+    info: SourceInfo
+    package_dirs: tuple[str, ...]
+    """Importable package directories (and "." when top-level modules exist), relative to root."""
+    pythonpath: tuple[str, ...]
+    """Relative dirs for PYTHONPATH ("src" for a src layout, "." otherwise)."""
+    top_level: tuple[str, ...]
+    """Top-level importable names (packages and modules) — must never be importable from the test venv."""
+    runtime_requirements: tuple[str, ...]
+    """The project's runtime dependencies (Requires-Dist without extras / [project].dependencies)."""
+
+
+def is_test_path(rel: str) -> bool:
+    """True for test modules and anything inside a test directory (``tests/``, ``test/``, ``testing/``)."""
+    parts = rel.split("/")
+    if any(p in ("tests", "test", "testing") for p in parts[:-1]):
+        return True
+    name = parts[-1]
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
+def _requirements(root: Path) -> tuple[str, ...]:
+    from packaging.markers import default_environment
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    raw: list[str] = []
+    pkg_info = root / "PKG-INFO"
+    pyproject = root / "pyproject.toml"
+    if pkg_info.is_file():
+        for line in pkg_info.read_text(errors="replace").splitlines():
+            if line.startswith("Requires-Dist:"):
+                raw.append(line.split(":", 1)[1].strip())
+    elif pyproject.is_file():
+        raw = list(tomllib.loads(pyproject.read_text()).get("project", {}).get("dependencies", []))
+    if not raw and (root / "setup.cfg").is_file():
+        cfg = ConfigParser()
+        cfg.read(root / "setup.cfg")
+        raw = [r.strip() for r in cfg.get("options", "install_requires", fallback="").splitlines() if r.strip()]
+    env = default_environment()
+    out = []
+    for r in raw:
+        try:
+            req = Requirement(r)
+        except InvalidRequirement as e:
+            raise SourceError(f"{root}: cannot parse requirement {r!r}: {e}") from e
+        if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
+            continue
+        out.append(str(req))
+    return tuple(sorted(set(out)))
+
+
+def _layout(root: Path) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Find importable packages/modules (src layout or flat) excluding tests, setup scripts, docs."""
+    base_rel = "src" if (root / "src").is_dir() and any((root / "src").glob("*/__init__.py")) else "."
+    base = root / base_rel
+    pkgs: list[str] = []
+    top: list[str] = []
+    has_modules = False
+    for p in sorted(base.iterdir()):
+        rel = p.relative_to(root).as_posix()
+        if p.is_dir() and (p / "__init__.py").is_file() and not is_test_path(rel + "/x.py") and p.name not in (
+            "docs",
+            "doc",
+            "examples",
+            "benchmarks",
+            "scripts",
+        ):
+            pkgs.append(rel)
+            top.append(p.name)
+        elif p.is_file() and p.suffix == ".py" and not is_test_path(rel) and p.name not in (
+            "setup.py",
+            "conftest.py",
+            "noxfile.py",
+            "fabfile.py",
+            "tasks.py",
+        ):
+            has_modules = True
+            top.append(p.stem)
+    if has_modules:
+        pkgs.append(base_rel)
+    if not pkgs:
+        raise SourceError(f"{root}: no importable package or module found (looked in {base_rel!r})")
+    return tuple(pkgs), (base_rel,), tuple(sorted(top))
+
+
+def source_files(root: Path, package_dirs: tuple[str, ...]) -> tuple[str, ...]:
+    """The project's non-test .py files (the allow-list the grader takes from the agent)."""
+    out: set[str] = set()
+    for d in package_dirs:
+        base = root / d
+        if d in (".", "src"):
+            cands = [p for p in base.glob("*.py")]
+        else:
+            cands = list(base.rglob("*.py"))
+        for p in cands:
+            rel = p.relative_to(root).as_posix()
+            if not is_test_path(rel) and p.name not in ("setup.py", "conftest.py"):
+                out.add(rel)
+    return tuple(sorted(out))
+
+
+def test_config_files(root: Path) -> tuple[str, ...]:
+    """Every test file and test-configuration file in the tree (to protect and re-materialise at grading)."""
+    out: set[str] = set()
+    for p in root.rglob("*"):
+        if not p.is_file():
+            continue
+        rel = p.relative_to(root).as_posix()
+        if (p.suffix == ".py" and is_test_path(rel)) or (rel in TEST_CONFIG_FILES) or p.name == "conftest.py":
+            out.add(rel)
+        elif rel.split("/")[0].endswith(".dist-info"):
+            out.add(rel)
+        elif is_test_path(rel):  # data files next to tests (fixtures, expected outputs)
+            out.add(rel)
+    return tuple(sorted(out))
+
+
+def load_project(spec: str, workspace: Path, *, cache: Path | None = None) -> Project:
+    """Materialise ``spec`` (local dir or ``pypi:NAME==VERSION``) as a stripped tree under ``workspace``."""
+    if spec.startswith("pypi:"):
+        name, version = _parse_pypi_spec(spec)
+        archive = download_sdist(name, version, cache)
+        sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+        top = _unpack(archive, workspace / "unpack")
+        root = workspace / "base"
+        shutil.move(str(top), root)
+        requirements = _requirements(root)
+    else:
+        src = Path(spec).expanduser()
+        if not src.is_dir():
+            raise SourceError(f"source {spec!r}: not a directory and not 'pypi:NAME==VERSION'")
+        root = workspace / "base"
+        shutil.copytree(src, root, symlinks=True, ignore=shutil.ignore_patterns(*STRIP_DIRS))
+        name, version, sha = src.resolve().name, "local", ""
+        requirements = _requirements(root)
+    strip_tree(root)
+    if version != "local":
+        _write_metadata(root, name, version)
+    if not sha:
+        sha = tree_sha256(root)
+    package_dirs, pythonpath, top = _layout(root)
+    return Project(
+        root=root,
+        info=SourceInfo(spec=spec, name=name, version=version, sha256=sha),
+        package_dirs=package_dirs,
+        pythonpath=pythonpath,
+        top_level=top,
+        runtime_requirements=requirements,
+    )
+
+
+def _write_metadata(root: Path, name: str, version: str) -> None:
+    """A minimal ``.dist-info`` (name + version, no RECORD / file list) so ``importlib.metadata.version(name)`` works
+    from the tree as it would from an install; the stripped ``*.egg-info`` used to provide this."""
+    info = root / f"{re.sub(r'[-_.]+', '_', name)}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def make_archive(root: Path, dest: Path) -> str:
+    """Write ``root`` as a deterministic .tar.gz (sorted, mtime 0, uid 0); return its SHA-256."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            rel = path.relative_to(root).as_posix()
+            data = path.read_bytes()
+            ti = tarfile.TarInfo(rel)
+            ti.size, ti.mtime, ti.mode = len(data), 0, 0o644
+            t.addfile(ti, io.BytesIO(data))
+    import gzip
+
+    gz = gzip.compress(buf.getvalue(), mtime=0)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(gz)
+    return hashlib.sha256(gz).hexdigest()
+
+
+def extract_archive(archive: Path, into: Path, expected_sha256: str | None = None) -> None:
+    """Unpack a base archive written by :func:`make_archive`, checking its hash."""
+    data = archive.read_bytes()
+    if expected_sha256 is not None and hashlib.sha256(data).hexdigest() != expected_sha256:
+        raise SourceError(f"{archive}: SHA-256 mismatch (the task directory was modified)")
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
+        t.extractall(into, filter="data")

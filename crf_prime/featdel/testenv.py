@@ -1,0 +1,119 @@
+"""Per-source test venv: pytest + coverage + the project's runtime dependencies, never the project itself.
+
+The venv is built once per requirement set (cached under ``cache_root()/venvs/<hash>``) with ``--without-pip``, so
+nothing inside the sandbox can ``pip install`` the original package back; after installing, the venv is checked
+for any importable copy of the project's top-level names.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from crf_prime.featdel.models import TestEnvSpec
+from crf_prime.featdel.source import SourceError, cache_root
+
+# pytest plugin used only during the generator's coverage run: one coverage context per test node id
+# (coverage's "dynamic contexts"; the native ``dynamic_context = test_function`` collapses parametrisations).
+CONTEXT_PLUGIN = '''\
+"""crf-prime featdel: switch the coverage context to the running test's node id."""
+import coverage
+import pytest
+
+
+def _switch(name):
+    cov = coverage.Coverage.current()
+    if cov is not None:
+        cov.switch_context(name)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _switch(item.nodeid)
+    yield
+    _switch("")
+'''
+
+
+def default_spec(runtime_requirements: tuple[str, ...]) -> TestEnvSpec:
+    """pytest and coverage pinned to the versions of this interpreter, plus the project's runtime deps."""
+    pins = [f"pytest=={importlib.metadata.version('pytest')}", f"coverage=={importlib.metadata.version('coverage')}"]
+    return TestEnvSpec(
+        python=f"{sys.version_info.major}.{sys.version_info.minor}",
+        requirements=tuple(sorted(set(pins) | set(runtime_requirements))),
+    )
+
+
+@dataclass(frozen=True)
+class TestEnv:
+    """A built venv and the plugin directory used for coverage contexts."""
+
+    venv: Path
+    plugin_dir: Path
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+
+def spec_key(spec: TestEnvSpec) -> str:
+    return hashlib.sha256(json.dumps(spec.model_dump(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def ensure_test_env(spec: TestEnvSpec, forbidden: tuple[str, ...] = (), *, cache: Path | None = None) -> TestEnv:
+    """Build (or reuse) the venv for ``spec``; raise if any ``forbidden`` top-level name is importable in it."""
+    want = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if spec.python != want:
+        raise SourceError(f"test_env.python: tasks were built with Python {spec.python}, this is Python {want}")
+    root = (cache or cache_root()) / "venvs"
+    root.mkdir(parents=True, exist_ok=True)
+    venv = root / spec_key(spec)
+    plugin_dir = root / "plugins"
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / ".complete").is_file():
+            _build(venv, spec)
+        plugin_dir.mkdir(exist_ok=True)
+        plugin = plugin_dir / "crf_featdel_ctx.py"
+        if not plugin.is_file() or plugin.read_text() != CONTEXT_PLUGIN:
+            plugin.write_text(CONTEXT_PLUGIN)
+    env = TestEnv(venv=venv, plugin_dir=plugin_dir)
+    if forbidden:
+        _check_not_importable(env, forbidden)
+    return env
+
+
+def _build(venv: Path, spec: TestEnvSpec) -> None:
+    tmp = venv.with_name(venv.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp)], check=True, capture_output=True)
+    cmd = [sys.executable, "-m", "pip", "--python", str(tmp / "bin" / "python"), "install", "-q"]
+    cmd += ["--disable-pip-version-check", "--no-input", *spec.requirements]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SourceError(f"building the test venv failed ({' '.join(spec.requirements)}): {proc.stderr[-800:]}")
+    # the venv's python is a symlink to the base interpreter and site-packages is relative: a rename is safe
+    tmp.rename(venv)
+    (venv / ".complete").write_text(json.dumps(spec.model_dump(), sort_keys=True))
+
+
+def _check_not_importable(env: TestEnv, names: tuple[str, ...]) -> None:
+    code = "import importlib.util,sys,json;print(json.dumps([n for n in sys.argv[1:] if importlib.util.find_spec(n)]))"
+    proc = subprocess.run(
+        [str(env.python), "-I", "-c", code, *names], capture_output=True, text=True, cwd=env.venv, check=True
+    )
+    found = json.loads(proc.stdout)
+    if found:
+        raise SourceError(
+            f"the test venv {env.venv} can import the project itself ({', '.join(found)}): a dependency pulls it in, "
+            "so deleting code would be a silent no-op; pick another source"
+        )
