@@ -92,8 +92,9 @@ PASS_TO_PASS = [
     "tests/test_stats.py::test_mean",
     "tests/test_stats.py::test_median_odd[xs0-2]",
     "tests/test_stats.py::test_median_odd[xs1-5]",
-    "tests/test_stats.py::test_median_empty",
 ]
+"""``test_median_empty`` is skipped: pytest ``-rA`` reports it only as ``SKIPPED [1] path:line: reason`` (no id),
+so, as in the real dataset, it is in neither list."""
 
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "crf-prime",

@@ -67,7 +67,8 @@ _DIFF_START = re.compile(r"^diff --git ", re.M)
 def split_diff(diff: str) -> list[str]:
     """A ``git diff`` split into one chunk per file (each starting with ``diff --git``)."""
     starts = [m.start() for m in _DIFF_START.finditer(diff)]
-    return [diff[a:b] for a, b in zip(starts, [*starts[1:], len(diff)], strict=True)]
+    ends = [*starts[1:], len(diff)] if starts else []
+    return [diff[a:b] for a, b in zip(starts, ends, strict=True)]
 
 
 def drop_test_files(diff: str, also: set[str] | frozenset[str] = frozenset()) -> str:

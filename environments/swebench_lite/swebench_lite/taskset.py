@@ -1,0 +1,219 @@
+"""SWE-bench-lite as a verifiers v1 taskset (id ``swebench-lite``).
+
+Data: one :class:`SweData` row per instance (the whole SWE-bench row rides on the wire, so the env server rebuilds
+the task without loading the dataset). Behaviour (:class:`SweTask`): ``setup`` leaves the repo at ``base_commit``
+with the test patch withheld; the ``resolved`` reward re-materialises the agent's change, applies the test patch,
+runs the repo's test command on the test directives and grades FAIL_TO_PASS / PASS_TO_PASS with swebench's rules
+(``crf_prime.swe``); ``validate`` applies the gold patch and must resolve. Infrastructure failures raise.
+
+Placement: real instances use their ``sweb.eval.x86_64.<id>`` image on the docker / prime runtimes (repo in
+``/testbed``). With ``repos_dir`` set, each repo is cloned from a local git mirror into the subprocess runtime and
+the tests run in crf-prime's bubblewrap sandbox (how the offline mini SWE-bench fixture runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import verifiers.v1 as vf
+from pydantic import Field
+
+from crf_prime.hints import FailingTest, attach_hint
+from crf_prime.swe.dataset import LITE, load_instances
+from crf_prime.swe.instance import SweInstance
+from crf_prime.swe.logparse import failure_messages
+from crf_prime.swe.runner import EvalRun, SweInfraError, SweRunner
+
+TESTBED = "/testbed"
+
+SYSTEM_PROMPT = (
+    "You are working in a checkout of the repository {repo} at {workdir}. Resolve the issue below by editing the "
+    "repository's source files. Do not modify or add tests: hidden tests decide whether the issue is resolved."
+)
+
+
+class SweData(vf.TaskData):
+    """One SWE-bench instance as task wire data."""
+
+    instance: SweInstance
+    """The SWE-bench row (issue, base commit, gold + test patches, F2P / P2P)."""
+    mirror: str | None = None
+    """Local placement: host path of a git repository holding ``base_commit`` (None: use the image's /testbed)."""
+
+
+class SweTaskConfig(vf.TaskConfig):
+    """Run-time knobs of each task (``--env.taskset.task.*``)."""
+
+    test_timeout: float = 1800.0
+    """Timeout (in seconds) of the test command; hitting it grades as unresolved, like the swebench harness."""
+    reinstall: bool = True
+    """Re-run the repo's install step before the tests, as the swebench eval script does (compiled repos need it)."""
+    python: str | None = None
+    """Local placement: interpreter whose bin dir leads PATH for the sandboxed test run (default: this process's)."""
+    unsandboxed_tests: bool = False
+    """Local placement: run the test command without bubblewrap isolation (explicit opt-in; never a fallback)."""
+    hints: bool = True
+    """Write a channel-2 hint from the failing FAIL_TO_PASS tests into ``trace.info["hint"]`` after scoring."""
+
+
+class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
+    """Behaviour of one SWE-bench instance."""
+
+    def __init__(self, data: SweData, config: SweTaskConfig | None = None) -> None:
+        super().__init__(data, config)
+        self._runs: dict[str, asyncio.Future[EvalRun]] = {}
+
+    @property
+    def key(self) -> str:
+        return self.data.instance.instance_id
+
+    # ---- placement -------------------------------------------------------------------------------------------
+    def _runner(self, runtime: vf.Runtime) -> SweRunner:
+        local = self.data.mirror is not None
+        if local:
+            workdir = getattr(runtime, "workdir", None)
+            if runtime.type != "subprocess" or not isinstance(workdir, Path):
+                raise SweInfraError(
+                    f"instance {self.key!r} uses a local mirror (repos_dir), which needs the subprocess runtime; "
+                    f"got {runtime.type!r}. Unset repos_dir to run the sweb.eval image on docker / prime."
+                )
+            repo_dir = str(workdir)
+        else:
+            repo_dir = self.data.workdir or TESTBED
+        return SweRunner(
+            self.data.instance,
+            repo_dir=repo_dir,
+            test_timeout=self.config.test_timeout,
+            reinstall=self.config.reinstall,
+            local_python=(self.config.python or sys.executable) if local else None,
+            unsandboxed=self.config.unsandboxed_tests,
+        )
+
+    async def setup(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
+        runner = self._runner(runtime)
+        if self.data.mirror is not None:
+            await runner.clone_local(runtime, Path(self.data.mirror))
+        await runner.prepare(runtime)
+
+    async def validate(self, runtime: vf.Runtime) -> bool | None:
+        """Gold check: the gold patch applied to the set-up repo must resolve the instance."""
+        runner = self._runner(runtime)
+        await runner.apply_gold(runtime)
+        run = await runner.evaluate(runtime)
+        return run.report.resolved
+
+    # ---- scoring ---------------------------------------------------------------------------------------------
+    async def _evaluation(self, trace: vf.Trace, runtime: vf.Runtime) -> EvalRun:
+        """One grading run per trace, shared by the metrics and the reward (metrics are scored first)."""
+        future = self._runs.get(trace.id)
+        if future is None:
+            future = asyncio.ensure_future(self._runner(runtime).evaluate(runtime))
+            self._runs[trace.id] = future
+        return await asyncio.shield(future)
+
+    @vf.metric
+    async def f2p_pass(self, trace: vf.Trace, runtime: vf.Runtime) -> float:
+        """Share of FAIL_TO_PASS tests that pass after the agent's change."""
+        return (await self._evaluation(trace, runtime)).report.f2p_fraction
+
+    @vf.metric
+    async def p2p_pass(self, trace: vf.Trace, runtime: vf.Runtime) -> float:
+        """Share of PASS_TO_PASS tests that still pass after the agent's change."""
+        return (await self._evaluation(trace, runtime)).report.p2p_fraction
+
+    @vf.reward(weight=1.0)
+    async def resolved(self, trace: vf.Trace, runtime: vf.Runtime) -> float:
+        """1.0 when every FAIL_TO_PASS and every PASS_TO_PASS test passes (swebench ``RESOLVED_FULL``), else 0.0."""
+        try:
+            run = await self._evaluation(trace, runtime)
+        finally:
+            self._runs.pop(trace.id, None)
+        report = run.report
+        trace.info["swebench"] = {
+            "instance_id": report.instance_id,
+            "resolution": report.resolution,
+            "log_trusted": report.found,
+            "reason": report.reason,
+            "test_exit_code": report.exit_code,
+            "timed_out": run.timed_out,
+            "f2p_failure": list(report.f2p_failure),
+            "p2p_failure": list(report.p2p_failure),
+            "model_patch": run.model_patch,
+        }
+        if self.config.hints:
+            messages = failure_messages(run.log)
+            failing = [FailingTest(name=t, message=messages.get(t, report.reason)) for t in report.f2p_failure]
+            attach_hint(trace, failing_tests=failing)
+        return 1.0 if report.resolved else 0.0
+
+
+class SweTasksetConfig(vf.TasksetConfig):
+    """Which instances load, and where they run (``--env.taskset.*``)."""
+
+    dataset: str = LITE
+    """Hugging Face dataset id (needs the ``hf`` extra) or a local .json / .jsonl / .parquet file."""
+    split: str = "test"
+    """Dataset split (Lite: ``test`` = 300, ``dev`` = 23)."""
+    instance_ids: list[str] | None = None
+    """Keep only these instances (in this order); unknown ids are an error."""
+    repos: list[str] | None = None
+    """Keep only instances of these ``owner/name`` repositories."""
+    registry: str = "swebench"
+    """Image namespace: ``<registry>/sweb.eval.x86_64.<id>:latest`` with ``__`` spelled ``_1776_`` (Docker Hub);
+    empty = the local harness name ``sweb.eval.x86_64.<id>:latest``."""
+    image_template: str | None = None
+    """Overrides ``registry``: a format string with ``{instance_id}`` (and ``{instance_id_1776}``)."""
+    workdir: str = TESTBED
+    """Where the repo lives in the image."""
+    repos_dir: Path | None = None
+    """Local placement: directory of git mirrors named ``<owner>__<name>``; tasks then need no image and run on
+    the subprocess runtime with sandboxed tests."""
+    include_hints_text: bool = False
+    """Append the issue's ``hints_text`` (pre-fix discussion) to the prompt."""
+    system_prompt_template: str | None = SYSTEM_PROMPT
+    """System prompt (``{repo}``, ``{workdir}`` filled in); None = no system prompt."""
+    task: SweTaskConfig = Field(default_factory=SweTaskConfig)
+
+
+class SweTaskset(vf.Taskset[SweTask, SweTasksetConfig]):
+    """SWE-bench-lite instances as verifiers tasks."""
+
+    def _image(self, instance: SweInstance) -> str:
+        template = self.config.image_template
+        if template is not None:
+            return template.format(
+                instance_id=instance.instance_id, instance_id_1776=instance.instance_id.replace("__", "_1776_")
+            )
+        return instance.image(self.config.registry)
+
+    def _data(self, instance: SweInstance) -> dict[str, Any]:
+        prompt = instance.problem_statement
+        if self.config.include_hints_text and instance.hints_text.strip():
+            prompt += f"\n\nHints (discussion before the fix):\n{instance.hints_text}"
+        local = self.config.repos_dir is not None
+        workdir = None if local else self.config.workdir
+        data: dict[str, Any] = {
+            "id": instance.instance_id,
+            "name": instance.instance_id,
+            "prompt": prompt,
+            "instance": instance,
+            "image": None if local else self._image(instance),
+            "workdir": workdir,
+        }
+        if local:
+            assert self.config.repos_dir is not None
+            data["mirror"] = str((self.config.repos_dir / instance.repo.replace("/", "__")).resolve())
+        if self.config.system_prompt_template is not None:
+            data["system_prompt"] = self.config.system_prompt_template.format(
+                repo=instance.repo, workdir=workdir or "the current directory"
+            )
+        return data
+
+    def load(self) -> list[SweTask]:
+        instances = load_instances(
+            self.config.dataset, self.config.split, instance_ids=self.config.instance_ids, repos=self.config.repos
+        )
+        return [SweTask(SweData(**self._data(i)), self.config.task) for i in instances]
