@@ -1,0 +1,131 @@
+"""OpenAI chat-message helpers shared by the ingesters: content flattening, tool-call normalisation, the synthetic
+system prompt, and the one place that turns (context, action) into a :class:`TraceState`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from crf_prime.traces.family import model_family
+from crf_prime.traces.models import Action, Source, ToolCall, TraceFormat, TraceState
+from crf_prime.traces.records import state_id, truncate_middle
+
+SYNTHETIC_SYSTEM_PROMPT = (
+    "You are an autonomous coding agent working in a software repository on the user's behalf. "
+    "Use the available tools to inspect files, run commands and tests, and edit code. "
+    "Make one step at a time: decide the single next action, call a tool (or answer the user when done), "
+    "then read the result before deciding the next step."
+)
+"""Added as the first message when a trace format records no system prompt (Claude Code never does)."""
+
+
+def content_text(content: Any) -> str:
+    """Flatten OpenAI/Anthropic-style content (a string or a list of text/image blocks) to text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        content = [content]
+    parts: list[str] = []
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict):
+                kind = block.get("type")
+                if kind in (None, "text", "input_text", "output_text") and isinstance(block.get("text"), str):
+                    parts.append(block["text"])
+                elif kind in ("image", "image_url", "input_image"):
+                    parts.append("[image]")
+    return "\n".join(p for p in parts if p)
+
+
+def arguments_string(arguments: Any) -> str:
+    """Tool-call arguments as the JSON string OpenAI uses (parsed dicts are dumped; strings kept verbatim)."""
+    if arguments is None:
+        return "{}"
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def tool_call_from_openai(call: dict[str, Any]) -> ToolCall:
+    """Accept nested OpenAI (``{"function": {"name", "arguments"}}``) and flat (``{"name", "arguments"}``) calls."""
+    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    return ToolCall(
+        id=str(call.get("id") or ""), name=str(fn.get("name") or ""), arguments=arguments_string(fn.get("arguments"))
+    )
+
+
+def tool_schema_from_any(tool: dict[str, Any]) -> dict[str, Any]:
+    """Normalise a tool declaration (nested OpenAI or flat verifiers/Responses style) to ``{"type": "function",
+    "function": {...}}``."""
+    if isinstance(tool.get("function"), dict):
+        return {"type": "function", "function": dict(tool["function"])}
+    fn = {"name": tool.get("name", ""), "description": tool.get("description", "") or ""}
+    fn["parameters"] = tool.get("parameters") or tool.get("input_schema") or {"type": "object", "properties": {}}
+    return {"type": "function", "function": fn}
+
+
+def action_from_openai(msg: dict[str, Any]) -> Action:
+    """An OpenAI assistant message as an :class:`Action` (``reasoning_content``/``reasoning`` kept as reasoning)."""
+    reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
+    calls = tuple(tool_call_from_openai(c) for c in msg.get("tool_calls") or () if isinstance(c, dict))
+    return Action(text=content_text(msg.get("content")), reasoning=str(reasoning or ""), tool_calls=calls)
+
+
+def tool_message(call_id: str, text: str, *, name: str | None = None, limit: int | None = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": truncate_middle(text, limit)}
+    if name:
+        msg["name"] = name
+    return msg
+
+
+def clean_context(messages: Iterable[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
+    """Teacher-safe copies of context messages: reasoning dropped from assistant turns, text content flattened,
+    over-long user/tool observations truncated in the middle."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "assistant":
+            out.append(action_from_openai(m).to_message())
+        elif role == "tool":
+            out.append(
+                tool_message(
+                    str(m.get("tool_call_id") or ""), content_text(m.get("content")), name=m.get("name"), limit=limit
+                )
+            )
+        elif role in ("system", "user"):
+            out.append({"role": role, "content": truncate_middle(content_text(m.get("content")), limit)})
+    return out
+
+
+def make_state(
+    *,
+    fmt: TraceFormat,
+    file: str,
+    line: int,
+    trace_id: str,
+    key: str,
+    context: Sequence[dict[str, Any]],
+    action: Action,
+    tools: Sequence[dict[str, Any]] = (),
+    model: str = "",
+    step: int = 0,
+) -> TraceState:
+    """Build a state; a synthetic coding-agent system prompt is prepended when the context has none."""
+    messages = list(context)
+    if not messages or messages[0].get("role") != "system":
+        messages.insert(0, {"role": "system", "content": SYNTHETIC_SYSTEM_PROMPT})
+    return TraceState(
+        state_id=state_id(fmt, trace_id or file, key),
+        messages=tuple(messages),
+        tools=tuple(tools),
+        student_action=action,
+        source=Source(format=fmt, file=file, line=line, trace_id=trace_id),
+        source_model=model,
+        model_family=model_family(model),
+        step=step,
+    )

@@ -1,0 +1,266 @@
+"""Claude Code session JSONL (``~/.claude/projects/<cwd>/<sessionId>.jsonl``) to trace states.
+
+Format (no official schema; see hosts/teachers-and-traces.md §3.1): one JSON record per line, linked by
+``uuid``/``parentUuid`` into a DAG. One API reply is often written as several ``assistant`` lines (one content
+block each) sharing ``message.id``; tool results come back as ``user`` lines with ``tool_result`` blocks
+(``is_error``); sub-agent records carry ``isSidechain``; ``isMeta`` lines are injected notices; ``/compact`` starts a
+new root (``system``/``compact_boundary``) followed by an ``isCompactSummary`` user record; ``summary`` and
+``file-history-snapshot`` lines are bookkeeping.
+
+Streaming with a bounded memory: pass 1 reads the file line by line and keeps, per record, only its uuid, parent
+uuid and byte offset (~150 bytes/record); the main branch is the parent chain of the last main-chain record
+(later forks win, abandoned branches are counted, not ingested). Pass 2 seeks to the main-branch records only and
+builds the conversation. Peak memory = the id map + one context (the messages of the last state), independent of
+sidechains, snapshots and abandoned branches. A compact boundary is spliced to its ``logicalParentUuid`` so the
+turns before ``/compact`` are ingested too, and the context is reset there: after ``/compact`` the model saw the
+summary, not the older turns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from crf_prime.traces.chat import content_text, make_state, tool_message
+from crf_prime.traces.models import Action, ToolCall, TraceState
+from crf_prime.traces.records import IngestReport
+
+_CONVERSATIONAL = {"user", "assistant", "system"}
+_COMPACT = object()  # marker: context reset at a compact boundary
+
+# Parameter schemas of Claude Code's built-in tools (names as they appear in tool_use blocks); the file records no
+# tool declarations, so teachers are offered these for the tool names the session used.
+_TOOLS: dict[str, tuple[str, dict[str, str], tuple[str, ...]]] = {
+    "Bash": ("Run a shell command.", {"command": "string", "description": "string", "timeout": "number"}, ("command",)),
+    "Read": ("Read a file.", {"file_path": "string", "offset": "number", "limit": "number"}, ("file_path",)),
+    "Write": ("Write a file.", {"file_path": "string", "content": "string"}, ("file_path", "content")),
+    "Edit": (
+        "Replace a string in a file.",
+        {"file_path": "string", "old_string": "string", "new_string": "string", "replace_all": "boolean"},
+        ("file_path", "old_string", "new_string"),
+    ),
+    "MultiEdit": (
+        "Apply several edits to one file.",
+        {"file_path": "string", "edits": "array"},
+        ("file_path", "edits"),
+    ),
+    "Grep": (
+        "Search file contents with a regex.",
+        {"pattern": "string", "path": "string", "glob": "string"},
+        ("pattern",),
+    ),
+    "Glob": ("Find files by glob pattern.", {"pattern": "string", "path": "string"}, ("pattern",)),
+    "LS": ("List a directory.", {"path": "string"}, ("path",)),
+    "TodoWrite": ("Update the task list.", {"todos": "array"}, ("todos",)),
+    "Task": ("Delegate a task to a sub-agent.", {"description": "string", "prompt": "string"}, ("prompt",)),
+    "WebFetch": ("Fetch a URL.", {"url": "string", "prompt": "string"}, ("url",)),
+}
+
+
+def tool_schemas(names_and_keys: dict[str, set[str]]) -> list[dict[str, Any]]:
+    """OpenAI tool declarations for the tool names used in a session (known schema, else the argument keys seen)."""
+    out = []
+    for name in sorted(names_and_keys):
+        if name in _TOOLS:
+            desc, props, required = _TOOLS[name]
+            params = {
+                "type": "object",
+                "properties": {k: {"type": t} for k, t in props.items()},
+                "required": list(required),
+            }
+        else:
+            desc = f"Tool {name} (schema not recorded in the trace)."
+            params = {"type": "object", "properties": {k: {} for k in sorted(names_and_keys[name])}}
+        out.append({"type": "function", "function": {"name": name, "description": desc, "parameters": params}})
+    return out
+
+
+class _Turn:
+    """One assistant reply being assembled from its content-block lines."""
+
+    def __init__(self, message_id: str, uuid: str, line: int, model: str) -> None:
+        self.message_id, self.uuid, self.line, self.model = message_id, uuid, line, model
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: list[ToolCall] = []
+
+    def add(self, blocks: Any, used_tools: dict[str, set[str]]) -> None:
+        if isinstance(blocks, str):
+            self.text.append(blocks)
+            return
+        for b in blocks or ():
+            if not isinstance(b, dict):
+                continue
+            kind = b.get("type")
+            if kind == "text" and b.get("text"):
+                self.text.append(b["text"])
+            elif kind == "thinking" and b.get("thinking"):
+                self.reasoning.append(b["thinking"])
+            elif kind == "tool_use":
+                args = b.get("input") if isinstance(b.get("input"), dict) else {}
+                name = str(b.get("name") or "")
+                used_tools.setdefault(name, set()).update(args)
+                self.calls.append(
+                    ToolCall(id=str(b.get("id") or ""), name=name, arguments=json.dumps(args, ensure_ascii=False))
+                )
+            # redacted_thinking and unknown blocks carry nothing a teacher or student can use
+
+    def action(self) -> Action:
+        return Action(text="\n\n".join(self.text), reasoning="\n\n".join(self.reasoning), tool_calls=tuple(self.calls))
+
+
+def _user_messages(content: Any, limit: int | None) -> list[dict[str, Any]]:
+    """A user record as chat messages: tool results first (they answer the previous assistant turn), then text."""
+    if isinstance(content, str):
+        return [{"role": "user", "content": content}] if content.strip() else []
+    tools, texts = [], []
+    for b in content or ():
+        if not isinstance(b, dict):
+            continue
+        if b.get("type") == "tool_result":
+            text = content_text(b.get("content"))
+            if b.get("is_error"):
+                text = f"[tool error]\n{text}"
+            tools.append(tool_message(str(b.get("tool_use_id") or ""), text, limit=limit))
+        else:
+            t = content_text([b])
+            if t:
+                texts.append(t)
+    out = tools
+    if texts:
+        out.append({"role": "user", "content": "\n".join(texts)})
+    return out
+
+
+def ingest_claude_code(
+    path: Path, report: IngestReport, *, max_observation_chars: int | None = None
+) -> Iterator[TraceState]:
+    # pass 1: uuid -> (parentUuid, byte offset, line); skip reasons counted per record
+    index: dict[str, tuple[str | None, int, int]] = {}
+    leaf: str | None = None
+    main_records = 0
+    session = ""
+    parsed_any = False
+    offset = 0
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            start, offset = offset, offset + len(raw)
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                report.malformed_line(path, line_no, f"{type(e).__name__}: {e}")
+                continue
+            parsed_any = True
+            report.records += 1
+            if not isinstance(rec, dict):
+                report.skip("unknown_record")
+                continue
+            kind = rec.get("type")
+            if kind not in _CONVERSATIONAL or not rec.get("uuid"):
+                report.skip("snapshot" if kind == "file-history-snapshot" else "non_conversational")
+                continue
+            if rec.get("isSidechain"):
+                report.skip("sidechain")
+                continue
+            parent = rec.get("parentUuid")
+            if kind == "system" and rec.get("subtype") == "compact_boundary":
+                parent = rec.get("logicalParentUuid")  # splice: states before /compact keep their full context
+            index[str(rec["uuid"])] = (parent, start, line_no)
+            if rec.get("isMeta") or rec.get("isVisibleInTranscriptOnly"):
+                report.skip("meta")
+            elif kind in ("user", "assistant"):
+                leaf = str(rec["uuid"])
+                main_records += 1
+                session = str(rec.get("sessionId") or session)
+    if not parsed_any or leaf is None:
+        return
+    # main branch: walk parents from the last main-chain record
+    path_ids: list[str] = []
+    seen: set[str] = set()
+    cur: str | None = leaf
+    while cur is not None and cur not in seen:
+        if cur not in index:
+            report.skip("dangling_parent")
+            break
+        seen.add(cur)
+        path_ids.append(cur)
+        cur = index[cur][0]
+    path_ids.reverse()
+    offsets = [(index[u][1], index[u][2]) for u in path_ids]
+    del index, seen
+
+    # pass 2: build the conversation from the main-branch records only
+    items: list[dict[str, Any] | _Turn | object] = []
+    used_tools: dict[str, set[str]] = {}
+    on_path = 0
+    with path.open("rb") as f:
+        for off, line_no in offsets:
+            f.seek(off)
+            rec = json.loads(f.readline())
+            kind = rec.get("type")
+            if kind == "system":
+                if rec.get("subtype") == "compact_boundary":
+                    items.append(_COMPACT)  # the model saw only the summary after this point
+                continue  # other system records are local notices, not model messages
+            if rec.get("isMeta") or rec.get("isVisibleInTranscriptOnly"):
+                continue
+            on_path += 1
+            msg = rec.get("message") or {}
+            if kind == "user":
+                items.extend(_user_messages(msg.get("content"), max_observation_chars))
+                continue
+            model = str(msg.get("model") or "")
+            if model == "<synthetic>":
+                report.skip("synthetic")
+                continue
+            mid = str(msg.get("id") or rec.get("requestId") or rec["uuid"])
+            last_turn = next((i for i in range(len(items) - 1, -1, -1) if isinstance(items[i], _Turn)), None)
+            if (
+                last_turn is not None
+                and items[last_turn].message_id == mid  # type: ignore[union-attr]
+                and all(isinstance(x, dict) and x.get("role") == "tool" for x in items[last_turn + 1 :])
+            ):
+                items[last_turn].add(msg.get("content"), used_tools)  # type: ignore[union-attr]
+            else:
+                turn = _Turn(mid, str(rec["uuid"]), line_no, model)
+                turn.add(msg.get("content"), used_tools)
+                items.append(turn)
+    report.skip("off_main_branch", main_records - on_path)
+
+    tools = tool_schemas(used_tools)
+    trace_id = session or path.stem
+    context: list[dict[str, Any]] = []
+    step = 0
+    emitted = False
+    for item in items:
+        if item is _COMPACT:
+            context = []
+            continue
+        if isinstance(item, dict):
+            context.append(item)
+            continue
+        action = item.action()
+        if action.is_empty():
+            report.skip("empty_action")  # a thinking-only reply: nothing to replay, nothing a teacher saw
+            continue
+        yield make_state(
+            fmt="claude-code",
+            file=str(path),
+            line=item.line,
+            trace_id=trace_id,
+            key=item.uuid,
+            context=context,
+            action=action,
+            tools=tools,
+            model=item.model,
+            step=step,
+        )
+        emitted = True
+        step += 1
+        context.append(action.to_message())
+    if emitted:
+        report.traces += 1
