@@ -110,6 +110,7 @@ class RelayOrigin:
         (self.data_dir / PROBE_NAME).write_bytes(b"crf-relay\n")
         index_path = self.data_dir / INDEX_NAME
         self.index = read_index(index_path) if index_path.exists() else RelayIndex()
+        write_model_atomic(index_path, self.index)  # an empty index means "reachable, nothing published yet"
         self._server = origin_cls(str(self.data_dir), host, port, keep)
         self.host = host
         self.port: int = self._server.port

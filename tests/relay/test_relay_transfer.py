@@ -1,0 +1,89 @@
+"""End to end on loopback: one origin, three nodes, byte-identical checkpoints; publishing rules and retention."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from relay_testkit import same_tree, visible_steps, write_checkpoint
+
+from crf_prime.cli import main
+from crf_prime.relay.layout import STABLE
+from crf_prime.relay.manifest import INDEX_NAME, RelayIndex
+from crf_prime.relay.node import RelayNode
+from crf_prime.relay.origin import RelayOrigin
+
+pytestmark = pytest.mark.shardcast
+
+
+@pytest.mark.slow
+def test_origin_and_three_nodes_get_identical_checkpoint(tmp_path: Path) -> None:
+    broadcasts = tmp_path / "trainer" / "broadcasts"
+    source = write_checkpoint(broadcasts / "step_12", total_mb=256, n_files=4, seed=12)
+    size = sum(p.stat().st_size for p in source.iterdir())
+    assert size > 250e6
+    with RelayOrigin(broadcasts, tmp_path / "data", shard_size=32_000_000) as origin:
+        manifest = origin.poll_once()
+        assert manifest is not None and manifest.step == 12 and len(manifest.shards) == 9
+        nodes = [RelayNode([origin.url], tmp_path / f"node{i}" / "broadcasts", keep=1) for i in range(3)]
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            results = list(pool.map(lambda node: node.pull_once(), nodes))
+    for i, result in enumerate(results):
+        node_dir = tmp_path / f"node{i}" / "broadcasts"
+        assert result is not None and result.step == 12
+        assert result.downloaded_bytes == manifest.archive_size and result.reused_shards == 0
+        assert visible_steps(node_dir) == ["step_12"]
+        assert same_tree(source, node_dir / "step_12")
+
+
+def test_newest_step_published_and_retention(tmp_path: Path) -> None:
+    broadcasts = tmp_path / "trainer" / "broadcasts"
+    for step in (1, 2):
+        write_checkpoint(broadcasts / f"step_{step}", total_mb=1, n_files=1, seed=step)
+    write_checkpoint(broadcasts / "step_3", total_mb=1, n_files=1, seed=3)
+    (broadcasts / "step_3" / STABLE).unlink()  # still being written by the trainer
+    node_dir = tmp_path / "node" / "broadcasts"
+    with RelayOrigin(broadcasts, tmp_path / "data", shard_size=300_000, keep=2) as origin:
+        assert origin.poll_once().step == 2  # newest complete one; step 1 is skipped, step 3 not complete
+        assert origin.poll_once() is None
+        node = RelayNode([origin.url], node_dir, keep=1)
+        assert node.pull_once().step == 2
+        assert node.pull_once() is None  # up to date
+
+        (broadcasts / "step_3" / STABLE).touch()
+        write_checkpoint(broadcasts / "step_4", total_mb=1, n_files=1, seed=4)
+        assert origin.poll_once().step == 4
+        write_checkpoint(broadcasts / "step_5", total_mb=1, n_files=1, seed=5)
+        assert origin.poll_once().step == 5
+        index = RelayIndex.model_validate_json((tmp_path / "data" / INDEX_NAME).read_text())
+        assert [m.step for m in index.steps] == [4, 5]  # keep=2 on the server
+        assert sorted(p.name for p in (tmp_path / "data").glob("v*")) == ["v2", "v3"]  # shardcast pruned v1
+
+        assert node.pull_once().step == 5
+    assert visible_steps(node_dir) == ["step_5"]  # keep=1 on the node
+    assert same_tree(broadcasts / "step_5", node_dir / "step_5")
+
+
+def test_unverifiable_step_is_not_advertised(tmp_path: Path) -> None:
+    broadcasts = tmp_path / "trainer" / "broadcasts"
+    step = write_checkpoint(broadcasts / "step_1", total_mb=1, n_files=1, seed=1)
+    shard = step / "model-00001-of-00001.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-10])  # truncated after STABLE: refuse to publish it
+    import threading
+
+    errors: list[tuple[int, str]] = []
+    with RelayOrigin(broadcasts, tmp_path / "data", shard_size=300_000) as origin:
+        stop = threading.Event()
+        origin.run(stop, poll_interval=0.01, on_error=lambda s, e: (errors.append((s, str(e))), stop.set()))
+        assert RelayIndex.model_validate_json((tmp_path / "data" / INDEX_NAME).read_text()).steps == ()
+        node = RelayNode([origin.url], tmp_path / "node", keep=1)
+        assert node.pull_once() is None
+    assert [s for s, _ in errors] == [1] and "model-00001-of-00001.safetensors" in errors[0][1]
+    assert visible_steps(tmp_path / "node") == []
+
+
+def test_cli_rejects_bad_server_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["relay", "pull", "--server", "ftp://example", "--broadcast-dir", str(tmp_path / "b"), "--once"]
+    assert main(argv) == 2
+    assert "relay server 'ftp://example' must be an http:// or https:// URL" in capsys.readouterr().err
