@@ -79,7 +79,13 @@ def iter_functions(path: str, source: str) -> list[FunctionInfo]:
     def visit(node: ast.AST, prefix: str, cls: str | None, public_scope: bool, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}{child.name}.", child.name, public_scope and not child.name.startswith("_"), in_function)
+                visit(
+                    child,
+                    f"{prefix}{child.name}.",
+                    child.name,
+                    public_scope and not child.name.startswith("_"),
+                    in_function,
+                )
             elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                 qual = f"{prefix}{child.name}"
                 doc = _docstring_node(child)

@@ -348,7 +348,7 @@ def validate_task(task: FeatdelTask, task_dir: Path, *, sandbox, env: TestEnv) -
     gold = apply_unified_diff(broken, task.gold_patch)
     try:
         good = grade_changes(task, task_dir, dict(gold), sandbox=sandbox, env=env)
-    except Exception as e:  # noqa: BLE001 - reported as a rejection with the reason
+    except Exception as e:
         return Rejection(candidate=task.task_id, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
     if good.hack:
         return Rejection(candidate=task.task_id, reason="grader-mismatch", detail=good.hack)
@@ -417,7 +417,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         def check(c: Candidate) -> tuple[FeatdelTask | None, Rejection | None]:
             try:
                 task = build_task(baseline, c, cfg, base_rel, base_sha)
-            except Exception as e:  # noqa: BLE001 - a candidate that cannot be built is a rejection, not a crash
+            except Exception as e:
                 return None, Rejection(candidate=c.key, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
             return task, validate_task(task, staging, sandbox=sandbox, env=env)
 

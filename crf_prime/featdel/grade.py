@@ -110,9 +110,9 @@ def collect_changes(task: FeatdelTask, task_dir: Path, agent_root: Path) -> dict
             continue
         for p in sorted(base.rglob("*.py")):
             rel = p.relative_to(agent_root).as_posix()
-            if rel not in before and p.is_file() and not p.is_symlink() and allowed_new_file(task, rel):
-                if "__pycache__" not in rel.split("/"):
-                    changes[rel] = p.read_bytes().decode("utf-8", errors="replace")
+            fresh = rel not in before and p.is_file() and not p.is_symlink() and "__pycache__" not in rel.split("/")
+            if fresh and allowed_new_file(task, rel):
+                changes[rel] = p.read_bytes().decode("utf-8", errors="replace")
     return changes
 
 

@@ -124,7 +124,7 @@ def run_pytest(
         argv,
         workdir=run_dir,
         cwd=repo,
-        ro_binds=[env.venv, *( [env.plugin_dir] if with_coverage else [])],
+        ro_binds=[env.venv, *([env.plugin_dir] if with_coverage else [])],
         protected=[repo / p for p in protected if (repo / p).exists()],
         env=pytest_env(repo, pythonpath, extra_paths),
         **kwargs,

@@ -118,7 +118,9 @@ def download_sdist(name: str, version: str, cache: Path | None = None) -> Path:
     files = sorted(p for p in tmp.glob("*") if p.suffix in (".gz", ".zip"))
     if proc.returncode != 0 or not files:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise SourceError(f"pip download {name}=={version} failed (exit {proc.returncode}): {proc.stderr.strip()[-600:]}")
+        raise SourceError(
+            f"pip download {name}=={version} failed (exit {proc.returncode}): {proc.stderr.strip()[-600:]}"
+        )
     tmp.rename(dest) if not dest.exists() else shutil.rmtree(tmp)
     return sorted(p for p in dest.glob("*") if p.suffix in (".gz", ".zip"))[0]
 
@@ -205,21 +207,33 @@ def _layout(root: Path) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ..
     has_modules = False
     for p in sorted(base.iterdir()):
         rel = p.relative_to(root).as_posix()
-        if p.is_dir() and (p / "__init__.py").is_file() and not is_test_path(rel + "/x.py") and p.name not in (
-            "docs",
-            "doc",
-            "examples",
-            "benchmarks",
-            "scripts",
+        if (
+            p.is_dir()
+            and (p / "__init__.py").is_file()
+            and not is_test_path(rel + "/x.py")
+            and p.name
+            not in (
+                "docs",
+                "doc",
+                "examples",
+                "benchmarks",
+                "scripts",
+            )
         ):
             pkgs.append(rel)
             top.append(p.name)
-        elif p.is_file() and p.suffix == ".py" and not is_test_path(rel) and p.name not in (
-            "setup.py",
-            "conftest.py",
-            "noxfile.py",
-            "fabfile.py",
-            "tasks.py",
+        elif (
+            p.is_file()
+            and p.suffix == ".py"
+            and not is_test_path(rel)
+            and p.name
+            not in (
+                "setup.py",
+                "conftest.py",
+                "noxfile.py",
+                "fabfile.py",
+                "tasks.py",
+            )
         ):
             has_modules = True
             top.append(p.stem)
@@ -253,11 +267,13 @@ def test_config_files(root: Path) -> tuple[str, ...]:
         if not p.is_file():
             continue
         rel = p.relative_to(root).as_posix()
-        if (p.suffix == ".py" and is_test_path(rel)) or (rel in TEST_CONFIG_FILES) or p.name == "conftest.py":
-            out.add(rel)
-        elif rel.split("/")[0].endswith(".dist-info"):
-            out.add(rel)
-        elif is_test_path(rel):  # data files next to tests (fixtures, expected outputs)
+        if (
+            (p.suffix == ".py" and is_test_path(rel))
+            or (rel in TEST_CONFIG_FILES)
+            or p.name == "conftest.py"
+            or rel.split("/")[0].endswith(".dist-info")
+            or is_test_path(rel)
+        ):
             out.add(rel)
     return tuple(sorted(out))
 
