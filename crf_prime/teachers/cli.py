@@ -47,7 +47,7 @@ def replay_command(args: argparse.Namespace) -> int:
     from crf_prime.teachers.replay import EXIT_BUDGET, StatesFileError, check_states, replay_async
     from crf_prime.teachers.report import render
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     try:
         config = load_pool_config(args.teachers)
         total = check_states(args.states)

@@ -81,15 +81,15 @@ class TeacherPool:
         self.tiers = sorted({t.tier for t in self.teachers}) if options.tiered else [None]
         self.on_record: Callable[[JournalRecord, StateOutcome], None] | None = None
         self._mean_cost: dict[str, tuple[float, int]] = {}
+        # admit only what can be sent right away: spend can then overshoot a cap by at most the calls in flight
+        self._slots = {t.name: asyncio.Semaphore(t.max_concurrency) for t in self.teachers}
 
     def eligible(self, state: TraceState) -> tuple[list[TeacherConfig], list[str]]:
         if not self.options.exclude_same_family:
             return list(self.teachers), []
         fam = state_family(state)
-        keep, excluded = [], []
-        for t in self.teachers:
-            (excluded if fam and teacher_family(t) == fam else keep).append(t)
-        return keep, excluded
+        keep = [t for t in self.teachers if not (fam and teacher_family(t) == fam)]
+        return keep, [t.name for t in self.teachers if t not in keep]
 
     def _estimate(self, t: TeacherConfig, answered: list[JournalRecord]) -> float:
         """Cost a skipped call would have had: tokens seen at this state x its prices, else its mean cost so far."""
@@ -103,6 +103,12 @@ class TeacherPool:
         return total / n if n else 0.0
 
     async def _call(self, t: TeacherConfig, state: TraceState, payload: Any, out: StateOutcome, times: list) -> None:
+        async with self._slots[t.name]:
+            await self._call_now(t, state, payload, out, times)
+
+    async def _call_now(
+        self, t: TeacherConfig, state: TraceState, payload: Any, out: StateOutcome, times: list
+    ) -> None:
         adm = await self.ledger.admit(state.state_id, t.name, state.source.trace_id)
         if adm.verdict == "done":
             assert adm.record is not None

@@ -1,0 +1,166 @@
+"""Teacher pool on the asyncio backend against a loopback server: budget stop and resume, exclusion, tiers, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from teachers_helpers import Router, answer, make_state, pool_config, teacher, write_states
+
+from crf_prime.cli import main
+from crf_prime.loopback import LoopbackOpenAI, Reply
+from crf_prime.teachers.journal import read_journal
+from crf_prime.teachers.replay import replay_async
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def test_job_budget_stops_sending_and_resume_sends_only_the_rest(tmp_path):
+    router = Router(lambda model, sid, n: answer(cost=0.01))
+    states = write_states(tmp_path / "states.jsonl", [make_state(i) for i in range(8)])
+    with LoopbackOpenAI(router) as server:
+        cfg = pool_config([teacher("a", server.base_url, max_concurrency=1)], window=1, budget={"job_usd": 0.035})
+        report = await replay_async(states, cfg, tmp_path / "out")
+        # admitted while spend < cap: 0.00, 0.01, 0.02, 0.03 -> 4 calls; spend 0.04 <= cap + 1 call in flight
+        assert len(server.requests) == 4
+        assert report.budget_stopped.startswith("job budget reached: spent $0.0400 of $0.0350")
+        assert "--budget-usd" in report.budget_stopped
+        assert report.cost_journal_usd == pytest.approx(0.04)
+
+        cfg2 = cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"job_usd": 1.0})})
+        report2 = await replay_async(states, cfg2, tmp_path / "out")
+    assert report2.budget_stopped == ""
+    assert (report2.calls_sent, report2.calls_from_journal) == (4, 4)
+    assert router.duplicates() == {} and len(server.requests) == 8
+    rows = list(read_journal(tmp_path / "out" / "journal.jsonl"))
+    assert sorted(r.state_id for r in rows) == [f"s{i:04d}" for i in range(8)]
+
+
+async def test_spend_overshoot_is_bounded_by_calls_in_flight(tmp_path):
+    router = Router(lambda model, sid, n: answer(cost=0.01, delay_s=0.05))
+    states = write_states(tmp_path / "states.jsonl", [make_state(i) for i in range(40)])
+    with LoopbackOpenAI(router) as server:
+        cfg = pool_config([teacher("a", server.base_url, max_concurrency=4)], window=8, budget={"job_usd": 0.1})
+        report = await replay_async(states, cfg, tmp_path / "out")
+    assert report.budget_stopped
+    # everything sent was admitted below the cap; at most the teacher's 4 concurrent calls can overshoot it
+    assert 0.1 <= report.cost_journal_usd <= 0.1 + 4 * 0.01 + 1e-9
+    assert len(server.requests) == round(report.cost_journal_usd / 0.01)
+
+
+async def test_per_trace_budget_skips_only_that_trace(tmp_path):
+    router = Router(lambda model, sid, n: answer(cost=0.01))
+    rows = [make_state(i, trace="big") for i in range(5)] + [make_state(i, trace="small") for i in range(5, 7)]
+    states = write_states(tmp_path / "states.jsonl", rows)
+    with LoopbackOpenAI(router) as server:
+        cfg = pool_config([teacher("a", server.base_url, max_concurrency=1)], window=1, budget={"per_trace_usd": 0.02})
+        report = await replay_async(states, cfg, tmp_path / "out")
+    asked = sorted(sid for _, sid in router.calls)
+    assert asked == ["s0000", "s0001", "s0005", "s0006"]
+    assert report.budget_skipped_calls == 3 and report.budget_stopped == ""
+
+
+async def test_same_family_teacher_is_excluded_and_reported(tmp_path):
+    router = Router(lambda model, sid, n: answer())
+    rows = [make_state(0, family="anthropic"), make_state(1, family="qwen"), make_state(2, family="")]
+    states = write_states(tmp_path / "states.jsonl", rows)
+    with LoopbackOpenAI(router) as server:
+        teachers = [
+            teacher("claude", server.base_url, model_family="anthropic"),
+            teacher("qwen", server.base_url, model_family="qwen"),
+        ]
+        report = await replay_async(states, pool_config(teachers), tmp_path / "out")
+        asked = sorted(router.calls)
+        assert asked == [
+            ("model-claude", "s0001"),
+            ("model-claude", "s0002"),
+            ("model-qwen", "s0000"),
+            ("model-qwen", "s0002"),
+        ]
+        stats = {s.teacher: s for s in report.teachers}
+        assert stats["claude"].excluded_same_family == 1 and stats["qwen"].excluded_same_family == 1
+        assert report.excluded_same_family == 2
+
+        router.calls.clear()
+        off = pool_config(teachers, exclude_same_family=False)
+        report_off = await replay_async(states, off, tmp_path / "out2")
+    assert len(router.calls) == 6 and report_off.excluded_same_family == 0
+
+
+async def test_tiered_querying_escalates_only_on_disagreement(tmp_path):
+    # states 0-5: both cheap teachers agree with the student ("ls"); 6-7: cheap teachers disagree with each other;
+    # 8-9: they agree with each other but not with the student
+    def reply(model: str, sid: str, n: int) -> Reply:
+        i = int(sid[1:])
+        if model == "model-cheap2" and i in (6, 7):
+            return answer("cat setup.py", usage={"prompt_tokens": 1000, "completion_tokens": 100})
+        if model.startswith("model-cheap") and i in (8, 9):
+            return answer("pytest", usage={"prompt_tokens": 1000, "completion_tokens": 100})
+        return answer("ls", usage={"prompt_tokens": 1000, "completion_tokens": 100})
+
+    router = Router(reply)
+    states = write_states(tmp_path / "states.jsonl", [make_state(i, student="ls") for i in range(10)])
+    with LoopbackOpenAI(router) as server:
+        prices = {"price_in_per_mtok": 1.0, "price_out_per_mtok": 1.0}
+        teachers = [
+            teacher("cheap1", server.base_url, tier=0, **prices),
+            teacher("cheap2", server.base_url, tier=0, **prices),
+            teacher("big", server.base_url, tier=1, price_in_per_mtok=10.0, price_out_per_mtok=10.0),
+        ]
+        report = await replay_async(states, pool_config(teachers, tiered=True), tmp_path / "out")
+    big_asked = sorted(sid for model, sid in router.calls if model == "model-big")
+    assert big_asked == ["s0006", "s0007", "s0008", "s0009"]
+    assert report.tier_skipped_calls == 6
+    # each skipped call: 1000 in + 100 out tokens at $10/M = $0.011
+    assert report.tier_saved_usd == pytest.approx(6 * 0.011)
+    spent = 20 * 0.0011 + 4 * 0.011
+    assert report.tier_saving_fraction == pytest.approx(6 * 0.011 / (spent + 6 * 0.011))
+
+
+def test_cli_replay_writes_journal_and_report(tmp_path, capsys):
+    router = Router(lambda model, sid, n: answer(cost=0.002, delay_s=0.01))
+    states = write_states(tmp_path / "states.jsonl", [make_state(i, trace=f"t{i // 5}") for i in range(10)])
+    with LoopbackOpenAI(router) as server:
+        toml = tmp_path / "teachers.toml"
+        toml.write_text(
+            "".join(
+                f'[[teachers]]\nname = "{n}"\nmodel = "model-{n}"\nbase_url = "{server.base_url}"\n'
+                f'api_key_var = "CRF_TEST_KEY"\nmax_concurrency = 4\n'
+                for n in ("a", "b", "c")
+            )
+        )
+        import os
+
+        os.environ["CRF_TEST_KEY"] = "sk-test"
+        try:
+            rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out"), "--no-progress"])
+        finally:
+            del os.environ["CRF_TEST_KEY"]
+    assert rc == 0 and len(server.requests) == 30
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert (report["states"], report["traces"], report["calls_sent"]) == (10, 2, 30)
+    assert report["usd_per_state"] == pytest.approx(0.006) and report["usd_per_trace"] == pytest.approx(0.03)
+    assert report["usd_per_100_steps"] == pytest.approx(0.6)
+    assert [t["teacher"] for t in report["teachers"]] == ["a", "b", "c"]
+    out = capsys.readouterr().out
+    assert "cost feasibility" in out and "$ per trace" in out
+
+
+def test_cli_bad_config_names_file_and_field(tmp_path, capsys):
+    states = write_states(tmp_path / "states.jsonl", [make_state(0)])
+    toml = tmp_path / "teachers.toml"
+    toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\nmax_concurrency = 0\n')
+    rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and str(toml) in err and "teachers[0 name='a'].max_concurrency" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_bad_states_line_names_file_and_line(tmp_path, capsys):
+    states = write_states(tmp_path / "states.jsonl", [make_state(0)])
+    with states.open("a") as f:
+        f.write('{"state_id": "x"}\n')
+    toml = tmp_path / "teachers.toml"
+    toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n')
+    rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out")])
+    assert rc == 2 and f"{states}:2: not a TraceState row" in capsys.readouterr().err
