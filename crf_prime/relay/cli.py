@@ -43,6 +43,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pull.add_argument("--timeout", type=int, default=30, help="HTTP timeout per request in seconds (default 30)")
     pull.add_argument("--poll", type=float, default=2.0, help="seconds between index checks")
     pull.add_argument("--once", action="store_true", help="pull the newest step once and exit (1 on failure)")
+    pull.add_argument(
+        "--gate-upstream",
+        help="also run the admin gate: forward admin calls to this inference server URL (e.g. http://127.0.0.1:8000),"
+        " holding weight updates until the step is here; point orchestrator.client.admin_base_url at the gate",
+    )
+    pull.add_argument("--gate-host", default="127.0.0.1", help="gate bind address (default 127.0.0.1)")
+    pull.add_argument("--gate-port", type=int, default=8100, help="gate port (default 8100)")
+    pull.add_argument("--gate-wait", type=float, default=600.0, help="seconds a held update waits before 504")
     pull.set_defaults(func=_pull)
 
 
@@ -107,11 +115,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _pull(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-    from rich.table import Table
 
-    from crf_prime.relay.manifest import RelayError
-    from crf_prime.relay.node import PullResult, RelayNode
+    from crf_prime.relay.node import RelayNode
 
     console = Console(stderr=True)
     _quiet_shardcast()
@@ -124,9 +129,35 @@ def _pull(args: argparse.Namespace) -> int:
             attempts=args.attempts,
             timeout=args.timeout,
         )
+        gate = None
+        if args.gate_upstream:
+            from crf_prime.relay.gate import AdminGate
+
+            gate = AdminGate(
+                args.gate_upstream,
+                args.broadcast_dir,
+                host=args.gate_host,
+                port=args.gate_port,
+                wait_timeout=args.gate_wait,
+            )
+            console.print(f"admin gate {gate.url} -> {args.gate_upstream}")
     except ValueError as e:
         console.print(f"[red]error[/]: {e}")
         return 2
+    try:
+        return _pull_loop(args, node, console)
+    finally:
+        if gate is not None:
+            gate.close()
+
+
+def _pull_loop(args: argparse.Namespace, node, console) -> int:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+    from rich.table import Table
+
+    from crf_prime.relay.manifest import RelayError
+    from crf_prime.relay.node import PullResult
+
     progress = Progress(
         TextColumn("step {task.fields[step]}"),
         BarColumn(),

@@ -1,0 +1,144 @@
+"""Admin gate on a remote inference node: hold a weight update until the relay has put that step in place.
+
+prime-rl's orchestrator posts ``/update_weights {"weight_dir": "<output_dir>/broadcasts/step_<n>"}`` (or
+``/load_lora_adapter {"lora_path": ...}`` with LoRA) to every admin URL as soon as the trainer's ``STABLE`` shows up on
+*its* filesystem (``update_weights`` in ``src/prime_rl/utils/client.py``). On a node fed by the relay that step may
+still be in flight. Pointing ``orchestrator.client.admin_base_url`` at this gate closes the race: every admin request
+(``/pause``, ``/resume``, ``/health``, ``/v1/models``, ...) is forwarded unchanged to the local inference server,
+except that a weight update inside the relay's broadcast directory waits until ``<weight_dir>/STABLE`` exists
+locally. After ``wait_timeout`` it answers 504, which prime-rl's admin client retries (5xx is retryable there).
+
+Admin traffic only: generation keeps going straight to the inference server (``client.base_url``).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from crf_prime.relay.layout import STABLE
+
+log = logging.getLogger(__name__)
+
+WAIT_KEYS: dict[str, str] = {"/update_weights": "weight_dir", "/load_lora_adapter": "lora_path"}
+"""Admin routes that name a weight directory, and the JSON field that carries it (prime-rl's client.py)."""
+
+_HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "host", "content-length", "upgrade"})
+
+
+class AdminGate:
+    """Forward admin requests from ``host:port`` to ``upstream``; weight updates wait for their step's ``STABLE``."""
+
+    def __init__(
+        self,
+        upstream: str,
+        broadcast_dir: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        wait_timeout: float = 600.0,
+        poll_interval: float = 0.2,
+    ) -> None:
+        parts = urlsplit(upstream)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"gate upstream {upstream!r} must be an http://host:port URL of the inference server")
+        self.upstream = (parts.hostname, parts.port or 80)
+        self.broadcast_dir = Path(broadcast_dir).resolve()
+        self.wait_timeout = wait_timeout
+        self.poll_interval = poll_interval
+        self.held: list[str] = []
+        """Weight directories whose update had to wait (for logs and tests)."""
+        self._server = ThreadingHTTPServer((host, port), self._handler())
+        self._server.daemon_threads = True
+        self.host = host
+        self.port: int = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def wait_for(self, weight_dir: str) -> bool:
+        """Block until ``weight_dir/STABLE`` exists (True) or ``wait_timeout`` passes (False).
+
+        Paths outside the relay's broadcast directory are not ours to wait for and pass at once.
+        """
+        path = Path(weight_dir)
+        if not path.is_absolute() or not path.resolve().is_relative_to(self.broadcast_dir):
+            return True
+        marker = path / STABLE
+        if marker.is_file():
+            return True
+        self.held.append(weight_dir)
+        log.info("holding weight update for %s until the relay has it", weight_dir)
+        deadline = time.monotonic() + self.wait_timeout
+        while time.monotonic() < deadline:
+            time.sleep(self.poll_interval)
+            if marker.is_file():
+                return True
+        return False
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        gate = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                log.debug("gate %s - %s", self.address_string(), format % args)
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                route = urlsplit(self.path).path
+                if self.command == "POST" and route in WAIT_KEYS:
+                    try:
+                        weight_dir = json.loads(body or b"{}").get(WAIT_KEYS[route])
+                    except (ValueError, AttributeError):
+                        weight_dir = None
+                    if isinstance(weight_dir, str) and not gate.wait_for(weight_dir):
+                        self._reply(504, b'{"error": "relay has not delivered this step yet"}')
+                        return
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
+                conn = http.client.HTTPConnection(*gate.upstream, timeout=None)
+                try:
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    response = conn.getresponse()
+                    payload = response.read()
+                    reply_headers = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_HEADERS]
+                    status = response.status
+                except OSError as e:
+                    self._reply(502, json.dumps({"error": f"inference server unreachable: {e}"}).encode())
+                    return
+                finally:
+                    conn.close()
+                self._reply(status, payload, reply_headers)
+
+            def _reply(self, status: int, payload: bytes, headers: list[tuple[str, str]] | None = None) -> None:
+                self.send_response(status)
+                for key, value in headers or [("Content-Type", "application/json")]:
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _forward
+
+        return Handler
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> AdminGate:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
