@@ -5,6 +5,18 @@ detectors, templates and the optional LLM-written hint are crf-prime's implement
 """
 
 from crf_prime.hints.attach import HINT_KEY, SITES_KEY, analyse, attach_hint, build_hint
+from crf_prime.hints.llm import LLMHintWriter, attach_hint_async
 from crf_prime.hints.models import ErrorKind, ErrorSite, FailingTest
 
-__all__ = ["HINT_KEY", "SITES_KEY", "ErrorKind", "ErrorSite", "FailingTest", "analyse", "attach_hint", "build_hint"]
+__all__ = [
+    "HINT_KEY",
+    "SITES_KEY",
+    "ErrorKind",
+    "ErrorSite",
+    "FailingTest",
+    "LLMHintWriter",
+    "analyse",
+    "attach_hint",
+    "attach_hint_async",
+    "build_hint",
+]

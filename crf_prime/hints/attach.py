@@ -65,5 +65,6 @@ def attach_hint(
     if isinstance(trace, dict) and info is None:
         info = trace["info"] = {}
     info[HINT_KEY] = hint
+    info["hint_source"] = "template"
     info[SITES_KEY] = [s.model_dump(exclude={"detail"} if s.kind == "failing_test" else set()) for s in sites]
     return hint
