@@ -212,3 +212,30 @@ def test_traceback_summary_takes_last_traceback_and_chained_exceptions():
 def test_condense_failure_without_e_lines_keeps_tail():
     msg = "=== FAILURES ===\nsetup\nConnectionRefusedError: [Errno 111]\n\n---- captured ----\n"
     assert condense_failure(msg) == "setup | ConnectionRefusedError: [Errno 111]"
+
+
+def test_sandbox_harness_tool_results_and_schemas():
+    """The results and OpenAI tool schemas crf-prime's SandboxHarness produces are analysed as such."""
+    from crf_prime.harness.tools import TOOL_SCHEMAS, ToolOutcome, format_outcome
+
+    failed = format_outcome(ToolOutcome(exit_code=2, stdout="", stderr="ls: cannot access 'x'"), max_chars=10_000)
+    killed = format_outcome(
+        ToolOutcome(exit_code=None, stdout="", stderr="", limit_hit="wall", limit_value=5), max_chars=10_000
+    )
+    trace = make_trace(
+        [
+            (
+                [("bash", '{"command": "ls x"}'), ("bash", '{"command": "sleep 99"}'), ("view", '{"file": "a.py"}')],
+                [failed, killed, "x"],
+            )
+        ],
+        tools=(),
+    )
+    trace.tools = []
+    trace.nodes[0].tools = [vf.types.Tool.model_validate(t["function"]) for t in TOOL_SCHEMAS.values()]
+    sites = analyse(trace)
+    assert [(s.kind, s.tool, s.detail) for s in sites] == [
+        ("schema_violation", "view", "'path' is a required property"),
+        ("tool_error", "bash", "exit code 2, ls: cannot access 'x'"),
+        ("tool_error", "bash", "error: the command hit the sandbox's wall-clock limit of 5 s"),
+    ]
