@@ -9,7 +9,9 @@ operation before ``backward()`` or be scaled linearly.
 
 Formulas plug in as ``per_token_fn(student_logits [C, V], teacher_logits [C, V] | None, rows [C]) -> [C]`` (the loss
 of each token, summed over its categories; ``rows`` are the token positions, for per-token extras such as labels).
-Two reductions over the ``[N]`` per-token values ``u``:
+A formula may also carry an analytic ``value_and_grad(student_logits, teacher_logits, rows, coeffs) -> (u [C], dz
+[C, V])`` attribute (``dz = Σ_t coeffs_t·∂u_t/∂z``); the linear pass then uses it instead of autograd, which
+halves the elementwise work (Liger's JSD kernel does the same). Two reductions over the ``[N]`` values ``u``:
 
 - linear, ``Σ_t coeffs_t · u_t`` (JSD, top-k, TAID: coefficients = mask / valid-token count): one pass;
 - any ``reduce_fn(u)`` (DPO's sigmoid of per-sequence sums): a no-grad pass for ``u``, autograd on the ``[N]``
@@ -26,6 +28,7 @@ import torch
 from torch import Tensor
 
 PerTokenFn = Callable[[Tensor, Tensor | None, Tensor], Tensor]
+ValueAndGradFn = Callable[[Tensor, Tensor | None, Tensor, Tensor], tuple[Tensor, Tensor]]
 ReduceFn = Callable[[Tensor], Tensor]
 
 LOGIT_BUDGET_ELEMENTS = 1 << 23
@@ -98,6 +101,17 @@ def _check_reduction(coeffs: Tensor | None, reduce_fn: ReduceFn | None) -> None:
         raise ValueError("give exactly one of coeffs (linear reduction) or reduce_fn")
 
 
+def _accumulate(
+    dz: Tensor, rows: Tensor, h_c: Tensor, w: Tensor, grad_h: Tensor | None, grad_w: Tensor | None, dtype: torch.dtype
+) -> None:
+    """``grad_h[rows] = dz·W`` and ``grad_W += dzᵀ·h`` for one chunk."""
+    dz = dz.to(w.dtype)
+    if grad_h is not None:
+        grad_h.index_copy_(0, rows, (dz @ w).to(dtype))
+    if grad_w is not None:
+        grad_w.addmm_(dz.T.to(dtype), h_c.to(dtype))
+
+
 class _FusedLinearLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, w, h_t, w_t, mask, coeffs, per_token_fn, reduce_fn, chunk):  # type: ignore[override]
@@ -129,8 +143,14 @@ class _FusedLinearLoss(torch.autograd.Function):
 
         grad_h = torch.zeros(h.shape, dtype=dtype, device=h.device) if need_h else None
         grad_w = torch.zeros(w.shape, dtype=dtype, device=w.device) if need_w else None
+        analytic = getattr(per_token_fn, "value_and_grad", None) if reduce_fn is None else None
         for rows, h_c, z, z_t in chunks():
             c = coeffs.index_select(0, rows)
+            if analytic is not None:
+                u_c, dz = analytic(z, z_t, rows, c)
+                loss += (c * u_c).sum()
+                _accumulate(dz, rows, h_c, w, grad_h, grad_w, dtype)
+                continue
             with torch.enable_grad():
                 z.requires_grad_()
                 u_c = per_token_fn(z, z_t, rows)
@@ -139,11 +159,7 @@ class _FusedLinearLoss(torch.autograd.Function):
                 if not (need_h or need_w):
                     continue
                 (dz,) = torch.autograd.grad(u_c, z, grad_outputs=c.to(u_c.dtype))
-            dz = dz.to(w.dtype)
-            if need_h:
-                grad_h.index_copy_(0, rows, (dz @ w).to(dtype))
-            if need_w:
-                grad_w.addmm_(dz.T.to(dtype), h_c.to(dtype))
+            _accumulate(dz, rows, h_c, w, grad_h, grad_w, dtype)
         ctx.save_for_backward(
             grad_h.to(h.dtype) if need_h else torch.empty(0), grad_w.to(w.dtype) if need_w else torch.empty(0)
         )

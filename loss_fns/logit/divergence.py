@@ -45,11 +45,41 @@ def jsd_per_token(beta: float = 0.5, temperature: float = 1.0) -> PerTokenFn:
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
 
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"beta must be in [0, 1], got {beta}")
+
     def fn(student_logits: Tensor, teacher_logits: Tensor | None, rows: Tensor) -> Tensor:
         s = torch.log_softmax(student_logits / temperature, dim=-1)
         t = torch.log_softmax(teacher_logits / temperature, dim=-1)
         return generalized_jsd(s, t, beta)
 
+    def value_and_grad(
+        student_logits: Tensor, teacher_logits: Tensor | None, rows: Tensor, coeffs: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Analytic form (Liger ``ops/jsd.py``): ∂L/∂S = −p_T (β=0), p_S(S−T) (β=1), (1−β)p_S(S−log M) (mixed),
+        then the log-softmax Jacobian ``dz = (dX − p_S·Σ_v dX)/τ``."""
+        s = torch.log_softmax(student_logits / temperature, dim=-1)
+        t = torch.log_softmax(teacher_logits / temperature, dim=-1)
+        p_s = s.exp()
+        if beta == 0.0:
+            p_t = t.exp()
+            u = (p_t * (t - s)).sum(-1)
+            dx = p_t.neg_()
+        elif beta == 1.0:
+            dx = (s - t).mul_(p_s)
+            u = dx.sum(-1)
+        else:
+            log_m = torch.logaddexp(s + math.log1p(-beta), t + math.log(beta))
+            p_t = t.exp()
+            u = beta * (p_t * (t - log_m)).sum(-1)
+            dx = (s - log_m).mul_(p_s)
+            u = u + (1.0 - beta) * dx.sum(-1)
+            dx.mul_(1.0 - beta)
+        row = dx.sum(-1, keepdim=True)
+        dz = dx.sub_(p_s.mul_(row)).mul_((coeffs / temperature).unsqueeze(-1).to(dx.dtype))
+        return u, dz
+
+    fn.value_and_grad = value_and_grad  # type: ignore[attr-defined]
     return fn
 
 

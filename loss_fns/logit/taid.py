@@ -28,6 +28,17 @@ def taid_per_token(t: float) -> PerTokenFn:
         target = torch.softmax((1.0 - t) * student_logits.detach() + t * teacher_logits, dim=-1)
         return -(target * torch.log_softmax(student_logits, dim=-1)).sum(-1)
 
+    def value_and_grad(
+        student_logits: Tensor, teacher_logits: Tensor | None, rows: Tensor, coeffs: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Cross-entropy to a detached target: ``∂u/∂z = softmax(z_S) − p_t``."""
+        target = torch.softmax((1.0 - t) * student_logits + t * teacher_logits, dim=-1)
+        log_q = torch.log_softmax(student_logits, dim=-1)
+        u = -(target * log_q).sum(-1)
+        dz = log_q.exp_().sub_(target).mul_(coeffs.unsqueeze(-1).to(log_q.dtype))
+        return u, dz
+
+    fn.value_and_grad = value_and_grad  # type: ignore[attr-defined]
     return fn
 
 

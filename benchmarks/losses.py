@@ -1,0 +1,208 @@
+"""Loss benchmarks (CPU): prints ratio tables against baselines measured in the same run. Not a test.
+
+1. Chunked fused-linear generalized JSD vs the naive form (materialised ``[T, V]`` logits) at T ∈ {1024, 4096},
+   V = 32768, H = 512, fp32, forward + backward. Each case runs in its own subprocess: peak memory is the resident
+   set high-water mark (``VmHWM``, reset through ``/proc/self/clear_refs`` once the inputs exist) minus the resident
+   set at that moment; time is the median of the timed repeats after the measured call, as wall clock and as
+   process CPU time (the CPU time is steadier on a shared machine).
+   Targets: chunked peak ≤ 20 % of naive and time ≤ 1.0× at T = 4096.
+2. Each ``loss_fns`` objective vs a plain-torch re-statement of prime-rl's default loss (DPPO-Binary-TV + squared
+   log-ratio KL, ``default_loss_fn`` in prime-rl's ``trainer/rl/loss.py``) on the same packed batch, called once
+   per sequence as ``compute_loss`` does, forward + backward. Target ≤ 1.3×.
+
+Usage: ``python benchmarks/losses.py [--tokens 1024 4096] [--repeats 3] [--skip-jsd] [--skip-objectives]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+VOCAB, HIDDEN = 32768, 512
+
+
+def _rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def _hwm_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _jsd_case(impl: str, tokens: int, repeats: int) -> dict[str, float]:
+    """One JSD case in this process (called in a fresh subprocess per case)."""
+    from loss_fns.logit import fused_linear_jsd, jsd_loss
+
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(tokens, HIDDEN, generator=g).requires_grad_()
+    w = (torch.randn(VOCAB, HIDDEN, generator=g) * 0.02).requires_grad_()
+    h_t, w_t = torch.randn(tokens, HIDDEN, generator=g), torch.randn(VOCAB, HIDDEN, generator=g) * 0.02
+    mask = torch.ones(tokens, dtype=torch.bool)
+
+    def step() -> None:
+        h.grad = w.grad = None
+        if impl == "naive":
+            loss = jsd_loss(h @ w.T, h_t @ w_t.T, mask, beta=0.5, temperature=1.1)
+        else:
+            loss = fused_linear_jsd(h, w, h_t, w_t, mask, beta=0.5, temperature=1.1)
+        loss.backward()
+
+    h.grad = torch.zeros_like(h)  # gradient buffers exist in both cases before the measurement
+    w.grad = torch.zeros_like(w)
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        reset = True
+    except OSError:
+        reset = False
+    base = _rss_kib()
+    step()
+    peak = _hwm_kib() - base
+    walls, cpus = [], []
+    for _ in range(repeats):
+        start, cpu = time.perf_counter(), time.process_time()
+        step()
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+    return {
+        "peak_mib": peak / 1024,
+        "seconds": statistics.median(walls),
+        "cpu_seconds": statistics.median(cpus),
+        "hwm_reset": reset,
+    }
+
+
+def run_jsd(token_counts: list[int], repeats: int) -> list[tuple[int, dict, dict]]:
+    rows = []
+    for tokens in token_counts:
+        results = {}
+        for impl in ("naive", "chunked"):
+            cmd = [sys.executable, __file__, "--_case", impl, "--tokens", str(tokens), "--repeats", str(repeats)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            results[impl] = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append((tokens, results["naive"], results["chunked"]))
+    return rows
+
+
+def default_loss_restated(inputs, mask_low: float = 0.2, mask_high: float = 0.2, kl_tau: float = 1e-3):
+    """prime-rl's default rl loss re-stated in plain torch: keep-mask on the probability difference, ratio·A, KL."""
+    log_ratio = inputs.trainer_logprobs - inputs.inference_logprobs
+    ratio = torch.exp(log_ratio)
+    diff = torch.exp(inputs.trainer_logprobs) - torch.exp(inputs.inference_logprobs)
+    positive = inputs.advantages > 0
+    invalid = torch.where(positive, diff > mask_high, diff < -mask_low)
+    keep = inputs.loss_mask & ~invalid
+    per_token = -(keep * inputs.advantages * ratio) + kl_tau * (inputs.loss_mask * log_ratio**2)
+    mismatch = ratio - log_ratio - 1
+    metrics = {
+        "is_masked": invalid[inputs.loss_mask].float().mean(),
+        "unmasked_mismatch_kl": mismatch[keep].sum() / keep.sum().clamp_min(1),
+        "masked_mismatch_kl": mismatch[inputs.loss_mask & invalid].sum()
+        / (inputs.loss_mask & invalid).sum().clamp_min(1),
+    }
+    return per_token.sum(), metrics
+
+
+def run_objectives(num_seqs: int, seq_len: int, repeats: int) -> list[tuple[str, float, float]]:
+    from loss_fns import composer, distill, policy
+    from loss_fns.types import LossInputs
+
+    g = torch.Generator().manual_seed(1)
+    n = num_seqs * seq_len
+    inference = -torch.rand(n, generator=g) * 3
+    trainer_base = inference + torch.randn(n, generator=g) * 0.05
+    ref = inference + torch.randn(n, generator=g) * 0.3
+    adv = torch.randn(num_seqs, generator=g).repeat_interleave(seq_len)
+    mask = torch.rand(n, generator=g) > 0.2
+    lengths = [seq_len] * num_seqs
+
+    def packed(trainer):
+        return [
+            LossInputs(t, i, r, a, m)
+            for t, i, r, a, m in zip(
+                trainer.split(lengths),
+                inference.split(lengths),
+                ref.split(lengths),
+                adv.split(lengths),
+                mask.split(lengths),
+                strict=True,
+            )
+        ]
+
+    def timed(fn) -> float:
+        times = []
+        for _ in range(repeats + 1):
+            trainer = trainer_base.clone().requires_grad_()
+            start = time.perf_counter()
+            total = trainer.sum() * 0.0
+            for inputs in packed(trainer):
+                total = total + fn(inputs)
+            (total / int(mask.sum())).backward()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[1:])
+
+    cases = {
+        "ppo_clip": lambda x: policy.ppo_clip(x).loss,
+        "dr_grpo": lambda x: policy.dr_grpo(x).loss,
+        "dapo": lambda x: policy.dapo(x).loss,
+        "gspo (sequence)": lambda x: policy.gspo(x).loss,
+        "gspo (token)": lambda x: policy.gspo(x, variant="token").loss,
+        "cispo": lambda x: policy.cispo(x).loss,
+        "self_distill": lambda x: distill.self_distill(x).loss,
+        "composer (dr_grpo + 0.1 sdpo)": lambda x: composer.composer_loss(x, alpha_sdpo=0.1).loss,
+    }
+    baseline = timed(lambda x: default_loss_restated(x)[0])
+    return [(name, timed(fn), baseline) for name, fn in cases.items()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1024, 4096])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--num-seqs", type=int, default=64)
+    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--skip-jsd", action="store_true")
+    parser.add_argument("--skip-objectives", action="store_true")
+    parser.add_argument("--_case", choices=["naive", "chunked"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args._case:
+        print(json.dumps(_jsd_case(args._case, args.tokens[0], args.repeats)))
+        return 0
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    if not args.skip_jsd:
+        print(f"\n## Generalized JSD (β=0.5, τ=1.1), V={VOCAB}, H={HIDDEN}, fp32, fwd+bwd, median of {args.repeats}")
+        print(
+            "| T | naive peak MiB | chunked peak MiB | peak ratio | naive s (cpu) | chunked s (cpu) | wall ratio | cpu ratio |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for tokens, naive, chunked in run_jsd(args.tokens, args.repeats):
+            print(
+                f"| {tokens} | {naive['peak_mib']:.0f} | {chunked['peak_mib']:.0f} | "
+                f"{chunked['peak_mib'] / naive['peak_mib']:.1%} | {naive['seconds']:.2f} ({naive['cpu_seconds']:.2f}) | "
+                f"{chunked['seconds']:.2f} ({chunked['cpu_seconds']:.2f}) | "
+                f"{chunked['seconds'] / naive['seconds']:.2f}x | {chunked['cpu_seconds'] / naive['cpu_seconds']:.2f}x |"
+            )
+    if not args.skip_objectives:
+        print(f"\n## Objectives vs prime-rl default loss (re-stated), {args.num_seqs}x{args.seq_len} packed tokens")
+        print("| objective | seconds | baseline s | ratio |")
+        print("|---|---|---|---|")
+        for name, seconds, baseline in run_objectives(args.num_seqs, args.seq_len, max(args.repeats, 5)):
+            print(f"| {name} | {seconds:.4f} | {baseline:.4f} | {seconds / baseline:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
