@@ -31,6 +31,10 @@ class _AttemptTimeout(Exception):
     """The whole attempt (streaming included) exceeded the teacher's timeout."""
 
 
+class _Malformed(Exception):
+    """The response could not be read as the protocol (e.g. a stream without a single event)."""
+
+
 class _ProviderError(Exception):
     """HTTP 200 with an ``error`` body and no choices."""
 
@@ -95,7 +99,7 @@ def classify(exc: BaseException) -> str:
         return "timeout"
     if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
         return "connection"
-    if isinstance(exc, json.JSONDecodeError | openai.APIResponseValidationError):
+    if isinstance(exc, json.JSONDecodeError | openai.APIResponseValidationError | _Malformed):
         return "malformed"
     return type(exc).__name__
 
@@ -202,9 +206,17 @@ class TeacherClient:
         reasoning: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         usage = None
-        got_choice = False
-        stream = await self._client.chat.completions.create(**kwargs)
+        got_choice = got_chunk = False
+        raw = await self._client.chat.completions.with_raw_response.create(**kwargs)
+        if "text/event-stream" not in raw.headers.get("content-type", ""):
+            # a plain JSON body where SSE was asked for: an error object (OpenRouter) or a broken server
+            data = json.loads(await raw.http_response.aread())
+            if isinstance(data, dict) and data.get("error") and not data.get("choices"):
+                raise _ProviderError(data["error"], None)
+            raise _Malformed("asked for a stream, got a non-SSE body")
+        stream = raw.parse()
         async for chunk in stream:
+            got_chunk = True
             extra = chunk.model_extra or {}
             if extra.get("error"):
                 raise _ProviderError(extra["error"], chunk.usage or usage)
@@ -225,6 +237,8 @@ class TeacherClient:
                     if tc.function is not None:
                         slot["name"] += tc.function.name or ""
                         slot["arguments"] += tc.function.arguments or ""
+        if not got_chunk:
+            raise _Malformed("stream ended without a single server-sent event")
         if not got_choice:
             raise _ProviderError("stream ended without choices", usage)
         tool_calls = tuple(

@@ -1,0 +1,136 @@
+"""The Ray backend and live mode: faults across processes, actor death, detached pool shared by two processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from teachers_helpers import Router, answer, make_state, pool_config, teacher, write_states
+
+from crf_prime.loopback import LoopbackOpenAI, Reply
+from crf_prime.teachers.backends import RayBackend
+from crf_prime.teachers.journal import read_journal
+from crf_prime.teachers.ledger import Ledger
+from crf_prime.teachers.pool import TeacherPool
+from crf_prime.teachers.replay import iter_states
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
+NAMESPACE = "crf-teachers-tests"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    ctx = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace=NAMESPACE)
+    yield ctx
+    ray.shutdown()
+
+
+def _pool(cfg, journal, **backend_kw):
+    backend = RayBackend(cfg.teachers, api_keys={t.name: "sk-test" for t in cfg.teachers}, **backend_kw)
+    ledger = Ledger(journal, cfg.budget)
+    return TeacherPool(cfg.teachers, backend, ledger, cfg.pool), backend, ledger
+
+
+async def test_faults_become_records_across_ray_processes(ray_cluster, tmp_path):
+    plan = {
+        "s0000": [answer("ls")],
+        "s0001": [Reply(status=429, headers={"Retry-After": "0.1"}), answer("ls")],
+        "s0002": [Reply(status=500, headers={"retry-after-ms": "1"})] * 2,
+        "s0003": [Reply(delay_s=2.5)] * 2,
+        "s0004": [Reply(error={"message": "provider went away", "code": 502})],
+        "s0005": [Reply(malformed=True)],
+        "s0006": [answer("ls", stall_s=2.5), answer("ls")],  # slow stream: timeout, retried
+    }
+
+    router = Router(lambda model, sid, n: plan[sid][n - 1])
+
+    with LoopbackOpenAI(router) as server:
+        streamed = teacher("streamed", server.base_url, stream=True, timeout_s=1.5, max_attempts=2)
+        cfg = pool_config([streamed])
+        pool, backend, ledger = _pool(cfg, tmp_path / "journal.jsonl")
+        states = [make_state(i) for i in range(7)]
+        outcomes = await pool.replay(states)
+        await backend.close()
+        ledger.close()
+    recs = {o.state_id: o.records[0] for o in outcomes}
+    got = {sid: (r.ok, r.error_type, r.attempt) for sid, r in recs.items()}
+    assert got == {
+        "s0000": (True, "", 1),
+        "s0001": (True, "", 2),
+        "s0002": (False, "server_error", 2),
+        "s0003": (False, "timeout", 2),
+        "s0004": (False, "provider_error", 1),
+        "s0005": (False, "malformed", 1),
+        "s0006": (True, "", 2),
+    }
+    assert len(server.requests) == 11
+    assert {r.key for r in read_journal(tmp_path / "journal.jsonl")} == {(s.state_id, "streamed") for s in states}
+
+
+async def test_killed_actor_restarts_and_calls_continue(ray_cluster, tmp_path):
+    router = Router(lambda model, sid, n: answer(delay_s=0.15))
+    with LoopbackOpenAI(router) as server:
+        cfg = pool_config([teacher("a", server.base_url, max_concurrency=2)])
+        pool, backend, ledger = _pool(cfg, tmp_path / "journal.jsonl", max_restarts=2)
+        first_pid = (await backend.pids())["a"]
+        done: list[str] = []
+        pool.on_record = lambda rec, _: done.append(rec.state_id)
+        run = asyncio.create_task(pool.replay([make_state(i) for i in range(12)]))
+        while len(done) < 3:
+            await asyncio.sleep(0.02)
+        os.kill(first_pid, signal.SIGKILL)
+        outcomes = await asyncio.wait_for(run, 120)
+        second_pid = (await backend.pids())["a"]
+        await backend.close()
+        ledger.close()
+    records = [o.records[0] for o in outcomes]
+    assert len(records) == 12 and all(r.ok for r in records)
+    assert second_pid != first_pid and backend.actor_deaths >= 1
+    assert any(r.attempt > 1 for r in records)  # the calls lost with the process were asked again
+    assert set(router.calls) == {("model-a", f"s{i:04d}") for i in range(12)}
+
+
+@pytest.mark.slow
+async def test_live_pool_shared_by_two_processes(ray_cluster, tmp_path):
+    from crf_prime.teachers import live
+
+    router = Router(lambda model, sid, n: answer(cost=0.01))
+    states_a = write_states(tmp_path / "a.jsonl", [make_state(i) for i in range(10)])
+    states_b = write_states(tmp_path / "b.jsonl", [make_state(i) for i in range(5, 15)])
+    journal = tmp_path / "journal.jsonl"
+    with LoopbackOpenAI(router) as server:
+        cfg = pool_config([teacher("a", server.base_url, max_concurrency=1)], budget={"job_usd": 0.125})
+        pool = live.serve(cfg, journal, name="live-test", namespace=NAMESPACE, api_keys={"a": "sk-test"})
+        try:
+            first = await pool.replay(iter_states(states_a))
+            assert sum(len(o.sent) for o in first) == 10
+            script = textwrap.dedent(
+                f"""
+                import asyncio, json, ray
+                from crf_prime.teachers import live
+                from crf_prime.teachers.replay import iter_states
+                ray.init(address={ray_cluster.address_info["address"]!r}, namespace={NAMESPACE!r}, log_to_driver=False)
+                pool = live.attach("live-test", namespace={NAMESPACE!r})
+                outs = asyncio.run(pool.replay(iter_states({str(states_b)!r})))
+                print(json.dumps({{"sent": sum(len(o.sent) for o in outs),
+                                   "reused": sum(len(o.records) - len(o.sent) for o in outs),
+                                   "stopped": pool.stopped}}))
+                """
+            )
+            proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            other = json.loads(proc.stdout.strip().splitlines()[-1])
+        finally:
+            killed = live.shutdown("live-test", namespace=NAMESPACE)
+    # states 5-9 come from the shared journal; 10, 11, 12 are sent while spend < $0.125; then the shared cap stops it
+    assert other["reused"] == 5 and other["sent"] == 3
+    assert other["stopped"].startswith("job budget reached: spent $0.1300 of $0.1250")
+    assert router.duplicates() == {} and len(server.requests) == 13
+    assert len(list(read_journal(journal))) == 13 and killed == 2
