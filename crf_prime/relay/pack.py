@@ -167,7 +167,7 @@ def assemble_step(
     expected = list(manifest.files)
     chain = _ShardChain(shard_paths)
     try:
-        with tarfile.open(fileobj=chain, mode="r|") as tar:  # type: ignore[call-overload]
+        with tarfile.open(fileobj=chain, mode="r|", bufsize=_CHUNK) as tar:  # type: ignore[call-overload]
             position = 0
             for member in tar:
                 if position >= len(expected) or member.name != expected[position].path or not member.isreg():
