@@ -1,0 +1,127 @@
+"""Tiered action equivalence: do two actions propose the same next step?
+
+Tiers, strongest first (hosts/teachers-and-traces.md §4.3, cheapest deterministic matchers only):
+
+1. ``exact``: equal canonical calls (same canonical tools, same normalised arguments, same order) — or, for
+   text-only actions, equal normalised text.
+2. ``key_args``: same intent and same key arguments per call: ``bash`` by its command with a leading ``cd X &&``
+   and ``python -m`` dropped (and ``cat/head/tail/sed -n FILE`` read as ``read FILE``, ``grep/rg/find`` as a search),
+   ``read`` by path (line ranges ignored), ``edit`` by path + old text, ``write`` by path, ``search`` by
+   pattern, ``finish`` always equal. Calls are compared as a multiset (parallel calls in any order).
+3. ``text``: text-only actions whose normalised texts have a ``difflib`` ratio >= the threshold (default 0.8).
+
+A tool call never matches a text-only answer. :func:`match_tier` returns the strongest tier that holds.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shlex
+from enum import IntEnum
+from typing import Literal
+
+from crf_prime.pairs.normalize import CanonicalAction, CanonicalCall, canonical_action, collapse, normalise_path
+from crf_prime.traces.models import Action
+
+
+class Tier(IntEnum):
+    NONE = 0
+    TEXT = 1
+    KEY_ARGS = 2
+    EXACT = 3
+
+
+TierName = Literal["exact", "key_args", "text"]
+TIER_BY_NAME: dict[str, Tier] = {"exact": Tier.EXACT, "key_args": Tier.KEY_ARGS, "text": Tier.TEXT}
+
+_READERS = {"cat", "head", "tail", "less", "more", "nl"}
+_SEARCHERS = {"grep", "rg", "ag", "find", "ls"}
+_TEXT_CAP = 4000  # characters compared by the text tier (SequenceMatcher is quadratic)
+
+
+def _bash_key(command: str) -> tuple[str, str]:
+    cmd = collapse(command)
+    # drop "cd DIR &&" prefixes: the working directory is part of the context, not of the step
+    while cmd.startswith("cd ") and "&&" in cmd:
+        cmd = cmd.split("&&", 1)[1].strip()
+    try:
+        argv = shlex.split(cmd)
+    except ValueError:
+        return ("bash", cmd)
+    if len(argv) >= 3 and argv[0].startswith("python") and argv[1] == "-m":
+        argv = argv[2:]
+    if not argv:
+        return ("bash", "")
+    prog = argv[0].rsplit("/", 1)[-1]
+    if prog in _READERS and "|" not in argv and ">" not in argv:
+        files = [a for a in argv[1:] if not a.startswith("-") and not a.lstrip("+").isdigit()]
+        if len(files) == 1:
+            return ("read", normalise_path(files[0]))
+    if prog == "sed" and len(argv) >= 4 and argv[1] == "-n" and "|" not in argv:
+        return ("read", normalise_path(argv[-1]))
+    if prog in _SEARCHERS and "|" not in argv:
+        return ("search", " ".join([prog, *(a for a in argv[1:] if not a.startswith("-"))]))
+    return ("bash", " ".join([prog, *argv[1:]]))
+
+
+def key_of(call: CanonicalCall) -> tuple[str, str]:
+    """(intent, key arguments) of one canonical call."""
+    args = call.arguments()
+    name = call.name
+    if name == "bash":
+        return _bash_key(str(args.get("command", args.get("cmd", ""))))
+    path = next((str(args[k]) for k in ("file_path", "path", "filepath", "filename", "file") if k in args), "")
+    if name == "read":
+        return ("read", path)
+    if name == "write":
+        return ("write", path)
+    if name == "edit":
+        old = args.get("old_string", args.get("old_str", ""))
+        if "edits" in args and isinstance(args["edits"], list) and args["edits"]:
+            old = args["edits"][0].get("old_string", "") if isinstance(args["edits"][0], dict) else ""
+        return ("edit", json.dumps([path, collapse(str(old))]))
+    if name == "search":
+        return ("search", str(args.get("pattern", args.get("query", args.get("search_term", path)))))
+    if name == "finish":
+        return ("finish", "")
+    if name == "python":
+        return ("python", collapse(str(args.get("code", ""))))
+    return (name, call.args)
+
+
+def _text_ratio(a: str, b: str) -> float:
+    a, b = a[:_TEXT_CAP], b[:_TEXT_CAP]
+    if not a and not b:
+        return 1.0
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    if matcher.real_quick_ratio() < 0.5:
+        return matcher.real_quick_ratio()
+    return matcher.ratio()
+
+
+def match_canonical(a: CanonicalAction, b: CanonicalAction, *, text_similarity: float = 0.8) -> Tier:
+    if a.calls or b.calls:
+        if not (a.calls and b.calls):
+            return Tier.NONE
+        if a.calls == b.calls:
+            return Tier.EXACT
+        if sorted(map(key_of, a.calls)) == sorted(map(key_of, b.calls)):
+            return Tier.KEY_ARGS
+        return Tier.NONE
+    if a.text == b.text:
+        return Tier.EXACT
+    return Tier.TEXT if _text_ratio(a.text, b.text) >= text_similarity else Tier.NONE
+
+
+def match_tier(a: Action, b: Action, *, text_similarity: float = 0.8) -> Tier:
+    """The strongest tier at which ``a`` and ``b`` are the same step (``Tier.NONE`` when they differ)."""
+    return match_canonical(canonical_action(a), canonical_action(b), text_similarity=text_similarity)
+
+
+def same_action(
+    a: Action, b: Action, *, min_tier: Tier | TierName = Tier.KEY_ARGS, text_similarity: float = 0.8
+) -> bool:
+    """True when ``a`` and ``b`` match at ``min_tier`` or stronger (default: same tool and key arguments)."""
+    tier = TIER_BY_NAME[min_tier] if isinstance(min_tier, str) else min_tier
+    return match_tier(a, b, text_similarity=text_similarity) >= tier
