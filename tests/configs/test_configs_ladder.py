@@ -80,6 +80,10 @@ def test_ladder_arms_compose_to_the_documented_channels():
     assert sources(a2) == [("featdel", "feature-deletion", ""), ("featdel-hints", "feature-deletion", "opsd")]
     assert sources(a3) == [("featdel", "feature-deletion", ""), ("replay", "trace-replay", "")]
     assert sources(a4) == [*sources(a2), ("replay", "trace-replay", "")]
+    for arm in (a0, a1, a2, a3, a4):  # every Feature Deletion train source draws the same tasks; eval is held out
+        featdel = [s for s in arm["orchestrator"]["train"]["source"] if s["env"]["taskset"]["id"] == "feature-deletion"]
+        assert {s["env"]["taskset"]["tasks"] for s in featdel} == {"tasks/featdel-train"}
+        assert arm["orchestrator"]["eval"]["source"][0]["env"]["taskset"]["tasks"] == "tasks/featdel-eval"
     assert [a["run"]["name"] for a in (a0, a1, a2, a3, a4)] == [
         "a0-rlvr",
         "a1-dr-grpo",

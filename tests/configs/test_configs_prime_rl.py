@@ -80,3 +80,6 @@ def test_arm_validates_as_rl_config(load_rl_config, arm: str):
     assert cfg.run.name == {"A1-slurm": "a1-dr-grpo"}.get(arm, ARMS[arm][-1].removesuffix(".toml").replace("_", "-"))
     assert cfg.deployment.type == ("multi_node" if arm == "A1-slurm" else "single_node")
     assert cfg.orchestrator.eval.source[0].env.taskset.id == "feature-deletion"
+    # the taskset table narrowed to the environment's own config class, so its keys were validated
+    assert str(featdel.env.taskset.tasks) == "tasks/featdel-train"
+    assert str(cfg.orchestrator.eval.source[0].env.taskset.tasks) == "tasks/featdel-eval"
