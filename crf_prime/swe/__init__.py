@@ -5,7 +5,7 @@ Hugging Face loading needs the ``hf`` extra; the cross-check against swebench's 
 """
 
 from crf_prime.swe.dataset import LITE, DatasetNotFoundError, filter_instances, load_instances
-from crf_prime.swe.directives import is_test_path, patch_files, test_directives
+from crf_prime.swe.directives import get_test_directives, is_test_path, patch_files
 from crf_prime.swe.grading import GradeReport, LogResult, grade_instance_log, grade_log, read_log
 from crf_prime.swe.instance import InstanceError, SweInstance, parse_instance
 from crf_prime.swe.logparse import PARSERS, get_parser
@@ -23,6 +23,7 @@ __all__ = [
     "UnknownRepoError",
     "filter_instances",
     "get_parser",
+    "get_test_directives",
     "grade_instance_log",
     "grade_log",
     "is_test_path",
@@ -31,5 +32,4 @@ __all__ = [
     "patch_files",
     "read_log",
     "repo_spec",
-    "test_directives",
 ]

@@ -29,7 +29,8 @@ NON_TEST_SUFFIXES: tuple[str, ...] = (
 )
 """Suffixes the harness never passes to the test runner (swebench ``NON_TEST_EXTS``)."""
 
-TEST_DIR_NAMES = frozenset({"test", "tests", "testing", "e2e"})
+TEST_DIR_NAMES = frozenset({"tests", "testing", "e2e"})
+"""Directories holding tests. Not ``test``: ``django/test/`` is library code a fix may need to touch."""
 
 
 def patch_files(patch: str) -> list[str]:
@@ -37,7 +38,7 @@ def patch_files(patch: str) -> list[str]:
     return list(dict.fromkeys(_DIFF_HEADER.findall(patch)))
 
 
-def test_directives(test_patch: str, repo: str) -> list[str]:
+def get_test_directives(test_patch: str, repo: str) -> list[str]:
     """Arguments appended to the repo's test command to run only the tests the test patch touches."""
     directives = [path for path in _DIFF_HEADER.findall(test_patch) if not path.endswith(NON_TEST_SUFFIXES)]
     if repo == "django/django":
@@ -52,11 +53,12 @@ def _django_module(path: str) -> str:
 
 
 def is_test_path(path: str) -> bool:
-    """Whether ``path`` is a test file by SWE-bench's split of PR diffs into ``patch`` and ``test_patch``.
+    """Whether the grader treats ``path`` as a test file and drops an agent's change to it.
 
-    Used to keep an agent's edits to tests (and ``conftest.py`` files that could rewrite outcomes) out of the
-    patch that is graded: a directory named test/tests/testing/e2e, or a ``test_*`` / ``*_test.py`` /
-    ``tests.py`` / ``conftest.py`` file.
+    Keeps edited tests and added ``conftest.py`` files (which could rewrite outcomes) out of the graded patch: a
+    directory named tests/testing/e2e, or a ``test_*`` / ``*_test.py`` / ``tests.py`` / ``conftest.py`` file.
+    Narrower than swebench's collection split (a substring ``"test"`` anywhere in the path, ``collect/utils.py``),
+    which would also drop library code such as ``src/_pytest/`` or ``django/test/``.
     """
     p = PurePosixPath(path)
     if any(part in TEST_DIR_NAMES for part in p.parts[:-1]):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 
-from crf_prime.swe.directives import test_directives
+from crf_prime.swe.directives import get_test_directives
 from crf_prime.swe.grading import END_TEST_OUTPUT, START_TEST_OUTPUT, TEST_EXIT_CODE
 from crf_prime.swe.instance import SweInstance
 from crf_prime.swe.specs import RepoSpec, repo_spec
@@ -20,10 +20,10 @@ from crf_prime.swe.specs import RepoSpec, repo_spec
 CONDA_ACTIVATE = "source /opt/miniconda3/bin/activate"
 
 
-def test_command(instance: SweInstance, spec: RepoSpec | None = None) -> str:
+def build_test_command(instance: SweInstance, spec: RepoSpec | None = None) -> str:
     """``test_cmd`` followed by the instance's test directives."""
     spec = spec or repo_spec(instance)
-    directives = [shlex.quote(d) for d in test_directives(instance.test_patch, instance.repo)]
+    directives = [shlex.quote(d) for d in get_test_directives(instance.test_patch, instance.repo)]
     return " ".join([spec.test_cmd, *directives])
 
 
@@ -38,7 +38,7 @@ def eval_script(instance: SweInstance, *, repo_dir: str, reinstall: bool = True,
         lines.append(spec.install)
     lines += [
         f"echo {shlex.quote(START_TEST_OUTPUT)}",
-        test_command(instance, spec),
+        build_test_command(instance, spec),
         "CRF_SWE_TEST_EXIT_CODE=$?",
         f"echo {shlex.quote(END_TEST_OUTPUT)}",
         f'echo "{TEST_EXIT_CODE}: $CRF_SWE_TEST_EXIT_CODE"',
