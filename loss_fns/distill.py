@@ -27,8 +27,7 @@ def reference_of(inputs: Any) -> Tensor | None:
     ref = ref_logprobs_of(inputs)
     if ref is None:
         return None
-    mask = inputs.loss_mask
-    if not bool(mask.any()) or not bool((ref[mask] != 0).any()):
+    if not bool(((ref != 0) & inputs.loss_mask).any()):
         return None
     return ref.detach()
 

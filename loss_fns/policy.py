@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from loss_fns.types import make_outputs, masked_mean, masked_sum
+from loss_fns.types import loss_weights_of, make_outputs, masked_means, masked_sum
 
 
 def _token_ratio(inputs: Any) -> tuple[Tensor, Tensor]:
@@ -58,18 +58,22 @@ def _clipped_surrogate(
     return per_token, active_low, active_high
 
 
+def _ratio_metrics(
+    name: str, mask: Tensor, active_low: Tensor, active_high: Tensor, ratio: Tensor, log_ratio: Tensor
+) -> dict[str, Tensor]:
+    """``<name>/clip_frac_low|clip_frac_high|ratio|mismatch_kl`` (mismatch_kl = r − log r − 1, prime-rl's k3)."""
+    ratio, log_ratio = ratio.detach(), log_ratio.detach()
+    values = {"clip_frac_low": active_low, "clip_frac_high": active_high, "ratio": ratio}
+    values["mismatch_kl"] = ratio - log_ratio - 1
+    return {f"{name}/{key}": value for key, value in masked_means(mask, values).items()}
+
+
 def _clip_objective(name: str, inputs: Any, clip_low: float, clip_high: float, length_norm: bool, scale: float) -> Any:
     _check_clip(clip_low, clip_high)
     log_ratio, ratio = _token_ratio(inputs)
     advantages = inputs.advantages.detach()
     per_token, active_low, active_high = _clipped_surrogate(ratio, advantages, clip_low, clip_high)
-    mask = inputs.loss_mask
-    metrics = {
-        f"{name}/clip_frac_low": masked_mean(active_low, mask),
-        f"{name}/clip_frac_high": masked_mean(active_high, mask),
-        f"{name}/ratio": masked_mean(ratio, mask),
-        f"{name}/mismatch_kl": masked_mean(ratio - log_ratio - 1, mask),
-    }
+    metrics = _ratio_metrics(name, inputs.loss_mask, active_low, active_high, ratio, log_ratio)
     return make_outputs(_reduce(per_token, inputs, length_norm, scale), metrics)
 
 
@@ -133,23 +137,26 @@ def gspo(
     mask = inputs.loss_mask
     log_ratio, ratio = _token_ratio(inputs)
     count = _mask_count(inputs)
-    seq_log_ratio = torch.where(mask, log_ratio, torch.zeros_like(log_ratio)).sum() / count
+    seq_log_ratio = torch.where(mask, log_ratio, 0.0).sum() / count
     seq_ratio = torch.exp(seq_log_ratio)
-    if variant == "sequence":
-        advantages = masked_mean(inputs.advantages, mask).to(seq_ratio.dtype).expand_as(log_ratio)
-        s = seq_ratio.expand_as(log_ratio)
-    else:
-        advantages = inputs.advantages.detach()
+    if variant == "token":
         lp = inputs.trainer_logprobs
         s = seq_ratio.detach() * torch.exp(lp - lp.detach())
-    per_token, active_low, active_high = _clipped_surrogate(s, advantages, clip_low, clip_high)
-    metrics = {
-        "gspo/clip_frac_low": masked_mean(active_low, mask),
-        "gspo/clip_frac_high": masked_mean(active_high, mask),
-        "gspo/seq_ratio": seq_ratio.detach().to(torch.float32),
-        "gspo/mismatch_kl": masked_mean(ratio - log_ratio - 1, mask),
-    }
-    return make_outputs(_reduce(per_token, inputs, length_norm, scale), metrics)
+        per_token, active_low, active_high = _clipped_surrogate(s, inputs.advantages.detach(), clip_low, clip_high)
+        loss = _reduce(per_token, inputs, length_norm, scale)
+    else:
+        # one scalar surrogate per sequence, counted once per (weighted) token: Σ_t m_t·w_t·ℓ
+        weights = loss_weights_of(inputs)
+        token_mass = mask.sum().to(count.dtype) if weights is None else torch.where(mask, weights.detach(), 0.0).sum()
+        advantage = torch.where(mask, inputs.advantages.detach(), 0.0).sum() / count
+        seq_loss, active_low, active_high = _clipped_surrogate(seq_ratio, advantage, clip_low, clip_high)
+        loss = seq_loss * (token_mass / count if length_norm else token_mass)
+        loss = loss * scale if scale != 1.0 else loss
+        active_low, active_high = active_low.expand_as(mask), active_high.expand_as(mask)
+    metrics = _ratio_metrics("gspo", mask, active_low, active_high, ratio, log_ratio)
+    del metrics["gspo/ratio"]
+    metrics["gspo/seq_ratio"] = seq_ratio.detach().to(torch.float32)
+    return make_outputs(loss, metrics)
 
 
 def cispo(
@@ -176,12 +183,7 @@ def cispo(
     weight = torch.clamp(ratio.detach(), min=ratio_min, max=ratio_max)
     per_token = -weight * inputs.advantages.detach() * inputs.trainer_logprobs
     low = ratio < ratio_min if ratio_min is not None else torch.zeros_like(mask)
-    metrics = {
-        "cispo/clip_frac_low": masked_mean(low, mask),
-        "cispo/clip_frac_high": masked_mean(ratio > ratio_max, mask),
-        "cispo/ratio": masked_mean(ratio, mask),
-        "cispo/mismatch_kl": masked_mean(ratio - log_ratio - 1, mask),
-    }
+    metrics = _ratio_metrics("cispo", mask, low, ratio > ratio_max, ratio, log_ratio)
     return make_outputs(_reduce(per_token, inputs, length_norm, scale), metrics)
 
 

@@ -104,6 +104,12 @@ def test_gspo_sequence_ratio_closed_form() -> None:
     # without length_norm the sequence loss counts once per token
     summed = policy.gspo(inputs, length_norm=False)
     assert summed.loss.item() == pytest.approx(-8.0, abs=1e-12)
+    # weights scale the per-token copies of the sequence loss: Σ_t w_t·ℓ / |o|; masked tokens leave the mean
+    ratios = [math.exp(0.1), math.exp(-0.1), math.exp(0.2), math.exp(-0.2)]
+    weighted = policy.gspo(make_inputs(ratios, [2.0] * 4, weights=[3.0, 3.0, 1.0, 1.0]))
+    assert weighted.loss.item() == pytest.approx(-2.0 * 8 / 4, abs=1e-12)
+    masked = policy.gspo(make_inputs(ratios, [2.0] * 4, mask=[True, True, False, False]), length_norm=False)
+    assert masked.loss.item() == pytest.approx(-2.0 * 2, abs=1e-12)
 
 
 def test_gspo_token_variant_uses_per_token_advantages() -> None:
