@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
 import uuid
@@ -167,3 +168,25 @@ async def test_cancelling_arun_kills_the_box(tmp_path: Path) -> None:
     await asyncio.sleep(0.2)
     alive = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).endswith(f"sleep\0{marker}\0")]
     assert alive == []
+
+
+def test_cli_probe_reports_missing_bwrap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from crf_prime.cli import main
+
+    assert main(["sandbox", "probe", "--json", "--bwrap", str(tmp_path / "nope")]) == 1
+    status = json.loads(capsys.readouterr().out)
+    assert status["available"] is False
+    assert "apt-get install bubblewrap" in status["reason"]
+
+
+@pytest.mark.bwrap
+def test_cli_probe_and_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from crf_prime.cli import main
+
+    assert main(["sandbox", "probe"]) == 0
+    out = capsys.readouterr().out
+    assert "available" in out and "isolation:bwrap" in out
+    assert main(["sandbox", "run", "--workdir", str(tmp_path), "--", "sh", "-c", "echo hi; exit 3"]) == 3
+    assert capsys.readouterr().out == "hi\n"
+    assert main(["sandbox", "run", "--workdir", str(tmp_path), "--wall", "0.5", "--", "sleep", "5"]) == 124
+    assert "limit hit: wall" in capsys.readouterr().err
