@@ -29,7 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--include-same-family", action="store_true", help="also ask teachers of the trace's own model family"
     )
     p.add_argument("--resend-lost", action="store_true", help="re-ask calls lost in flight when a previous run died")
-    p.add_argument("--window", type=int, default=None, help="states in flight at once (default 2x max concurrency)")
+    p.add_argument(
+        "--window", type=int, default=None, help="states in flight at once (default 2x the summed teacher concurrency)"
+    )
     p.add_argument("--live", metavar="NAME", default=None, help="use (or start) the named detached Ray pool NAME")
     p.add_argument("--ray-address", default=None, help="Ray cluster to connect to (ray backend / live mode)")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")

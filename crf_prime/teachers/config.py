@@ -118,7 +118,7 @@ class PoolOptions(BaseModel):
     tiered: bool = False
     """Ask low tiers first; escalate a state only on disagreement among them or with the student."""
     window: int | None = None
-    """States in flight at once (driver-side backpressure); default 2 x the largest teacher concurrency."""
+    """States in flight at once (driver-side backpressure); default 2 x the sum of the teachers' concurrency."""
     retry_failed: bool = True
     """On resume, ask again where the journal only holds failed calls."""
     resend_lost: bool = False

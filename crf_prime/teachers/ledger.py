@@ -19,6 +19,7 @@ from typing import Literal
 
 from crf_prime.teachers.config import BudgetConfig
 from crf_prime.teachers.journal import (
+    GroupCommit,
     Intent,
     IntentLog,
     Journal,
@@ -65,6 +66,8 @@ class Ledger:
         self._load()
         self._journal = Journal(self.journal_path)
         self._intents = IntentLog(intents_path(self.journal_path))
+        self._journal_sync = GroupCommit(self._journal)
+        self._intents_sync = GroupCommit(self._intents)
         self._mark_lost()
 
     # -- startup ------------------------------------------------------------------------------------------------
@@ -152,14 +155,14 @@ class Ledger:
         if capped is not None:
             return capped
         self._inflight[key] = asyncio.get_running_loop().create_future()
-        await asyncio.to_thread(
-            self._intents.append, Intent(state_id=state_id, teacher=teacher, trace_id=trace_id, ts=time.time())
+        await self._intents_sync.append(
+            IntentLog.line(Intent(state_id=state_id, teacher=teacher, trace_id=trace_id, ts=time.time()))
         )
         return Admission("send")
 
     async def commit(self, record: JournalRecord) -> None:
         """Write an answer (or failure) to the journal and book its cost."""
-        await asyncio.to_thread(self._journal.append, record)
+        await self._journal_sync.append(Journal.line(record))
         self._book(record)
         fut = self._inflight.pop(record.key, None)
         if fut is not None and not fut.done():

@@ -159,7 +159,7 @@ class TeacherPool:
         self, states: Iterable[TraceState], *, on_state: Callable[[StateOutcome], None] | None = None
     ) -> list[StateOutcome]:
         """Replay states with at most ``window`` in flight; stops sending (and starting states) at the job cap."""
-        window = self.options.window or 2 * max(t.max_concurrency for t in self.teachers)
+        window = self.options.window or 2 * sum(t.max_concurrency for t in self.teachers)
         sem = asyncio.Semaphore(window)
         outcomes: list[StateOutcome] = []
         tasks: set[asyncio.Task[StateOutcome]] = set()
