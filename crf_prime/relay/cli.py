@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         " holding weight updates until the step is here; point orchestrator.client.admin_base_url at the gate",
     )
     pull.add_argument("--gate-host", default="127.0.0.1", help="gate bind address (default 127.0.0.1)")
-    pull.add_argument("--gate-port", type=int, default=8100, help="gate port (default 8100)")
+    pull.add_argument("--gate-port", type=int, default=8190, help="gate port (default 8190)")
     pull.add_argument("--gate-wait", type=float, default=600.0, help="seconds a held update waits before 504")
     pull.set_defaults(func=_pull)
 

@@ -68,10 +68,11 @@ class AdminGate:
     def wait_for(self, weight_dir: str) -> bool:
         """Block until ``weight_dir/STABLE`` exists (True) or ``wait_timeout`` passes (False).
 
-        Paths outside the relay's broadcast directory are not ours to wait for and pass at once.
+        Paths outside the relay's broadcast directory are not ours to wait for and pass at once; a relative path is
+        taken relative to the gate's working directory (start it in the inference server's).
         """
-        path = Path(weight_dir)
-        if not path.is_absolute() or not path.resolve().is_relative_to(self.broadcast_dir):
+        path = Path(weight_dir)  # a relative weight_dir is resolved by the inference server against its cwd
+        if not path.resolve().is_relative_to(self.broadcast_dir):
             return True
         marker = path / STABLE
         if marker.is_file():

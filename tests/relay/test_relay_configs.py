@@ -1,0 +1,91 @@
+"""configs/multinode overlays: TOML syntax and wiring always; validation as prime-rl's real RLConfig opt-in."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from crf_prime.relay import cli as relay_cli
+
+REPO = Path(__file__).resolve().parents[2]
+MULTINODE = REPO / "configs" / "multinode"
+BASE = REPO / "configs" / "ladder" / "a0_rlvr.toml"
+
+STACKS: dict[str, tuple[str, ...]] = {
+    "slurm": ("slurm.toml",),
+    "slurm-node-local": ("slurm.toml", "slurm_node_local_venv.toml"),
+    "decentralized": ("decentralized.toml",),
+}
+
+
+def _pull_defaults() -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    relay_cli.register(parser.add_subparsers())
+    return parser.parse_args(["relay", "pull", "--server", "http://127.0.0.1:1", "--broadcast-dir", "/x"])
+
+
+def test_overlays_parse_and_point_admin_calls_at_the_gate() -> None:
+    tables = {p.name: tomllib.loads(p.read_text()) for p in sorted(MULTINODE.glob("*.toml"))}
+    assert sorted(tables) == ["decentralized.toml", "slurm.toml", "slurm_node_local_venv.toml"]
+    dec = tables["decentralized.toml"]
+    assert dec["weight_broadcast"] == {"type": "filesystem"} and dec["inference"] == "None"
+    assert Path(dec["output_dir"]).is_absolute()
+    gate_port = _pull_defaults().gate_port
+    assert all(
+        url.split(":")[-1] == f"{gate_port}/v1" for url in dec["orchestrator"]["model"]["client"]["admin_base_url"]
+    )
+    for name in ("slurm.toml", "slurm_node_local_venv.toml"):
+        assert "$CRF_PRIME_DIR/environments/feature_deletion" in tables[name]["slurm"]["pre_run_command"]
+
+
+@pytest.fixture(scope="module")
+def rl_config():
+    src = Path(os.environ["CRF_PRIME_RL_SRC"])
+    paths = [str(src / "src"), str(src / "packages" / "prime-rl-configs" / "src")]
+    for env_dir in sorted((REPO / "environments").iterdir()):
+        if (env_dir / "pyproject.toml").is_file():
+            paths.append(str(env_dir / "src") if (env_dir / "src").is_dir() else str(env_dir))
+    sys.path[:0] = paths
+    try:
+        from prime_rl.configs.rl import RLConfig
+        from pydantic_config import cli
+
+        def load(stack: str):
+            args = ["@", str(BASE)]
+            for name in STACKS[stack]:
+                args += ["@", str(MULTINODE / name)]
+            return cli(RLConfig, args=args)
+
+        yield load
+    finally:
+        for p in paths:
+            sys.path.remove(p)
+
+
+@pytest.mark.prime_rl
+@pytest.mark.parametrize("stack", list(STACKS))
+def test_overlay_validates_as_rl_config(rl_config, stack: str) -> None:
+    cfg = rl_config(stack)
+    if stack == "decentralized":
+        assert cfg.inference is None  # no local vLLM: inference runs on the remote nodes
+        assert cfg.trainer.weight_broadcast.type == "filesystem"
+        assert cfg.orchestrator.output_dir == Path("/data/crf-prime/outputs/a0-rlvr")
+        assert cfg.orchestrator.model.client.admin_base_url == [
+            "http://infer-a.example:8190/v1",
+            "http://infer-b.example:8190/v1",
+        ]
+        assert (cfg.deployment.type, cfg.deployment.num_infer_gpus) == ("single_node", 0)
+    else:
+        assert (cfg.deployment.type, cfg.deployment.num_train_nodes, cfg.deployment.num_infer_nodes) == (
+            "multi_node",
+            2,
+            1,
+        )
+        assert cfg.slurm.job_name == "crf-prime"
+        assert cfg.slurm.shared_fs is (stack == "slurm")
+        assert cfg.slurm.template_path.name == "multi_node_rl.sbatch.j2"
