@@ -42,12 +42,16 @@ def train_sources(cfg) -> list[tuple[str, str, str]]:
     return [(s.resolved_name, s.env.taskset.id, s.algo.type if s.algo else "") for s in cfg.orchestrator.train.source]
 
 
-@pytest.mark.parametrize("arm", list(ARMS))
-def test_arm_validates_as_rl_config(load_rl_config, arm: str):
+def load(load_rl_config, arm: str):
     try:
-        cfg = load_rl_config(arm)
+        return load_rl_config(arm)
     except SystemExit as e:  # pydantic_config prints the validation error and exits
         pytest.fail(f"{arm} ({' '.join(rl_args(arm))}) does not validate as RLConfig: exit {e.code}")
+
+
+@pytest.mark.parametrize("arm", [a for a in ARMS if a.startswith("A")])
+def test_arm_validates_as_rl_config(load_rl_config, arm: str):
+    cfg = load(load_rl_config, arm)
     assert cfg.orchestrator.algo.type == "grpo"
     expected_loss = "default" if arm == "A0" else "custom"
     assert cfg.trainer.loss.type == expected_loss
@@ -58,7 +62,9 @@ def test_arm_validates_as_rl_config(load_rl_config, arm: str):
     from verifiers.v1.utils.loaders import taskset_class
 
     assert taskset_class(featdel.env.taskset.id).__module__.split(".")[0] == "feature_deletion"
-    assert featdel.env.agent_harnesses()["agent"].id == "feature-deletion"
+    assert featdel.env.agent_harnesses()["agent"].id == "crf-sandbox"
+    assert type(featdel.env.agent.harness).__name__ == "SandboxHarnessConfig"
+    assert featdel.env.agent.harness.max_turns == 50
     # sources without their own algo inherit orchestrator.algo (grpo) when the config resolves
     expected = {
         "A0": [("featdel", "feature-deletion", "grpo")],
@@ -83,3 +89,14 @@ def test_arm_validates_as_rl_config(load_rl_config, arm: str):
     # the taskset table narrowed to the environment's own config class, so its keys were validated
     assert str(featdel.env.taskset.tasks) == "tasks/featdel-train"
     assert str(cfg.orchestrator.eval.source[0].env.taskset.tasks) == "tasks/featdel-eval"
+
+
+def test_replay_job_validates_as_rl_config(load_rl_config):
+    cfg = load(load_rl_config, "replay")
+    (source,) = cfg.orchestrator.train.source
+    assert (source.resolved_name, source.env.taskset.id, source.algo.type) == ("replay", "trace-replay", "grpo")
+    assert type(source.env.taskset).__name__ == "TraceReplayConfig"
+    assert (source.env.taskset.journal, source.env.taskset.task.tier) == ("replay/run/journal.jsonl", "key_args")
+    # the taskset's bundled one-call harness is the default
+    assert source.env.agent_harnesses()["agent"].id == "trace-replay"
+    assert cfg.trainer.loss.import_path == "loss_fns.policy.dr_grpo"
