@@ -13,6 +13,8 @@ import contextlib
 import logging
 import os
 import resource
+import shlex
+import shutil
 import signal
 import threading
 import time
@@ -56,17 +58,41 @@ class _Capture:
         return out + _truncation_marker(self.dropped) if self.dropped else out
 
 
-def _preexec(procs_files: list[bytes], rlimits: list[tuple[int, int, int]]) -> Callable[[], None]:
-    """Runs in the child between fork and exec: join the run's cgroups, set rlimits (async-signal-safe calls only)."""
+_PRLIMIT = shutil.which("prlimit")
+_PRLIMIT_FLAGS = {
+    resource.RLIMIT_CORE: "--core",
+    resource.RLIMIT_CPU: "--cpu",
+    resource.RLIMIT_FSIZE: "--fsize",
+    resource.RLIMIT_AS: "--as",
+    resource.RLIMIT_NPROC: "--nproc",
+}
+_JOIN_FAILED = "crf-sandbox: cannot join the run's cgroup"
+_JOIN_FAILED_CODE = 125
+
+
+def _launcher(procs_files: list[str], rlimits: list[tuple[int, int, int]]) -> list[str]:
+    """Command prefix that joins the run's cgroups and sets rlimits, then execs the command (same pid).
+
+    A ``preexec_fn`` could do both, but it forces CPython to fork() instead of vfork(): the cost of copying the
+    parent's page tables grows with its memory (a trainer or eval process holds GBs), and it is not thread-safe.
+    ``sh`` + util-linux ``prlimit`` cost two small execs instead.
+    """
+    prefix: list[str] = []
+    if procs_files:
+        joins = " && ".join(f"echo $$ > {shlex.quote(p)}" for p in procs_files)
+        script = f'{{ {joins}; }} 2>/dev/null || {{ echo "{_JOIN_FAILED}" >&2; exit {_JOIN_FAILED_CODE}; }}; exec "$@"'
+        prefix += ["/bin/sh", "-c", script, "crf-sandbox"]
+    if rlimits and _PRLIMIT is not None:
+        prefix += [_PRLIMIT, *(f"{_PRLIMIT_FLAGS[res]}={soft}:{hard}" for res, soft, hard in rlimits), "--"]
+    return prefix
+
+
+def _preexec(rlimits: list[tuple[int, int, int]]) -> Callable[[], None] | None:
+    """Fallback when util-linux ``prlimit`` is missing: set rlimits between fork and exec."""
+    if not rlimits or _PRLIMIT is not None:
+        return None
 
     def preexec() -> None:
-        pid = str(os.getpid()).encode()
-        for path in procs_files:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.write(fd, pid)
-            finally:
-                os.close(fd)
         for res, soft, hard in rlimits:
             resource.setrlimit(res, (soft, hard))
 
@@ -223,7 +249,9 @@ class Sandbox:
         enforced: tuple[str, ...],
     ) -> RunResult:
         start = time.monotonic()
+        procs = [os.fsdecode(p) for p in cgroup.procs_files()] if cgroup else []
         proc = await asyncio.create_subprocess_exec(
+            *_launcher(procs, rlimits),
             *cmd,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -231,7 +259,7 @@ class Sandbox:
             env=env,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_preexec(cgroup.procs_files() if cgroup else [], rlimits),
+            preexec_fn=_preexec(rlimits),
         )
         out, err = _Capture(lim.output_bytes), _Capture(lim.output_bytes)
         flooded = asyncio.Event()
@@ -280,6 +308,8 @@ class Sandbox:
                 if not task.done():
                     task.cancel()
         duration = time.monotonic() - start
+        if proc.returncode == _JOIN_FAILED_CODE and _JOIN_FAILED in err.text():
+            raise RuntimeError(f"{_JOIN_FAILED} {list(cgroup.dirs.values()) if cgroup else []}")
         code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
         sig = _signal_of(code)
         if code < 0:
