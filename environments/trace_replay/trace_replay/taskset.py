@@ -1,0 +1,253 @@
+"""The trace-replay taskset: one task per replayed trace state with a teacher consensus.
+
+Data: ``crf-prime ingest`` states (``TraceState`` JSONL) and the teachers' answers at those states — from a replay
+journal written by ``crf-prime replay`` (default), or asked on demand from a live teacher pool (named detached Ray
+actors started with ``crf_prime.teachers.live.serve``; optional, needs the ``ray`` extra). Votes go through the
+same family exclusion and tiered action equivalence as the DPO pairs (``crf_prime.pairs``).
+
+Reward ``agreement`` = (voting teachers whose action is the same step as the policy's) / (voting teachers), in
+[0, 1]. Metrics: ``matches_consensus`` (same step as the plurality), ``matches_student`` (same step as the recorded
+action), ``tool_call`` (the reply calls a tool). No reply scores 0 (``vf-validate``'s noop check); the gold check is
+that the consensus action itself scores its plurality share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import verifiers.v1 as vf
+from pydantic import BaseModel, ConfigDict, Field
+from verifiers.v1.dialects.chat import parse_message
+from verifiers.v1.errors import TaskError
+
+from crf_prime.pairs.build import PairConfig, latest_answers, vote
+from crf_prime.pairs.equivalence import TIER_BY_NAME, TierName, match_tier
+from crf_prime.traces.ingest import read_states
+from crf_prime.traces.models import Action, ToolCall, TraceState
+
+
+class Vote(BaseModel):
+    """One voting teacher's proposed action at the state."""
+
+    model_config = ConfigDict(frozen=True)
+
+    teacher: str
+    action: Action
+
+
+class ReplayData(vf.TaskData):
+    """One replayed state (``prompt`` = its context messages)."""
+
+    state_id: str
+    trace_id: str = ""
+    step: int = 0
+    """0-based position of the state in its trace."""
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    """OpenAI tool schemas the recorded agent had; the replay harness offers them to the policy."""
+    student_action: Action
+    """The recorded action (never shown to the policy)."""
+    votes: list[Vote] = Field(default_factory=list)
+    """Voting teachers' actions (same-family teachers already excluded); empty in live mode until scored."""
+    consensus: Action | None = None
+    """The plurality action (None in live mode until scored)."""
+    source_model: str = ""
+    model_family: str = ""
+
+
+class ReplayTaskConfig(vf.TaskConfig):
+    """Scoring knobs (``--env.taskset.task.*``)."""
+
+    tier: TierName = "key_args"
+    """Weakest action-equivalence tier that counts as agreement: exact | key_args | text."""
+    text_similarity: float = Field(0.8, ge=0.0, le=1.0)
+    """difflib ratio for the text tier."""
+    live_pool: str | None = None
+    """Name of a live teacher pool to ask at scoring time for states without journal votes (needs ray)."""
+    live_namespace: str = "crf-prime"
+    """Ray namespace of the live pool."""
+    exclude_same_family: bool = True
+    """Live mode: drop votes of teachers in the trace's model family."""
+
+
+def _policy_action(trace: vf.Trace) -> Action | None:
+    """The last sampled assistant message of the rollout as an Action (None when the policy never answered)."""
+    for node in reversed(trace.nodes):
+        msg = node.message
+        if node.sampled and msg.role == "assistant":
+            calls = tuple(ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in msg.tool_calls or ())
+            return Action(text=msg.content or "", reasoning=msg.reasoning_content or "", tool_calls=calls)
+    return None
+
+
+class ReplayTask(vf.Task[ReplayData, vf.State, ReplayTaskConfig]):
+    NEEDS_CONTAINER = False
+
+    def _agrees(self, a: Action, b: Action) -> bool:
+        return match_tier(a, b, text_similarity=self.config.text_similarity) >= TIER_BY_NAME[self.config.tier]
+
+    async def _votes(self) -> tuple[list[Vote], Action | None]:
+        if self.data.votes or self.config.live_pool is None:
+            return list(self.data.votes), self.data.consensus
+        return await _live_votes(self.data, self.config)
+
+    async def agreement_of(self, action: Action | None) -> float:
+        votes, _ = await self._votes()
+        if not votes:
+            raise TaskError(f"state {self.data.state_id}: no teacher votes to score against")
+        if action is None or action.is_empty():
+            return 0.0
+        return sum(self._agrees(action, v.action) for v in votes) / len(votes)
+
+    async def validate(self, runtime: vf.Runtime) -> bool | None:
+        """Gold check: the consensus action scores its plurality share (> 0) under this task's matcher."""
+        votes, consensus = await self._votes()
+        if consensus is None:
+            return False
+        top = sum(self._agrees(consensus, v.action) for v in votes)
+        return top > 0 and await self.agreement_of(consensus) == top / len(votes)
+
+    @vf.reward(weight=1.0)
+    async def agreement(self, trace: vf.Trace) -> float:
+        return await self.agreement_of(_policy_action(trace))
+
+    @vf.metric
+    async def matches_consensus(self, trace: vf.Trace) -> float:
+        _, consensus = await self._votes()
+        action = _policy_action(trace)
+        return float(action is not None and consensus is not None and self._agrees(action, consensus))
+
+    @vf.metric
+    async def matches_student(self, trace: vf.Trace) -> float:
+        action = _policy_action(trace)
+        return float(action is not None and self._agrees(action, self.data.student_action))
+
+    @vf.metric
+    async def tool_call(self, trace: vf.Trace) -> float:
+        action = _policy_action(trace)
+        return float(action is not None and bool(action.tool_calls))
+
+
+class TraceReplayConfig(vf.TasksetConfig):
+    """Taskset knobs (``--env.taskset.*`` / TOML ``[env.taskset]``)."""
+
+    states: str = "states.jsonl"
+    """States JSONL written by ``crf-prime ingest``."""
+    journal: str | None = None
+    """Replay journal written by ``crf-prime replay``; required unless ``task.live_pool`` is set."""
+    threshold: float = Field(0.5, ge=0.0, le=1.0)
+    """Plurality share of the voting teachers needed for a state to become a task."""
+    min_support: int = Field(2, ge=1)
+    """Teachers that must agree for a consensus."""
+    min_teachers: int = Field(2, ge=1)
+    """Voting teachers needed at a state."""
+    exclude_same_family: bool = True
+    """Drop votes of teachers in the trace's model family (circularity guard)."""
+    num_tasks: int | None = None
+    """Keep only the first N tasks."""
+    task: ReplayTaskConfig = ReplayTaskConfig()
+
+
+def _data(state: TraceState, votes: list[Vote], consensus: Action | None) -> ReplayData:
+    return ReplayData(
+        id=state.state_id,
+        name=f"{state.source.trace_id or Path(state.source.file).name}#{state.step}",
+        prompt=[parse_message(dict(m)) for m in state.messages],
+        state_id=state.state_id,
+        trace_id=state.source.trace_id,
+        step=state.step,
+        tools=[dict(t) for t in state.tools],
+        student_action=state.student_action,
+        votes=votes,
+        consensus=consensus,
+        source_model=state.source_model,
+        model_family=state.model_family,
+    )
+
+
+class TraceReplayTaskset(vf.Taskset[ReplayTask, TraceReplayConfig]):
+    def pair_config(self) -> PairConfig:
+        c = self.config
+        return PairConfig(
+            threshold=c.threshold,
+            min_support=c.min_support,
+            min_teachers=c.min_teachers,
+            tier=c.task.tier,
+            text_similarity=c.task.text_similarity,
+            exclude_same_family=c.exclude_same_family,
+        )
+
+    def load(self) -> Iterator[ReplayTask]:
+        c = self.config
+        if c.journal is None and c.task.live_pool is None:
+            raise ValueError("trace-replay: set taskset.journal (a replay journal) or taskset.task.live_pool")
+        answers = {}
+        if c.journal is not None:
+            from crf_prime.teachers.journal import read_journal
+
+            if not Path(c.journal).is_file():
+                raise FileNotFoundError(f"trace-replay: taskset.journal {c.journal!r} does not exist")
+            answers = latest_answers(read_journal(c.journal))
+        cfg = self.pair_config()
+        n = 0
+        for state in read_states(c.states):
+            if c.num_tasks is not None and n >= c.num_tasks:
+                return
+            got = answers.get(state.state_id)
+            if got:
+                v = vote(state, got, cfg)
+                if v.consensus is None:
+                    continue
+                votes = [Vote(teacher=t, action=got[t].action) for t in v.voters]  # type: ignore[arg-type]
+                data = _data(state, votes, v.clusters[v.consensus].action)
+            elif c.task.live_pool is not None:
+                data = _data(state, [], None)
+            else:
+                continue
+            n += 1
+            yield ReplayTask(data, c.task)
+
+
+_LIVE: dict[str, tuple[list[Vote], Action | None]] = {}
+_LIVE_LOCK = asyncio.Lock()
+
+
+async def _live_votes(data: ReplayData, config: ReplayTaskConfig) -> tuple[list[Vote], Action | None]:
+    """Ask the live teacher pool at this state (once per process; the pool's journal dedups across processes)."""
+    if data.state_id in _LIVE:
+        return _LIVE[data.state_id]
+    from crf_prime.teachers.live import attach
+    from crf_prime.traces.models import Source
+
+    state = TraceState(
+        state_id=data.state_id,
+        messages=tuple(_wire(m) for m in data.prompt or ()),
+        tools=tuple(data.tools),
+        student_action=data.student_action,
+        source=Source(format="verifiers", file="", line=0, trace_id=data.trace_id),
+        source_model=data.source_model,
+        model_family=data.model_family,
+        step=data.step,
+    )
+    async with _LIVE_LOCK:
+        pool = attach(config.live_pool or "", namespace=config.live_namespace)
+    outcome = await pool.replay_state(state)
+    answers = {r.teacher: r for r in outcome.records if r.ok and r.action is not None}
+    cfg = PairConfig(
+        tier=config.tier, text_similarity=config.text_similarity, exclude_same_family=config.exclude_same_family
+    )
+    v = vote(state, answers, cfg)
+    result = (
+        [Vote(teacher=t, action=answers[t].action) for t in v.voters],
+        v.clusters[v.consensus].action if v.consensus is not None else None,
+    )  # type: ignore[arg-type]
+    _LIVE[data.state_id] = result
+    return result
+
+
+def _wire(message: Any) -> dict[str, Any]:
+    from verifiers.v1.dialects.chat import message_to_wire
+
+    return message_to_wire(message)

@@ -1,0 +1,151 @@
+"""The trace-replay taskset (environments/trace_replay) on a journal built here: loading, offline scoring with
+verifiers' own Trace objects, the real ``vf-validate`` CLI and a real ``vf-eval`` rollout against LoopbackOpenAI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import verifiers.v1 as vf
+from replay_support import act, write_replay_inputs
+from trace_replay import ReplayHarness, TraceReplayConfig, TraceReplayTaskset
+from verifiers.v1.runtimes import provision_runtime
+from verifiers.v1.runtimes.subprocess import SubprocessConfig
+from verifiers.v1.utils.loaders import default_harness_id, taskset_class
+
+from crf_prime.loopback import LoopbackOpenAI, Reply
+from crf_prime.traces.models import Action
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def inputs(tmp_path: Path):
+    return write_replay_inputs(tmp_path)
+
+
+def _taskset(inputs, **kw) -> TraceReplayTaskset:
+    states_path, journal_path, _ = inputs
+    return TraceReplayTaskset(
+        TraceReplayConfig(id="trace-replay", states=str(states_path), journal=str(journal_path), **kw)
+    )
+
+
+def _trace(task, reply: Action | None) -> vf.Trace:
+    nodes = [vf.MessageNode(parent=None, message=m, sampled=False) for m in task.data.prompt]
+    if reply is not None:
+        msg = vf.AssistantMessage(
+            content=reply.text or None,
+            tool_calls=[vf.ToolCall(id=c.id or "c", name=c.name, arguments=c.arguments) for c in reply.tool_calls]
+            or None,
+        )
+        nodes.append(vf.MessageNode(parent=len(nodes) - 1, message=msg, sampled=True))
+    return vf.Trace(
+        agent=vf.AgentInfo(config=vf.AgentConfig()),
+        task=vf.TraceTask(type="ReplayTask", data=task.data, key=task.key),
+        nodes=nodes,
+    )
+
+
+def test_package_exports_one_taskset_and_its_harness() -> None:
+    assert taskset_class("trace-replay") is TraceReplayTaskset
+    assert default_harness_id("trace-replay") == "trace-replay"
+    assert ReplayHarness.NEEDS_CONTAINER is False
+
+
+def test_load_keeps_states_with_consensus(inputs) -> None:
+    _, _, states = inputs
+    tasks = list(_taskset(inputs).load())
+    assert [t.data.state_id for t in tasks] == [states[0].state_id, states[1].state_id, states[4].state_id]
+    t0 = tasks[0]
+    assert [v.teacher for v in t0.data.votes] == ["gemini", "gpt", "qwen"]  # claude excluded: same family as the trace
+    assert t0.data.tools == [dict(t) for t in states[0].tools]
+    assert [m.role for m in t0.data.prompt] == ["system", "user"]
+    assert t0.data.consensus is not None and t0.data.consensus.tool_calls[0].name == "str_replace_editor"
+    assert t0.data.student_action == states[0].student_action
+    assert len(list(_taskset(inputs, num_tasks=2).load())) == 2
+    # a stricter threshold drops s0/s1 (2 of 3 < 0.7)
+    assert [t.data.state_id for t in _taskset(inputs, threshold=0.7).load()] == [states[4].state_id]
+
+
+async def test_offline_scoring(inputs) -> None:
+    _, _, states = inputs
+    t0, t1, t4 = _taskset(inputs).load()
+    async with provision_runtime(SubprocessConfig()) as rt:
+        cases = [
+            (t0, act("Read", {"file_path": "/home/dev/proj/tests/test_parse.py"}), 2 / 3, 1.0, 1.0),
+            (t0, act("Bash", {"command": "ls -R"}), 1 / 3, 0.0, 0.0),
+            (t0, act("Bash", {"command": "git log"}), 0.0, 0.0, 0.0),
+            (t1, states[1].student_action, 1 / 3, 0.0, 1.0),
+            (t4, Action(text="All 12 tests pass; the empty-input bug is fixed."), 1.0, 1.0, 1.0),
+            (t0, None, 0.0, 0.0, 0.0),
+        ]
+        for task, reply, reward, consensus, student in cases:
+            trace = _trace(task, reply)
+            await task.score(trace, rt)
+            assert trace.rewards["agreement"].score == pytest.approx(reward)
+            assert trace.metrics["matches_consensus"] == consensus
+            assert trace.metrics["matches_student"] == student
+        assert await t0.validate(rt) is True
+
+
+def test_load_needs_a_vote_source(tmp_path: Path, inputs) -> None:
+    states_path, _, _ = inputs
+    with pytest.raises(ValueError, match=r"set taskset\.journal"):
+        list(TraceReplayTaskset(TraceReplayConfig(id="trace-replay", states=str(states_path))).load())
+    with pytest.raises(FileNotFoundError, match=r"nope\.jsonl"):
+        list(
+            TraceReplayTaskset(
+                TraceReplayConfig(id="trace-replay", states=str(states_path), journal=str(tmp_path / "nope.jsonl"))
+            ).load()
+        )
+
+
+@pytest.mark.slow
+def test_vf_validate_cli(inputs, tmp_path: Path) -> None:
+    states_path, journal_path, _ = inputs
+    out = tmp_path / "outputs"
+    cmd = [str(BIN / "vf-validate"), "trace-replay", "--runtime.type", "subprocess", "--taskset.states", str(states_path),
+           "--taskset.journal", str(journal_path), "--no-rich", "-o", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (summary_path,) = out.glob("*/summary.json")
+    summary = json.loads(summary_path.read_text())
+    assert summary["total"] == 3 and summary["outcomes"]["valid"] == 3
+    assert summary["checks"]["gold"]["valid"] == 3 and summary["checks"]["noop"]["valid"] == 3
+    rows = [json.loads(line) for line in (summary_path.parent / "results.jsonl").read_text().splitlines()]
+    assert [r["noop"]["rewards"] for r in rows] == [{"agreement": 0.0}] * 3
+
+
+@pytest.mark.slow
+def test_vf_eval_rollout_with_replay_harness(inputs, tmp_path: Path) -> None:
+    states_path, journal_path, states = inputs
+    reply = Reply(
+        content="Reading the test.",
+        tool_calls=[{"name": "Read", "arguments": json.dumps({"file_path": "/home/dev/proj/tests/test_parse.py"})}],
+    )
+    with LoopbackOpenAI([reply]) as server:
+        out = tmp_path / "outputs"
+        cmd = [str(BIN / "vf-eval"), "trace-replay", "-n", "1", "-m", "scripted", "--client.base-url", server.base_url,
+               "--client.api-key-var", "CRF_LOOPBACK_KEY", "--env.agent.runtime.type", "subprocess", "--no-push", "--no-rich",
+               "-o", str(out), "--env.taskset.states", str(states_path), "--env.taskset.journal", str(journal_path)]  # fmt: skip
+        proc = subprocess.run(
+            cmd, env={**os.environ, "CRF_LOOPBACK_KEY": "test"}, capture_output=True, text=True, timeout=300
+        )
+        requests = list(server.requests)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (request,) = requests
+    assert request["tools"] == [dict(t) for t in states[0].tools]  # the recorded agent's tools, offered as-is
+    assert [m["role"] for m in request["messages"]] == ["system", "user"]
+    assert request["messages"][1]["content"] == states[0].messages[1]["content"]
+    (traces,) = out.glob("*/traces.jsonl")
+    (episode,) = [json.loads(line) for line in traces.read_text().splitlines()]
+    (trace,) = episode["traces"]
+    assert trace["ok"], trace["errors"]
+    assert trace["agent"]["config"]["harness"]["id"] == "trace-replay"
+    assert trace["rewards"]["agreement"]["score"] == pytest.approx(2 / 3)
+    assert trace["metrics"]["matches_consensus"] == 1.0 and trace["metrics"]["tool_call"] == 1.0
