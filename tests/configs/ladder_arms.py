@@ -16,7 +16,7 @@ ARMS: dict[str, tuple[str, ...]] = {
     "A2": ("a0_rlvr.toml", "a1_dr_grpo.toml", "a2_hints.toml"),
     "A3": ("a0_rlvr.toml", "a1_dr_grpo.toml", "a3_replay.toml"),
     "A4": ("a0_rlvr.toml", "a1_dr_grpo.toml", "a4_all.toml"),
-    "A1-slurm": ("a0_rlvr.toml", "a1_dr_grpo.toml", "slurm.toml"),
+    "A1-slurm": ("a0_rlvr.toml", "a1_dr_grpo.toml", "../multinode/slurm.toml"),
     "replay": ("../replay_rl.toml",),
 }
 """Arm -> ladder files in `@` order."""
