@@ -64,6 +64,7 @@ def _generate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from crf_prime.featdel.generate import GenerateConfig, generate
@@ -102,7 +103,7 @@ def _generate(args: argparse.Namespace) -> int:
         try:
             tasks, summary = generate(cfg, on_progress)
         except SourceError as e:
-            console.print(f"[red]error:[/red] {e}")
+            console.print("[red]error:[/red]", escape(str(e)), soft_wrap=True)
             return 1
     table = Table(title=f"Feature Deletion: {summary.source.name} {summary.source.version}")
     table.add_column("metric")
@@ -119,7 +120,7 @@ def _generate(args: argparse.Namespace) -> int:
     for phase, s in summary.seconds.items():
         table.add_row(f"time {phase} (s)", f"{s:.1f}")
     Console().print(table)
-    Console().print(f"wrote {len(tasks)} tasks to {cfg.out / 'tasks.jsonl'}")
+    Console().print(f"wrote {len(tasks)} tasks to {cfg.out / 'tasks.jsonl'}", soft_wrap=True)
     return 0 if tasks else 1
 
 
@@ -127,6 +128,7 @@ def _validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from crf_prime.featdel.generate import validate_dir
@@ -143,7 +145,7 @@ def _validate(args: argparse.Namespace) -> int:
                 progress=lambda phase, done, total: progress.update(bar, completed=done, total=total),
             )
     except SourceError as e:
-        console.print(f"[red]error:[/red] {e}")
+        console.print("[red]error:[/red]", escape(str(e)), soft_wrap=True)
         return 2
     table = Table(title=f"featdel validate {args.task_dir}")
     table.add_column("task")

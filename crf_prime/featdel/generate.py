@@ -46,7 +46,7 @@ from crf_prime.featdel.source import (
     load_project,
     make_archive,
     source_files,
-    test_config_files,
+    protected_paths,
 )
 from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env
 
@@ -68,7 +68,7 @@ class GenerateConfig:
     max_target_tests: int = 40
     """Functions covered by more tests are too central (deleting them breaks half the suite)."""
     max_suite_fraction: float = 0.25
-    """... or by more than this fraction of the suite."""
+    """... or by more than this fraction of the suite (but never fewer than 5 tests)."""
     feature_max_functions: int = 4
     deselect: tuple[str, ...] = ()
     """Node ids of tests that fail as shipped and are left out (``--deselect``); everything else must pass."""
@@ -115,7 +115,7 @@ def _suite_failures(run: PytestRun) -> list[str]:
 
 def run_baseline(project: Project, env: TestEnv, sandbox, cfg: GenerateConfig, workspace: Path) -> Baseline:
     """One coverage run of the whole suite in the sandbox; fails clearly if the suite does not pass as shipped."""
-    protected = test_config_files(project.root)
+    protected = protected_paths(project.root)
     deselect = tuple(a for n in cfg.deselect for a in ("--deselect", n))
     attempts: list[tuple[str, ...]] = [deselect, ("-o", "addopts=", *deselect)]
     last: PytestRun | None = None
@@ -187,7 +187,7 @@ def find_candidates(baseline: Baseline, cfg: GenerateConfig) -> tuple[list[Candi
         except SyntaxError:
             filtered["unparseable-file"] += 1
     dumps = Counter(f.body_dump for f in functions)
-    limit = min(cfg.max_target_tests, max(1, int(cfg.max_suite_fraction * max(baseline.suite_tests, 1))))
+    limit = min(cfg.max_target_tests, max(5, int(cfg.max_suite_fraction * baseline.suite_tests)))
 
     def tests_of(f: FunctionInfo) -> set[str]:
         lines = baseline.coverage.get(f.path, {})
@@ -316,10 +316,10 @@ def build_task(
     hidden = tuple(sorted({t.split("::", 1)[0] for t in cand.tests}))
     srcs = source_files(root, project.package_dirs)
     visible = {p: (broken.get(p) or (root / p).read_text(errors="replace")) for p in srcs}
-    for p in sorted(test_config_files(root)):
+    for p in sorted(protected_paths(root)):
         if p.endswith(".py") and p not in hidden:
             visible[p] = (root / p).read_text(errors="replace")
-    protected = {p: hashlib.sha256((root / p).read_bytes()).hexdigest() for p in test_config_files(root)}
+    protected = {p: hashlib.sha256((root / p).read_bytes()).hexdigest() for p in protected_paths(root)}
     return FeatdelTask(
         task_id=f"{project.info.name}-{project.info.version}__{cand.key.replace(':', '__')}",
         source=project.info,

@@ -139,9 +139,13 @@ def grade_changes(
     sandbox=None,
     env: TestEnv | None = None,
     wall_seconds: float = 300.0,
+    scan: bool = True,
 ) -> GradeResult:
-    """Grade the agent's source edits: 1.0 only when every target test passes in a fresh, pristine copy."""
-    hack = detect_hack(task, task_dir, changes)
+    """Grade the agent's source edits: 1.0 only when every target test passes in a fresh, pristine copy.
+
+    ``scan=False`` skips the static hack scan (tests use it to show the sandbox layer holds on its own).
+    """
+    hack = detect_hack(task, task_dir, changes) if scan else ""
     if hack:
         return GradeResult(
             score=0.0,

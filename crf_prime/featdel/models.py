@@ -31,6 +31,8 @@ class SourceInfo(BaseModel):
 class TestEnvSpec(BaseModel):
     """How to rebuild the per-source test venv (pytest + coverage + runtime deps, never the project itself)."""
 
+    __test__ = False  # not a pytest test class
+
     model_config = ConfigDict(frozen=True)
 
     python: str

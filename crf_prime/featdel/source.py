@@ -260,7 +260,7 @@ def source_files(root: Path, package_dirs: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def test_config_files(root: Path) -> tuple[str, ...]:
+def protected_paths(root: Path) -> tuple[str, ...]:
     """Every test file and test-configuration file in the tree (to protect and re-materialise at grading)."""
     out: set[str] = set()
     for p in root.rglob("*"):

@@ -55,6 +55,8 @@ def default_spec(runtime_requirements: tuple[str, ...]) -> TestEnvSpec:
 class TestEnv:
     """A built venv and the plugin directory used for coverage contexts."""
 
+    __test__ = False  # not a pytest test class
+
     venv: Path
     plugin_dir: Path
 

@@ -1,0 +1,231 @@
+"""Feature Deletion taskset (verifiers 0.4.0 v1): re-implement a deleted, tested feature of a real project.
+
+Data vs behaviour as in ``verifiers/v1/task.py``: ``FeatureDeletionData`` carries one validated row written by
+``crf-prime featdel generate`` (``crf_prime.featdel.models.FeatdelTask``) plus the task directory that holds its base
+archive; ``FeatureDeletionTask`` materialises the snapshot (``setup``), checks the gold patch (``validate``), and grades
+(``@vf.reward``) in a fresh, pristine copy inside the crf-prime sandbox, taking only the agent's changes to the
+project's source files. After grading it writes the channel-2 hint for prime-rl's ``opsd`` into ``trace.info["hint"]``.
+Recipe: Cursor's Composer 2.5 "Feature Deletion" synthetic tasks; grader design: crf_prime/featdel/grade.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import verifiers.v1 as vf
+from pydantic import Field
+
+from crf_prime.featdel.models import FeatdelTask, GradeResult
+
+if TYPE_CHECKING:
+    from verifiers.v1.runtimes import Runtime
+
+GRADE_KEY = "featdel_grade"
+"""``trace.info`` key holding the grade (score, passed fraction, failing tests, hack) of the rollout."""
+
+
+class FeatureDeletionData(vf.TaskData):
+    """One Feature Deletion task: the generated row and where its base archive lives."""
+
+    featdel: FeatdelTask
+    """The validated task row (targets, snapshot edits, hidden target tests, gold patch)."""
+    task_dir: str
+    """Absolute path of the generated task directory (holds ``bases/*.tar.gz``)."""
+
+
+class FeatureDeletionTaskConfig(vf.TaskConfig):
+    """Run-time knobs under ``--env.taskset.task.*``."""
+
+    grade_timeout_s: float = 300.0
+    """Wall-clock limit (seconds) of the sandboxed test run at grading."""
+    unsandboxed: bool = False
+    """Grade WITHOUT bubblewrap isolation (explicit opt-in; only for hosts that cannot run bubblewrap)."""
+
+
+def _default_tasks() -> Path | None:
+    value = os.environ.get("CRF_FEATDEL_TASKS")
+    return Path(value) if value else None
+
+
+class FeatureDeletionConfig(vf.TasksetConfig):
+    """Which tasks load, under ``--env.taskset.*`` (``--taskset.*`` for vf-validate)."""
+
+    tasks: Path | None = Field(default_factory=_default_tasks)
+    """Task directory (or its tasks.jsonl) from ``crf-prime featdel generate``; default ``$CRF_FEATDEL_TASKS``. When
+    unset, tasks are generated from ``source`` into the crf-prime cache on first use."""
+    source: str = "pypi:toolz==1.2.0"
+    """Project to generate from when ``tasks`` is unset: a local directory or ``pypi:NAME==VERSION``."""
+    max_tasks: int = 8
+    """Tasks to generate from ``source`` (ignored with ``tasks``)."""
+    seed: int = 0
+    """Generation seed (ignored with ``tasks``)."""
+    task: FeatureDeletionTaskConfig = FeatureDeletionTaskConfig()
+
+
+class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletionTaskConfig]):
+    """Setup writes the snapshot; grading re-materialises pristine tests and runs the hidden target tests."""
+
+    @property
+    def key(self) -> str:
+        return self.data.featdel.task_id
+
+    @property
+    def row(self) -> FeatdelTask:
+        return self.data.featdel
+
+    async def setup(self, trace: vf.Trace, runtime: Runtime) -> None:
+        from crf_prime.featdel.grade import materialise
+
+        workdir = _local_workdir(runtime)
+        if workdir is not None:
+            await asyncio.to_thread(materialise, self.row, Path(self.data.task_dir), workdir, hidden=False)
+            return
+        files = await asyncio.to_thread(_snapshot_bytes, self.row, Path(self.data.task_dir))
+        for rel, data in sorted(files.items()):
+            await runtime.write(rel, data)
+
+    async def validate(self, runtime: Runtime) -> bool | None:
+        """Gold check for vf-validate: apply the gold patch to the snapshot in the runtime, grade, expect 1.0."""
+        from crf_prime.featdel.deletion import apply_unified_diff
+
+        broken = {rel: (await runtime.read(rel)).decode() for rel in self.row.broken_files}
+        for rel, text in apply_unified_diff(broken, self.row.gold_patch).items():
+            await runtime.write(rel, text.encode())
+        result = await self._grade(runtime)
+        return result.score == 1.0 and not result.hack
+
+    async def _grade(self, runtime: Runtime) -> GradeResult:
+        """Grade the runtime's current tree. Infrastructure failures (sandbox, task directory) raise."""
+        from crf_prime.featdel.grade import grade_changes
+        from crf_prime.featdel.runner import make_sandbox
+
+        changes = await self._collect(runtime)
+        sandbox = make_sandbox(unsandboxed=self.config.unsandboxed, wall_seconds=self.config.grade_timeout_s)
+        return await asyncio.to_thread(
+            grade_changes,
+            self.row,
+            Path(self.data.task_dir),
+            changes,
+            sandbox=sandbox,
+            wall_seconds=self.config.grade_timeout_s,
+        )
+
+    async def _collect(self, runtime: Runtime) -> dict[str, str | None]:
+        from crf_prime.featdel.grade import allowed_new_file, collect_changes, snapshot_files
+
+        task_dir = Path(self.data.task_dir)
+        workdir = _local_workdir(runtime)
+        if workdir is not None:
+            return await asyncio.to_thread(collect_changes, self.row, task_dir, workdir)
+        # container runtimes: read the allow-listed files back through the runtime API
+        before = await asyncio.to_thread(snapshot_files, self.row, task_dir)
+        changes: dict[str, str | None] = {}
+        for rel, text in before.items():
+            try:
+                now = (await runtime.read(rel)).decode("utf-8", errors="replace")
+            except Exception:  # a deleted file reads as missing
+                changes[rel] = None
+                continue
+            if now != text:
+                changes[rel] = now
+        dirs = [d for d in self.row.package_dirs if d not in (".", "src")]
+        if dirs:
+            listing = await runtime.run(["find", *dirs, "-name", "*.py", "-type", "f"], {})
+            for rel in sorted(listing.stdout.split()):
+                if rel not in before and allowed_new_file(self.row, rel):
+                    changes[rel] = (await runtime.read(rel)).decode("utf-8", errors="replace")
+        return changes
+
+    async def _graded(self, trace: vf.Trace, runtime: Runtime) -> dict[str, Any]:
+        """Grade once per rollout (the metric and the reward share it via ``trace.info``) and attach the hint."""
+        cached = trace.info.get(GRADE_KEY)
+        if cached is not None:
+            return cached
+        from crf_prime.hints import FailingTest, attach_hint
+
+        result = await self._grade(runtime)
+        failing = [FailingTest(name=f.name, message=f.message) for f in result.failed]
+        if result.hack:
+            failing.insert(0, FailingTest(name="grader", message=f"reward hack detected: {result.hack}"))
+        graded = json.loads(result.model_dump_json())
+        trace.info[GRADE_KEY] = graded
+        attach_hint(trace, failing_tests=failing)
+        return graded
+
+    @vf.metric
+    async def passed_fraction(self, trace: vf.Trace, runtime: Runtime) -> float:
+        """Fraction of the hidden target tests that pass."""
+        return float((await self._graded(trace, runtime))["passed_fraction"])
+
+    @vf.reward(weight=1.0)
+    async def tests_pass(self, trace: vf.Trace, runtime: Runtime) -> float:
+        """1.0 only when every hidden target test passes in the pristine copy (and no hack was detected)."""
+        return float((await self._graded(trace, runtime))["score"])
+
+
+class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConfig]):
+    """Loads validated Feature Deletion tasks from a task directory (or generates them from a source)."""
+
+    def load(self) -> list[FeatureDeletionTask]:
+        from crf_prime.featdel.generate import load_tasks
+
+        task_dir = self._task_dir()
+        rows = load_tasks(task_dir)
+        return [
+            FeatureDeletionTask(
+                FeatureDeletionData(
+                    id=row.task_id,
+                    name=row.task_id,
+                    prompt=row.prompt,
+                    featdel=row,
+                    task_dir=str(task_dir),
+                ),
+                self.config.task,
+            )
+            for row in rows
+        ]
+
+    def _task_dir(self) -> Path:
+        if self.config.tasks is not None:
+            path = Path(self.config.tasks).expanduser().resolve()
+            return path.parent if path.is_file() else path
+        from crf_prime.featdel.generate import GenerateConfig, generate
+        from crf_prime.featdel.source import cache_root
+
+        key = hashlib.sha256(f"{self.config.source}|{self.config.max_tasks}|{self.config.seed}".encode()).hexdigest()
+        out = cache_root() / "generated" / key[:16]
+        if not (out / "tasks.jsonl").is_file():
+            generate(
+                GenerateConfig(
+                    source=self.config.source,
+                    out=out,
+                    max_tasks=self.config.max_tasks,
+                    seed=self.config.seed,
+                    unsandboxed=self.config.task.unsandboxed,
+                )
+            )
+        return out
+
+
+def _local_workdir(runtime: Runtime) -> Path | None:
+    """The runtime's directory on this host when it is a local (subprocess) runtime, else None."""
+    from verifiers.v1.runtimes.subprocess import SubprocessRuntime
+
+    if isinstance(runtime, SubprocessRuntime) and isinstance(runtime.workdir, Path):
+        return runtime.workdir
+    return None
+
+
+def _snapshot_bytes(row: FeatdelTask, task_dir: Path) -> dict[str, bytes]:
+    import tempfile
+
+    from crf_prime.featdel.grade import materialise
+
+    with tempfile.TemporaryDirectory(prefix="crf-featdel-snap-") as tmp:
+        materialise(row, task_dir, Path(tmp), hidden=False)
+        return {p.relative_to(tmp).as_posix(): p.read_bytes() for p in Path(tmp).rglob("*") if p.is_file()}

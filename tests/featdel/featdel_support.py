@@ -1,0 +1,83 @@
+"""Shared helpers for the featdel tests: real PyPI sources generated once per test session, agent-tree editing.
+
+Downloads, venvs and generated task directories go under one temporary cache per session (``$CRF_PRIME_CACHE`` when
+the developer set it, to reuse downloads across runs).
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import functools
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from crf_prime.featdel.generate import GenerateConfig, generate
+from crf_prime.featdel.grade import materialise
+from crf_prime.featdel.models import FeatdelTask, GenerateSummary
+
+# pinned real sources (../shared/hosts/sandbox-and-swebench.md §4.1: pass with only pytest from the sdist)
+INFLECTION = "pypi:inflection==0.5.1"
+TOOLZ = "pypi:toolz==1.2.0"
+
+if not os.environ.get("CRF_PRIME_CACHE"):
+    _cache = tempfile.mkdtemp(prefix="crf-featdel-test-cache-")
+    os.environ["CRF_PRIME_CACHE"] = _cache
+    atexit.register(shutil.rmtree, _cache, True)
+
+_OUT = Path(tempfile.mkdtemp(prefix="crf-featdel-test-out-"))
+atexit.register(shutil.rmtree, _OUT, True)
+
+
+@functools.cache
+def generated(source: str, max_tasks: int = 3, seed: int = 0) -> tuple[Path, tuple[FeatdelTask, ...], GenerateSummary]:
+    """Generate (once per session) and return (task dir, tasks, summary)."""
+    name = source.split(":", 1)[1].replace("==", "-")
+    out = _OUT / f"{name}-n{max_tasks}-s{seed}"
+    tasks, summary = generate(GenerateConfig(source=source, out=out, max_tasks=max_tasks, seed=seed))
+    return out, tuple(tasks), summary
+
+
+def agent_tree(task: FeatdelTask, task_dir: Path, dest: Path) -> Path:
+    """The snapshot the agent starts from (hidden tests removed)."""
+    materialise(task, task_dir, dest, hidden=False)
+    return dest
+
+
+def set_body(tree: Path, task: FeatdelTask, code: str, target: int = 0) -> Path:
+    """Replace the ``raise NotImplementedError`` body of one target with ``code`` (dedented lines)."""
+    t = task.targets[target]
+    path = tree / t.path
+    src = path.read_text()
+    mod = ast.parse(src)
+    fn = next(
+        n
+        for n in ast.walk(mod)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == t.qualname.rsplit(".", 1)[-1]
+    )
+    stub = fn.body[-1]
+    lines = src.splitlines(keepends=True)
+    line = lines[stub.lineno - 1]
+    indent = " " * (fn.col_offset + 4)
+    body = "".join(indent + ln + "\n" if ln.strip() else "\n" for ln in code.strip("\n").splitlines())
+    assert line.strip() == "raise NotImplementedError", line
+    lines[stub.lineno - 1] = body
+    path.write_text("".join(lines))
+    return path
+
+
+def forward_call(task: FeatdelTask, target: int = 0, callee: str = "orig") -> str:
+    """Source of a call forwarding the target's parameters to ``callee`` (for hack bodies)."""
+    t = task.targets[target]
+    src = task.broken_files[t.path]
+    fn = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef) and n.name == t.qualname)
+    a = fn.args
+    parts = [p.arg for p in a.posonlyargs + a.args]
+    if a.vararg:
+        parts.append("*" + a.vararg.arg)
+    parts += [f"{k.arg}={k.arg}" for k in a.kwonlyargs]
+    if a.kwarg:
+        parts.append("**" + a.kwarg.arg)
+    return f"{callee}({', '.join(parts)})"

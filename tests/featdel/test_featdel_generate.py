@@ -1,0 +1,206 @@
+"""Generator end to end on real pinned PyPI packages and on local projects, in the bubblewrap sandbox."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from featdel_support import INFLECTION, TOOLZ, agent_tree, generated
+
+import crf_prime.featdel.cli as featdel_cli
+from crf_prime.cli import main
+from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate, load_tasks, validate_task
+from crf_prime.featdel.grade import grade_tree
+from crf_prime.featdel.runner import make_sandbox
+from crf_prime.featdel.source import SourceError
+from crf_prime.featdel.testenv import ensure_test_env
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("source", [TOOLZ, INFLECTION])
+def test_real_package_gold_passes_deleted_fails(source: str, tmp_path: Path) -> None:
+    task_dir, tasks, summary = generated(source, 3)
+    assert summary.valid == len(tasks) == 3
+    assert summary.suite_tests > 100 and summary.candidates >= 3
+    assert summary.checked == summary.valid + sum(summary.rejected.values())
+    assert [t.task_id for t in load_tasks(task_dir)] == [t.task_id for t in tasks]
+    for task in tasks:
+        assert task.target_tests and task.hidden_tests and task.gold_patch.startswith("--- a/")
+        assert "NotImplementedError" in task.prompt and task.targets[0].qualname.rsplit(".", 1)[-1] in task.prompt
+        tree = agent_tree(task, task_dir, tmp_path / task.task_id)
+        deleted = grade_tree(task, task_dir, tree)
+        assert deleted.score == 0.0 and deleted.failed
+        for rel, text in task.broken_files.items():
+            assert "raise NotImplementedError" in (tree / rel).read_text() == text
+        from crf_prime.featdel.deletion import apply_unified_diff
+
+        for rel, text in apply_unified_diff(dict(task.broken_files), task.gold_patch).items():
+            (tree / rel).write_text(text)
+        gold = grade_tree(task, task_dir, tree)
+        assert gold.score == 1.0 and set(gold.passed) == set(task.target_tests)
+
+
+def test_deterministic_for_a_seed(tmp_path: Path) -> None:
+    a, _, _ = generated(INFLECTION, 3, seed=0)
+    b_dir = tmp_path / "again"
+    generate(GenerateConfig(source=INFLECTION, out=b_dir, max_tasks=3, seed=0, workers=1))
+    assert (a / "tasks.jsonl").read_bytes() == (b_dir / "tasks.jsonl").read_bytes()
+    assert (a / "bases").exists() and sorted(p.name for p in (a / "bases").iterdir()) == ["inflection-0.5.1.tar.gz"]
+    assert (a / "bases" / "inflection-0.5.1.tar.gz").read_bytes() == (
+        b_dir / "bases" / "inflection-0.5.1.tar.gz"
+    ).read_bytes()
+    c_dir = tmp_path / "other-seed"
+    generate(GenerateConfig(source=INFLECTION, out=c_dir, max_tasks=3, seed=7))
+    ids = lambda d: [json.loads(line)["task_id"] for line in (d / "tasks.jsonl").read_text().splitlines()]  # noqa: E731
+    assert ids(c_dir) != ids(a)
+
+
+def _project(root: Path, test_body: str, extra: dict[str, str] | None = None) -> Path:
+    files = {
+        "pyproject.toml": '[project]\nname = "minilib"\nversion = "0.1"\n\n[tool.pytest.ini_options]\naddopts = "-q"\n',
+        "minilib/__init__.py": textwrap.dedent(
+            '''\
+            """A tiny library."""
+
+
+            def slugify(text: str, sep: str = "-") -> str:
+                """Lower-case words of ``text`` joined by ``sep``."""
+                words = [w for w in text.lower().split() if w]
+                return sep.join(words)
+
+
+            def clamp(x: float, lo: float, hi: float) -> float:
+                """Limit ``x`` to [lo, hi]."""
+                if x < lo:
+                    return lo
+                return min(x, hi)
+
+
+            class Stack:
+                """LIFO."""
+
+                def __init__(self):
+                    self.items = []
+
+                def push(self, x):
+                    """Add on top."""
+                    self.items.append(x)
+                    return len(self.items)
+
+                def pop(self):
+                    """Remove the top."""
+                    item = self.items[-1]
+                    del self.items[-1]
+                    return item
+            '''
+        ),
+        "tests/test_minilib.py": test_body,
+        **(extra or {}),
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+GOOD_TESTS = textwrap.dedent(
+    """\
+    from minilib import Stack, clamp, slugify
+
+
+    def test_slugify():
+        assert slugify("Hello  World") == "hello-world"
+
+
+    def test_clamp():
+        assert clamp(5, 0, 3) == 3 and clamp(-1, 0, 3) == 0
+
+
+    def test_clamp_tolerant():
+        try:
+            clamp(1, 0, 2)
+        except Exception:
+            pass
+
+
+    def test_stack():
+        s = Stack()
+        assert s.push(1) == 1 and s.push(2) == 2
+        assert s.pop() == 2
+    """
+)
+
+
+def test_local_project_with_features_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _project(tmp_path / "minilib", GOOD_TESTS, {"minilib/__pycache__/x.pyc": "junk", ".git/HEAD": "x"})
+    out = tmp_path / "out"
+    rc = main(["featdel", "generate", "--source", str(src), "--out", str(out), "--max-tasks", "10", "--seed", "1"])
+    assert rc == 0
+    tasks = load_tasks(out)
+    summary = json.loads((out / "summary.json").read_text())
+    ids = sorted(t.task_id for t in tasks)
+    assert ids == sorted(
+        [
+            "minilib-local__minilib.slugify",
+            "minilib-local__minilib.clamp",
+            "minilib-local__minilib.Stack.push",
+            "minilib-local__minilib.Stack.pop",
+            "minilib-local__feature__minilib.Stack",
+        ]
+    )
+    feature = next(t for t in tasks if t.granularity == "feature")
+    assert [t.qualname for t in feature.targets] == ["Stack.push", "Stack.pop"]
+    assert summary["filtered"] == {}
+    assert summary["valid"] == 5
+    assert "Feature Deletion: minilib local" in capsys.readouterr().out
+    assert main(["featdel", "validate", str(out)]) == 0
+    # tamper with a row: validation must now fail and exit non-zero
+    rows = (out / "tasks.jsonl").read_text().splitlines()
+    bad = json.loads(rows[0])
+    bad["gold_patch"] = ""
+    (out / "tasks.jsonl").write_text("\n".join([json.dumps(bad), *rows[1:]]) + "\n")
+    assert main(["featdel", "validate", str(out)]) == 1
+    (out / "tasks.jsonl").write_text("{not json\n")
+    assert main(["featdel", "validate", str(out)]) == 2
+    assert "tasks.jsonl:1: invalid task row" in capsys.readouterr().err
+
+
+def test_coverage_is_not_proof(tmp_path: Path) -> None:
+    """clamp is covered by a test that swallows exceptions only: that test must not become its target alone."""
+    tests = GOOD_TESTS.replace("def test_clamp():\n    assert clamp(5, 0, 3) == 3 and clamp(-1, 0, 3) == 0\n", "")
+    src = _project(tmp_path / "minilib", tests)
+    tasks, summary = generate(GenerateConfig(source=str(src), out=tmp_path / "out", max_tasks=10))
+    assert "minilib-local__minilib.clamp" not in {t.task_id for t in tasks}
+    assert any(
+        r.candidate == "minilib-local__minilib.clamp" and r.reason == "deleted-passes" for r in summary.rejections
+    )
+    assert summary.rejected == {"deleted-passes": 1}
+
+
+def test_suite_failing_as_shipped_is_a_clear_error(tmp_path: Path) -> None:
+    src = _project(tmp_path / "minilib", GOOD_TESTS + "\n\ndef test_broken():\n    assert slugify('A') == 'b'\n")
+    with pytest.raises(
+        SourceError, match=r"(?s)does not pass as shipped.*test_minilib::test_broken: failed.*--deselect"
+    ):
+        generate(GenerateConfig(source=str(src), out=tmp_path / "out"))
+    assert not (tmp_path / "out").exists()  # nothing half-written
+    tasks, _ = generate(
+        GenerateConfig(
+            source=str(src), out=tmp_path / "out", deselect=("tests/test_minilib.py::test_broken",), max_tasks=1
+        )
+    )
+    assert len(tasks) == 1 and "--deselect" in tasks[0].pytest_args
+    task = tasks[0]
+    env = ensure_test_env(task.test_env)
+    assert validate_task(task, tmp_path / "out", sandbox=make_sandbox(), env=env) is None
+
+
+def test_bad_sources_fail_clearly(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="pypi:NAME==VERSION"):
+        generate(GenerateConfig(source="pypi:toolz", out=tmp_path / "o"))
+    with pytest.raises(SourceError, match="not a directory"):
+        generate(GenerateConfig(source=str(tmp_path / "missing"), out=tmp_path / "o"))
+    assert featdel_cli.DEFAULT_SOURCE == DEFAULT_SOURCE == TOOLZ
