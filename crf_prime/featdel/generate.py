@@ -45,8 +45,8 @@ from crf_prime.featdel.source import (
     SourceError,
     load_project,
     make_archive,
-    source_files,
     protected_paths,
+    source_files,
 )
 from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env
 

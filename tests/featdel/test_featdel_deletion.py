@@ -18,7 +18,7 @@ from crf_prime.featdel.deletion import (
     unified_diff,
 )
 from crf_prime.featdel.runner import junit_key, parse_junit
-from crf_prime.featdel.source import is_test_path, source_files, strip_tree, protected_paths
+from crf_prime.featdel.source import is_test_path, protected_paths, source_files, strip_tree
 
 SOURCE = '''\
 """Module doc."""

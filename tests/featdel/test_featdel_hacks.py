@@ -114,7 +114,7 @@ def test_controls_gold_scores_one_nothing_scores_zero(case, tree: Path) -> None:
 
 
 def test_snapshot_has_no_leftovers(case, tree: Path) -> None:
-    task_dir, task = case
+    _task_dir, task = case
     names = [p.relative_to(tree).as_posix() for p in tree.rglob("*")]
     assert not [n for n in names if n.endswith((".pyc", ".pyo")) or "__pycache__" in n or ".git" in n.split("/")]
     assert not [n for n in names if ".egg-info" in n or n.split("/")[0] in ("build", "dist")]
