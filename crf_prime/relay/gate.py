@@ -6,7 +6,8 @@ prime-rl's orchestrator posts ``/update_weights {"weight_dir": "<output_dir>/bro
 still be in flight. Pointing ``orchestrator.client.admin_base_url`` at this gate closes the race: every admin request
 (``/pause``, ``/resume``, ``/health``, ``/v1/models``, ...) is forwarded unchanged to the local inference server,
 except that a weight update inside the relay's broadcast directory waits until ``<weight_dir>/STABLE`` exists
-locally. After ``wait_timeout`` it answers 504, which prime-rl's admin client retries (5xx is retryable there).
+locally (or a newer complete step exists, which is then loaded instead). After ``wait_timeout`` it answers 504,
+which prime-rl's admin client retries (5xx is retryable there).
 
 Admin traffic only: generation keeps going straight to the inference server (``client.base_url``).
 """
@@ -22,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from crf_prime.relay.layout import STABLE
+from crf_prime.relay.layout import STABLE, local_stable_steps, parse_step
 
 log = logging.getLogger(__name__)
 
@@ -65,26 +66,35 @@ class AdminGate:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def wait_for(self, weight_dir: str) -> bool:
-        """Block until ``weight_dir/STABLE`` exists (True) or ``wait_timeout`` passes (False).
+    def wait_for(self, weight_dir: str) -> str | None:
+        """The directory the engine should load for ``weight_dir``, once the relay has one; None after the timeout.
 
-        Paths outside the relay's broadcast directory are not ours to wait for and pass at once; a relative path is
-        taken relative to the gate's working directory (start it in the inference server's).
+        That is ``weight_dir`` itself when its ``STABLE`` exists, or the oldest newer complete step: the origin
+        publishes only the newest step, so a step the orchestrator asks for may be skipped on the way and would
+        otherwise be waited for forever (prime-rl's own watcher jumps to the newest step the same way). Paths
+        outside the relay's broadcast directory pass unchanged at once; a relative path is taken relative to the
+        gate's working directory (start it in the inference server's).
         """
-        path = Path(weight_dir)  # a relative weight_dir is resolved by the inference server against its cwd
-        if not path.resolve().is_relative_to(self.broadcast_dir):
-            return True
-        marker = path / STABLE
-        if marker.is_file():
-            return True
-        self.held.append(weight_dir)
-        log.info("holding weight update for %s until the relay has it", weight_dir)
+        path = Path(weight_dir)
+        resolved = path.resolve()
+        if not resolved.is_relative_to(self.broadcast_dir) or parse_step(resolved.name) is None:
+            return weight_dir
+        step = parse_step(resolved.name)
         deadline = time.monotonic() + self.wait_timeout
-        while time.monotonic() < deadline:
+        while True:
+            if (path / STABLE).is_file():
+                return weight_dir
+            newer = [s for s in local_stable_steps(resolved.parent) if s > step]
+            if newer:
+                replacement = str(path.parent / f"step_{newer[0]}")
+                log.info("step %s was skipped by the relay; loading %s instead", weight_dir, replacement)
+                return replacement
+            if weight_dir not in self.held:
+                self.held.append(weight_dir)
+                log.info("holding weight update for %s until the relay has it", weight_dir)
+            if time.monotonic() >= deadline:
+                return None
             time.sleep(self.poll_interval)
-            if marker.is_file():
-                return True
-        return False
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         gate = self
@@ -100,13 +110,19 @@ class AdminGate:
                 body = self.rfile.read(length) if length else b""
                 route = urlsplit(self.path).path
                 if self.command == "POST" and route in WAIT_KEYS:
+                    key = WAIT_KEYS[route]
                     try:
-                        weight_dir = json.loads(body or b"{}").get(WAIT_KEYS[route])
+                        payload = json.loads(body or b"{}")
+                        weight_dir = payload.get(key)
                     except (ValueError, AttributeError):
-                        weight_dir = None
-                    if isinstance(weight_dir, str) and not gate.wait_for(weight_dir):
-                        self._reply(504, b'{"error": "relay has not delivered this step yet"}')
-                        return
+                        payload, weight_dir = None, None
+                    if isinstance(weight_dir, str):
+                        target = gate.wait_for(weight_dir)
+                        if target is None:
+                            self._reply(504, b'{"error": "relay has not delivered this step yet"}')
+                            return
+                        if target != weight_dir:
+                            body = json.dumps({**payload, key: target}).encode()
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
                 conn = http.client.HTTPConnection(*gate.upstream, timeout=None)
                 try:

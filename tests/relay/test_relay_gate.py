@@ -122,3 +122,29 @@ def test_gate_times_out_with_retryable_status_and_ignores_foreign_paths(tmp_path
 def test_gate_rejects_bad_upstream(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="must be an http://host:port URL"):
         AdminGate("ftp://x", tmp_path)
+
+
+def test_gate_loads_newer_step_when_requested_one_was_skipped(tmp_path: Path) -> None:
+    broadcasts = tmp_path / "trainer" / "broadcasts"
+    write_checkpoint(broadcasts / "step_2", total_mb=1, n_files=1, seed=2)
+    write_checkpoint(broadcasts / "step_3", total_mb=1, n_files=1, seed=3)
+    node_dir = (tmp_path / "node" / "broadcasts").resolve()
+    node_dir.mkdir(parents=True)
+    upstream = AdminRecorder()
+    try:
+        with AdminGate(upstream.url, node_dir, poll_interval=0.01) as gate:
+            result: list[tuple[int, dict]] = []
+            body = {"weight_dir": str(node_dir / "step_2")}
+            waiter = threading.Thread(target=lambda: result.append(_post(f"{gate.url}/update_weights", body)))
+            waiter.start()
+            deadline = time.monotonic() + 30
+            while not gate.held and time.monotonic() < deadline:
+                time.sleep(0.01)
+            with RelayOrigin(broadcasts, tmp_path / "data", shard_size=500_000) as origin:
+                assert origin.poll_once().step == 3  # the origin publishes only the newest complete step
+                assert RelayNode([origin.url], node_dir).pull_once().step == 3
+            waiter.join(timeout=60)
+    finally:
+        upstream.close()
+    assert result == [(200, {"status": "ok", "path": "/update_weights"})]
+    assert upstream.calls == [("POST", "/update_weights", {"weight_dir": str(node_dir / "step_3")}, True)]
