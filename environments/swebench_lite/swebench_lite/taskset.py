@@ -42,6 +42,9 @@ class SweData(vf.TaskData):
     """The SWE-bench row (issue, base commit, gold + test patches, F2P / P2P)."""
     mirror: str | None = None
     """Local placement: host path of a git repository holding ``base_commit`` (None: use the image's /testbed)."""
+    sandbox_ro_binds: list[str] = Field(default_factory=list)
+    """Local placement: host paths the sandboxed harness shows read-only (the Python prefix, so the agent can run
+    the tests); read by :class:`crf_prime.harness.SandboxHarness`."""
 
 
 class SweTaskConfig(vf.TaskConfig):
@@ -91,6 +94,13 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
             local_python=(self.config.python or sys.executable) if local else None,
             unsandboxed=self.config.unsandboxed_tests,
         )
+
+    def runtime_env(self) -> dict[str, str]:
+        """Local placement: the task's Python leads PATH, so the agent (and the tests) run with its packages."""
+        if self.data.mirror is None:
+            return {}
+        python = Path(self.config.python or sys.executable)
+        return {"PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin"}
 
     async def setup(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
         runner = self._runner(runtime)
@@ -206,6 +216,7 @@ class SweTaskset(vf.Taskset[SweTask, SweTasksetConfig]):
         if local:
             assert self.config.repos_dir is not None
             data["mirror"] = str((self.config.repos_dir / instance.repo.replace("/", "__")).resolve())
+            data["sandbox_ro_binds"] = [sys.prefix]
         if self.config.system_prompt_template is not None:
             data["system_prompt"] = self.config.system_prompt_template.format(
                 repo=instance.repo, workdir=workdir or "the current directory"
