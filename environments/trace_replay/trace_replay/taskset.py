@@ -13,7 +13,7 @@ that the consensus action itself scores its plurality share.
 
 from __future__ import annotations
 
-import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from verifiers.v1.dialects.chat import parse_message
 from verifiers.v1.errors import TaskError
 
+from crf_prime.extras import require
 from crf_prime.pairs.build import PairConfig, latest_answers, vote
 from crf_prime.pairs.equivalence import TIER_BY_NAME, TierName, match_tier
 from crf_prime.traces.ingest import read_states
@@ -68,6 +69,8 @@ class ReplayTaskConfig(vf.TaskConfig):
     """Name of a live teacher pool to ask at scoring time for states without journal votes (needs ray)."""
     live_namespace: str = "crf-prime"
     """Ray namespace of the live pool."""
+    ray_address: str = "auto"
+    """Ray cluster to connect to when this process has no Ray connection yet (env-server processes)."""
     exclude_same_family: bool = True
     """Live mode: drop votes of teachers in the trace's model family."""
 
@@ -210,14 +213,15 @@ class TraceReplayTaskset(vf.Taskset[ReplayTask, TraceReplayConfig]):
             yield ReplayTask(data, c.task)
 
 
-_LIVE: dict[str, tuple[list[Vote], Action | None]] = {}
-_LIVE_LOCK = asyncio.Lock()
+_LIVE: dict[tuple[str, str, str], tuple[list[Vote], Action | None]] = {}
+_LIVE_LOCK = threading.Lock()  # ray.init/attach are synchronous
 
 
 async def _live_votes(data: ReplayData, config: ReplayTaskConfig) -> tuple[list[Vote], Action | None]:
     """Ask the live teacher pool at this state (once per process; the pool's journal dedups across processes)."""
-    if data.state_id in _LIVE:
-        return _LIVE[data.state_id]
+    key = (config.live_namespace, config.live_pool or "", data.state_id)
+    if key in _LIVE:
+        return _LIVE[key]
     from crf_prime.teachers.live import attach
     from crf_prime.traces.models import Source
 
@@ -231,7 +235,10 @@ async def _live_votes(data: ReplayData, config: ReplayTaskConfig) -> tuple[list[
         model_family=data.model_family,
         step=data.step,
     )
-    async with _LIVE_LOCK:
+    with _LIVE_LOCK:
+        ray = require("ray", "ray")
+        if not ray.is_initialized():
+            ray.init(address=config.ray_address, namespace=config.live_namespace, log_to_driver=False)
         pool = attach(config.live_pool or "", namespace=config.live_namespace)
     outcome = await pool.replay_state(state)
     answers = {r.teacher: r for r in outcome.records if r.ok and r.action is not None}
@@ -243,7 +250,8 @@ async def _live_votes(data: ReplayData, config: ReplayTaskConfig) -> tuple[list[
         [Vote(teacher=t, action=answers[t].action) for t in v.voters],
         v.clusters[v.consensus].action if v.consensus is not None else None,
     )  # type: ignore[arg-type]
-    _LIVE[data.state_id] = result
+    if result[0]:  # an empty answer (budget stop, every teacher failing) is asked again next time
+        _LIVE[key] = result
     return result
 
 
