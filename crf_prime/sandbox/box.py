@@ -64,7 +64,6 @@ _PRLIMIT_FLAGS = {
     resource.RLIMIT_CPU: "--cpu",
     resource.RLIMIT_FSIZE: "--fsize",
     resource.RLIMIT_AS: "--as",
-    resource.RLIMIT_NPROC: "--nproc",
 }
 _JOIN_FAILED = "crf-sandbox: cannot join the run's cgroup"
 _JOIN_FAILED_CODE = 125
@@ -211,9 +210,6 @@ class Sandbox:
                 size = lim.memory_mb * 1024 * 1024
                 rlimits.append((resource.RLIMIT_AS, size, size))
                 enforced.append("memory:rlimit-as")
-            if lim.pids is not None and "pids" not in (cgroup.dirs if cgroup else {}) and os.geteuid() != 0:
-                rlimits.append((resource.RLIMIT_NPROC, lim.pids, lim.pids))
-                enforced.append("pids:rlimit-nproc")
             enforced += ["wall", f"output:{lim.output_bytes}"]
             if self._bwrap is not None:
                 enforced = ["isolation:bwrap", f"tmp_size:{lim.tmp_size_mb}mb", *enforced]

@@ -101,10 +101,9 @@ def _limits_summary(bwrap: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
         enforced.append("memory:rlimit-as")
     if "pids" in layout.parents:
         enforced.append(f"pids:cgroup-{layout.version}")
-    elif os.geteuid() != 0:
-        enforced.append("pids:rlimit-nproc")
     else:
-        not_enforced.append(f"pids: {layout.why_not or 'no writable pids cgroup'}; RLIMIT_NPROC is ignored for uid 0")
+        # RLIMIT_NPROC is no substitute: ignored for uid 0, and for other users it counts all their processes
+        not_enforced.append(f"pids: {layout.why_not or 'no writable pids cgroup'} (RLIMIT_NPROC is no substitute)")
     return tuple(enforced), tuple(not_enforced)
 
 

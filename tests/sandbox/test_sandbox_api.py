@@ -190,3 +190,20 @@ def test_cli_probe_and_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().out == "hi\n"
     assert main(["sandbox", "run", "--workdir", str(tmp_path), "--wall", "0.5", "--", "sleep", "5"]) == 124
     assert "limit hit: wall" in capsys.readouterr().err
+
+
+@pytest.mark.bwrap
+def test_rlimit_fallback_without_cgroups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from crf_prime.sandbox import box as box_module
+    from crf_prime.sandbox.cgroups import CgroupLayout
+
+    monkeypatch.setattr(box_module, "detect_layout", lambda: CgroupLayout(None, {}, why_not="test"))
+    code = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))\n"
+    r = Sandbox(LIMITS).run(
+        ["/usr/bin/python3", "-c", code], workdir=tmp_path, limits=LIMITS.model_copy(update={"memory_mb": 128})
+    )
+    assert "memory:rlimit-as" in r.enforced
+    assert not any(e.startswith("pids:") for e in r.enforced)  # not enforceable without a pids cgroup
+    assert r.limit_hit == "memory"
+    assert r.exit_code == 1
+    assert "MemoryError" in r.stderr

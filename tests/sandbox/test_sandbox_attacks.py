@@ -178,7 +178,15 @@ def test_symlink_out_of_task_dir_does_not_escape(box: Sandbox, task: Path) -> No
 
 
 # -- resource attacks ------------------------------------------------------------------------------------------------
+def _cgroup_controls(controller: str) -> bool:
+    from crf_prime.sandbox.cgroups import detect_layout
+
+    return controller in detect_layout().parents
+
+
 def test_fork_bomb_is_capped_by_pids(box: Sandbox, task: Path) -> None:
+    if not _cgroup_controls("pids"):  # never run a real fork bomb unconfined
+        pytest.skip("no writable pids cgroup here: the probe reports the pids limit as not enforced")
     code = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"
     marker = f"bomb{uuid.uuid4().hex[:8]}"
     r = box.run([PY, "-c", code, marker], workdir=task, limits=FAST.model_copy(update={"pids": 32, "wall_seconds": 3}))
@@ -192,7 +200,11 @@ def test_memory_bomb_is_killed(box: Sandbox, task: Path) -> None:
     code = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))\n"
     r = py(box, code, task, limits=FAST.model_copy(update={"memory_mb": 64}))
     assert r.limit_hit == "memory"
-    assert r.exit_code is None
+    if _cgroup_controls("memory"):
+        assert r.exit_code is None  # OOM-killed
+        assert "memory:cgroup-v1" in r.enforced or "memory:cgroup-v2" in r.enforced
+    else:
+        assert r.exit_code == 1 and "MemoryError" in r.stderr  # RLIMIT_AS fallback
     assert r.duration_s < FAST.wall_seconds
 
 
