@@ -70,7 +70,7 @@ class Server:
         sid = re.search(r"state (s\d+)", body["messages"][-1]["content"]).group(1)
         return Reply(
             tool_calls=[{"name": "bash", "arguments": '{"command": "ls"}'}],
-            delay_s=self.lat[(body["model"], sid)],
+            delay_s=self.lat.get((body["model"], sid), 0.0),  # warm-up states answer at once
             cost=0.0001,
         )
 
@@ -149,6 +149,11 @@ async def run_pool(backend_name: str, base_url: str, states, lat, workdir: Path)
         startup = time.perf_counter() - t0
     else:
         inner, startup = AsyncioBackend(teachers), 0.0
+    # warm each teacher's client (first request pays lazy imports and connection setup), outside the clock
+    warm = make_states(1)[0].model_copy(
+        update={"state_id": "w0000", "messages": ({"role": "user", "content": "state w0000"},)}
+    )
+    await asyncio.gather(*(inner.ask(t.name, inner.prepare(warm)) for t in teachers))
     backend = Timed(inner, lat)
     ledger = TimedLedger(Ledger(workdir / f"{backend_name}.jsonl"))
     pool = TeacherPool(teachers, backend, ledger, PoolOptions())
@@ -183,6 +188,8 @@ async def run_bare(base_url: str, states, lat) -> dict:
     teachers = configs(base_url)
     clients = {t.name: openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0) for t in teachers}
     sems = {t.name: asyncio.Semaphore(t.max_concurrency) for t in teachers}
+    for t in teachers:
+        await clients[t.name].chat.completions.create(model=t.model, messages=[{"role": "user", "content": "state w0"}])
     t0 = time.perf_counter()
     await asyncio.gather(*(one(clients[t.name], sems[t.name], t, s) for s in states for t in teachers))
     wall = time.perf_counter() - t0

@@ -1,62 +1,21 @@
-"""Do two actions propose the same next step? Used by tiered querying to decide whether to escalate a state.
+"""Do the answers at a state agree? Used by tiered querying to decide whether to escalate a state.
 
-The pair builder (``crf_prime.pairs``) owns the full, tiered action-equivalence function; when it is importable we
-use it. Otherwise the fallback is the first tier of that function: equal normalised tool calls (tool name lower-
-cased, arguments parsed as JSON and compared as data, strings whitespace-collapsed) or, for text-only actions,
-equal whitespace-collapsed text.
+Actions are compared with the pair builder's tiered action-equivalence function (``crf_prime.pairs.same_action``:
+exact normalised call, same tool and key arguments, or similar text), so the pool escalates exactly when the pairs
+stage would see a disagreement.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
+from crf_prime.pairs.equivalence import TierName, same_action
 from crf_prime.traces.models import Action
 
-
-def _norm_value(v: Any) -> Any:
-    if isinstance(v, str):
-        return " ".join(v.split())
-    if isinstance(v, dict):
-        return {k: _norm_value(x) for k, x in sorted(v.items())}
-    if isinstance(v, list):
-        return [_norm_value(x) for x in v]
-    return v
+SAME_ACTION_SOURCE = "crf_prime.pairs.same_action"
 
 
-def _norm_args(arguments: str) -> Any:
-    try:
-        return _norm_value(json.loads(arguments or "{}"))
-    except json.JSONDecodeError:
-        return " ".join(arguments.split())
-
-
-def normalised(action: Action) -> tuple:
-    if action.tool_calls:
-        return (
-            "tools",
-            tuple((c.name.strip().lower(), json.dumps(_norm_args(c.arguments))) for c in action.tool_calls),
-        )
-    return ("text", " ".join(action.text.split()).lower())
-
-
-def fallback_same_action(a: Action, b: Action) -> bool:
-    return normalised(a) == normalised(b)
-
-
-def _resolve() -> tuple[Callable[[Action, Action], bool], str]:
-    try:
-        from crf_prime.pairs import same_action  # type: ignore[attr-defined]
-    except ImportError:
-        return fallback_same_action, "crf_prime.teachers.agreement.fallback_same_action"
-    return same_action, "crf_prime.pairs.same_action"
-
-
-same_action, SAME_ACTION_SOURCE = _resolve()
-
-
-def all_agree(actions: Sequence[Action], student: Action | None) -> bool:
-    """True when every action (and the student's, if given) is the same step as the first one."""
+def all_agree(actions: Sequence[Action], student: Action | None, *, min_tier: TierName = "key_args") -> bool:
+    """True when every action (and the student's, if given) is the same step as the first one at ``min_tier``."""
     pool = list(actions) + ([student] if student is not None else [])
-    return all(same_action(pool[0], other) for other in pool[1:])
+    return all(same_action(pool[0], other, min_tier=min_tier) for other in pool[1:])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -117,6 +117,8 @@ class PoolOptions(BaseModel):
     """Do not ask teachers of the trace's own model family (circularity); the report lists the exclusions."""
     tiered: bool = False
     """Ask low tiers first; escalate a state only on disagreement among them or with the student."""
+    agreement_tier: Literal["exact", "key_args", "text"] = "key_args"
+    """Tiered querying: weakest ``crf_prime.pairs`` equivalence tier that still counts as agreement."""
     window: int | None = None
     """States in flight at once (driver-side backpressure); default 2 x the sum of the teachers' concurrency."""
     retry_failed: bool = True

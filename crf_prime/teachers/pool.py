@@ -146,7 +146,7 @@ class TeacherPool:
                 break
             later = [t for t in teachers if tier is not None and t.tier in self.tiers[i + 1 :]]
             answers = [r.action for r in out.records if r.ok and r.action is not None]
-            if later and answers and all_agree(answers, state.student_action):
+            if later and answers and all_agree(answers, state.student_action, min_tier=self.options.agreement_tier):
                 out.skipped_by_tier = [t.name for t in later]
                 out.saved_usd = sum(self._estimate(t, out.records) for t in later)
                 break

@@ -137,7 +137,7 @@ async def replay_async(
         tiered=config.pool.tiered,
         ledger_snapshot=snapshot,
         stopped=pool.stopped,
-        agreement_source=SAME_ACTION_SOURCE,
+        agreement_source=f"{SAME_ACTION_SOURCE} (min_tier={config.pool.agreement_tier})",
     )
     tmp = out / (REPORT_NAME + ".tmp")
     tmp.write_text(json.dumps(report.model_dump(), indent=2) + "\n")

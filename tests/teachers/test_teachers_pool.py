@@ -164,3 +164,20 @@ def test_cli_bad_states_line_names_file_and_line(tmp_path, capsys):
     toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n')
     rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out")])
     assert rc == 2 and f"{states}:2: not a TraceState row" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("agreement_tier", "big_asked"), [("key_args", 0), ("exact", 1)])
+async def test_tiered_agreement_uses_the_pairs_equivalence_tier(tmp_path, agreement_tier, big_asked):
+    # "cat setup.py" and "head setup.py" read the same file: the same step at key_args, different at exact
+    router = Router(lambda model, sid, n: answer("head setup.py" if model == "model-cheap2" else "cat setup.py"))
+    states = write_states(tmp_path / "states.jsonl", [make_state(0, student="cat setup.py")])
+    with LoopbackOpenAI(router) as server:
+        teachers = [
+            teacher("cheap1", server.base_url, tier=0),
+            teacher("cheap2", server.base_url, tier=0),
+            teacher("big", server.base_url, tier=1),
+        ]
+        cfg = pool_config(teachers, tiered=True, agreement_tier=agreement_tier)
+        report = await replay_async(states, cfg, tmp_path / "out")
+    assert sum(1 for model, _ in router.calls if model == "model-big") == big_asked
+    assert report.agreement_source == f"crf_prime.pairs.same_action (min_tier={agreement_tier})"

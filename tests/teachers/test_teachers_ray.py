@@ -134,3 +134,25 @@ async def test_live_pool_shared_by_two_processes(ray_cluster, tmp_path):
     assert other["stopped"].startswith("job budget reached: spent $0.1300 of $0.1250")
     assert router.duplicates() == {} and len(server.requests) == 13
     assert len(list(read_journal(journal))) == 13 and killed == 2
+
+
+def test_cli_replay_on_the_ray_backend(ray_cluster, tmp_path, monkeypatch):
+    from crf_prime.cli import main
+
+    router = Router(lambda model, sid, n: answer(cost=0.001))
+    states = write_states(tmp_path / "states.jsonl", [make_state(i) for i in range(6)])
+    with LoopbackOpenAI(router) as server:
+        toml = tmp_path / "teachers.toml"
+        toml.write_text(
+            "".join(
+                f'[[teachers]]\nname = "{n}"\nmodel = "model-{n}"\nbase_url = "{server.base_url}"\n'
+                f'api_key_var = "CRF_TEST_KEY"\n'
+                for n in ("a", "b")
+            )
+        )
+        monkeypatch.setenv("CRF_TEST_KEY", "sk-test")
+        argv = ["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out"), "--backend", "ray"]
+        assert main([*argv, "--no-progress"]) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert (report["backend"], report["states"], report["calls_sent"]) == ("ray", 6, 12)
+    assert report["usd_per_state"] == pytest.approx(0.002) and router.duplicates() == {}
