@@ -19,14 +19,16 @@ retries (upstream's ``download_shards`` retries a missing shard forever).
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -141,8 +143,6 @@ class RelayNode:
         self.trash = self.work / "trash"
         for path in (self.staging_root, self.trash, self.work / "probe"):
             path.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(self.trash, ignore_errors=True)
-        self.trash.mkdir()
         self.downloader = _downloader_class()(self.servers, self.work / "probe", timeout)
 
     # -- discovery -------------------------------------------------------------------------------------------
@@ -169,6 +169,25 @@ class RelayNode:
         Raises :class:`RelayError` when no server answers or the step cannot be fetched and verified; verified
         shards are kept for the next attempt and nothing becomes visible to prime-rl.
         """
+        with self._exclusive():
+            return self._pull_locked(on_shard)
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """One pull at a time per broadcast directory (the lock dies with its process, so a crash never blocks)."""
+        with open(self.work / "lock", "a+b") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as e:
+                raise RelayError(f"another relay pull is running on {self.broadcast_dir}") from e
+            try:
+                for leftover in self.trash.iterdir():  # deletions interrupted by a crash
+                    shutil.rmtree(leftover, ignore_errors=True)
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def _pull_locked(self, on_shard: ShardHook | None) -> PullResult | None:
         started = time.perf_counter()
         indices = self.fetch_indices()
         if not indices:

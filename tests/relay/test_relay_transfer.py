@@ -10,7 +10,7 @@ from relay_testkit import same_tree, visible_steps, write_checkpoint
 
 from crf_prime.cli import main
 from crf_prime.relay.layout import STABLE
-from crf_prime.relay.manifest import INDEX_NAME, RelayIndex
+from crf_prime.relay.manifest import INDEX_NAME, RelayError, RelayIndex
 from crf_prime.relay.node import RelayNode
 from crf_prime.relay.origin import RelayOrigin
 
@@ -87,3 +87,24 @@ def test_cli_rejects_bad_server_url(tmp_path: Path, capsys: pytest.CaptureFixtur
     argv = ["relay", "pull", "--server", "ftp://example", "--broadcast-dir", str(tmp_path / "b"), "--once"]
     assert main(argv) == 2
     assert "relay server 'ftp://example' must be an http:// or https:// URL" in capsys.readouterr().err
+
+
+def test_second_concurrent_pull_is_refused(tmp_path: Path) -> None:
+    broadcasts = tmp_path / "trainer" / "broadcasts"
+    write_checkpoint(broadcasts / "step_1", total_mb=2, n_files=1, seed=1)
+    node_dir = tmp_path / "node" / "broadcasts"
+    with RelayOrigin(broadcasts, tmp_path / "data", shard_size=300_000) as origin:
+        origin.poll_once()
+        first, second = RelayNode([origin.url], node_dir), RelayNode([origin.url], node_dir)
+        refused: list[str] = []
+
+        def try_second(manifest, shard, reused) -> None:
+            if not refused:
+                with pytest.raises(RelayError, match="another relay pull is running") as info:
+                    second.pull_once()
+                refused.append(str(info.value))
+
+        assert first.pull_once(try_second).step == 1
+        assert second.pull_once() is None  # lock released: up to date
+    assert len(refused) == 1
+    assert same_tree(broadcasts / "step_1", node_dir / "step_1")
