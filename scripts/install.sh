@@ -11,6 +11,14 @@ if ! command -v bwrap >/dev/null 2>&1; then
     echo "note: bubblewrap is missing; install it (apt-get install bubblewrap) for the sandbox" >&2
   fi
 fi
+# shardcast (the relay's transport) fetches shards with wget and would apt-install it itself if missing
+if ! command -v wget >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wget) >/dev/null
+  else
+    echo "note: wget is missing; install it (apt-get install wget) for crf-prime relay" >&2
+  fi
+fi
 
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
