@@ -239,3 +239,31 @@ def test_sandbox_harness_tool_results_and_schemas():
         ("tool_error", "bash", "exit code 2, ls: cannot access 'x'"),
         ("tool_error", "bash", "error: the command hit the sandbox's wall-clock limit of 5 s"),
     ]
+
+
+def test_cli_over_a_traces_jsonl(tmp_path, capsys):
+    from verifiers.v1.episode import EnvInfo, Episode
+
+    from crf_prime.cli import main
+
+    bad = make_trace([([("grep", "{}")], ["error: unknown tool 'grep'"])])
+    good = make_trace([([("bash", '{"command": "ls"}')], ["ok"])])
+    path = tmp_path / "traces.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(Episode(env=EnvInfo(id="x"), task=t.task, traces=[t]).to_record()) + "\n" for t in (bad, good)
+        )
+    )
+    out = tmp_path / "hints.jsonl"
+    assert main(["hints", str(path), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 of 2 traces get a non-empty hint" in printed and "unknown_tool" in printed
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["hint"] for r in rows] == [
+        "- Reminder: the available tools are `bash`, `edit`; `grep` is not one of them.",
+        "",
+    ]
+    assert rows[0]["sites"][0]["kind"] == "unknown_tool" and rows[1]["sites"] == []
+    path.write_text("not json\n")
+    assert main(["hints", str(path)]) == 2
+    assert f"{path}:1: not a verifiers episode record" in capsys.readouterr().out.replace("\n", "")
