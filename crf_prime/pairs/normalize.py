@@ -128,18 +128,19 @@ def canonical_call(name: str, arguments: str) -> CanonicalCall:
 
 _XML_FUNCTION = re.compile(r"<function=([\w.-]+)>(.*?)</function>", re.S)
 _XML_PARAM = re.compile(r"<parameter=([\w.-]+)>(.*?)</parameter>", re.S)
-_FENCE = re.compile(r"```[\w-]*\n(.*?)```", re.S)
+_TRAILING_FENCE = re.compile(r"```(?:bash|sh|shell|console)?\n(.*?)```\s*$", re.S)
 
 
 def embedded_calls(text: str) -> list[tuple[str, str]]:
     """(name, JSON arguments) of actions written as text: SWE-agent ``xml`` (``<function=bash>...``) or ``ticks``
-    (the last fenced block is a shell command; ``submit`` is the finish action)."""
+    (a shell block that ends the message is the command; ``submit`` is the finish action). Prose that merely
+    contains code (a fenced block in the middle, or a ``python`` block) is not an action."""
     xml = _XML_FUNCTION.findall(text)
     if xml:
         return [(n, json.dumps({k: v.strip("\n") for k, v in _XML_PARAM.findall(body)})) for n, body in xml]
-    fences = _FENCE.findall(text)
-    if fences:
-        command = fences[-1].strip()
+    fence = _TRAILING_FENCE.search(text)
+    if fence:
+        command = fence.group(1).strip()
         if command.split()[:1] == ["submit"]:
             return [("submit", "{}")]
         return [("bash", json.dumps({"command": command}))]

@@ -102,6 +102,38 @@ def clean_context(messages: Iterable[dict[str, Any]], limit: int | None) -> list
     return out
 
 
+NO_RESULT = "[no tool result was recorded]"
+
+
+def repair_tool_pairing(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Make a context valid for chat-completions APIs: every assistant tool call is answered by a tool message
+    before the next turn (a placeholder when the trace recorded none, e.g. an interrupted call), and a tool result
+    that answers no open call becomes a user message."""
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []
+
+    def close() -> None:
+        out.extend({"role": "tool", "tool_call_id": cid, "content": NO_RESULT} for cid in pending)
+        pending.clear()
+
+    for m in messages:
+        role = m.get("role")
+        if role == "tool":
+            cid = m.get("tool_call_id")
+            if cid in pending:
+                pending.remove(cid)
+                out.append(m)
+            else:
+                out.append({"role": "user", "content": f"Tool result:\n{content_text(m.get('content'))}"})
+            continue
+        close()
+        out.append(m)
+        if role == "assistant":
+            pending.extend(str(c.get("id") or "") for c in m.get("tool_calls") or ())
+    close()
+    return out
+
+
 def make_state(
     *,
     fmt: TraceFormat,
@@ -116,7 +148,7 @@ def make_state(
     step: int = 0,
 ) -> TraceState:
     """Build a state; a synthetic coding-agent system prompt is prepended when the context has none."""
-    messages = list(context)
+    messages = repair_tool_pairing(context)
     if not messages or messages[0].get("role") != "system":
         messages.insert(0, {"role": "system", "content": SYNTHETIC_SYSTEM_PROMPT})
     return TraceState(

@@ -54,6 +54,8 @@ def test_embedded_swe_agent_actions() -> None:
     ]
     assert embedded_calls("Done.\n```\nsubmit\n```") == [("submit", "{}")]
     assert embedded_calls("no action here") == []
+    assert embedded_calls("Here is the fix:\n```python\nx = 1\n```\n") == []  # code in prose is not a command
+    assert embedded_calls("Run:\n```\nls\n```\nthen tell me.") == []
     assert canonical_action(Action(text=xml)).calls[0].name == "read"
 
 

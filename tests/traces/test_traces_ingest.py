@@ -241,3 +241,33 @@ def test_ingest_to_jsonl_roundtrip_and_atomic(tmp_path: Path) -> None:
     with pytest.raises(IngestError):
         ingest_to_jsonl([FIX, bad], out2)
     assert not out2.exists() and not list(tmp_path.glob(".never*"))
+
+
+def test_unanswered_calls_and_orphan_results_are_repaired(tmp_path: Path) -> None:
+    """Interrupted calls get a placeholder result and stray results become user text, so teacher APIs accept the context."""
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "execute_bash", "arguments": '{"command": "sleep 999"}'},
+    }
+    row = {
+        "instance_id": "x",
+        "run_id": "gpt-4o_maxiter_30",
+        "messages": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "user", "content": "[interrupted]"},
+            {"role": "tool", "tool_call_id": "zz", "content": "stray"},
+            {"role": "assistant", "content": "ok"},
+        ],
+    }
+    path = tmp_path / "gym.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    _, last = run(path, "swe-gym")[0]
+    assert last.messages[2:] == (
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "[no tool result was recorded]"},
+        {"role": "user", "content": "[interrupted]"},
+        {"role": "user", "content": "Tool result:\nstray"},
+    )
