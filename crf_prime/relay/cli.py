@@ -19,7 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = relay.add_subparsers(dest="relay_command", metavar="SUBCOMMAND", required=True)
 
     serve = sub.add_parser("serve", help="publish complete steps from prime-rl's broadcast directory over HTTP")
-    serve.add_argument("--broadcast-dir", type=Path, required=True, help="prime-rl's <output_dir>/broadcasts")
+    serve.add_argument(
+        "--broadcast-dir", type=Path, required=True, help="prime-rl's <output_dir>/<run.name>/broadcasts"
+    )
     serve.add_argument("--data-dir", type=Path, required=True, help="where shards and the index are kept and served")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; 0.0.0.0 for all)")
     serve.add_argument("--port", type=int, default=8765, help="HTTP port (0 picks a free one; default 8765)")
@@ -164,6 +166,7 @@ def _pull_loop(args: argparse.Namespace, node, console) -> int:
         DownloadColumn(),
         TransferSpeedColumn(),
         console=console,
+        disable=not console.is_terminal,  # job logs get the per-step summary only
     )
     tasks: dict[int, int] = {}
 
