@@ -69,6 +69,18 @@ class StateOutcome:
     """Sum of this run's call latencies at the state: what calling the teachers one after another would take."""
 
 
+class _Payload:
+    """The backend's form of a state, made on first use (answers reused from the journal need none)."""
+
+    def __init__(self, backend: Backend, state: TraceState) -> None:
+        self._backend, self._state, self._value, self._made = backend, state, None, False
+
+    def get(self) -> Any:
+        if not self._made:
+            self._value, self._made = self._backend.prepare(self._state), True
+        return self._value
+
+
 class TeacherPool:
     def __init__(
         self, teachers: Iterable[TeacherConfig], backend: Backend, ledger: LedgerLike, options: PoolOptions
@@ -102,12 +114,14 @@ class TeacherPool:
         total, n = self._mean_cost.get(t.name, (0.0, 0))
         return total / n if n else 0.0
 
-    async def _call(self, t: TeacherConfig, state: TraceState, payload: Any, out: StateOutcome, times: list) -> None:
+    async def _call(
+        self, t: TeacherConfig, state: TraceState, payload: _Payload, out: StateOutcome, times: list
+    ) -> None:
         async with self._slots[t.name]:
             await self._call_now(t, state, payload, out, times)
 
     async def _call_now(
-        self, t: TeacherConfig, state: TraceState, payload: Any, out: StateOutcome, times: list
+        self, t: TeacherConfig, state: TraceState, payload: _Payload, out: StateOutcome, times: list
     ) -> None:
         adm = await self.ledger.admit(state.state_id, t.name, state.source.trace_id)
         if adm.verdict == "done":
@@ -121,7 +135,7 @@ class TeacherPool:
             return
         sent = time.perf_counter()
         try:
-            rec = await self.backend.ask(t.name, payload)
+            rec = await self.backend.ask(t.name, payload.get())
         finally:
             times.append((sent, time.perf_counter()))
         await self.ledger.commit(rec)
@@ -135,7 +149,7 @@ class TeacherPool:
     async def replay_state(self, state: TraceState) -> StateOutcome:
         out = StateOutcome(state_id=state.state_id, trace_id=state.source.trace_id)
         teachers, out.excluded = self.eligible(state)
-        payload = self.backend.prepare(state)
+        payload = _Payload(self.backend, state)
         times: list[tuple[float, float]] = []
         for i, tier in enumerate(self.tiers):
             group = [t for t in teachers if tier is None or t.tier == tier]
