@@ -14,11 +14,10 @@ import logging
 import os
 import resource
 import shlex
-import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from crf_prime.sandbox.bwrap import DEFAULT_PATH, build_argv
@@ -58,44 +57,38 @@ class _Capture:
         return out + _truncation_marker(self.dropped) if self.dropped else out
 
 
-_PRLIMIT = shutil.which("prlimit")
-_PRLIMIT_FLAGS = {
-    resource.RLIMIT_CORE: "--core",
-    resource.RLIMIT_CPU: "--cpu",
-    resource.RLIMIT_FSIZE: "--fsize",
-    resource.RLIMIT_AS: "--as",
-}
-_JOIN_FAILED = "crf-sandbox: cannot join the run's cgroup"
+_JOIN_FAILED = "crf-sandbox: cannot join the run's cgroup or set its rlimits"
 _JOIN_FAILED_CODE = 125
 
 
-def _launcher(procs_files: list[str], rlimits: list[tuple[int, int, int]]) -> list[str]:
-    """Command prefix that joins the run's cgroups and sets rlimits, then execs the command (same pid).
+def _clamp(res: int, value: int) -> int:
+    """An rlimit may not exceed this process's own hard limit."""
+    hard = resource.getrlimit(res)[1]
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
 
-    A ``preexec_fn`` could do both, but it forces CPython to fork() instead of vfork(): the cost of copying the
-    parent's page tables grows with its memory (a trainer or eval process holds GBs), and it is not thread-safe.
-    ``sh`` + util-linux ``prlimit`` cost two small execs instead.
+
+def _launcher(procs_files: list[str], lim: SandboxLimits, rlimit_as_mb: int | None) -> list[str]:
+    """``sh -c`` prefix that joins the run's cgroups and sets rlimits, then execs the command (same pid).
+
+    A ``preexec_fn`` could do both, but it forces CPython to fork() instead of vfork(): copying the parent's page
+    tables costs more the more memory it holds (a trainer or eval process holds GBs), and it is not thread-safe.
+    One small ``sh`` exec costs ~1 ms. ``ulimit`` units (POSIX sh): -f 512-byte blocks, -v KiB, -t seconds.
     """
-    prefix: list[str] = []
-    if procs_files:
-        joins = " && ".join(f"echo $$ > {shlex.quote(p)}" for p in procs_files)
-        script = f'{{ {joins}; }} 2>/dev/null || {{ echo "{_JOIN_FAILED}" >&2; exit {_JOIN_FAILED_CODE}; }}; exec "$@"'
-        prefix += ["/bin/sh", "-c", script, "crf-sandbox"]
-    if rlimits and _PRLIMIT is not None:
-        prefix += [_PRLIMIT, *(f"{_PRLIMIT_FLAGS[res]}={soft}:{hard}" for res, soft, hard in rlimits), "--"]
-    return prefix
-
-
-def _preexec(rlimits: list[tuple[int, int, int]]) -> Callable[[], None] | None:
-    """Fallback when util-linux ``prlimit`` is missing: set rlimits between fork and exec."""
-    if not rlimits or _PRLIMIT is not None:
-        return None
-
-    def preexec() -> None:
-        for res, soft, hard in rlimits:
-            resource.setrlimit(res, (soft, hard))
-
-    return preexec
+    steps = ["ulimit -c 0"]
+    if lim.cpu_seconds is not None:
+        soft = _clamp(resource.RLIMIT_CPU, lim.cpu_seconds)
+        hard = _clamp(resource.RLIMIT_CPU, lim.cpu_seconds + 1)  # SIGXCPU at soft, SIGKILL at hard
+        steps += [f"ulimit -S -t {soft}", f"ulimit -H -t {hard}"]
+    if lim.file_size_mb is not None:
+        steps.append(f"ulimit -f {_clamp(resource.RLIMIT_FSIZE, lim.file_size_mb << 20) // 512}")
+    if rlimit_as_mb is not None:
+        steps.append(f"ulimit -v {_clamp(resource.RLIMIT_AS, rlimit_as_mb << 20) // 1024}")
+    steps += [f"echo $$ > {shlex.quote(p)}" for p in procs_files]
+    script = (
+        f'{{ {" && ".join(steps)}; }} 2>/dev/null || {{ echo "{_JOIN_FAILED}" >&2; exit {_JOIN_FAILED_CODE}; }}; '
+        'exec "$@"'
+    )
+    return ["/bin/sh", "-c", script, "crf-sandbox"]
 
 
 def _signal_of(code: int) -> int | None:
@@ -195,20 +188,16 @@ class Sandbox:
         enforced: list[str] = []
         layout = detect_layout()
         cgroup = RunCgroup(layout, lim.memory_mb, lim.pids) if layout.version else None
-        rlimits = [(resource.RLIMIT_CORE, 0, 0)]
         if lim.cpu_seconds is not None:
-            rlimits.append((resource.RLIMIT_CPU, lim.cpu_seconds, lim.cpu_seconds + 1))
             enforced.append("cpu:rlimit")
         if lim.file_size_mb is not None:
-            size = lim.file_size_mb * 1024 * 1024
-            rlimits.append((resource.RLIMIT_FSIZE, size, size))
             enforced.append("file_size:rlimit")
+        rlimit_as_mb = None
         try:
             if cgroup is not None:
                 enforced += cgroup.create()
             if lim.memory_mb is not None and "memory" not in (cgroup.dirs if cgroup else {}):
-                size = lim.memory_mb * 1024 * 1024
-                rlimits.append((resource.RLIMIT_AS, size, size))
+                rlimit_as_mb = lim.memory_mb
                 enforced.append("memory:rlimit-as")
             enforced += ["wall", f"output:{lim.output_bytes}"]
             if self._bwrap is not None:
@@ -227,7 +216,9 @@ class Sandbox:
                 popen_cwd = None
             else:
                 cmd, popen_env, popen_cwd = list(argv), full_env, str(cwd_p)
-            return await self._execute(cmd, popen_env, popen_cwd, stdin, lim, cgroup, rlimits, tuple(enforced))
+            procs = [os.fsdecode(p) for p in cgroup.procs_files()] if cgroup else []
+            cmd = [*_launcher(procs, lim, rlimit_as_mb), *cmd]
+            return await self._execute(cmd, popen_env, popen_cwd, stdin, lim, cgroup, tuple(enforced))
         finally:
             if cgroup is not None:
                 await _remove_cgroup(cgroup)
@@ -241,13 +232,10 @@ class Sandbox:
         stdin: bytes | None,
         lim: SandboxLimits,
         cgroup: RunCgroup | None,
-        rlimits: list[tuple[int, int, int]],
         enforced: tuple[str, ...],
     ) -> RunResult:
         start = time.monotonic()
-        procs = [os.fsdecode(p) for p in cgroup.procs_files()] if cgroup else []
         proc = await asyncio.create_subprocess_exec(
-            *_launcher(procs, rlimits),
             *cmd,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -255,17 +243,18 @@ class Sandbox:
             env=env,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_preexec(rlimits),
         )
         out, err = _Capture(lim.output_bytes), _Capture(lim.output_bytes)
-        flooded = asyncio.Event()
         flood_at = _FLOOD_BYTES + 16 * lim.output_bytes
+        flooded = False
 
         async def pump(stream: asyncio.StreamReader, cap: _Capture) -> None:
+            nonlocal flooded
             while chunk := await stream.read(_READ_CHUNK):
                 cap.feed(chunk)
-                if cap.dropped > flood_at:
-                    flooded.set()
+                if cap.dropped > flood_at and not flooded:
+                    flooded = True
+                    self._kill(proc, cgroup)
 
         async def feed_stdin() -> None:
             assert proc.stdin is not None
@@ -277,30 +266,24 @@ class Sandbox:
         assert proc.stdout is not None and proc.stderr is not None
         pumps = [asyncio.create_task(pump(proc.stdout, out)), asyncio.create_task(pump(proc.stderr, err))]
         feeder = asyncio.create_task(feed_stdin()) if stdin is not None else None
-        waiter = asyncio.create_task(proc.wait())
-        flood_wait = asyncio.create_task(flooded.wait())
         timed_out = False
         try:
-            done, _ = await asyncio.wait({waiter, flood_wait}, timeout=lim.wall_seconds, return_when="FIRST_COMPLETED")
-            if waiter not in done:
-                timed_out = not flooded.is_set()
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=lim.wall_seconds)
+            except TimeoutError:
+                timed_out = not flooded
                 self._kill(proc, cgroup)
-                await waiter
+                await proc.wait()
             # the command exited; its output pipes close as soon as nothing in the box holds them
             _, pending = await asyncio.wait(pumps, timeout=_DRAIN_GRACE_S)
             if pending:
                 self._kill(proc, cgroup)
                 _, pending = await asyncio.wait(pumps, timeout=_DRAIN_GRACE_S)
-                for task in pending:
-                    task.cancel()
         except BaseException:
             self._kill(proc, cgroup)
             raise
         finally:
-            flood_wait.cancel()
-            if feeder is not None:
-                feeder.cancel()
-            for task in pumps:
+            for task in [*pumps, *([feeder] if feeder else [])]:
                 if not task.done():
                     task.cancel()
         duration = time.monotonic() - start
@@ -314,7 +297,7 @@ class Sandbox:
         if limit_hit is None:
             if timed_out:
                 limit_hit = "wall"
-            elif flooded.is_set():
+            elif flooded:
                 limit_hit = "output"
             elif lim.cpu_seconds is not None and (
                 sig == signal.SIGXCPU or (sig == signal.SIGKILL and duration >= lim.cpu_seconds)
