@@ -41,7 +41,7 @@ class ShardEntry(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str
+    name: str = Field(pattern=r"^shard_\d{5,}\.bin$")
     """shardcast shard file name, e.g. ``shard_00001.bin``."""
     size: int = Field(ge=0)
     """Size (in bytes)."""
@@ -56,7 +56,7 @@ class StepManifest(BaseModel):
 
     step: int = Field(ge=0)
     """prime-rl step number (``step_<n>``)."""
-    version: str
+    version: str = Field(pattern=r"^v\d+$")
     """shardcast version folder holding the shards on the server that wrote this manifest (``v1``, ``v2``, ...)."""
     archive_size: int = Field(ge=0)
     """Size (in bytes) of the uncompressed tar archive the shards concatenate to."""
@@ -72,9 +72,10 @@ class StepManifest(BaseModel):
     """Unix time (in seconds) the server finished publishing the step."""
 
     @property
-    def content_id(self) -> tuple[int, str]:
-        """Identity of the step's bytes, the same on every server that published it (the version name is not)."""
-        return (self.step, self.archive_blake3)
+    def content_id(self) -> tuple[int, str, int]:
+        """Identity of the step's shards, the same on every server that published it with the same shard size (the
+        version name differs between servers)."""
+        return (self.step, self.archive_blake3, self.shard_size)
 
 
 class RelayIndex(BaseModel):

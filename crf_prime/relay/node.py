@@ -147,19 +147,22 @@ class RelayNode:
 
     # -- discovery -------------------------------------------------------------------------------------------
 
-    def fetch_indices(self) -> dict[str, RelayIndex]:
-        """Each reachable server's index (unreachable or malformed ones are logged and left out)."""
+    def fetch_indices(self) -> tuple[dict[str, RelayIndex], list[str]]:
+        """Each reachable server's index, and a note for every server left out (unreachable or malformed index)."""
         indices: dict[str, RelayIndex] = {}
+        problems: list[str] = []
         for i, server in enumerate(self.servers):
             target = self.work / f"index-{i}.json"
             if not self.downloader._download_file(server, INDEX_NAME, target, update_metrics=False):
-                log.warning("relay server %s did not answer for %s", server, INDEX_NAME)
+                problems.append(f"{server}: no answer for {INDEX_NAME}")
                 continue
             try:
                 indices[server] = read_index(target, f"{server}/{INDEX_NAME}")
             except RelayError as e:
-                log.warning("%s", e)
-        return indices
+                problems.append(str(e))
+        for problem in problems:
+            log.warning("%s", problem)
+        return indices, problems
 
     # -- pulling ---------------------------------------------------------------------------------------------
 
@@ -189,9 +192,9 @@ class RelayNode:
 
     def _pull_locked(self, on_shard: ShardHook | None) -> PullResult | None:
         started = time.perf_counter()
-        indices = self.fetch_indices()
+        indices, problems = self.fetch_indices()
         if not indices:
-            raise RelayError(f"no relay server answered: {', '.join(self.servers)}")
+            raise RelayError(f"no relay server gave a valid index: {'; '.join(problems)}")
         advertised = [m for index in indices.values() if (m := index.newest()) is not None]
         if not advertised:
             return None

@@ -108,3 +108,26 @@ def test_second_concurrent_pull_is_refused(tmp_path: Path) -> None:
         assert second.pull_once() is None  # lock released: up to date
     assert len(refused) == 1
     assert same_tree(broadcasts / "step_1", node_dir / "step_1")
+
+
+def test_servers_with_other_shard_sizes_and_bad_indices_are_kept_apart(tmp_path: Path) -> None:
+    broadcasts = tmp_path / "trainer" / "broadcasts"
+    write_checkpoint(broadcasts / "step_1", total_mb=2, n_files=1, seed=1)
+    node_dir = tmp_path / "node" / "broadcasts"
+    with (
+        RelayOrigin(broadcasts, tmp_path / "a", shard_size=300_000) as a,
+        RelayOrigin(broadcasts, tmp_path / "b", shard_size=700_000) as b,
+    ):
+        ma, mb = a.poll_once(), b.poll_once()
+        assert ma.archive_blake3 == mb.archive_blake3 and ma.content_id != mb.content_id
+        result = RelayNode([a.url, b.url], node_dir, attempts=1).pull_once()
+        assert result is not None and result.downloaded_shards == len(mb.shards)  # b published last: its shards
+        assert same_tree(broadcasts / "step_1", node_dir / "step_1")
+
+        # an index whose shard name escapes the staging directory is rejected as a whole
+        tampered = (tmp_path / "a" / INDEX_NAME).read_text().replace("shard_00001.bin", "../../shard_00001.bin")
+        (tmp_path / "a" / INDEX_NAME).write_text(tampered)
+        node = RelayNode([a.url], tmp_path / "other")
+        with pytest.raises(RelayError, match=r"no relay server gave a valid index: invalid relay index from http"):
+            node.pull_once()
+    assert visible_steps(tmp_path / "other") == []
