@@ -17,10 +17,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-import blake3
-
+from crf_prime.extras import require
 from crf_prime.relay.layout import NCCL_READY, STABLE
 from crf_prime.relay.manifest import FileEntry, RelayError, StepManifest
+
+blake3 = require("blake3", "shardcast")  # shardcast's checksum library; comes with the shardcast extra
 
 _CHUNK = 4 << 20
 _MARKERS = frozenset({STABLE, NCCL_READY})
