@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import random
 import re
 import statistics
@@ -67,7 +68,7 @@ class Server:
         self.lat = lat
 
     def __call__(self, body: dict) -> Reply:
-        sid = re.search(r"state (s\d+)", body["messages"][-1]["content"]).group(1)
+        sid = re.search(r"state (\S+)", body["messages"][-1]["content"]).group(1)
         return Reply(
             tool_calls=[{"name": "bash", "arguments": '{"command": "ls"}'}],
             delay_s=self.lat.get((body["model"], sid), 0.0),  # warm-up states answer at once
@@ -168,6 +169,7 @@ async def run_pool(backend_name: str, base_url: str, states, lat, workdir: Path)
         "startup_s": startup,
         "ok": ok,
         "overhead_ms_mean": 1000 * statistics.mean(backend.overhead),
+        "overhead_ms_p50": 1000 * statistics.median(backend.overhead),
         "overhead_ms_p95": 1000 * sorted(backend.overhead)[int(0.95 * len(backend.overhead)) - 1],
         "ledger_ms_mean": 1000 * statistics.mean(ledger.spent_s),
     }
@@ -201,6 +203,7 @@ async def run_bare(base_url: str, states, lat) -> dict:
         "startup_s": 0.0,
         "ok": len(overhead),
         "overhead_ms_mean": 1000 * statistics.mean(overhead),
+        "overhead_ms_p50": 1000 * statistics.median(overhead),
         "overhead_ms_p95": 1000 * sorted(overhead)[int(0.95 * len(overhead)) - 1],
         "ledger_ms_mean": 0.0,
     }
@@ -239,15 +242,19 @@ async def main(argv: list[str]) -> int:
     print(
         f"{len(TEACHERS)} teachers x {args.states} states = {n} requests; seed {args.seed}; ideal bound {ideal:.2f} s"
     )
+    bare = rows[0]["wall_s"]
     print(
-        f"{'backend':<12} {'wall s':>7} {'x ideal':>8} {'overhead/req ms (mean, p95)':>28} {'ledger ms/call':>15} {'ok':>5}"
+        f"{'backend':<12} {'wall s':>7} {'x ideal':>8} {'x bare':>7} {'overhead/req ms mean':>21} {'p50':>6} "
+        f"{'p95':>7} {'ledger ms/call':>15} {'ok':>4}"
     )
     for r in rows:
         print(
-            f"{r['backend']:<12} {r['wall_s']:>7.2f} {r['wall_s'] / ideal:>8.3f} "
-            f"{r['overhead_ms_mean']:>14.2f} {r['overhead_ms_p95']:>12.2f} {r['ledger_ms_mean']:>15.2f} {r['ok']:>5}"
+            f"{r['backend']:<12} {r['wall_s']:>7.2f} {r['wall_s'] / ideal:>8.3f} {r['wall_s'] / bare:>7.3f} "
+            f"{r['overhead_ms_mean']:>21.2f} {r['overhead_ms_p50']:>6.2f} {r['overhead_ms_p95']:>7.2f} "
+            f"{r['ledger_ms_mean']:>15.2f} {r['ok']:>4}"
             + (f"   (ray init + actors {r['startup_s']:.1f} s, not counted)" if r["startup_s"] else "")
         )
+    print(f"load average during the run (2-core box shared with other jobs): {os.getloadavg()}")
     if args.json:
         args.json.write_text(json.dumps({"ideal_s": ideal, "rows": rows}, indent=2))
     return 0
