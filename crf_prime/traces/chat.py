@@ -105,10 +105,33 @@ def clean_context(messages: Iterable[dict[str, Any]], limit: int | None) -> list
 NO_RESULT = "[no tool result was recorded]"
 
 
+def _well_paired(messages: Sequence[dict[str, Any]]) -> bool:
+    """Fast check (the common case): every tool call answered before the next turn, no stray results."""
+    open_ids: set[str] = set()
+    for m in messages:
+        if m.get("role") == "tool":
+            cid = m.get("tool_call_id")
+            if cid not in open_ids:
+                return False
+            open_ids.discard(cid)
+            continue
+        if open_ids:
+            return False
+        calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+        if calls:
+            ids = [str(c.get("id") or "") for c in calls]
+            if len(set(ids)) != len(ids):
+                return False
+            open_ids = set(ids)
+    return not open_ids
+
+
 def repair_tool_pairing(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Make a context valid for chat-completions APIs: every assistant tool call is answered by a tool message
     before the next turn (a placeholder when the trace recorded none, e.g. an interrupted call), and a tool result
     that answers no open call becomes a user message."""
+    if _well_paired(messages):
+        return list(messages)
     out: list[dict[str, Any]] = []
     pending: list[str] = []
 
