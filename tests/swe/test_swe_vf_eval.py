@@ -94,7 +94,7 @@ def test_vf_eval_agent_fix_is_resolved(tmp_path: Path) -> None:
     assert "median() is wrong for lists with an even number of elements" in first_user["content"]
     view, edit, pytest_run = _tool_messages(trace)
     assert "return s[len(s) // 2]" in view
-    assert edit == "edited ministats/stats.py"
+    assert "edited ministats/stats.py" in edit
     assert "3 passed" in pytest_run  # the agent sees the base tests only: the test patch is withheld
     assert trace["rewards"]["resolved"]["score"] == 1.0
     assert trace["metrics"]["f2p_pass"] == 1.0 and trace["metrics"]["p2p_pass"] == 1.0
