@@ -93,6 +93,12 @@ def test_verifiers_traces_jsonl(tmp_path: Path) -> None:
     assert s1.student_action.text == "Done."
     assert s0.model_family == "qwen" and s0.source.format == "verifiers"
     assert report.traces == 1 and report.states == 2
+    # a torn last line (eval killed mid-write) is counted with its location; the episode before it still ingests
+    with path.open("a") as f:
+        f.write('{"id": "ep2", "traces": [{"nodes": [')
+    report = IngestReport()
+    assert len(list(ingest([path], "verifiers", report))) == 2
+    assert report.skipped == {"malformed_json": 1} and report.malformed[0].startswith(f"{path}:2: JSONDecodeError")
 
 
 def test_cli_ingest_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
