@@ -36,6 +36,9 @@ class FeatureDeletionData(vf.TaskData):
     """The validated task row (targets, snapshot edits, hidden target tests, gold patch)."""
     task_dir: str
     """Absolute path of the generated task directory (holds ``bases/*.tar.gz``)."""
+    sandbox_ro_binds: list[str] = []
+    """Host paths the crf-prime SandboxHarness shows read-only in the agent's box: the task's test venv (pytest +
+    the project's dependencies, never the project), so the agent can run the visible tests."""
 
 
 class FeatureDeletionTaskConfig(vf.TaskConfig):
@@ -80,9 +83,11 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
 
     async def setup(self, trace: vf.Trace, runtime: Runtime) -> None:
         from crf_prime.featdel.grade import materialise
+        from crf_prime.featdel.testenv import ensure_test_env
 
         workdir = _local_workdir(runtime)
         if workdir is not None:
+            await asyncio.to_thread(ensure_test_env, self.row.test_env)
             await asyncio.to_thread(materialise, self.row, Path(self.data.task_dir), workdir, hidden=False)
             return
         files = await asyncio.to_thread(_snapshot_bytes, self.row, Path(self.data.task_dir))
@@ -173,22 +178,27 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
 
     def load(self) -> list[FeatureDeletionTask]:
         from crf_prime.featdel.generate import load_tasks
+        from crf_prime.featdel.source import cache_root
+        from crf_prime.featdel.testenv import spec_key
 
         task_dir = self._task_dir()
-        rows = load_tasks(task_dir)
-        return [
-            FeatureDeletionTask(
-                FeatureDeletionData(
-                    id=row.task_id,
-                    name=row.task_id,
-                    prompt=row.prompt,
-                    featdel=row,
-                    task_dir=str(task_dir),
-                ),
-                self.config.task,
+        tasks = []
+        for row in load_tasks(task_dir):
+            venv = cache_root() / "venvs" / spec_key(row.test_env)
+            prompt = (
+                f"{row.prompt}\n\nA Python with pytest and the project's dependencies (not the project itself) is at "
+                f"`{venv}/bin/python`; run the visible tests with `{venv}/bin/python -m pytest -q`."
             )
-            for row in rows
-        ]
+            data = FeatureDeletionData(
+                id=row.task_id,
+                name=row.task_id,
+                prompt=prompt,
+                featdel=row,
+                task_dir=str(task_dir),
+                sandbox_ro_binds=[str(venv)],
+            )
+            tasks.append(FeatureDeletionTask(data, self.config.task))
+        return tasks
 
     def _task_dir(self) -> Path:
         if self.config.tasks is not None:

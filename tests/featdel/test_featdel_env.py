@@ -1,0 +1,208 @@
+"""environments/feature_deletion on real verifiers 0.4.0: task hooks on a subprocess runtime, the real vf-validate and
+vf-eval CLIs (the model played by crf_prime.loopback replaying a scripted agent), hints in trace.info."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import verifiers.v1 as vf
+from featdel_support import INFLECTION, generated
+from verifiers.v1.runtimes import provision_runtime
+
+from crf_prime.featdel.deletion import apply_unified_diff
+from crf_prime.featdel.models import FeatdelTask
+from crf_prime.loopback import LoopbackOpenAI, Reply
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
+
+VF_BIN = Path(sys.executable).parent
+
+
+def _taskset(task_dir: Path):
+    from feature_deletion.taskset import FeatureDeletionConfig, FeatureDeletionTaskset
+
+    return FeatureDeletionTaskset(FeatureDeletionConfig(id="feature-deletion", tasks=task_dir))
+
+
+def _trace(task) -> vf.Trace:
+    return vf.Trace(
+        agent=vf.AgentInfo(config=vf.AgentConfig()),
+        task=vf.TraceTask(type="FeatureDeletionTask", data=task.data, key=task.key),
+        nodes=[vf.MessageNode(parent=None, message=vf.UserMessage(content=task.data.prompt_text), sampled=False)],
+    )
+
+
+@pytest.fixture(scope="module")
+def task_dir() -> Path:
+    return generated(INFLECTION, 2)[0]
+
+
+@pytest.fixture
+async def runtime() -> AsyncIterator[vf.Runtime]:
+    async with provision_runtime(vf.SubprocessConfig()) as rt:
+        yield rt
+
+
+def test_module_exports_one_taskset_and_the_sandbox_harness() -> None:
+    import feature_deletion
+
+    from crf_prime.harness import SandboxHarness
+
+    assert feature_deletion.__all__ == ["FeatureDeletionTaskset", "SandboxHarness"]
+    assert feature_deletion.SandboxHarness is SandboxHarness
+    assert issubclass(feature_deletion.FeatureDeletionTaskset, vf.Taskset)
+
+
+def test_taskset_rows(task_dir: Path) -> None:
+    tasks = _taskset(task_dir).load()
+    assert [t.key for t in tasks] == [
+        json.loads(x)["task_id"] for x in (task_dir / "tasks.jsonl").read_text().splitlines()
+    ]
+    for t in tasks:
+        (venv,) = t.data.sandbox_ro_binds
+        assert f"{venv}/bin/python -m pytest" in t.data.prompt_text
+        assert t.data.prompt_text.startswith(t.data.featdel.prompt)
+
+
+async def test_untouched_scores_zero_with_hint_and_gold_scores_one(task_dir: Path, runtime: vf.Runtime) -> None:
+    task = _taskset(task_dir).load()[0]
+    row: FeatdelTask = task.data.featdel
+    trace = _trace(task)
+    await task.setup(trace, runtime)
+    workdir = Path(runtime.workdir)  # type: ignore[attr-defined]
+    assert not any((workdir / rel).exists() for rel in row.hidden_tests)
+    assert (workdir / row.targets[0].path).read_text() == row.broken_files[row.targets[0].path]
+    await task.score(trace, runtime)
+    assert trace.rewards["tests_pass"].score == 0.0
+    assert trace.metrics["passed_fraction"] < 1.0
+    hint = trace.info["hint"]
+    failing = trace.info["featdel_grade"]["failed"]
+    assert failing and hint and any(f["name"].split("::")[-1].split("[")[0] in hint for f in failing)
+
+    for rel, text in apply_unified_diff(dict(row.broken_files), row.gold_patch).items():
+        await runtime.write(rel, text.encode())
+    solved = _trace(task)
+    await task.score(solved, runtime)
+    assert solved.rewards["tests_pass"].score == 1.0 and solved.metrics["passed_fraction"] == 1.0
+    assert solved.info["hint"] == ""
+
+
+async def test_validate_applies_gold(task_dir: Path, runtime: vf.Runtime) -> None:
+    task = _taskset(task_dir).load()[1]
+    await task.setup(_trace(task), runtime)
+    assert await task.validate(runtime) is True
+
+
+async def test_infrastructure_failure_raises(task_dir: Path, runtime: vf.Runtime, tmp_path: Path) -> None:
+    broken_dir = tmp_path / "tasks"
+    shutil.copytree(task_dir, broken_dir)
+    task = _taskset(broken_dir).load()[0]
+    trace = _trace(task)
+    await task.setup(trace, runtime)
+    bad = task.with_data(featdel=task.data.featdel.model_copy(update={"base_sha256": "0" * 64}))
+    with pytest.raises(Exception, match="SHA-256 mismatch"):
+        await bad.score(trace, runtime)
+    assert "tests_pass" not in trace.info.get("featdel_grade", {})
+
+
+def test_vf_validate_cli(task_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "outputs"
+    proc = subprocess.run(
+        [
+            str(VF_BIN / "vf-validate"),
+            "feature-deletion",
+            "--runtime.type",
+            "subprocess",
+            "--taskset.tasks",
+            str(task_dir),
+            "--no-rich",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (summary_path,) = out.glob("*/summary.json")
+    summary = json.loads(summary_path.read_text())
+    assert summary["total"] == 2 and summary["outcomes"]["valid"] == 2
+    rows = [json.loads(line) for line in (summary_path.parent / "results.jsonl").read_text().splitlines()]
+    assert all(r["gold"]["valid"] is True and r["noop"]["reward"] == 0.0 for r in rows)
+
+
+def _call(name: str, **args: object) -> dict:
+    return {"name": name, "arguments": json.dumps(args)}
+
+
+def _gold_edits(row: FeatdelTask) -> list[dict]:
+    """One edit tool call per gold-patch hunk: old = context + removed lines, new = context + added lines."""
+    calls, path, old, new = [], "", [], []
+    for line in [*row.gold_patch.splitlines(keepends=True), "@@ end\n"]:
+        if line.startswith("+++ b/"):
+            path = line[6:].strip()
+        elif line.startswith("@@") or line.startswith("--- "):
+            if old:
+                calls.append(_call("edit", path=path, old_str="".join(old), new_str="".join(new)))
+            old, new = [], []
+        elif line[:1] in (" ", "-", "+"):
+            if line[0] in (" ", "-"):
+                old.append(line[1:])
+            if line[0] in (" ", "+"):
+                new.append(line[1:])
+    return calls
+
+
+def _vf_eval(task_dir: Path, tmp_path: Path, replies: list[Reply]) -> dict:
+    script = list(replies)
+    with LoopbackOpenAI(lambda body: script.pop(0)) as server:
+        out = tmp_path / "outputs"
+        cmd = [str(VF_BIN / "vf-eval"), "feature-deletion", "-n", "1", "-m", "scripted"]
+        cmd += ["--client.base-url", server.base_url, "--client.api-key-var", "CRF_LOOPBACK_KEY"]
+        cmd += ["--env.agent.runtime.type", "subprocess", "--env.taskset.tasks", str(task_dir)]
+        cmd += ["--no-push", "--no-rich", "-o", str(out)]
+        env = {**os.environ, "CRF_LOOPBACK_KEY": "test"}
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+        requests = list(server.requests)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (traces,) = out.glob("*/traces.jsonl")
+    (line,) = traces.read_text().splitlines()
+    (trace,) = json.loads(line)["traces"]
+    assert trace["ok"], trace["errors"]
+    assert trace["agent"]["config"]["harness"]["id"] == "feature-deletion"  # the taskset's bundled SandboxHarness
+    assert [t["function"]["name"] for t in requests[0]["tools"]] == ["bash", "view", "edit", "submit"]
+    assert len(requests) == len(replies)
+    return trace
+
+
+def test_vf_eval_scripted_agent_writing_gold_scores_one(task_dir: Path, tmp_path: Path) -> None:
+    row = _taskset(task_dir).load()[0].data.featdel
+    replies = [Reply(tool_calls=[c]) for c in _gold_edits(row)]
+    replies += [
+        Reply(tool_calls=[_call("bash", command="ls")]),
+        Reply(content="done", tool_calls=[_call("submit", summary="re-implemented")]),
+    ]
+    trace = _vf_eval(task_dir, tmp_path, replies)
+    tools = [n["message"]["content"] for n in trace["nodes"] if n["message"]["role"] == "tool"]
+    edits = tools[: len(replies) - 2]
+    assert len(edits) == len(row.targets) and all(
+        t.endswith(f"edited {r.path}") for t, r in zip(edits, row.targets, strict=True)
+    )
+    assert "inflection" in tools[len(replies) - 2].split()  # `ls` in the box lists the snapshot
+    assert trace["rewards"]["tests_pass"]["score"] == 1.0
+    assert trace["metrics"]["passed_fraction"] == 1.0
+    assert trace["info"]["hint"] == ""
+
+
+def test_vf_eval_scripted_agent_doing_nothing_scores_zero(task_dir: Path, tmp_path: Path) -> None:
+    trace = _vf_eval(task_dir, tmp_path, [Reply(content="done", tool_calls=[_call("submit", summary="nothing")])])
+    assert trace["rewards"]["tests_pass"]["score"] == 0.0
+    assert trace["metrics"]["passed_fraction"] < 1.0
+    assert trace["info"]["hint"] != ""
