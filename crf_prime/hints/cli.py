@@ -43,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
                 episode = json.loads(line)
                 traces = episode["traces"]
             except (json.JSONDecodeError, KeyError, TypeError) as e:
-                console.print(f"[red]error:[/red] {args.traces}:{lineno}: not a verifiers episode record ({e})")
+                console.print(
+                    f"[red]error:[/red] {args.traces}:{lineno}: not a verifiers episode record ({e})", soft_wrap=True
+                )
                 return 2
             for trace in traces:
                 hint, sites = build_hint(trace)

@@ -22,6 +22,7 @@ _EXC_LINE = re.compile(
     r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure)|AssertionError)\b(?::\s*(.*))?$"
 )
 _FILE_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+_LIBRARY_FRAME = re.compile(r"/lib/python\d[^/]*/|site-packages/|^<frozen ")
 _EXIT = re.compile(
     r"(?i)(?:\b(?:exit[ _]code|exit[ _]status|return[ _]?code|returncode)\b\s*[:=]?\s*|\bexited with (?:code |status )?)"
     r"\(?(-?\d+)\)?"
@@ -137,13 +138,16 @@ def traceback_summary(text: str) -> str | None:
     if not matches:
         return None
     tail = text[matches[-1].end() :].splitlines()
-    location, exc = None, None
+    own, deepest, exc = None, None, None
     for line in tail:
         if m := _FILE_LINE.match(line):
-            location = f"{m.group(1)}:{m.group(2)}"
+            deepest = f"{m.group(1)}:{m.group(2)}"
+            if not _LIBRARY_FRAME.search(m.group(1)):  # prefer the agent's own code over stdlib / site-packages
+                own = deepest
         elif m := _EXC_LINE.match(line.strip()):
             exc = line.strip()
             break
+    location = own or deepest
     if exc is None:
         exc = next((ln.strip() for ln in reversed(tail) if ln.strip()), "traceback")
     return f"{exc} (at {location})" if location else exc
@@ -157,7 +161,7 @@ def exit_code(text: str) -> int | None:
 
 def _error_line(text: str) -> str:
     lines = [ln.strip() for ln in _ANSI.sub("", text).splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not _EXIT.fullmatch(ln.strip("[]() "))] or lines
+    lines = [ln for ln in lines if not _EXIT.fullmatch(ln.strip("[]() "))]
     for line in lines:
         if _ERROR_PREFIX.match(line):
             return line
@@ -247,7 +251,8 @@ def _check_result(index: int, name: str, text: str) -> ErrorSite | None:
     code = exit_code(text)
     if (code is not None and code != 0) or _ERROR_PREFIX.match(text.strip()):
         detail = _error_line(text)
-        detail = f"exit code {code}, {detail}" if code not in (None, 0) else detail
+        if code not in (None, 0):
+            detail = f"exit code {code}, {detail}" if detail else f"exit code {code}"
         return ErrorSite(kind="tool_error", index=index, tool=name, detail=condense(detail))
     return None
 

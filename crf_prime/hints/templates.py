@@ -76,13 +76,20 @@ def _line(site: ErrorSite, tools: Mapping[str, ToolSpec] | None) -> str:
 
 
 def feedback_lines(failing_tests: Sequence[FailingTest], max_tests: int = MAX_TESTS) -> list[str]:
-    """SDPO-style feedback: which tests failed and with what, condensed."""
+    """SDPO-style feedback: which tests failed and with what, condensed.
+
+    Parametrized cases of one test (``test_x[a]``, ``test_x[b]``) failing with the same message are one line.
+    """
+    groups: dict[tuple[str, str], list[str]] = {}
+    for test in failing_tests:
+        groups.setdefault((test.name.split("[", 1)[0], condense_failure(test.message)), []).append(test.name)
     lines = []
-    for test in failing_tests[:max_tests]:
-        why = condense_failure(test.message)
-        lines.append(f"Test `{test.name}` failed" + (f" with: {why}" if why else "."))
-    if len(failing_tests) > max_tests:
-        lines.append(f"{len(failing_tests) - max_tests} more test(s) failed.")
+    for (base, why), names in list(groups.items())[:max_tests]:
+        label = f"Test `{names[0]}`" if len(names) == 1 else f"Test `{base}` ({len(names)} parametrized cases)"
+        lines.append(f"{label} failed" + (f" with: {why}" if why else "."))
+    rest = sum(len(names) for names in list(groups.values())[max_tests:])
+    if rest:
+        lines.append(f"{rest} more test(s) failed.")
     return lines
 
 

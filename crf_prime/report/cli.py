@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         arms = [load_arm(name, path, step=args.step, reward_name=args.reward) for name, path in map(_arm, args.runs)]
     except ReportInputError as e:
-        console.print(f"[red]error:[/red] {e}")
+        console.print(f"[red]error:[/red] {e}", soft_wrap=True)
         return 2
     report = build_report(
         arms,

@@ -207,6 +207,18 @@ def test_traceback_summary_takes_last_traceback_and_chained_exceptions():
     )
     assert traceback_summary(text) == "RuntimeError: config missing (at /w/app.py:9)"
     assert traceback_summary("all good") is None
+    lib = (
+        'Traceback (most recent call last):\n  File "/w/run.py", line 3, in <module>\n    json.loads("{")\n'
+        '  File "/usr/lib/python3.11/json/__init__.py", line 346, in loads\n'
+        '  File "/usr/lib/python3.11/json/decoder.py", line 353, in raw_decode\n'
+        "json.decoder.JSONDecodeError: Expecting property name: line 1 column 2 (char 1)\n"
+    )
+    assert (
+        traceback_summary(lib)
+        == "json.decoder.JSONDecodeError: Expecting property name: line 1 column 2 (char 1) (at /w/run.py:3)"
+    )
+    only_lib = lib.replace("/w/run.py", "/venv/lib/python3.11/site-packages/x.py")
+    assert traceback_summary(only_lib).endswith("(at /usr/lib/python3.11/json/decoder.py:353)")
 
 
 def test_condense_failure_without_e_lines_keeps_tail():
@@ -266,4 +278,22 @@ def test_cli_over_a_traces_jsonl(tmp_path, capsys):
     assert rows[0]["sites"][0]["kind"] == "unknown_tool" and rows[1]["sites"] == []
     path.write_text("not json\n")
     assert main(["hints", str(path)]) == 2
-    assert f"{path}:1: not a verifiers episode record" in capsys.readouterr().out.replace("\n", "")
+    assert f"{path}:1: not a verifiers episode record" in capsys.readouterr().out
+
+
+def test_parametrized_cases_with_one_message_are_grouped():
+    tests = [FailingTest(name=f"t.py::test_p[{c}]", message="E   NotImplementedError") for c in "abcd"]
+    tests += [FailingTest(name="t.py::test_p[e]", message="E   assert 0 == 1")]
+    tests += [FailingTest(name=f"t.py::test_{i}", message="E   KeyError: 'k'") for i in range(3)]
+    trace = make_trace([([("bash", '{"command": "ls"}')], ["ok"])])
+    assert attach_hint(trace, failing_tests=tests).splitlines() == [
+        "- Test `t.py::test_p` (4 parametrized cases) failed with: NotImplementedError",
+        "- Test `t.py::test_p[e]` failed with: assert 0 == 1",
+        "- Test `t.py::test_0` failed with: KeyError: 'k'",
+        "- 2 more test(s) failed.",
+    ]
+
+
+def test_bare_exit_marker_is_the_whole_detail():
+    trace = make_trace([([("bash", '{"command": "false"}')], ["[exit code: 1]"])])
+    assert attach_hint(trace) == "- `bash` failed: exit code 1"
