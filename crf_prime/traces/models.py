@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 TraceFormat = Literal["claude-code", "openhands", "swe-smith", "swe-gym", "verifiers"]
 
