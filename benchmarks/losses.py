@@ -3,8 +3,9 @@
 1. Chunked fused-linear generalized JSD vs the naive form (materialised ``[T, V]`` logits) at T ∈ {1024, 4096},
    V = 32768, H = 512, fp32, forward + backward. Each case runs in its own subprocess: peak memory is the resident
    set high-water mark (``VmHWM``, reset through ``/proc/self/clear_refs`` once the inputs exist) minus the resident
-   set at that moment; time is the median of the timed repeats after the measured call, as wall clock and as
-   process CPU time (the CPU time is steadier on a shared machine).
+   set at that moment (one call per process). Time comes from one more process per T that alternates naive and
+   chunked calls (after a warm-up round) and reports medians of wall clock and of process CPU time (the CPU time
+   is steadier on a shared machine).
    Targets: chunked peak ≤ 20 % of naive and time ≤ 1.0× at T = 4096.
 2. Each ``loss_fns`` objective vs a plain-torch re-statement of prime-rl's default loss (DPPO-Binary-TV + squared
    log-ratio KL, ``default_loss_fn`` in prime-rl's ``trainer/rl/loss.py``) on the same packed batch, called once
@@ -16,6 +17,7 @@ Usage: ``python benchmarks/losses.py [--tokens 1024 4096] [--repeats 3] [--skip-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import statistics
@@ -43,56 +45,63 @@ def _hwm_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def _jsd_case(impl: str, tokens: int, repeats: int) -> dict[str, float]:
-    """One JSD case in this process (called in a fresh subprocess per case)."""
-    from loss_fns.logit import fused_linear_jsd, jsd_loss
-
+def _jsd_inputs(tokens: int):
     g = torch.Generator().manual_seed(0)
     h = torch.randn(tokens, HIDDEN, generator=g).requires_grad_()
     w = (torch.randn(VOCAB, HIDDEN, generator=g) * 0.02).requires_grad_()
     h_t, w_t = torch.randn(tokens, HIDDEN, generator=g), torch.randn(VOCAB, HIDDEN, generator=g) * 0.02
-    mask = torch.ones(tokens, dtype=torch.bool)
+    h.grad, w.grad = torch.zeros_like(h), torch.zeros_like(w)  # gradient buffers exist before any measurement
+    return h, w, h_t, w_t, torch.ones(tokens, dtype=torch.bool)
 
-    def step() -> None:
-        h.grad = w.grad = None
-        if impl == "naive":
-            loss = jsd_loss(h @ w.T, h_t @ w_t.T, mask, beta=0.5, temperature=1.1)
-        else:
-            loss = fused_linear_jsd(h, w, h_t, w_t, mask, beta=0.5, temperature=1.1)
-        loss.backward()
 
-    h.grad = torch.zeros_like(h)  # gradient buffers exist in both cases before the measurement
-    w.grad = torch.zeros_like(w)
-    try:
+def _jsd_step(impl: str, h, w, h_t, w_t, mask) -> None:
+    from loss_fns.logit import fused_linear_jsd, jsd_loss
+
+    if impl == "naive":
+        loss = jsd_loss(h @ w.T, h_t @ w_t.T, mask, beta=0.5, temperature=1.1)
+    else:
+        loss = fused_linear_jsd(h, w, h_t, w_t, mask, beta=0.5, temperature=1.1)
+    loss.backward()
+
+
+def _jsd_memory_case(impl: str, tokens: int) -> dict[str, float]:
+    """Peak resident-set growth of one fwd+bwd call, in a fresh process (called as a subprocess)."""
+    inputs = _jsd_inputs(tokens)
+    with contextlib.suppress(OSError):  # without the reset, VmHWM still bounds the peak from above
         Path("/proc/self/clear_refs").write_text("5")
-        reset = True
-    except OSError:
-        reset = False
     base = _rss_kib()
-    step()
-    peak = _hwm_kib() - base
-    walls, cpus = [], []
-    for _ in range(repeats):
-        start, cpu = time.perf_counter(), time.process_time()
-        step()
-        walls.append(time.perf_counter() - start)
-        cpus.append(time.process_time() - cpu)
+    _jsd_step(impl, *inputs)
+    return {"peak_mib": (_hwm_kib() - base) / 1024}
+
+
+def _jsd_time_case(tokens: int, repeats: int) -> dict[str, dict[str, float]]:
+    """Median wall and CPU seconds of naive and chunked, alternating so machine load hits both alike."""
+    inputs = _jsd_inputs(tokens)
+    samples: dict[str, dict[str, list[float]]] = {impl: {"wall": [], "cpu": []} for impl in ("naive", "chunked")}
+    for rep in range(repeats + 1):
+        for impl in ("naive", "chunked"):
+            start, cpu = time.perf_counter(), time.process_time()
+            _jsd_step(impl, *inputs)
+            if rep:  # the first round warms up
+                samples[impl]["wall"].append(time.perf_counter() - start)
+                samples[impl]["cpu"].append(time.process_time() - cpu)
     return {
-        "peak_mib": peak / 1024,
-        "seconds": statistics.median(walls),
-        "cpu_seconds": statistics.median(cpus),
-        "hwm_reset": reset,
+        impl: {"seconds": statistics.median(s["wall"]), "cpu_seconds": statistics.median(s["cpu"])}
+        for impl, s in samples.items()
     }
+
+
+def _subprocess_json(*args: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def run_jsd(token_counts: list[int], repeats: int) -> list[tuple[int, dict, dict]]:
     rows = []
     for tokens in token_counts:
-        results = {}
+        results = _subprocess_json("--_time", "--tokens", str(tokens), "--repeats", str(repeats))
         for impl in ("naive", "chunked"):
-            cmd = [sys.executable, __file__, "--_case", impl, "--tokens", str(tokens), "--repeats", str(repeats)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            results[impl] = json.loads(out.stdout.strip().splitlines()[-1])
+            results[impl].update(_subprocess_json("--_memory", impl, "--tokens", str(tokens)))
         rows.append((tokens, results["naive"], results["chunked"]))
     return rows
 
@@ -182,10 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--skip-jsd", action="store_true")
     parser.add_argument("--skip-objectives", action="store_true")
-    parser.add_argument("--_case", choices=["naive", "chunked"], help=argparse.SUPPRESS)
+    parser.add_argument("--_memory", choices=["naive", "chunked"], help=argparse.SUPPRESS)
+    parser.add_argument("--_time", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args._case:
-        print(json.dumps(_jsd_case(args._case, args.tokens[0], args.repeats)))
+    if args._memory:
+        print(json.dumps(_jsd_memory_case(args._memory, args.tokens[0])))
+        return 0
+    if args._time:
+        print(json.dumps(_jsd_time_case(args.tokens[0], args.repeats)))
         return 0
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     if not args.skip_jsd:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from loss_fns.types import loss_weights_of, make_outputs, masked_means, masked_sum
+from loss_fns.types import loss_weights_of, make_outputs, masked_mean, masked_means, masked_sum
 
 
 def _token_ratio(inputs: Any) -> tuple[Tensor, Tensor]:
@@ -152,9 +152,15 @@ def gspo(
         seq_loss, active_low, active_high = _clipped_surrogate(seq_ratio, advantage, clip_low, clip_high)
         loss = seq_loss * (token_mass / count if length_norm else token_mass)
         loss = loss * scale if scale != 1.0 else loss
-        active_low, active_high = active_low.expand_as(mask), active_high.expand_as(mask)
-    metrics = _ratio_metrics("gspo", mask, active_low, active_high, ratio, log_ratio)
-    del metrics["gspo/ratio"]
+    if variant == "token":
+        metrics = _ratio_metrics("gspo", mask, active_low, active_high, ratio, log_ratio)
+        del metrics["gspo/ratio"]
+    else:  # sequence variant: the clip is one decision per sequence
+        metrics = {
+            "gspo/clip_frac_low": active_low.to(torch.float32),
+            "gspo/clip_frac_high": active_high.to(torch.float32),
+            "gspo/mismatch_kl": masked_mean((ratio - log_ratio - 1).detach(), mask),
+        }
     metrics["gspo/seq_ratio"] = seq_ratio.detach().to(torch.float32)
     return make_outputs(loss, metrics)
 

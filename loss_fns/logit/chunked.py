@@ -169,9 +169,11 @@ class _FusedLinearLoss(torch.autograd.Function):
     def backward(ctx, grad_output):  # type: ignore[override]
         grad_h, grad_w = ctx.saved_tensors
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if not bool(grad_output == 1.0):  # loss.backward() passes 1: skip a [V, H] copy (Liger does the same)
+            grad_h, grad_w = grad_h * grad_output, grad_w * grad_output
         return (
-            grad_h * grad_output if need_h else None,
-            grad_w * grad_output if need_w else None,
+            grad_h if need_h else None,
+            grad_w if need_w else None,
             None,
             None,
             None,

@@ -260,3 +260,11 @@ def test_taid_schedule_and_checkpoint() -> None:
     assert fixed.update(1.0, 5) == pytest.approx(0.7)
     with pytest.raises(KeyError):
         fixed.load_state_dict({"bogus": 1})
+
+
+def test_fused_gradient_scales_with_upstream_gradient(problem) -> None:
+    h, w, h_t, w_t, mask = problem
+    scaled = 3.0 * logit.fused_linear_jsd(h, w, h_t, w_t, mask, chunk_size=4) + 1.0
+    reference = 3.0 * logit.jsd_loss(h @ w.T, h_t @ w_t.T, mask) + 1.0
+    for a, c in zip(grads(reference, h, w), grads(scaled, h, w), strict=True):
+        assert rel_err(c, a) < 1e-12
