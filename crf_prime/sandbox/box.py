@@ -15,10 +15,12 @@ import os
 import resource
 import shlex
 import signal
+import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from crf_prime.sandbox.bwrap import DEFAULT_PATH, build_argv
 from crf_prime.sandbox.cgroups import RunCgroup, detect_layout
@@ -235,57 +237,58 @@ class Sandbox:
         enforced: tuple[str, ...],
     ) -> RunResult:
         start = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            *cmd,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        # Popen (vfork) + pidfd + non-blocking pipes on this loop: no child-watcher thread, no transport objects,
+        # fewer wake-ups per run than asyncio.create_subprocess_exec (which matters on a loaded 2-core machine).
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=env,
             cwd=cwd,
             start_new_session=True,
         )
         out, err = _Capture(lim.output_bytes), _Capture(lim.output_bytes)
         flood_at = _FLOOD_BYTES + 16 * lim.output_bytes
-        flooded = False
-
-        async def pump(stream: asyncio.StreamReader, cap: _Capture) -> None:
-            nonlocal flooded
-            while chunk := await stream.read(_READ_CHUNK):
-                cap.feed(chunk)
-                if cap.dropped > flood_at and not flooded:
-                    flooded = True
-                    self._kill(proc, cgroup)
-
-        async def feed_stdin() -> None:
-            assert proc.stdin is not None
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                proc.stdin.write(stdin or b"")
-                await proc.stdin.drain()
-            proc.stdin.close()
-
+        state = {"flooded": False}
+        loop = asyncio.get_running_loop()
         assert proc.stdout is not None and proc.stderr is not None
-        pumps = [asyncio.create_task(pump(proc.stdout, out)), asyncio.create_task(pump(proc.stderr, err))]
-        feeder = asyncio.create_task(feed_stdin()) if stdin is not None else None
+        eofs = [
+            _watch_pipe(loop, pipe, cap, lambda cap=cap: self._on_output(proc, cgroup, cap, flood_at, state))
+            for pipe, cap in ((proc.stdout, out), (proc.stderr, err))
+        ]
+        if proc.stdin is not None:
+            _feed_stdin(loop, proc.stdin, stdin or b"")
+        exited = _watch_exit(loop, proc)
         timed_out = False
         try:
             try:
-                await asyncio.wait_for(proc.wait(), timeout=lim.wall_seconds)
+                await asyncio.wait_for(asyncio.shield(exited), timeout=lim.wall_seconds)
             except TimeoutError:
-                timed_out = not flooded
+                timed_out = not state["flooded"]
                 self._kill(proc, cgroup)
-                await proc.wait()
+                await exited
             # the command exited; its output pipes close as soon as nothing in the box holds them
-            _, pending = await asyncio.wait(pumps, timeout=_DRAIN_GRACE_S)
+            _, pending = await asyncio.wait(eofs, timeout=_DRAIN_GRACE_S)
             if pending:
                 self._kill(proc, cgroup)
-                _, pending = await asyncio.wait(pumps, timeout=_DRAIN_GRACE_S)
+                await asyncio.wait(eofs, timeout=_DRAIN_GRACE_S)
         except BaseException:
             self._kill(proc, cgroup)
             raise
         finally:
-            for task in [*pumps, *([feeder] if feeder else [])]:
-                if not task.done():
-                    task.cancel()
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(ValueError, OSError):
+                        loop.remove_reader(pipe.fileno())
+                        loop.remove_writer(pipe.fileno())
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+            exited.cancel()
+            if proc.returncode is None:
+                self._kill(proc, cgroup)
+                proc.wait()  # reap (prompt after SIGKILL)
+        flooded = state["flooded"]
         duration = time.monotonic() - start
         if proc.returncode == _JOIN_FAILED_CODE and _JOIN_FAILED in err.text():
             raise RuntimeError(f"{_JOIN_FAILED} {list(cgroup.dirs.values()) if cgroup else []}")
@@ -319,11 +322,18 @@ class Sandbox:
             enforced=enforced,
         )
 
-    def _kill(self, proc: asyncio.subprocess.Process, cgroup: RunCgroup | None) -> None:
+    def _on_output(
+        self, proc: subprocess.Popen, cgroup: RunCgroup | None, cap: _Capture, flood_at: int, state: dict
+    ) -> None:
+        if cap.dropped > flood_at and not state["flooded"]:
+            state["flooded"] = True
+            self._kill(proc, cgroup)
+
+    def _kill(self, proc: subprocess.Popen, cgroup: RunCgroup | None) -> None:
         """Kill the whole tree: bwrap (its pid-namespace init dies with it), the process group, the cgroup."""
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+                os.kill(proc.pid, signal.SIGKILL)  # not proc.kill(): that would reap it behind the exit watcher
         if self._bwrap is None:  # unsandboxed: no pid namespace, so sweep the session's process group
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -331,10 +341,88 @@ class Sandbox:
             cgroup.kill_all()
 
 
+def _watch_pipe(
+    loop: asyncio.AbstractEventLoop, pipe: IO[bytes], cap: _Capture, on_data: Callable[[], None]
+) -> asyncio.Future[None]:
+    """Read ``pipe`` into ``cap`` from the loop; the returned future resolves at EOF."""
+    fd = pipe.fileno()
+    os.set_blocking(fd, False)
+    eof: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        while True:
+            try:
+                chunk = os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                loop.remove_reader(fd)
+                if not eof.done():
+                    eof.set_result(None)
+                return
+            cap.feed(chunk)
+            on_data()
+
+    loop.add_reader(fd, readable)
+    return eof
+
+
+def _feed_stdin(loop: asyncio.AbstractEventLoop, pipe: IO[bytes], data: bytes) -> None:
+    fd = pipe.fileno()
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+
+    def writable() -> None:
+        nonlocal view
+        try:
+            while view:
+                view = view[os.write(fd, view[:_READ_CHUNK]) :]
+        except BlockingIOError:
+            return
+        except OSError:  # the command closed its stdin
+            pass
+        loop.remove_writer(fd)
+        with contextlib.suppress(OSError):
+            pipe.close()
+
+    loop.add_writer(fd, writable)
+
+
+def _watch_exit(loop: asyncio.AbstractEventLoop, proc: subprocess.Popen) -> asyncio.Future[int]:
+    """Future of the exit status: a pidfd on the loop (Linux >= 5.3), else a worker thread blocked in wait()."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        return asyncio.ensure_future(asyncio.to_thread(proc.wait))
+    done: asyncio.Future[int] = loop.create_future()
+
+    def ready() -> None:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        if not done.done():
+            done.set_result(proc.wait())  # already exited: reaps without blocking
+
+    loop.add_reader(pidfd, ready)
+
+    def cancelled(fut: asyncio.Future[int]) -> None:
+        if fut.cancelled():
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_reader(pidfd)
+                os.close(pidfd)
+
+    done.add_done_callback(cancelled)
+    return done
+
+
 async def _remove_cgroup(cgroup: RunCgroup, timeout_s: float = 5.0) -> None:
+    """Remove the run's cgroup(s); the box's pid-1 may still be exiting for a moment after bwrap returned."""
     deadline = time.monotonic() + timeout_s
+    pause = 0.0005
     while not cgroup.try_remove():
         if time.monotonic() > deadline:
             logger.warning("crf_prime.sandbox: could not remove cgroup(s) %s", cgroup.created)
             return
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.02)
