@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +32,8 @@ class Sample(BaseModel):
 
     task: str
     """Task identity (``task.key``, else ``task.hash``, else the row's data as JSON)."""
+    env: str = ""
+    """``env.id`` of the episode (the taskset id, e.g. ``feature-deletion``)."""
     reward: float
     """Sum of weighted rewards of the episode's first trace (``Trace.reward``)."""
 
@@ -45,7 +48,8 @@ class ArmData(BaseModel):
     unscored: int = 0
     """Episodes left out because they failed before scoring (infrastructure errors are never counted as wrong)."""
     curve: list[tuple[int, float]] = []
-    """(step, mean train reward) from a prime-rl run's train rollouts; empty for vf-eval outputs."""
+    """(step, mean train reward) from a prime-rl run's train rollouts of the evaluated environment (other training
+    sources of the run, e.g. trace-replay in A3, are left out); empty for vf-eval outputs."""
 
 
 def _task_id(task: dict) -> str:
@@ -82,7 +86,8 @@ def read_traces(path: Path, reward_name: str | None = None) -> tuple[list[Sample
             if reward is None:
                 unscored += 1
             else:
-                samples.append(Sample(task=_task_id(task), reward=reward))
+                env = (row.get("env") or {}).get("id", "")
+                samples.append(Sample(task=_task_id(task), reward=reward, env=env))
     return samples, unscored
 
 
@@ -98,6 +103,7 @@ def load_arm(name: str, path: Path, *, step: int | None = None, reward_name: str
     """One arm from a vf-eval results dir, a prime-rl run dir (eval rollouts of ``step``, default the last), or a
     traces.jsonl file."""
     curve: list[tuple[int, float]] = []
+    run_dir = False
     if path.is_file():
         source = path
     elif (path / "traces.jsonl").is_file():
@@ -109,13 +115,16 @@ def load_arm(name: str, path: Path, *, step: int | None = None, reward_name: str
         if step is not None and step not in evals:
             raise ReportInputError(f"{path}: no eval rollouts at step {step} (have {sorted(evals)})")
         source = evals[step if step is not None else max(evals)]
-        for s, train_path in _steps(path, "train"):
-            rows, _ = read_traces(train_path, reward_name)
-            if rows:
-                curve.append((s, sum(r.reward for r in rows) / len(rows)))
+        run_dir = True
     else:
         raise ReportInputError(f"{path}: neither a traces.jsonl, a vf-eval results dir nor a prime-rl run dir")
     samples, unscored = read_traces(source, reward_name)
     if not samples:
         raise ReportInputError(f"{source}: no scored episodes")
+    if run_dir:
+        eval_env = Counter(s.env for s in samples).most_common(1)[0][0]
+        for s, train_path in _steps(path, "train"):
+            rewards = [r.reward for r in read_traces(train_path, reward_name)[0] if r.env == eval_env]
+            if rewards:
+                curve.append((s, sum(rewards) / len(rewards)))
     return ArmData(name=name, source=str(source), samples=samples, unscored=unscored, curve=curve)

@@ -26,19 +26,20 @@ from crf_prime.report import (
 )
 
 
-def episode(task: str, reward: float | None) -> dict:
+def episode(task: str, reward: float | None, env: str = "feature-deletion") -> dict:
     trace = vf.Trace(
         task=TraceTask(type="T", data=vf.TaskData(prompt=task), key=task), agent=AgentInfo(config=AgentConfig())
     )
     if reward is not None:
         trace.record_reward("tests", reward)
-    ep = Episode(env=EnvInfo(id="feature-deletion"), task=trace.task, traces=[trace], ok=reward is not None)
+    ep = Episode(env=EnvInfo(id=env), task=trace.task, traces=[trace], ok=reward is not None)
     return ep.to_record()
 
 
-def write(path: Path, rows: list[tuple[str, float | None]]) -> Path:
+def write(path: Path, rows: list[tuple[str, float | None]], env: str = "feature-deletion") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(episode(t, r)) + "\n" for t, r in rows))
+    with path.open("a") as f:
+        f.writelines(json.dumps(episode(t, r, env)) + "\n" for t, r in rows)
     return path
 
 
@@ -101,6 +102,8 @@ def test_load_prime_rl_run_dir_picks_last_eval_step_and_builds_train_curve(tmp_p
     write(run / "rollouts" / "step_10" / "eval" / "all" / "traces.jsonl", arm_rows(4, 3))
     write(run / "rollouts" / "step_1" / "train" / "all" / "traces.jsonl", [("t0", 0.0), ("t1", 1.0)])
     write(run / "rollouts" / "step_2" / "train" / "all" / "traces.jsonl", [("t0", 1.0), ("t1", 1.0)])
+    # another training source of the run (A3's trace replay) stays out of the evaluated environment's curve
+    write(run / "rollouts" / "step_2" / "train" / "all" / "traces.jsonl", [("s0", 0.0)] * 3, env="trace-replay")
     arm = load_arm("A1", run)
     assert arm.source.endswith("step_10/eval/all/traces.jsonl")
     assert pass_at_1(arm.samples).value == 0.75
