@@ -140,8 +140,14 @@ class SweRunner:
             f"cloning {mirror}",
         )
 
-    async def prepare(self, runtime: RuntimeLike) -> None:
-        """Leave ``repo_dir`` at ``base_commit`` with a clean tree (test patch withheld)."""
+    async def prepare(self, runtime: RuntimeLike, *, hide_future: bool = True) -> None:
+        """Leave ``repo_dir`` at ``base_commit`` with a clean tree (test patch withheld).
+
+        With ``hide_future`` every ref that is not an ancestor of ``base_commit`` is deleted and the reflogs are
+        expired, so ``git log --all`` / ``git reflog`` do not hand the agent the upstream fix (sweb.eval images keep
+        the reflog of their ``reset --hard``). Historical tags stay (setuptools_scm versions need them); the
+        unreachable objects stay too until a ``git gc --prune=now``, which is too slow per rollout on big repos.
+        """
         base = shlex.quote(self.instance.base_commit)
         probe = await _run(runtime, f"git -C {self._q} rev-parse --verify -q {base}^{{commit}}", timeout=120)
         if probe.exit_code != 0:
@@ -149,12 +155,15 @@ class SweRunner:
                 f"instance {self.instance.instance_id!r}: {self.repo_dir} is not a git repo holding base_commit "
                 f"{self.instance.base_commit} (wrong or missing image?): {(probe.stderr or probe.stdout).strip()[-500:]}"
             )
-        await _must(
-            runtime,
-            f"cd {self._q} && git config --global --add safe.directory {self._q} 2>/dev/null; "
-            f"git -c advice.detachedHead=false checkout -q -f {base} && git clean -q -fd",
-            "checking out base_commit",
-        )
+        trust = "" if self.local_python is not None else f"git config --global --add safe.directory {self._q}; "
+        script = f"cd {self._q} && {trust}git -c advice.detachedHead=false checkout -q -f {base} && git clean -q -fd"
+        if hide_future:
+            script += (
+                " && git for-each-ref --format='%(refname)' | while read -r ref; do "
+                f'git merge-base --is-ancestor "$ref" {base} 2>/dev/null || git update-ref -d "$ref"; done'
+                " && git reflog expire --expire=now --all"
+            )
+        await _must(runtime, script, "checking out base_commit")
 
     # ---- grading -------------------------------------------------------------------------------------------
     async def capture_patch(self, runtime: RuntimeLike) -> str:

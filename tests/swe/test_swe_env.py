@@ -175,6 +175,28 @@ async def test_image_placement_path_runs_tests_through_the_runtime(mini: Path, r
     assert trace.reward == 0.0 and trace.metrics["p2p_pass"] == 1.0
 
 
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t.invalid", "GIT_COMMITTER_NAME": "t"}
+    env |= {"GIT_COMMITTER_EMAIL": "t@t.invalid", "GIT_CONFIG_GLOBAL": os.devnull}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+
+async def test_setup_hides_the_upstream_fix_in_git_history(mini: Path, runtime: vf.Runtime) -> None:
+    (task,) = list(_taskset(mini))
+    mirror = Path(task.data.mirror or "")
+    _git(mirror, "tag", "v0.1")  # a historical tag at base_commit: kept
+    subprocess.run(["git", "-C", str(mirror), "apply"], input=task.data.instance.patch, text=True, check=True)
+    _git(mirror, "commit", "-qam", "Fix median for even-length input")  # upstream fix on main, after base
+    _git(mirror, "tag", "v0.2")
+    await task.setup(_trace(task), runtime)
+    repo = _workdir(runtime)
+    assert _git(repo, "rev-parse", "HEAD").strip() == task.data.instance.base_commit
+    assert _git(repo, "log", "--all", "--format=%s").splitlines() == ["ministats: mean and median"]
+    assert _git(repo, "reflog").strip() == ""
+    assert _git(repo, "tag").split() == ["v0.1"]
+    assert await task.validate(runtime) is True  # grading still works on the scrubbed repo
+
+
 async def test_infrastructure_failures_raise(mini: Path, runtime: vf.Runtime) -> None:
     (task,) = list(_taskset(mini))
     shutil.rmtree(mini / "repos")

@@ -58,6 +58,9 @@ class SweTaskConfig(vf.TaskConfig):
     """Local placement: interpreter whose bin dir leads PATH for the sandboxed test run (default: this process's)."""
     unsandboxed_tests: bool = False
     """Local placement: run the test command without bubblewrap isolation (explicit opt-in; never a fallback)."""
+    hide_future_commits: bool = True
+    """In setup, delete refs that are not ancestors of base_commit and expire reflogs, so git history does not hold
+    the upstream fix."""
     hints: bool = True
     """Write a channel-2 hint from the failing FAIL_TO_PASS tests into ``trace.info["hint"]`` after scoring."""
 
@@ -106,7 +109,7 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
         runner = self._runner(runtime)
         if self.data.mirror is not None:
             await runner.clone_local(runtime, Path(self.data.mirror))
-        await runner.prepare(runtime)
+        await runner.prepare(runtime, hide_future=self.config.hide_future_commits)
 
     async def validate(self, runtime: vf.Runtime) -> bool | None:
         """Gold check: the gold patch applied to the set-up repo must resolve the instance."""
