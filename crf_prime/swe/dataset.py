@@ -68,6 +68,11 @@ def _rows_hf(name: str, split: str) -> Iterator[tuple[str, Any]]:
         raise DatasetNotFoundError(f"dataset {name!r} (split {split!r}) not found: {e}") from e
     except ValueError as e:  # unknown split
         raise DatasetNotFoundError(f"dataset {name!r}: {e}") from e
+    except ConnectionError as e:  # hub unreachable / offline mode and not cached
+        raise DatasetNotFoundError(
+            f"dataset {name!r} (split {split!r}) could not be fetched from the Hugging Face hub and is not cached: {e}; "
+            "pass a local .json/.jsonl/.parquet export instead"
+        ) from e
     for i, row in enumerate(ds):
         yield f"{name}[{split}][{i}]", row
 

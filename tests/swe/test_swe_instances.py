@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,6 +116,22 @@ def test_bad_files_give_clear_errors(tmp_path: Path) -> None:
     bad_row.write_text(json.dumps(_row()) + "\n" + json.dumps(_row(instance_id="b", FAIL_TO_PASS="x")) + "\n")
     with pytest.raises(InstanceError, match=r"badrow.jsonl:2 \(instance_id='b'\): field FAIL_TO_PASS"):
         load_instances(str(bad_row))
+
+
+def test_hub_dataset_offline_or_without_the_hf_extra(tmp_path: Path) -> None:
+    """A hub id that cannot be loaded is a clear error; no traffic leaves the machine (hub offline mode)."""
+    code = (
+        "from crf_prime.swe.dataset import load_instances\n"
+        "try:\n    load_instances('princeton-nlp/SWE-bench_Lite', 'dev')\n"
+        "except Exception as e:\n    print(type(e).__name__, e)\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120).stdout
+    if importlib.util.find_spec("datasets") is None:
+        assert out.startswith("MissingExtraError") and "crf-prime[hf]" in out
+    else:
+        assert out.startswith("DatasetNotFoundError dataset 'princeton-nlp/SWE-bench_Lite' (split 'dev') could not")
+        assert "pass a local .json/.jsonl/.parquet export instead" in out
 
 
 DJANGO_TEST_PATCH = """diff --git a/tests/auth_tests/test_validators.py b/tests/auth_tests/test_validators.py
