@@ -8,6 +8,7 @@ packages prime_rl.configs.rl imports (verifiers, renderers). The environments ar
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -100,3 +101,27 @@ def test_replay_job_validates_as_rl_config(load_rl_config):
     # the taskset's bundled one-call harness is the default
     assert source.env.agent_harnesses()["agent"].id == "trace-replay"
     assert cfg.trainer.loss.import_path == "loss_fns.policy.dr_grpo"
+
+
+@pytest.mark.parametrize("arm", ["A0", "A2", "A4", "replay"])
+def test_rl_launcher_dry_run_writes_subconfigs(load_rl_config, arm: str, tmp_path, monkeypatch):
+    """prime-rl's real `rl` entrypoint with --dry-run: resolves the arm and writes the trainer, orchestrator and
+    per-source env-server configs it would launch, without starting any process."""
+    from prime_rl.entrypoints.rl import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["rl", *rl_args(arm), "--dry-run"])
+    main()
+    cfg = load(load_rl_config, arm)
+    configs = tmp_path / "outputs" / cfg.run.name / "configs"
+    trainer = json.loads((configs / "trainer.json").read_text())
+    orchestrator = json.loads((configs / "orchestrator.json").read_text())
+    assert trainer["loss"]["type"] == cfg.trainer.loss.type
+    assert [s["name"] for s in orchestrator["train"]["source"]] == [
+        s.resolved_name for s in cfg.orchestrator.train.source
+    ]
+    for source in cfg.orchestrator.train.source:
+        env_server = json.loads((configs / "envs" / "train" / f"{source.resolved_name}.json").read_text())
+        assert env_server["env"]["taskset"]["id"] == source.env.taskset.id
+    hints = [s for s in orchestrator["train"]["source"] if s["algo"]["type"] == "opsd"]
+    assert [s["algo"]["demo_key"] for s in hints] == (["hint"] if arm in {"A2", "A4"} else [])
