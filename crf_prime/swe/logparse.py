@@ -203,12 +203,31 @@ def get_parser(name: str) -> Parser:
 
 
 _PYTEST_FAILED_MESSAGE = re.compile(r"^(?:FAILED|ERROR) (\S+) - (.*)$")
+_UNITTEST_HEADER = re.compile(r"^(?:FAIL|ERROR): (\S+ \([^)\s]*\))\s*$", re.M)
+_SYMPY_HEADER = re.compile(r"^_+ \S+\.py:(\S+) _+$", re.M)
+_BLOCK_END = re.compile(r"^(?:={5,}|-{10,}|_{10,})", re.M)
+
+
+_SEPARATOR_LINES = re.compile(r"(?:\s*(?:={10,}|-{10,}|_{10,})?[ \t]*\n)*")
+
+
+def _last_line(log: str, start: int) -> str:
+    start = _SEPARATOR_LINES.match(log, start).end()  # type: ignore[union-attr]  # always matches (may be empty)
+    end = _BLOCK_END.search(log, start)
+    block = log[start : end.start() if end else len(log)]
+    lines = [line.strip() for line in block.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 def failure_messages(log: str) -> dict[str, str]:
-    """``{test id: message}`` from pytest's ``FAILED id - message`` summary lines (for hints; best effort)."""
+    """``{test id: message}`` for hints (best effort): pytest's ``FAILED id - message`` summary lines, the last line
+    of django/unittest ``FAIL: name (module.Class)`` tracebacks, the last line of sympy's ``___ path.py:name ___``
+    failure blocks (keyed by the bare test name, as sympy's F2P lists are)."""
     out: dict[str, str] = {}
     for line in log.split("\n"):
         if (m := _PYTEST_FAILED_MESSAGE.match(line.strip())) is not None:
             out[m.group(1)] = m.group(2).strip()
+    for pattern in (_UNITTEST_HEADER, _SYMPY_HEADER):
+        for m in pattern.finditer(log):
+            out.setdefault(m.group(1), _last_line(log, m.end()))
     return out

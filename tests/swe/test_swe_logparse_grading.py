@@ -64,6 +64,16 @@ def test_failure_messages_from_pytest_summary(pytest_log: tuple[str, int]) -> No
     assert f"{T}test_pass" not in messages
 
 
+def test_failure_messages_from_django_and_sympy_tracebacks() -> None:
+    assert failure_messages(DJANGO_LOG) == {
+        "test_broken_query (queries.tests.Queries1Tests)": (
+            "django.core.exceptions.FieldError: Cannot resolve keyword 'nope' into field."
+        ),
+        "test_ordering (queries.tests.Queries1Tests)": "AssertionError: 1 != 2",
+    }
+    assert failure_messages(SYMPY_LOG) == {"test_structure": "AssertionError", "test_equality": "TypeError: boom"}
+
+
 def test_pytest_v2_colours_spaces_and_verbose_lines() -> None:
     assert get_parser("pytest_v2")(PYTEST_V2_LOG) == {
         "astropy/io/fits/tests/test_header.py::TestHeaderFunctions::test_card_constructor_default_args": "PASSED",

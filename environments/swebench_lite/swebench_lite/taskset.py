@@ -28,6 +28,8 @@ from crf_prime.swe.logparse import failure_messages
 from crf_prime.swe.runner import EvalRun, SweInfraError, SweRunner
 
 TESTBED = "/testbed"
+MAX_INFO_PATCH_CHARS = 200_000
+"""The graded patch kept in ``trace.info["swebench"]`` is cut here (a vendored file must not bloat every trace)."""
 
 SYSTEM_PROMPT = (
     "You are working in a checkout of the repository {repo} at {workdir}. Resolve the issue below by editing the "
@@ -154,7 +156,8 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
             "timed_out": run.timed_out,
             "f2p_failure": list(report.f2p_failure),
             "p2p_failure": list(report.p2p_failure),
-            "model_patch": run.model_patch,
+            "model_patch": run.model_patch[:MAX_INFO_PATCH_CHARS],
+            "model_patch_chars": len(run.model_patch),
         }
         if self.config.hints:
             messages = failure_messages(run.log)
