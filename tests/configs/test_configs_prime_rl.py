@@ -125,3 +125,33 @@ def test_rl_launcher_dry_run_writes_subconfigs(load_rl_config, arm: str, tmp_pat
         assert env_server["env"]["taskset"]["id"] == source.env.taskset.id
     hints = [s for s in orchestrator["train"]["source"] if s["algo"]["type"] == "opsd"]
     assert [s["algo"]["demo_key"] for s in hints] == (["hint"] if arm in {"A2", "A4"} else [])
+
+
+def test_a2_opsd_reads_the_hint_attach_hint_wrote(load_rl_config):
+    """prime-rl's OPSDAlgorithm, built from A2's resolved opsd source, finds crf-prime's hint on the trace (an empty
+    hint included) and raises without one: the contract between attach_hint and `demo_key = "hint"`."""
+    import verifiers.v1 as vf
+    from prime_rl.orchestrator.algo.opsd import OPSDAlgorithm
+    from verifiers.v1.episode import EnvInfo, Episode
+
+    from crf_prime.hints import FailingTest, attach_hint
+
+    (opsd_cfg,) = [s.algo for s in load(load_rl_config, "A2").orchestrator.train.source if s.algo.type == "opsd"]
+    algo = OPSDAlgorithm(opsd_cfg, policy_pool=None)
+
+    def trace() -> vf.Trace:
+        return vf.Trace(
+            task=vf.TraceTask(type="T", data=vf.TaskData(prompt="fix it")), agent=vf.AgentInfo(config=vf.AgentConfig())
+        )
+
+    failed, clean, bare = trace(), trace(), trace()
+    attach_hint(failed, failing_tests=[FailingTest(name="t.py::test_a", message="E   assert 1 == 2")])
+    attach_hint(clean)
+    episode = Episode(
+        env=EnvInfo(id="feature-deletion", name="featdel-hints"), task=failed.task, traces=[failed, clean, bare]
+    )
+    assert algo._demonstration(episode, failed) == "- Test `t.py::test_a` failed with: assert 1 == 2"
+    assert algo.template.format(demonstration=algo._demonstration(episode, failed)).endswith("assert 1 == 2")
+    assert algo._demonstration(episode, clean) == ""
+    with pytest.raises(ValueError, match=r"opsd requires 'hint' in the trace info dict .*env 'featdel-hints'"):
+        algo._demonstration(episode, bare)
