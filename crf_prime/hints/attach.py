@@ -17,6 +17,13 @@ HINT_KEY = "hint"
 """``trace.info`` key; configs/ladder sets ``demo_key = "hint"`` to match."""
 SITES_KEY = "hint_sites"
 """``trace.info`` key holding the detected error sites (list of dicts) for analysis and the LLM writer."""
+MAX_STORED_SITES = 32
+"""Error sites kept in ``trace.info`` (it rides along every rollout record); the hint itself uses all of them."""
+
+
+def sites_record(sites: list[ErrorSite]) -> list[dict]:
+    """The sites as stored on the trace: failing tests without their (long) messages, at most MAX_STORED_SITES."""
+    return [s.model_dump(exclude={"detail"} if s.kind == "failing_test" else set()) for s in sites[:MAX_STORED_SITES]]
 
 
 def analyse(
@@ -66,5 +73,5 @@ def attach_hint(
         info = trace["info"] = {}
     info[HINT_KEY] = hint
     info["hint_source"] = "template"
-    info[SITES_KEY] = [s.model_dump(exclude={"detail"} if s.kind == "failing_test" else set()) for s in sites]
+    info[SITES_KEY] = sites_record(sites)
     return hint

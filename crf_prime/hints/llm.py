@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crf_prime.hints.attach import HINT_KEY, SITES_KEY, build_hint
+from crf_prime.hints.attach import HINT_KEY, SITES_KEY, build_hint, sites_record
 from crf_prime.hints.detect import condense, episode_messages
 from crf_prime.hints.models import FailingTest
 from crf_prime.hints.templates import MAX_CHARS
@@ -117,7 +117,7 @@ async def attach_hint_async(
             hint, source = condense_lines(written, max_chars), "llm"
     info[HINT_KEY] = hint
     info["hint_source"] = source
-    info[SITES_KEY] = [s.model_dump(exclude={"detail"} if s.kind == "failing_test" else set()) for s in sites]
+    info[SITES_KEY] = sites_record(sites)
     return hint
 
 

@@ -158,6 +158,11 @@ def test_failing_tests_come_first_condensed_sdpo_style():
         "- Test `tests/test_p.py::test_2` failed with: AssertionError: assert 1 == 2 | + where 1 = parse('1')",
         "- 2 more test(s) failed.",
     ]
+    assert [x["tool"] for x in trace.info["hint_sites"]] == [t.name for t in tests]
+    assert "detail" not in trace.info["hint_sites"][0]
+    many = [FailingTest(name=f"t{i}") for i in range(40)]
+    attach_hint(trace, failing_tests=many)
+    assert len(trace.info["hint_sites"]) == 32
 
 
 def test_hint_is_capped_and_survives_json_roundtrip_of_the_record():
