@@ -111,3 +111,25 @@ def test_slurm_overlay_layers_on_a_ladder_arm():
     assert cfg["deployment"]["type"] == "multi_node" and "slurm" in cfg
     assert cfg["trainer"]["loss"]["import_path"] == "loss_fns.policy.dr_grpo"
     assert cfg["run"]["name"] == "a1-dr-grpo"
+
+
+def env_tables(data: dict) -> Iterator[tuple[str, dict]]:
+    """(split/name, env table) of every train and eval source of a prime-rl TOML."""
+    for split in ("train", "eval"):
+        for source in data.get("orchestrator", {}).get(split, {}).get("source", []):
+            yield f"{split}/{source.get('name', '?')}", source.get("env", {})
+
+
+@pytest.mark.parametrize("path", TOMLS, ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_source_env_tables_validate_with_verifiers(path: Path):
+    """Each source's `env` table validates as verifiers' own env config (taskset narrowed to the environment's config
+    class, harness to its config class, extra keys forbidden) — the check prime-rl's EnvConfig runs, without prime-rl."""
+    import verifiers.v1 as vf
+    from pydantic import ValidationError
+
+    for where, env in env_tables(tomllib.loads(path.read_text())):
+        try:
+            cfg = vf.SingleAgentEnvConfig.model_validate(env)
+        except (ValidationError, ModuleNotFoundError, TypeError, ValueError) as e:
+            pytest.fail(f"{path.relative_to(REPO)} [{where}]: {e}")
+        assert type(cfg.taskset).__module__.split(".")[0] == cfg.taskset.id.replace("-", "_"), where
