@@ -81,7 +81,7 @@ class RayBackend:
         *,
         api_keys: dict[str, str] | None = None,
         max_restarts: int = 3,
-        death_retries: int = 3,
+        death_retries: int = 5,
         name_prefix: str | None = None,
         detached: bool = False,
         namespace: str | None = None,
@@ -133,7 +133,7 @@ class RayBackend:
             except ray_errors.RayActorError as e:  # process died (or is restarting): the answer is lost, ask again
                 last = e
                 self.actor_deaths += 1
-                await asyncio.sleep(min(0.2 * 2**retry, 2.0))
+                await asyncio.sleep(min(0.25 * 2**retry, 2.0))
                 continue
             return rec if retry == 0 else rec.model_copy(update={"attempt": rec.attempt + retry})
         cfg = self.teachers[teacher]
