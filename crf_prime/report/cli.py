@@ -21,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline", help="arm the paired differences are taken against (default: the first)")
     p.add_argument("--threshold", type=float, default=1.0, help="reward at or above which a sample passes (1.0)")
     p.add_argument("--reward", help="score one named reward instead of the weighted sum of all rewards")
+    p.add_argument("--env", help="only episodes of this environment id (e.g. feature-deletion)")
     p.add_argument("--step", type=int, help="prime-rl runs: eval step to report (default: the last one)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (2000)")
     p.add_argument("--confidence", type=float, default=0.95, help="interval coverage (0.95)")
@@ -45,7 +46,10 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     try:
-        arms = [load_arm(name, path, step=args.step, reward_name=args.reward) for name, path in map(_arm, args.runs)]
+        arms = [
+            load_arm(name, path, step=args.step, reward_name=args.reward, env=args.env)
+            for name, path in map(_arm, args.runs)
+        ]
     except ReportInputError as e:
         console.print(f"[red]error:[/red] {e}", soft_wrap=True)
         return 2

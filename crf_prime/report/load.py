@@ -99,9 +99,11 @@ def _steps(run_dir: Path, kind: str) -> Iterator[tuple[int, Path]]:
             yield int(m.group(1)), path
 
 
-def load_arm(name: str, path: Path, *, step: int | None = None, reward_name: str | None = None) -> ArmData:
+def load_arm(
+    name: str, path: Path, *, step: int | None = None, reward_name: str | None = None, env: str | None = None
+) -> ArmData:
     """One arm from a vf-eval results dir, a prime-rl run dir (eval rollouts of ``step``, default the last), or a
-    traces.jsonl file."""
+    traces.jsonl file; ``env`` keeps only episodes of that environment id (a run can evaluate several)."""
     curve: list[tuple[int, float]] = []
     run_dir = False
     if path.is_file():
@@ -119,8 +121,10 @@ def load_arm(name: str, path: Path, *, step: int | None = None, reward_name: str
     else:
         raise ReportInputError(f"{path}: neither a traces.jsonl, a vf-eval results dir nor a prime-rl run dir")
     samples, unscored = read_traces(source, reward_name)
+    if env is not None:
+        samples = [s for s in samples if s.env == env]
     if not samples:
-        raise ReportInputError(f"{source}: no scored episodes")
+        raise ReportInputError(f"{source}: no scored episodes" + (f" of environment {env!r}" if env else ""))
     if run_dir:
         eval_env = Counter(s.env for s in samples).most_common(1)[0][0]
         for s, train_path in _steps(path, "train"):

@@ -113,6 +113,15 @@ def test_load_prime_rl_run_dir_picks_last_eval_step_and_builds_train_curve(tmp_p
         load_arm("A1", run, step=7)
 
 
+def test_env_filter_keeps_one_environment(tmp_path):
+    path = write(tmp_path / "mixed" / "traces.jsonl", [("t0", 1.0), ("t1", 0.0)])
+    write(path, [("i0", 0.0), ("i1", 0.0), ("i2", 0.0)], env="swebench-lite")
+    assert pass_at_1(load_arm("m", path).samples).value == 0.2
+    assert pass_at_1(load_arm("m", path, env="feature-deletion").samples).value == 0.5
+    with pytest.raises(ReportInputError, match="no scored episodes of environment 'trace-replay'"):
+        load_arm("m", path, env="trace-replay")
+
+
 def test_bad_line_names_file_and_line(tmp_path):
     path = write(tmp_path / "x" / "traces.jsonl", [("t0", 1.0)])
     with path.open("a") as f:
