@@ -22,8 +22,8 @@ pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
 @pytest.mark.parametrize("source", [TOOLZ, INFLECTION])
 def test_real_package_gold_passes_deleted_fails(source: str, tmp_path: Path) -> None:
-    task_dir, tasks, summary = generated(source, 3)
-    assert summary.valid == len(tasks) == 3
+    task_dir, tasks, summary = generated(source, 2)
+    assert summary.valid == len(tasks) == 2
     assert summary.suite_tests > 100 and summary.candidates >= 3
     assert summary.checked == summary.valid + sum(summary.rejected.values())
     assert [t.task_id for t in load_tasks(task_dir)] == [t.task_id for t in tasks]
@@ -44,16 +44,16 @@ def test_real_package_gold_passes_deleted_fails(source: str, tmp_path: Path) -> 
 
 
 def test_deterministic_for_a_seed(tmp_path: Path) -> None:
-    a, _, _ = generated(INFLECTION, 3, seed=0)
+    a, _, _ = generated(INFLECTION, 2, seed=0)
     b_dir = tmp_path / "again"
-    generate(GenerateConfig(source=INFLECTION, out=b_dir, max_tasks=3, seed=0, workers=1))
+    generate(GenerateConfig(source=INFLECTION, out=b_dir, max_tasks=2, seed=0, workers=1))
     assert (a / "tasks.jsonl").read_bytes() == (b_dir / "tasks.jsonl").read_bytes()
     assert (a / "bases").exists() and sorted(p.name for p in (a / "bases").iterdir()) == ["inflection-0.5.1.tar.gz"]
     assert (a / "bases" / "inflection-0.5.1.tar.gz").read_bytes() == (
         b_dir / "bases" / "inflection-0.5.1.tar.gz"
     ).read_bytes()
     c_dir = tmp_path / "other-seed"
-    generate(GenerateConfig(source=INFLECTION, out=c_dir, max_tasks=3, seed=7))
+    generate(GenerateConfig(source=INFLECTION, out=c_dir, max_tasks=2, seed=7))
     ids = lambda d: [json.loads(line)["task_id"] for line in (d / "tasks.jsonl").read_text().splitlines()]  # noqa: E731
     assert ids(c_dir) != ids(a)
 
