@@ -11,7 +11,8 @@
    log-ratio KL, ``default_loss_fn`` in prime-rl's ``trainer/rl/loss.py``) on the same packed batch, called once
    per sequence as ``compute_loss`` does, forward + backward. Target ≤ 1.3×.
 
-Usage: ``python benchmarks/losses.py [--tokens 1024 4096] [--repeats 3] [--skip-jsd] [--skip-objectives]``.
+Usage: ``python benchmarks/losses.py [--tokens 1024 4096] [--repeats 3] [--objective-repeats 21] [--skip-jsd]
+[--skip-objectives]``.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def default_loss_restated(inputs, mask_low: float = 0.2, mask_high: float = 0.2,
     return per_token.sum(), metrics
 
 
-def run_objectives(num_seqs: int, seq_len: int, repeats: int) -> list[tuple[str, float, float]]:
+def run_objectives(num_seqs: int, seq_len: int, repeats: int) -> list[tuple[str, float, float, float]]:
     from loss_fns import composer, distill, policy
     from loss_fns.types import LossInputs
 
@@ -160,11 +161,15 @@ def run_objectives(num_seqs: int, seq_len: int, repeats: int) -> list[tuple[str,
         (total / int(mask.sum())).backward()
         return time.perf_counter() - start
 
-    def timed(fn) -> tuple[float, float]:
-        """Median seconds of ``fn`` and of the baseline, interleaved so load changes hit both alike."""
+    def timed(fn) -> tuple[float, float, float]:
+        """Medians of ``fn``, of the baseline and of their per-pair ratio; interleaved so load hits both alike."""
         once(fn), once(baseline)
         pairs = [(once(fn), once(baseline)) for _ in range(repeats)]
-        return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+        return (
+            statistics.median(p[0] for p in pairs),
+            statistics.median(p[1] for p in pairs),
+            statistics.median(p[0] / p[1] for p in pairs),
+        )
 
     cases = {
         "ppo_clip": lambda x: policy.ppo_clip(x).loss,
@@ -189,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--num-seqs", type=int, default=64)
     parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--objective-repeats", type=int, default=21)
     parser.add_argument("--skip-jsd", action="store_true")
     parser.add_argument("--skip-objectives", action="store_true")
     parser.add_argument("--_memory", choices=["naive", "chunked"], help=argparse.SUPPRESS)
@@ -216,10 +222,10 @@ def main(argv: list[str] | None = None) -> int:
             )
     if not args.skip_objectives:
         print(f"\n## Objectives vs prime-rl default loss (re-stated), {args.num_seqs}x{args.seq_len} packed tokens")
-        print("| objective | seconds | baseline s | ratio |")
+        print("| objective | seconds | baseline s | ratio (median of paired ratios) |")
         print("|---|---|---|---|")
-        for name, seconds, baseline in run_objectives(args.num_seqs, args.seq_len, max(args.repeats, 5)):
-            print(f"| {name} | {seconds:.4f} | {baseline:.4f} | {seconds / baseline:.2f}x |")
+        for name, seconds, baseline, ratio in run_objectives(args.num_seqs, args.seq_len, args.objective_repeats):
+            print(f"| {name} | {seconds:.4f} | {baseline:.4f} | {ratio:.2f}x |")
     return 0
 
 
