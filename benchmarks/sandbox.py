@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/sandbox.py [--runs 30] [--concurrency 1,2,4,8,16] [--jobs 32]
 
 Latency: median / p90 wall time of ``python -c pass`` (the host's base interpreter) over ``--runs`` runs after one
-warm-up, for: a bare ``subprocess.run``; the raw bubblewrap command line alone; ``Sandbox.run`` (bwrap + per-run
-cgroups + rlimits + capture + cleanup); ``Sandbox.arun`` inside an event loop; ``Sandbox(unsandboxed=True)``.
+warm-up, the variants interleaved in shuffled order (so load from other processes hits them alike), for: a bare ``subprocess.run``; the raw bubblewrap command line alone; ``Sandbox.run`` (bwrap + per-run
+cgroups + rlimits + capture + cleanup); ``Sandbox.arun`` on one long-lived event loop; ``Sandbox(unsandboxed=True)``.
 Throughput: ``--jobs`` commands pushed through N concurrent slots, boxes vs bare asyncio subprocesses, in runs/s.
 Every ratio is against the bare baseline measured in the same run. Target (issue #3): <= +15 ms median overhead.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -32,24 +33,23 @@ PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else os.path.r
 CMD = [PYTHON, "-c", "pass"]
 
 
-def _timed(fn: Callable[[], object], runs: int) -> list[float]:
-    fn()  # warm-up
-    out = []
+def _interleaved(variants: dict[str, Callable[[], object]], runs: int) -> dict[str, list[float]]:
+    """Time each variant ``runs`` times, interleaved in a shuffled order per round: load from other processes hits
+    all variants alike, and so does the kernel's asynchronous teardown of the previous box's network namespace
+    (which slows whichever run comes right after a bwrap run)."""
+    for fn in variants.values():
+        fn()  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    order = list(variants)
+    rng = random.Random(0)
     for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - start) * 1000)
-    return out
-
-
-async def _atimed(fn: Callable[[], Awaitable[object]], runs: int) -> list[float]:
-    await fn()
-    out = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        await fn()
-        out.append((time.perf_counter() - start) * 1000)
-    return out
+        rng.shuffle(order)
+        for name in order:
+            fn = variants[name]
+            start = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - start) * 1000)
+    return times
 
 
 def _p90(xs: list[float]) -> float:
@@ -102,15 +102,22 @@ def main(argv: list[str] | None = None) -> int:
             cwd=workdir,
             tmp_size_mb=256,
         )
-        variants: dict[str, list[float]] = {
-            "bare subprocess.run": _timed(lambda: subprocess.run(CMD, capture_output=True), args.runs),
-            "raw bwrap command": _timed(lambda: subprocess.run(raw, capture_output=True), args.runs),
-            "Sandbox.run": _timed(lambda: box.run(CMD, workdir=workdir), args.runs),
-            "Sandbox.arun (in loop)": asyncio.run(_atimed(lambda: box.arun(CMD, workdir=workdir), args.runs)),
-            "Sandbox(unsandboxed=True).run": _timed(lambda: loose.run(CMD, workdir=workdir), args.runs),
-        }
+        loop = asyncio.new_event_loop()  # one long-lived loop, as in an environment server
+        variants = _interleaved(
+            {
+                "bare subprocess.run": lambda: subprocess.run(CMD, capture_output=True),
+                "raw bwrap command": lambda: subprocess.run(raw, capture_output=True),
+                "Sandbox.run": lambda: box.run(CMD, workdir=workdir),
+                "Sandbox.arun (one loop)": lambda: loop.run_until_complete(box.arun(CMD, workdir=workdir)),
+                "Sandbox(unsandboxed=True).run": lambda: loose.run(CMD, workdir=workdir),
+            },
+            args.runs,
+        )
+        loop.close()
         base = statistics.median(variants["bare subprocess.run"])
-        table = Table(title=f"`{' '.join(CMD)}` latency, {args.runs} runs after 1 warm-up ({status.bwrap_version})")
+        load = os.getloadavg()[0]
+        title = f"`{' '.join(CMD)}` latency, {args.runs} interleaved runs ({status.bwrap_version}, load avg {load:.1f})"
+        table = Table(title=title)
         for col in ("variant", "median ms", "p90 ms", "min ms", "overhead ms", "ratio"):
             table.add_column(col, justify="left" if col == "variant" else "right")
         for name, xs in variants.items():

@@ -69,7 +69,7 @@ def _clamp(res: int, value: int) -> int:
     return value if hard == resource.RLIM_INFINITY else min(value, hard)
 
 
-def _launcher(procs_files: list[str], lim: SandboxLimits, rlimit_as_mb: int | None) -> list[str]:
+def _launcher(joins: list[tuple[str, str]], lim: SandboxLimits, rlimit_as_mb: int | None) -> list[str]:
     """``sh -c`` prefix that joins the run's cgroups and sets rlimits, then execs the command (same pid).
 
     A ``preexec_fn`` could do both, but it forces CPython to fork() instead of vfork(): copying the parent's page
@@ -85,7 +85,7 @@ def _launcher(procs_files: list[str], lim: SandboxLimits, rlimit_as_mb: int | No
         steps.append(f"ulimit -f {_clamp(resource.RLIMIT_FSIZE, lim.file_size_mb << 20) // 512}")
     if rlimit_as_mb is not None:
         steps.append(f"ulimit -v {_clamp(resource.RLIMIT_AS, rlimit_as_mb << 20) // 1024}")
-    steps += [f"echo $$ > {shlex.quote(p)}" for p in procs_files]
+    steps += [f"echo {value} > {shlex.quote(path)}" for path, value in joins]
     script = (
         f'{{ {" && ".join(steps)}; }} 2>/dev/null || {{ echo "{_JOIN_FAILED}" >&2; exit {_JOIN_FAILED_CODE}; }}; '
         'exec "$@"'
@@ -218,8 +218,8 @@ class Sandbox:
                 popen_cwd = None
             else:
                 cmd, popen_env, popen_cwd = list(argv), full_env, str(cwd_p)
-            procs = [os.fsdecode(p) for p in cgroup.procs_files()] if cgroup else []
-            cmd = [*_launcher(procs, lim, rlimit_as_mb), *cmd]
+            joins = cgroup.join_targets() if cgroup else []
+            cmd = [*_launcher(joins, lim, rlimit_as_mb), *cmd]
             return await self._execute(cmd, popen_env, popen_cwd, stdin, lim, cgroup, tuple(enforced))
         finally:
             if cgroup is not None:
