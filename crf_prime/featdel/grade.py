@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 
 from crf_prime.featdel.models import FailedTest, FeatdelTask, GradeResult
-from crf_prime.featdel.runner import make_sandbox, run_pytest
+from crf_prime.featdel.runner import PytestRun, make_sandbox, run_pytest
 from crf_prime.featdel.source import extract_archive, is_test_path, strip_tree
 from crf_prime.featdel.testenv import TestEnv, ensure_test_env
 
@@ -131,6 +131,65 @@ def detect_hack(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None
     return ""
 
 
+def hack_result(task: FeatdelTask, changes: dict[str, str | None], hack: str) -> GradeResult:
+    """Score 0 without running anything: the agent's edits tamper with the grader."""
+    return GradeResult(
+        score=0.0,
+        passed_fraction=0.0,
+        passed=(),
+        failed=tuple(FailedTest(name=t, message="not run: reward hack detected") for t in task.target_tests),
+        hack=hack,
+        changed_files=tuple(sorted(changes)),
+    )
+
+
+def build_grading_tree(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None], repo: Path) -> None:
+    """Fresh copy at ``repo``: pristine base + snapshot edits + allow-listed agent changes, caches stripped."""
+    materialise(task, task_dir, repo, hidden=True)
+    for rel, text in changes.items():
+        if rel not in task.source_files and not allowed_new_file(task, rel):
+            continue
+        p = repo / rel
+        if text is None:
+            p.unlink(missing_ok=True)
+        else:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+    strip_tree(repo)
+    for rel, digest in task.protected_files.items():  # the copy must hold the pristine tests and config
+        if hashlib.sha256((repo / rel).read_bytes()).hexdigest() != digest:
+            raise GradingError(f"task {task.task_id}: protected file {rel} does not match its recorded hash")
+
+
+def result_from_run(task: FeatdelTask, run: PytestRun, changes: dict[str, str | None]) -> GradeResult:
+    """Score a finished test run from its junit outcomes, cross-checked against the exit status."""
+    passed: list[str] = []
+    failed: list[FailedTest] = []
+    for nodeid in task.target_tests:
+        status, message = run.status_of(nodeid)
+        if status == "passed":
+            passed.append(nodeid)
+        else:
+            if status == "missing" and run.limit_hit:
+                message = f"test run killed by the sandbox's {run.limit_hit} limit"
+            elif status == "missing" and not run.junit_found:
+                message = f"no junit report (pytest exit code {run.exit_code}): {run.tail(600)}"
+            failed.append(FailedTest(name=nodeid, message=f"{status}: {message}".strip()))
+    hack = ""
+    if not failed and run.exit_code != 0:
+        hack = f"junit reports every target test passed but pytest exited with {run.exit_code}"
+    return GradeResult(
+        score=1.0 if not failed and not hack else 0.0,
+        passed_fraction=len(passed) / max(len(task.target_tests), 1),
+        passed=tuple(passed),
+        failed=tuple(failed),
+        hack=hack,
+        exit_code=run.exit_code,
+        duration_s=run.duration_s,
+        changed_files=tuple(sorted(changes)),
+    )
+
+
 def grade_changes(
     task: FeatdelTask,
     task_dir: Path,
@@ -147,33 +206,12 @@ def grade_changes(
     """
     hack = detect_hack(task, task_dir, changes) if scan else ""
     if hack:
-        return GradeResult(
-            score=0.0,
-            passed_fraction=0.0,
-            passed=(),
-            failed=tuple(FailedTest(name=t, message="not run: reward hack detected") for t in task.target_tests),
-            hack=hack,
-            changed_files=tuple(sorted(changes)),
-        )
+        return hack_result(task, changes, hack)
     sandbox = sandbox or make_sandbox(wall_seconds=wall_seconds)
     env = env or ensure_test_env(task.test_env)
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-grade-"))
     try:
-        repo = run_dir / "repo"
-        materialise(task, task_dir, repo, hidden=True)
-        for rel, text in changes.items():
-            if rel not in task.source_files and not allowed_new_file(task, rel):
-                continue
-            p = repo / rel
-            if text is None:
-                p.unlink(missing_ok=True)
-            else:
-                p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(text)
-        strip_tree(repo)
-        for rel, digest in task.protected_files.items():  # the copy must hold the pristine tests and config
-            if hashlib.sha256((repo / rel).read_bytes()).hexdigest() != digest:
-                raise GradingError(f"task {task.task_id}: protected file {rel} does not match its recorded hash")
+        build_grading_tree(task, task_dir, changes, run_dir / "repo")
         run = run_pytest(
             sandbox,
             env,
@@ -186,32 +224,7 @@ def grade_changes(
         )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    passed: list[str] = []
-    failed: list[FailedTest] = []
-    for nodeid in task.target_tests:
-        status, message = run.status_of(nodeid)
-        if status == "passed":
-            passed.append(nodeid)
-        else:
-            if status == "missing" and run.limit_hit:
-                message = f"test run killed by the sandbox's {run.limit_hit} limit"
-            elif status == "missing" and not run.junit_found:
-                message = f"no junit report (pytest exit code {run.exit_code}): {run.tail(600)}"
-            failed.append(FailedTest(name=nodeid, message=f"{status}: {message}".strip()))
-    hack = ""
-    if not failed and run.exit_code != 0:
-        hack = f"junit reports every target test passed but pytest exited with {run.exit_code}"
-    score = 1.0 if not failed and not hack else 0.0
-    return GradeResult(
-        score=score,
-        passed_fraction=len(passed) / max(len(task.target_tests), 1),
-        passed=tuple(passed),
-        failed=tuple(failed),
-        hack=hack,
-        exit_code=run.exit_code,
-        duration_s=run.duration_s,
-        changed_files=tuple(sorted(changes)),
-    )
+    return result_from_run(task, run, changes)
 
 
 def grade_tree(task: FeatdelTask, task_dir: Path, agent_root: Path, **kwargs) -> GradeResult:

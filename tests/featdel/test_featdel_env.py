@@ -206,3 +206,52 @@ def test_vf_eval_scripted_agent_doing_nothing_scores_zero(task_dir: Path, tmp_pa
     assert trace["rewards"]["tests_pass"]["score"] == 0.0
     assert trace["metrics"]["passed_fraction"] < 1.0
     assert trace["info"]["hint"] != ""
+
+
+class _RemoteView:
+    """A real subprocess runtime seen only through the Runtime API (run/read/write), as a container runtime is."""
+
+    def __init__(self, inner: vf.Runtime) -> None:
+        self._inner = inner
+
+    async def run(self, argv, env):
+        return await self._inner.run(argv, env)
+
+    async def read(self, path, max_bytes=None):
+        return await self._inner.read(path, max_bytes)
+
+    async def write(self, path, data):
+        await self._inner.write(path, data)
+
+
+async def test_grading_through_the_runtime_api(task_dir: Path, runtime: vf.Runtime) -> None:
+    """The container code path: snapshot written, edits read back and tests run via runtime.write/read/run."""
+    from feature_deletion.taskset import FeatureDeletionConfig, FeatureDeletionTaskConfig, FeatureDeletionTaskset
+
+    from crf_prime.featdel.testenv import ensure_test_env
+
+    tasks = FeatureDeletionTaskset(FeatureDeletionConfig(id="feature-deletion", tasks=task_dir)).load()
+    python = str(ensure_test_env(tasks[0].data.featdel.test_env).python)
+    config = FeatureDeletionConfig(
+        id="feature-deletion", tasks=task_dir, task=FeatureDeletionTaskConfig(runtime_python=python)
+    )
+    task = FeatureDeletionTaskset(config).load()[0]
+    assert task.config.grade_in == "auto"
+    remote = _RemoteView(runtime)
+    trace = _trace(task)
+    await task.setup(trace, remote)  # type: ignore[arg-type]
+    row = task.data.featdel
+    workdir = Path(runtime.workdir)  # type: ignore[attr-defined]
+    assert (workdir / row.targets[0].path).read_text() == row.broken_files[row.targets[0].path]
+    await task.score(trace, remote)  # type: ignore[arg-type]
+    assert trace.rewards["tests_pass"].score == 0.0 and trace.info["hint"]
+    # a forging conftest.py and an edited hidden test in the runtime do not count either
+    (workdir / "conftest.py").write_text(
+        "import pytest\n\ndef pytest_collection_modifyitems(items):\n    items.clear()\n"
+    )
+    assert await task.validate(remote) is True  # type: ignore[arg-type]
+    solved = _trace(task)
+    await task.score(solved, remote)  # type: ignore[arg-type]
+    assert solved.rewards["tests_pass"].score == 1.0 and solved.info["featdel_grade"]["exit_code"] == 0
+    assert solved.info["featdel_grade"]["changed_files"] == list(row.broken_files)
+    assert not list(Path("/tmp").glob("crf-featdel-grade-*/junit.xml"))  # the grading directory was removed

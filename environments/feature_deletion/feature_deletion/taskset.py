@@ -14,8 +14,10 @@ import asyncio
 import hashlib
 import json
 import os
+import shlex
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import verifiers.v1 as vf
 from pydantic import Field
@@ -48,6 +50,13 @@ class FeatureDeletionTaskConfig(vf.TaskConfig):
     """Wall-clock limit (seconds) of the sandboxed test run at grading."""
     unsandboxed: bool = False
     """Grade WITHOUT bubblewrap isolation (explicit opt-in; only for hosts that cannot run bubblewrap)."""
+    grade_in: Literal["auto", "sandbox", "runtime"] = "auto"
+    """Where the hidden tests run: "sandbox" = crf-prime's bubblewrap box on this host (the agent never touched the
+    grader's interpreter); "runtime" = a fresh directory inside the rollout's runtime via ``runtime.run`` (for
+    container runtimes whose image holds the project's test environment); "auto" = sandbox for the local subprocess
+    runtime, runtime otherwise."""
+    runtime_python: str = "python3"
+    """Interpreter (with pytest and the project's dependencies) used when grading inside the runtime."""
 
 
 def _default_tasks() -> Path | None:
@@ -110,6 +119,11 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
         from crf_prime.featdel.runner import make_sandbox
 
         changes = await self._collect(runtime)
+        where = self.config.grade_in
+        if where == "auto":
+            where = "sandbox" if _local_workdir(runtime) is not None else "runtime"
+        if where == "runtime":
+            return await self._grade_in_runtime(runtime, changes)
         sandbox = make_sandbox(unsandboxed=self.config.unsandboxed, wall_seconds=self.config.grade_timeout_s)
         return await asyncio.to_thread(
             grade_changes,
@@ -120,6 +134,61 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
             wall_seconds=self.config.grade_timeout_s,
         )
 
+    async def _grade_in_runtime(self, runtime: Runtime, changes: dict[str, str | None]) -> GradeResult:
+        """Same fresh-copy grading, executed with ``runtime.run`` in a new directory of the runtime."""
+        import tempfile
+        import uuid
+
+        from crf_prime.featdel.grade import build_grading_tree, detect_hack, hack_result, result_from_run
+        from crf_prime.featdel.runner import PytestRun, parse_junit
+        from crf_prime.featdel.source import make_archive
+
+        task_dir = Path(self.data.task_dir)
+        hack = await asyncio.to_thread(detect_hack, self.row, task_dir, changes)
+        if hack:
+            return hack_result(self.row, changes, hack)
+        with tempfile.TemporaryDirectory(prefix="crf-featdel-grade-") as tmp:
+            await asyncio.to_thread(build_grading_tree, self.row, task_dir, changes, Path(tmp) / "repo")
+            await asyncio.to_thread(make_archive, Path(tmp) / "repo", Path(tmp) / "repo.tar.gz")
+            archive = (Path(tmp) / "repo.tar.gz").read_bytes()
+        remote = f"/tmp/crf-featdel-grade-{uuid.uuid4().hex}"
+        await runtime.write(f"{remote}/repo.tar.gz", archive)
+        timeout = int(self.config.grade_timeout_s)
+        args = [*self.row.pytest_args, *self.row.target_tests]
+        script = (
+            f"mkdir -p {remote}/repo && tar -xzf {remote}/repo.tar.gz -C {remote}/repo && cd {remote}/repo && "
+            f"timeout -k 5 {timeout} {shlex.quote(self.config.runtime_python)} -s -m pytest -p no:cacheprovider -q "
+            f"--rootdir={remote}/repo --junitxml={remote}/junit.xml " + " ".join(shlex.quote(a) for a in args)
+        )
+        env = {
+            "PYTHONPATH": ":".join(os.path.normpath(f"{remote}/repo/{p}") for p in self.row.pythonpath),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+        }
+        t0 = time.perf_counter()
+        result = await runtime.run(["sh", "-c", script], env)
+        duration = time.perf_counter() - t0
+        found = (await runtime.run(["test", "-f", f"{remote}/junit.xml"], {})).exit_code == 0
+        outcomes = (
+            parse_junit((await runtime.read(f"{remote}/junit.xml", max_bytes=50_000_000)).decode()) if found else {}
+        )
+        await runtime.run(["rm", "-rf", remote], {})
+        if result.exit_code == 127 or (result.exit_code == 1 and "No module named pytest" in result.stderr):
+            raise RuntimeError(
+                f"grading in the runtime: {self.config.runtime_python!r} cannot run pytest there "
+                f"(set --env.taskset.task.runtime-python or grade_in='sandbox'): {result.stderr[-500:]}"
+            )
+        run = PytestRun(
+            exit_code=result.exit_code,
+            outcomes=outcomes,
+            junit_found=found,
+            duration_s=duration,
+            limit_hit="wall" if result.exit_code in (124, 137) else None,
+            stdout=result.stdout,
+            stderr=result.stderr,
+        )
+        return result_from_run(self.row, run, changes)
+
     async def _collect(self, runtime: Runtime) -> dict[str, str | None]:
         from crf_prime.featdel.grade import allowed_new_file, collect_changes, snapshot_files
 
@@ -129,13 +198,14 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
             return await asyncio.to_thread(collect_changes, self.row, task_dir, workdir)
         # container runtimes: read the allow-listed files back through the runtime API
         before = await asyncio.to_thread(snapshot_files, self.row, task_dir)
+        listed = await runtime.run(["sh", "-c", 'for f; do [ -f "$f" ] && echo "$f"; done; true', "sh", *before], {})
+        present = set(listed.stdout.splitlines())
         changes: dict[str, str | None] = {}
         for rel, text in before.items():
-            try:
-                now = (await runtime.read(rel)).decode("utf-8", errors="replace")
-            except Exception:  # a deleted file reads as missing
+            if rel not in present:
                 changes[rel] = None
                 continue
+            now = (await runtime.read(rel, max_bytes=20_000_000)).decode("utf-8", errors="replace")
             if now != text:
                 changes[rel] = now
         dirs = [d for d in self.row.package_dirs if d not in (".", "src")]
