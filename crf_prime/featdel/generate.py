@@ -48,7 +48,7 @@ from crf_prime.featdel.source import (
     protected_paths,
     source_files,
 )
-from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env
+from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env, visible_copies
 
 DEFAULT_SOURCE = "pypi:toolz==1.2.0"
 
@@ -390,6 +390,13 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         seconds["source"] = time.perf_counter() - t0
         progress("venv", 0, 1)
         t = time.perf_counter()
+        copies = visible_copies(project.top_level)
+        if copies:
+            raise SourceError(
+                f"{cfg.source}: an installed copy of the project is readable inside the sandbox "
+                f"({', '.join(map(str, copies))}); an agent could restore the deleted code from it. Uninstall it or "
+                "pick another source."
+            )
         spec = default_spec(project.runtime_requirements + cfg.extra_requirements)
         env = ensure_test_env(spec, project.top_level)
         seconds["venv"] = time.perf_counter() - t

@@ -92,6 +92,31 @@ def ensure_test_env(spec: TestEnvSpec, forbidden: tuple[str, ...] = (), *, cache
     return env
 
 
+def system_site_dirs() -> list[Path]:
+    """Package directories of interpreters visible read-only inside the sandbox (/usr and the base prefix)."""
+    import glob
+
+    patterns = [
+        f"{sys.base_prefix}/lib/python3*/site-packages",
+        "/usr/lib/python3/dist-packages",
+        "/usr/lib/python3*/site-packages",
+        "/usr/local/lib/python3*/site-packages",
+        "/usr/local/lib/python3*/dist-packages",
+    ]
+    return sorted({Path(p) for pat in patterns for p in glob.glob(pat)})
+
+
+def visible_copies(names: tuple[str, ...], roots: list[Path] | None = None) -> list[Path]:
+    """Installed copies of the project's top-level modules that a process in the box could read by path."""
+    found = []
+    for root in system_site_dirs() if roots is None else roots:
+        for name in names:
+            for cand in (root / name, root / f"{name}.py"):
+                if cand.exists():
+                    found.append(cand)
+    return found
+
+
 def _build(venv: Path, spec: TestEnvSpec) -> None:
     tmp = venv.with_name(venv.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

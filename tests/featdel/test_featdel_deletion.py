@@ -19,6 +19,7 @@ from crf_prime.featdel.deletion import (
 )
 from crf_prime.featdel.runner import junit_key, parse_junit
 from crf_prime.featdel.source import is_test_path, protected_paths, source_files, strip_tree
+from crf_prime.featdel.testenv import system_site_dirs, visible_copies
 
 SOURCE = '''\
 """Module doc."""
@@ -170,3 +171,15 @@ def test_strip_tree_removes_leak_surface(tmp_path: Path) -> None:
     assert source_files(tmp_path, ("pkg",)) == ("pkg/__init__.py", "pkg/build/__init__.py", "pkg/mod.py")
     assert protected_paths(tmp_path) == ("setup.cfg", "tests/test_mod.py")
     assert is_test_path("pkg/tests/data.json") and not is_test_path("pkg/testsuite.py")
+
+
+def test_visible_installed_copies_are_found(tmp_path: Path) -> None:
+    site = tmp_path / "dist-packages"
+    (site / "minilib").mkdir(parents=True)
+    (site / "helper.py").write_text("x = 1\n")
+    assert visible_copies(("minilib", "helper", "other"), [site]) == [site / "minilib", site / "helper.py"]
+    assert visible_copies(("other",), [site]) == []
+    assert (
+        Path("/usr/lib/python3/dist-packages") in system_site_dirs()
+        or not Path("/usr/lib/python3/dist-packages").is_dir()
+    )
