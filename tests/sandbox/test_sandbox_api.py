@@ -207,3 +207,33 @@ def test_rlimit_fallback_without_cgroups(tmp_path: Path, monkeypatch: pytest.Mon
     assert r.limit_hit == "memory"
     assert r.exit_code == 1
     assert "MemoryError" in r.stderr
+
+
+@pytest.mark.bwrap
+def test_sync_runs_from_many_threads(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    box = Sandbox(LIMITS)
+    dirs = [tmp_path / f"w{i}" for i in range(6)]
+    for d in dirs:
+        d.mkdir()
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda d: box.run(["sh", "-c", "pwd; ls .."], workdir=d), dirs))
+    assert [r.stdout for r in results] == [f"{d.resolve()}\n{d.name}\n" for d in dirs]
+
+
+def test_cgroup_join_targets_per_version(tmp_path: Path) -> None:
+    from crf_prime.sandbox.box import _launcher
+    from crf_prime.sandbox.cgroups import CgroupLayout, RunCgroup
+
+    v1 = RunCgroup(CgroupLayout("v1", {}), 64, 8, dirs={"memory": tmp_path / "m", "pids": tmp_path / "p"})
+    assert v1.join_targets() == [(str(tmp_path / "m" / "tasks"), "0"), (str(tmp_path / "p" / "tasks"), "0")]
+    v2 = RunCgroup(CgroupLayout("v2", {}), 64, 8, dirs={"memory": tmp_path / "u", "pids": tmp_path / "u"})
+    assert v2.join_targets() == [(str(tmp_path / "u" / "cgroup.procs"), "$$")]
+    argv = _launcher(v1.join_targets(), SandboxLimits(cpu_seconds=3, file_size_mb=1), rlimit_as_mb=64)
+    assert argv[:2] == ["/bin/sh", "-c"] and argv[3] == "crf-sandbox"
+    script = argv[2]
+    for step in ("ulimit -c 0", "ulimit -S -t 3", "ulimit -H -t 4", "ulimit -f 2048", "ulimit -v 65536"):
+        assert step in script
+    assert f"echo 0 > {tmp_path / 'm' / 'tasks'}" in script
+    assert script.endswith('exec "$@"')
