@@ -59,6 +59,9 @@ class _Capture:
         return out + _truncation_marker(self.dropped) if self.dropped else out
 
 
+_SYSTEM_DIRS = tuple(Path(p) for p in ("/usr", "/etc", "/proc", "/dev", "/sys", "/root", "/home"))
+"""A task directory must not be one of these nor contain them."""
+
 _JOIN_FAILED = "crf-sandbox: cannot join the run's cgroup or set its rlimits"
 _JOIN_FAILED_CODE = 125
 
@@ -175,11 +178,15 @@ class Sandbox:
         workdir_p = Path(os.path.realpath(workdir))
         if not workdir_p.is_dir():
             raise ValueError(f"workdir {workdir} is not a directory")
+        if any(workdir_p == p or workdir_p in p.parents for p in _SYSTEM_DIRS):
+            raise ValueError(f"workdir {workdir_p} would expose system directories writable; use a task directory")
         cwd_p = Path(os.path.realpath(cwd)) if cwd is not None else workdir_p
         ro = [Path(os.path.realpath(p)) for p in ro_binds]
         for p in ro:
             if not p.exists():
                 raise ValueError(f"ro_binds: {p} does not exist")
+            if p == Path("/"):
+                raise ValueError("ro_binds: binding / would expose the whole host (secrets included)")
         prot = [Path(os.path.realpath(workdir_p / p)) for p in protected]
         for p in prot:
             if workdir_p not in p.parents:

@@ -132,6 +132,11 @@ def test_bad_arguments_raise(tmp_path: Path) -> None:
         box.run(["true"], workdir=tmp_path, protected=[Path("/etc")])
     with pytest.raises(ValueError, match="ro_binds"):
         box.run(["true"], workdir=tmp_path, ro_binds=[tmp_path / "nope"])
+    with pytest.raises(ValueError, match="whole host"):
+        box.run(["true"], workdir=tmp_path, ro_binds=[Path("/")])
+    for unsafe in ("/", "/usr", "/etc"):
+        with pytest.raises(ValueError, match="would expose system directories"):
+            box.run(["true"], workdir=Path(unsafe))
 
 
 @pytest.mark.bwrap
