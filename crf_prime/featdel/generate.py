@@ -259,6 +259,24 @@ def _features(
     return out
 
 
+def _class_header(source: str, qualname: str) -> str:
+    """First line of the class that owns method ``qualname`` ("" for a module-level function)."""
+    import ast
+
+    parts = qualname.split(".")
+    if len(parts) < 2:
+        return ""
+    node: ast.AST = ast.parse(source)
+    for part in parts[:-1]:
+        node = next((c for c in ast.walk(node) if isinstance(c, ast.ClassDef) and c.name == part), None)
+        if node is None:
+            return ""
+    return source.splitlines()[node.lineno - 1].strip()  # type: ignore[attr-defined]
+
+
+_BUILTIN_METHODS = frozenset(n for t in (dict, list, str, set, bytes, tuple, int, float, object) for n in dir(t))
+
+
 def _call_sites(files: dict[str, str], names: set[str], exclude: set[tuple[str, int]], k: int = 5) -> list[str]:
     pat = re.compile(r"(?<![\w])(?:\.)?(" + "|".join(re.escape(n) for n in sorted(names)) + r")\s*\(")
     out: list[str] = []
@@ -288,9 +306,18 @@ def build_prompt(project: Project, cand: Candidate, broken: dict[str, str], visi
         "Re-implement it so that the project's tests pass again.",
     ]
     for f in cand.functions:
-        parts.append(f"`{f.path}`:\n```python\n{function_text(broken[f.path], f.qualname).rstrip()}\n```")
-    names = {f.qualname.rsplit(".", 1)[-1] for f in cand.functions}
-    sites = _call_sites(visible, names, set())
+        text = function_text(broken[f.path], f.qualname).rstrip()
+        owner = _class_header(broken[f.path], f.qualname)
+        if owner:
+            text = owner + "\n    ...\n" + "\n".join("    " + ln if ln else ln for ln in text.splitlines())
+        parts.append(f"`{f.path}`:\n```python\n{text}\n```")
+    # a method named like a builtin type's method (get, update, pop, ...) would match unrelated call sites
+    names = {
+        f.qualname.rsplit(".", 1)[-1]
+        for f in cand.functions
+        if not (f.class_name and f.qualname.rsplit(".", 1)[-1] in _BUILTIN_METHODS)
+    }
+    sites = _call_sites(visible, names, set()) if names else []
     if sites:
         parts.append("Where it is used:\n" + "\n".join(f"- {s}" for s in sites))
     parts.append(
