@@ -4,19 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v bwrap >/dev/null 2>&1; then
+# bubblewrap: the sandbox; wget: shardcast (the relay's transport) fetches shards with it
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v wget >/dev/null 2>&1 || missing+=(wget)
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null
   else
-    echo "note: bubblewrap is missing; install it (apt-get install bubblewrap) for the sandbox" >&2
-  fi
-fi
-# shardcast (the relay's transport) fetches shards with wget and would apt-install it itself if missing
-if ! command -v wget >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wget) >/dev/null
-  else
-    echo "note: wget is missing; install it (apt-get install wget) for crf-prime relay" >&2
+    echo "note: please install ${missing[*]} (apt-get install ${missing[*]})" >&2
   fi
 fi
 
