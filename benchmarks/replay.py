@@ -77,15 +77,10 @@ class Server:
 
 
 def serve(lat, no_nagle: bool, urls, stop) -> None:
-    if no_nagle:
-        # The loopback server writes headers and body in separate small writes; with Nagle's algorithm on, each
-        # response then waits for the client's delayed ACK (~40 ms on Linux). Real API servers set TCP_NODELAY.
+    if not no_nagle:  # measure the server as it was before TCP_NODELAY (for comparison only)
         from crf_prime.loopback import server as loopback_server
 
-        loopback_server._Handler.disable_nagle_algorithm = True
-        # socketserver's default listen backlog is 5: a burst of new connections overflows it and the kernel drops
-        # SYNs, which the client only retries after ~1 s
-        loopback_server.ThreadingHTTPServer.request_queue_size = 256
+        loopback_server._Handler.disable_nagle_algorithm = False
     with LoopbackOpenAI(Server(lat)) as server:
         urls.put(server.base_url)
         stop.wait()
@@ -216,7 +211,9 @@ async def main(argv: list[str]) -> int:
     ap.add_argument("--backends", default="asyncio,ray")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     ap.add_argument(
-        "--keep-nagle", action="store_true", help="leave Nagle's algorithm on in the loopback server (as shipped)"
+        "--keep-nagle",
+        action="store_true",
+        help="turn Nagle's algorithm back on in the loopback server (slower; for comparison)",
     )
     args = ap.parse_args(argv)
     states = make_states(args.states)

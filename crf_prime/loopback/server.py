@@ -98,8 +98,7 @@ class LoopbackOpenAI:
         class Handler(_Handler):
             server_owner = owner
 
-        self._server = ThreadingHTTPServer((self._host, 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server((self._host, 0), Handler)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="loopback-openai", daemon=True
         )
@@ -136,9 +135,17 @@ class LoopbackOpenAI:
         return self._script(body)
 
 
+class _Server(ThreadingHTTPServer):
+    # the default backlog of 5 overflows on a burst of new connections and the client retries only after ~1 s
+    request_queue_size = 256
+    daemon_threads = True
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_owner: LoopbackOpenAI
     protocol_version = "HTTP/1.1"
+    # headers and body go out in separate small writes: with Nagle on, each response waits ~40 ms for a delayed ACK
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
         return
