@@ -108,6 +108,9 @@ def _generate(args: argparse.Namespace) -> int:
     table = Table(title=f"Feature Deletion: {summary.source.name} {summary.source.version}")
     table.add_column("metric")
     table.add_column("value", justify="right")
+    table.add_row("pytest config", escape(summary.pytest_config))
+    if summary.pytest_args:
+        table.add_row("pytest args needed", " ".join(summary.pytest_args))
     table.add_row("suite tests", str(summary.suite_tests))
     table.add_row("public functions", str(summary.functions))
     for reason, n in summary.filtered.items():
@@ -154,10 +157,10 @@ def _validate(args: argparse.Namespace) -> int:
     bad = 0
     for task, rej in results:
         if rej is None:
-            table.add_row(task.task_id, "[green]valid[/green]", "")
+            table.add_row(escape(task.task_id), "[green]valid[/green]", "")
         else:
             bad += 1
-            table.add_row(task.task_id, f"[red]{rej.reason}[/red]", rej.detail[:120])
+            table.add_row(escape(task.task_id), f"[red]{rej.reason}[/red]", escape(rej.detail[:120]))
     Console().print(table)
     Console().print(f"{len(results) - bad}/{len(results)} valid")
     return 1 if bad or not results else 0

@@ -46,6 +46,7 @@ from crf_prime.featdel.source import (
     load_project,
     make_archive,
     protected_paths,
+    pytest_config,
     source_files,
 )
 from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env, visible_copies
@@ -472,6 +473,8 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         summary = GenerateSummary(
             source=project.info,
             suite_tests=baseline.suite_tests,
+            pytest_config=pytest_config(project.root),
+            pytest_args=baseline.pytest_args,
             functions=n_functions,
             candidates=len(cands),
             checked=checked,

@@ -157,6 +157,10 @@ class GenerateSummary(BaseModel):
     source: SourceInfo
     suite_tests: int
     """Tests in the shipped suite (junit testcases of the coverage run)."""
+    pytest_config: str = "none"
+    """Where the project configures pytest (e.g. "pyproject.toml [tool.pytest.ini_options]")."""
+    pytest_args: tuple[str, ...] = ()
+    """Arguments the suite needed to run as shipped (e.g. ``-o addopts=`` when addopts needs absent plugins)."""
     functions: int
     """Public functions/methods found in the project's source files."""
     candidates: int

@@ -278,6 +278,31 @@ def protected_paths(root: Path) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
+def pytest_config(root: Path) -> str:
+    """Which file configures pytest, in pytest's own precedence order (pytest.ini, pyproject.toml, tox.ini,
+    setup.cfg); "none" when the project relies on defaults."""
+    for name in ("pytest.ini", ".pytest.ini"):
+        if (root / name).is_file():
+            return name
+    if (root / "pyproject.toml").is_file():
+        try:
+            tool = tomllib.loads((root / "pyproject.toml").read_text()).get("tool", {})
+        except tomllib.TOMLDecodeError as e:
+            raise SourceError(f"{root / 'pyproject.toml'}: invalid TOML: {e}") from e
+        if "ini_options" in tool.get("pytest", {}):
+            return "pyproject.toml [tool.pytest.ini_options]"
+    for name, section in (("tox.ini", "pytest"), ("setup.cfg", "tool:pytest")):
+        if (root / name).is_file():
+            cfg = ConfigParser(interpolation=None)
+            try:
+                cfg.read(root / name)
+            except Exception:  # a malformed ini is pytest's problem to report; skip it here
+                continue
+            if cfg.has_section(section):
+                return f"{name} [{section}]"
+    return "none"
+
+
 def load_project(spec: str, workspace: Path, *, cache: Path | None = None) -> Project:
     """Materialise ``spec`` (local dir or ``pypi:NAME==VERSION``) as a stripped tree under ``workspace``."""
     if spec.startswith("pypi:"):

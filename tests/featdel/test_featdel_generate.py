@@ -154,6 +154,7 @@ def test_local_project_with_features_and_cli(tmp_path: Path, capsys: pytest.Capt
     feature = next(t for t in tasks if t.granularity == "feature")
     assert [t.qualname for t in feature.targets] == ["Stack.push", "Stack.pop"]
     assert summary["filtered"] == {}
+    assert summary["pytest_config"] == "pyproject.toml [tool.pytest.ini_options]" and summary["pytest_args"] == []
     assert summary["valid"] == 5
     assert "Feature Deletion: minilib local" in capsys.readouterr().out
     assert main(["featdel", "validate", str(out)]) == 0
