@@ -5,6 +5,10 @@ timeouts and connection errors, waiting what ``retry-after-ms`` / ``Retry-After`
 with jitter). Everything the API can throw is turned into a failed :class:`JournalRecord`: openai exceptions do not
 pickle, so they must never cross a Ray process boundary (teachers-and-traces.md §1.5). An HTTP 200 whose body holds
 ``error`` and no ``choices`` (OpenRouter, mid-generation failure) is a failure, not an empty answer.
+
+Non-streamed requests go through the SDK's raw ``post`` with the body ``chat.completions.create`` would send (see
+:func:`_body`) and the JSON answer is read as a plain dict (:func:`parse_completion`): same wire bytes, same errors
+and status handling, without the SDK's per-request transform and model construction.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 import httpx
 import openai
+from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from crf_prime.teachers.config import TeacherConfig
@@ -104,6 +109,56 @@ def classify(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+_REQUEST_OPTIONS: dict[str, Any] = {"security": {"bearer_auth": True}}
+"""Per-request options of the raw ``post``: the API key as a bearer token, as ``chat.completions.create`` sends it."""
+
+
+def _body(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The JSON body ``chat.completions.create(**kwargs)`` would send, built without the SDK's request transform.
+
+    ``create`` walks every message through ``async_transform`` against the ``CompletionCreateParams`` TypedDicts
+    (~1-2 ms of event-loop CPU per request, the largest per-request cost of the pool); the chat-completion params
+    declare no aliases or formats, so for the JSON-ready dicts of a trace state the transform is the identity.
+    ``extra_body`` is merged at the top level, as ``create`` does.
+    """
+    body = {k: v for k, v in kwargs.items() if k != "extra_body"}
+    body.update(kwargs.get("extra_body") or {})
+    return body
+
+
+def parse_completion(data: Any) -> tuple[Action, dict[str, Any] | None]:
+    """A non-streamed chat-completion body (already JSON-decoded) -> (action, usage dict).
+
+    Read from the plain dict rather than the SDK's ``ChatCompletion`` model (same fields, no model construction
+    per response). An ``error`` body without choices is a :class:`_ProviderError`; any other shape that is not a
+    chat completion is :class:`_Malformed`.
+    """
+    if not isinstance(data, dict):
+        raise _Malformed(f"response body is a JSON {type(data).__name__}, not an object")
+    usage = data.get("usage")
+    usage = usage if isinstance(usage, dict) else None
+    if not data.get("choices"):
+        raise _ProviderError(data.get("error") or "response has no choices", usage)
+    try:
+        msg = data["choices"][0]["message"] or {}
+        calls = tuple(
+            ToolCall(id=c.get("id") or "", name=fn["name"], arguments=fn.get("arguments") or "{}")
+            for c in (msg.get("tool_calls") or [])
+            if (fn := c.get("function")) is not None
+        )
+        reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
+        return Action(text=msg.get("content") or "", reasoning=str(reasoning), tool_calls=calls), usage
+    except (KeyError, IndexError, TypeError, AttributeError, ValidationError) as e:
+        raise _Malformed(f"not a chat completion: {type(e).__name__}: {e}") from None
+
+
+def _usage_dict(usage: Any) -> dict[str, Any] | None:
+    """Usage as a plain dict (extra keys such as OpenRouter's ``cost`` kept) from an SDK model or a dict."""
+    if usage is None or isinstance(usage, dict):
+        return usage
+    return usage.model_dump()
+
+
 class TeacherClient:
     """Asks one teacher for the next action at a state; at most ``max_concurrency`` requests in flight.
 
@@ -186,20 +241,12 @@ class TeacherClient:
             async with asyncio.timeout(self.config.timeout_s):
                 if kwargs.get("stream"):
                     return await self._streamed(kwargs)
-                response = await self._client.chat.completions.create(**kwargs)
+                response = await self._client.post(
+                    "/chat/completions", body=_body(kwargs), cast_to=httpx.Response, options=_REQUEST_OPTIONS
+                )
         except TimeoutError as e:
             raise _AttemptTimeout(f"no complete response within {self.config.timeout_s:g} s") from e
-        extra = response.model_extra or {}
-        if not response.choices:
-            raise _ProviderError(extra.get("error") or "response has no choices", response.usage)
-        msg = response.choices[0].message
-        calls = tuple(
-            ToolCall(id=c.id or "", name=c.function.name, arguments=c.function.arguments or "{}")
-            for c in (msg.tool_calls or [])
-            if getattr(c, "function", None) is not None
-        )
-        reasoning = (msg.model_extra or {}).get("reasoning_content") or (msg.model_extra or {}).get("reasoning") or ""
-        return Action(text=msg.content or "", reasoning=str(reasoning), tool_calls=calls), response.usage
+        return parse_completion(json.loads(response.content))
 
     async def _streamed(self, kwargs: dict[str, Any]) -> tuple[Action, Any]:
         text: list[str] = []
@@ -256,11 +303,10 @@ class TeacherClient:
         error: BaseException | None = None,
     ) -> JournalRecord:
         cfg = self.config
-        inp = int(getattr(usage, "prompt_tokens", 0) or 0)
-        out = int(getattr(usage, "completion_tokens", 0) or 0)
-        reported = getattr(usage, "cost", None) if usage is not None else None
-        if reported is None and usage is not None:
-            reported = (getattr(usage, "model_extra", None) or {}).get("cost")
+        usage = _usage_dict(usage)
+        inp = int((usage or {}).get("prompt_tokens") or 0)
+        out = int((usage or {}).get("completion_tokens") or 0)
+        reported = (usage or {}).get("cost")
         if reported is not None:
             cost, source = float(reported), "usage"
         elif usage is not None:

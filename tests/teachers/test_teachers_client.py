@@ -123,3 +123,41 @@ async def test_failure_records_pickle_across_processes():
     rec, _ = await ask([Reply(status=429, headers={"Retry-After": "0.01"})] * 3)
     back = pickle.loads(pickle.dumps(rec))
     assert back == rec and back.error_type == "rate_limit"
+
+
+async def test_request_matches_the_sdk_create_call_byte_for_byte():
+    """The client posts the body itself (no SDK transform): same JSON, same bearer key as chat.completions.create."""
+    import httpx
+    import openai
+
+    seen: list[tuple[str, str | None, dict]] = []
+
+    async def hook(request: httpx.Request) -> None:
+        seen.append((request.url.path, request.headers.get("authorization"), json.loads(request.content)))
+
+    sampling = {"top_p": 0.9, "extra_body": {"provider": {"order": ["x"]}, "reasoning": {"effort": "low"}}}
+    with LoopbackOpenAI([answer("a"), answer("b")]) as server:
+        async with httpx.AsyncClient(event_hooks={"request": [hook]}) as http:
+            client = TeacherClient(teacher("a", server.base_url, sampling=sampling), api_key="sk-1", http_client=http)
+            rec = await client.ask(make_state(1))
+            sdk = openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-1", max_retries=0, http_client=http)
+            await sdk.chat.completions.create(**client.request(make_state(1)))
+    assert rec.ok
+    assert seen[0] == seen[1]
+    assert seen[0][1] == "Bearer sk-1" and seen[0][2]["provider"] == {"order": ["x"]} and seen[0][2]["top_p"] == 0.9
+
+
+@pytest.mark.parametrize(
+    ("body", "error_type"),
+    [
+        ([1, 2], "malformed"),
+        ({"choices": [{"message": {"tool_calls": [{"function": {"arguments": "{}"}}]}}]}, "malformed"),
+        ({"choices": [], "error": {"message": "overloaded", "code": 529}}, "provider_error"),
+    ],
+)
+async def test_bodies_that_are_not_chat_completions(body, error_type):
+    from crf_prime.teachers.client import _Malformed, _ProviderError, classify, parse_completion
+
+    with pytest.raises((_Malformed, _ProviderError)) as info:
+        parse_completion(body)
+    assert classify(info.value) == error_type
