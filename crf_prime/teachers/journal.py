@@ -110,6 +110,22 @@ def intents_path(journal_path: str | Path) -> Path:
     return p.with_name(p.name.removesuffix(".jsonl") + ".intents.jsonl")
 
 
+_datasync = getattr(os, "fdatasync", os.fsync)
+"""fdatasync where the OS has it: it flushes the appended data and the file size (the metadata needed to read the
+data back) and skips the timestamps, which is all an append-only log needs to survive a crash (POSIX fdatasync)."""
+
+
+def _sync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # platforms that cannot open a directory (Windows) have no directory entry to sync
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class _AppendLog:
     """Append-only JSONL writer: one line per row, flushed and fsynced before ``append`` returns."""
 
@@ -117,8 +133,11 @@ class _AppendLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._repair_torn_tail()
+        created = not self.path.exists()
         self._f = self.path.open("ab")
         self._lock = threading.Lock()
+        if created:  # the new file's directory entry must be durable too, or a crash can lose the whole file
+            _sync_dir(self.path.parent)
 
     def _repair_torn_tail(self) -> None:
         # a process killed mid-write leaves a last line without "\n"; cut it so the next row starts on its own line
@@ -137,11 +156,11 @@ class _AppendLog:
         self.append_lines([line])
 
     def append_lines(self, lines: list[bytes]) -> None:
-        """Write lines and make them durable with one fsync (group commit of concurrent callers)."""
+        """Write lines and make them durable with one sync (group commit of concurrent callers)."""
         with self._lock:
             self._f.write(b"".join(line + b"\n" for line in lines))
             self._f.flush()
-            os.fsync(self._f.fileno())
+            _datasync(self._f.fileno())
 
     def close(self) -> None:
         with self._lock:

@@ -44,6 +44,9 @@ class Admission:
 class Ledger:
     """Journal + intent log + spend caps for one job. All methods are coroutines (also inside a Ray actor)."""
 
+    charges_before_await = True
+    """``commit`` counts the cost before its first ``await`` (see :class:`~crf_prime.teachers.pool.LedgerLike`)."""
+
     def __init__(
         self,
         journal_path: str | Path,
@@ -114,9 +117,17 @@ class Ledger:
             self._book(rec)
 
     def _book(self, rec: JournalRecord) -> None:
+        self._charge(rec)
+        self._settle(rec)
+
+    def _charge(self, rec: JournalRecord) -> None:
+        """Count a call's cost towards the caps (at once: also before its journal row is durable)."""
         self.spent += rec.cost_usd
         if rec.trace_id:
             self.trace_spent[rec.trace_id] += rec.cost_usd
+
+    def _settle(self, rec: JournalRecord) -> None:
+        """Make a durable answer the key's final one (what ``admit`` hands out as "done")."""
         final = rec.ok or not self.retry_failed or (rec.error_type == "lost" and not self.resend_lost)
         if final:
             self._final[rec.key] = rec
@@ -161,9 +172,22 @@ class Ledger:
         return Admission("send")
 
     async def commit(self, record: JournalRecord) -> None:
-        """Write an answer (or failure) to the journal and book its cost."""
-        await self._journal_sync.append(Journal.line(record))
-        self._book(record)
+        """Book an answer's (or failure's) cost, then write it to the journal; returns once the row is durable.
+
+        The cost counts before the first ``await``: a caller that frees the teacher's slot right before calling
+        ``commit`` lets the next call be admitted only against a spend that already includes this one, so the
+        journal fsync need not hold the slot. The answer is handed to other askers only once it is durable.
+        """
+        self._charge(record)
+        try:
+            await self._journal_sync.append(Journal.line(record))
+        except BaseException as e:
+            fut = self._inflight.pop(record.key, None)
+            if fut is not None and not fut.done():
+                fut.set_exception(RuntimeError(f"journal write failed: {e}"))
+                fut.exception()
+            raise
+        self._settle(record)
         fut = self._inflight.pop(record.key, None)
         if fut is not None and not fut.done():
             if record.key in self._final:

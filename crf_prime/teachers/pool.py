@@ -24,6 +24,11 @@ from crf_prime.traces.models import TraceState
 
 
 class LedgerLike(Protocol):
+    """The ledger's coroutine interface. A ledger whose ``commit`` counts the cost before its first ``await`` (the
+    in-process :class:`~crf_prime.teachers.ledger.Ledger`) says so with ``charges_before_await = True``; the pool
+    then frees a teacher's slot before the journal fsync. Otherwise (a remote ledger) the slot is held until the
+    commit returns, so a new call is never admitted against a spend that lacks a finished one."""
+
     async def admit(self, state_id: str, teacher: str, trace_id: str = "") -> Admission: ...
     async def commit(self, record: JournalRecord) -> None: ...
     async def snapshot(self) -> dict: ...
@@ -95,6 +100,7 @@ class TeacherPool:
         self._mean_cost: dict[str, tuple[float, int]] = {}
         # admit only what can be sent right away: spend can then overshoot a cap by at most the calls in flight
         self._slots = {t.name: asyncio.Semaphore(t.max_concurrency) for t in self.teachers}
+        self._early_release = bool(getattr(ledger, "charges_before_await", False))
 
     def eligible(self, state: TraceState) -> tuple[list[TeacherConfig], list[str]]:
         if not self.options.exclude_same_family:
@@ -117,28 +123,42 @@ class TeacherPool:
     async def _call(
         self, t: TeacherConfig, state: TraceState, payload: _Payload, out: StateOutcome, times: list
     ) -> None:
-        async with self._slots[t.name]:
-            await self._call_now(t, state, payload, out, times)
-
-    async def _call_now(
-        self, t: TeacherConfig, state: TraceState, payload: _Payload, out: StateOutcome, times: list
-    ) -> None:
-        adm = await self.ledger.admit(state.state_id, t.name, state.source.trace_id)
-        if adm.verdict == "done":
-            assert adm.record is not None
-            out.records.append(adm.record)
-            return
-        if adm.verdict in ("job_budget", "trace_budget"):
-            out.budget_skipped.append(t.name)
-            if adm.verdict == "job_budget":
-                self.stopped = adm.message
-            return
-        sent = time.perf_counter()
+        """Admit, send and journal one call. The teacher's slot is held from admission until the answer is in:
+        its journal write (fsync) runs after the slot is freed, so the next call to that teacher does not wait for
+        the disk. ``Ledger.commit`` books the cost before its first ``await``, i.e. before anyone else can be
+        admitted through the freed slot, and the answer counts as done only once its row is durable."""
+        slot = self._slots[t.name]
+        await slot.acquire()
+        rec: JournalRecord | None = None
         try:
-            rec = await self.backend.ask(t.name, payload.get())
-        finally:
-            times.append((sent, time.perf_counter()))
-        await self.ledger.commit(rec)
+            adm = await self.ledger.admit(state.state_id, t.name, state.source.trace_id)
+            if adm.verdict == "send":
+                sent = time.perf_counter()
+                try:
+                    rec = await self.backend.ask(t.name, payload.get())
+                finally:
+                    times.append((sent, time.perf_counter()))
+        except BaseException:
+            slot.release()
+            raise
+        if rec is None:
+            slot.release()
+            if adm.verdict == "done":
+                assert adm.record is not None
+                out.records.append(adm.record)
+            else:
+                out.budget_skipped.append(t.name)
+                if adm.verdict == "job_budget":
+                    self.stopped = adm.message
+            return
+        if self._early_release:
+            slot.release()
+            await self.ledger.commit(rec)
+        else:
+            try:
+                await self.ledger.commit(rec)
+            finally:
+                slot.release()
         out.records.append(rec)
         out.sent.append(rec)
         total, n = self._mean_cost.get(t.name, (0.0, 0))

@@ -48,6 +48,19 @@ async def test_spend_overshoot_is_bounded_by_calls_in_flight(tmp_path):
     assert len(server.requests) == round(report.cost_journal_usd / 0.01)
 
 
+async def test_slot_freed_before_the_journal_sync_still_admits_against_the_booked_spend(tmp_path):
+    """One slot, many states waiting for it: the pool frees the slot before the journal fsync, so the next call is
+    admitted while the previous answer is still being written. Its cost must already count: exactly the calls
+    admitted below the cap are sent, as with a slot held through the fsync."""
+    router = Router(lambda model, sid, n: answer(cost=0.01))
+    states = write_states(tmp_path / "states.jsonl", [make_state(i) for i in range(12)])
+    with LoopbackOpenAI(router) as server:
+        cfg = pool_config([teacher("a", server.base_url, max_concurrency=1)], window=12, budget={"job_usd": 0.035})
+        report = await replay_async(states, cfg, tmp_path / "out")
+    assert len(server.requests) == 4 and report.cost_journal_usd == pytest.approx(0.04)
+    assert len(list(read_journal(tmp_path / "out" / "journal.jsonl"))) == 4
+
+
 async def test_per_trace_budget_skips_only_that_trace(tmp_path):
     router = Router(lambda model, sid, n: answer(cost=0.01))
     rows = [make_state(i, trace="big") for i in range(5)] + [make_state(i, trace="small") for i in range(5, 7)]
