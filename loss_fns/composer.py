@@ -3,14 +3,16 @@
 Cursor's recipe trains with RLVR and targeted self-distillation (hint-conditioned self-teacher) together. Through
 prime-rl's single custom-loss hook this is ``base(inputs) + alpha_sdpo · self_distill(inputs)``; with
 ``alpha_sdpo = 0`` the base objective's output is returned untouched (bit-identical loss and gradient).
+With α > 0 both terms share one pass: the objective's importance ratio feeds the distillation's IS weight, the two
+per-token losses are added before one masked sum, and all token metrics are reduced together.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from loss_fns.distill import absent_metrics, reference_of, self_distill_terms
-from loss_fns.policy import OBJECTIVES
+from loss_fns.distill import absent_metrics, has_ref_metric, reference_of, self_distill_coefficient
+from loss_fns.policy import OBJECTIVES, PolicyTerms, reduce_metrics, token_factor
 from loss_fns.types import make_outputs, masked_sum
 
 
@@ -31,14 +33,22 @@ def composer_loss(
         raise ValueError(f"trainer.loss.kwargs.objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
     if alpha_sdpo < 0:
         raise ValueError(f"trainer.loss.kwargs.alpha_sdpo must be >= 0, got {alpha_sdpo}")
-    base = OBJECTIVES[objective](inputs, **(objective_kwargs or {}))
+    if is_clip is not None and is_clip <= 0:
+        raise ValueError(f"trainer.loss.kwargs.is_clip must be > 0 or None, got {is_clip}")
+    base_fn = OBJECTIVES[objective]
     if alpha_sdpo == 0.0:
-        return base
+        return base_fn(inputs, **(objective_kwargs or {}))
     ref = reference_of(inputs)
-    metrics = dict(base.metrics)
     if ref is None:
-        metrics.update(absent_metrics(is_clip, inputs.trainer_logprobs.device))
-        return make_outputs(base.loss, metrics)
-    per_token, distill_metrics = self_distill_terms(inputs, ref, is_clip)
-    metrics.update(distill_metrics)
-    return make_outputs(base.loss + alpha_sdpo * masked_sum(per_token, inputs), metrics)
+        base = base_fn(inputs, **(objective_kwargs or {}))
+        return make_outputs(base.loss, {**base.metrics, **absent_metrics(is_clip, inputs.trainer_logprobs.device)})
+    terms: PolicyTerms = base_fn.terms(inputs, **(objective_kwargs or {}))
+    coefficient, rows = self_distill_coefficient(inputs, ref, is_clip, ratio=terms.ratio)
+    # Σ m·w·(f·ℓ_base + α·c·logπ_θ) = base loss + α · self-distillation loss, with f the objective's reduction factor
+    per_token = _scaled(terms.per_token, token_factor(terms)) + (alpha_sdpo * coefficient) * inputs.trainer_logprobs
+    metrics = {**reduce_metrics(terms, inputs.loss_mask, rows), "distill/has_ref": has_ref_metric(inputs)}
+    return make_outputs(masked_sum(per_token, inputs), metrics)
+
+
+def _scaled(per_token: Any, factor: Any) -> Any:
+    return per_token if isinstance(factor, float) and factor == 1.0 else per_token * factor

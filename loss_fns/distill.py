@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from loss_fns.types import make_outputs, masked_mean, masked_sum, ref_logprobs_of
+from loss_fns.types import make_outputs, masked_means, masked_sum, ref_logprobs_of
 
 
 def reference_of(inputs: Any) -> Tensor | None:
@@ -32,21 +32,29 @@ def reference_of(inputs: Any) -> Tensor | None:
     return ref.detach()
 
 
-def self_distill_terms(inputs: Any, ref: Tensor, is_clip: float | None) -> tuple[Tensor, dict[str, Tensor]]:
-    """Per-token estimator ``sg[w]·sg[logπ_θ − logπ_ref]·logπ_θ`` (``[seq]``) and its metrics (``distill/*``)."""
-    lp = inputs.trainer_logprobs
-    log_gap = (lp - ref).detach()
-    per_token = log_gap * lp
-    mask = inputs.loss_mask
-    metrics = {
-        "distill/reverse_kl": masked_mean(log_gap, mask),
-        "distill/has_ref": torch.ones((), device=lp.device),
-    }
-    if is_clip is not None:
-        ratio = torch.exp(lp.detach() - inputs.inference_logprobs.detach())
-        per_token = per_token * torch.clamp(ratio, max=is_clip)
-        metrics["distill/is_clip_frac"] = masked_mean(ratio > is_clip, mask)
-    return per_token, metrics
+def self_distill_coefficient(
+    inputs: Any, ref: Tensor, is_clip: float | None, ratio: Tensor | None = None
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The detached per-token coefficient ``c_t = sg[w_t·(logπ_θ − logπ_ref)]`` (``ℓ_t = c_t·logπ_θ``, ``[seq]``).
+
+    Also returns the metric rows ``distill/reverse_kl|is_clip_frac`` (``[seq]``, reduced as masked means by the
+    caller). ``ratio`` is ``π_θ/π_inference`` when the caller already has it (composer_loss shares the objective's).
+    """
+    with torch.no_grad():
+        lp = inputs.trainer_logprobs
+        log_gap = lp - ref
+        rows = {"distill/reverse_kl": log_gap}
+        if is_clip is None:
+            return log_gap, rows
+        if ratio is None:
+            ratio = torch.exp(lp - inputs.inference_logprobs)
+        rows["distill/is_clip_frac"] = ratio > is_clip
+        return log_gap * torch.clamp(ratio, max=is_clip), rows
+
+
+def has_ref_metric(inputs: Any) -> Tensor:
+    """``distill/has_ref`` of a sequence with a reference: 1, in the metrics' float32."""
+    return torch.ones((), device=inputs.trainer_logprobs.device)
 
 
 def absent_metrics(is_clip: float | None, device: torch.device) -> dict[str, Tensor]:
@@ -67,6 +75,7 @@ def self_distill(inputs: Any, is_clip: float | None = 2.0, scale: float = 1.0) -
     if ref is None:
         anchor = inputs.trainer_logprobs.sum() * 0.0
         return make_outputs(anchor, absent_metrics(is_clip, inputs.trainer_logprobs.device))
-    per_token, metrics = self_distill_terms(inputs, ref, is_clip)
-    loss = masked_sum(per_token, inputs)
+    coefficient, rows = self_distill_coefficient(inputs, ref, is_clip)
+    loss = masked_sum(coefficient * inputs.trainer_logprobs, inputs)
+    metrics = {**masked_means(inputs.loss_mask, rows), "distill/has_ref": has_ref_metric(inputs)}
     return make_outputs(loss * scale if scale != 1.0 else loss, metrics)

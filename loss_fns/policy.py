@@ -11,17 +11,86 @@ which gives ``(1/N)·Σ_i mean_t ℓ_{i,t}`` = ``(B/N)·`` the per-sequence mean
 sequences is exact, the global factor B/N (1 / mean length) is a per-step constant that a per-sequence hook cannot
 see; ``scale`` multiplies the result (e.g. by a typical length) if the magnitude matters. See docs/losses.md.
 
-Only ``trainer_logprobs`` carries gradient: inference logprobs and advantages are detached here.
+Each objective is written as a builder of :class:`PolicyTerms` (per-token loss, reduction, metric rows) and wrapped
+by :func:`objective` into prime-rl's ``fn(inputs, **kwargs) -> LossOutputs``; the builder stays reachable as
+``fn.terms`` so :func:`loss_fns.composer.composer_loss` can add its distillation term and reduce once.
+Only ``trainer_logprobs`` carries gradient: inference logprobs and advantages are detached here; metrics are
+computed under ``no_grad``.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from loss_fns.types import loss_weights_of, make_outputs, masked_mean, masked_means, masked_sum
+from loss_fns.types import loss_weights_of, make_outputs, masked_means, masked_sum
+
+
+@dataclass(frozen=True)
+class PolicyTerms:
+    """One sequence's objective before reduction: ``loss = scale · Σ_t m_t·w_t·ℓ_t (/ count if length_norm)``."""
+
+    per_token: Tensor
+    """``ℓ_t``, ``[seq]``; 0-d when every token carries the same value (GSPO's sequence surrogate)."""
+    ratio: Tensor
+    """``r_t = exp(logπ_θ − logπ_inference)``, ``[seq]``, in the graph (detach before reuse)."""
+    count: Tensor
+    """Loss-mask token count |o_i|, at least 1, in the logprobs' dtype."""
+    length_norm: bool
+    scale: float
+    token_metrics: dict[str, Tensor]
+    """Metric name → ``[seq]`` values (no grad) whose masked mean is reported."""
+    metrics: dict[str, Tensor] = field(default_factory=dict)
+    """Metric name → finished 0-d value."""
+
+
+def token_factor(terms: PolicyTerms) -> Tensor | float:
+    """The factor the reduction applies to the token sum (``scale / count`` or ``scale``)."""
+    return terms.scale / terms.count if terms.length_norm else terms.scale
+
+
+def reduce_loss(terms: PolicyTerms, inputs: Any) -> Tensor:
+    """The sequence's loss SUM; a 0-d ``per_token`` counts once per (weighted) loss token."""
+    if terms.per_token.dim() == 0:
+        loss = terms.per_token * token_mass(inputs)
+    else:
+        loss = masked_sum(terms.per_token, inputs)
+    if terms.length_norm:
+        loss = loss / terms.count
+    return loss * terms.scale if terms.scale != 1.0 else loss
+
+
+def reduce_metrics(terms: PolicyTerms, mask: Tensor, extra: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
+    """Masked means of ``terms.token_metrics`` (and ``extra`` rows) in one reduction, then the finished scalars."""
+    rows = terms.token_metrics if extra is None else {**terms.token_metrics, **extra}
+    return {**masked_means(mask, rows, terms.count), **terms.metrics}
+
+
+def objective(build: Callable[..., PolicyTerms]) -> Callable[..., Any]:
+    """prime-rl's ``fn(inputs, **kwargs) -> LossOutputs`` from a terms builder, kept at ``fn.terms``."""
+
+    @functools.wraps(build)
+    def loss_fn(inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        terms = build(inputs, *args, **kwargs)
+        return make_outputs(reduce_loss(terms, inputs), reduce_metrics(terms, inputs.loss_mask))
+
+    loss_fn.terms = build  # type: ignore[attr-defined]
+    loss_fn.__signature__ = inspect.signature(build).replace(return_annotation="LossOutputs")  # type: ignore[attr-defined]
+    return loss_fn
+
+
+def token_mass(inputs: Any) -> Tensor:
+    """``Σ_t m_t·w_t``: how many (weighted) loss tokens the sequence has, in the logprobs' dtype."""
+    weights = loss_weights_of(inputs)
+    if weights is None:
+        return inputs.loss_mask.sum().to(inputs.trainer_logprobs.dtype)
+    return torch.where(inputs.loss_mask, weights.detach(), 0.0).sum()
 
 
 def _token_ratio(inputs: Any) -> tuple[Tensor, Tensor]:
@@ -31,13 +100,6 @@ def _token_ratio(inputs: Any) -> tuple[Tensor, Tensor]:
 
 def _mask_count(inputs: Any) -> Tensor:
     return inputs.loss_mask.sum().clamp_min(1).to(inputs.trainer_logprobs.dtype)
-
-
-def _reduce(per_token: Tensor, inputs: Any, length_norm: bool, scale: float) -> Tensor:
-    loss = masked_sum(per_token, inputs)
-    if length_norm:
-        loss = loss / _mask_count(inputs)
-    return loss * scale if scale != 1.0 else loss
 
 
 def _check_clip(clip_low: float, clip_high: float) -> None:
@@ -50,46 +112,52 @@ def _check_clip(clip_low: float, clip_high: float) -> None:
 def _clipped_surrogate(
     ratio: Tensor, advantages: Tensor, clip_low: float, clip_high: float
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """PPO's pessimistic surrogate ``−min(r·A, clip(r, 1−ε_low, 1+ε_high)·A)`` and where each clip bound is active."""
-    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    per_token = -torch.minimum(ratio * advantages, clipped * advantages)
+    """PPO's pessimistic surrogate ``−min(r·A, clip(r, 1−ε_low, 1+ε_high)·A)`` and where each clip bound is active.
+
+    The min takes the clipped branch exactly where a bound is active (r > 1+ε_high with A > 0, r < 1−ε_low with
+    A < 0), and there that branch is constant in θ. So ``where(active, sg[clip(r)], r)·(−A)`` is the same value and
+    the same gradient with two autograd nodes instead of five (``minimum`` and ``clamp`` backward are costly).
+    """
     active_high = (ratio > 1.0 + clip_high) & (advantages > 0)
     active_low = (ratio < 1.0 - clip_low) & (advantages < 0)
+    clipped = torch.clamp(ratio.detach(), 1.0 - clip_low, 1.0 + clip_high)
+    per_token = torch.where(active_low | active_high, clipped, ratio) * -advantages
     return per_token, active_low, active_high
 
 
-def _ratio_metrics(
-    name: str, mask: Tensor, active_low: Tensor, active_high: Tensor, ratio: Tensor, log_ratio: Tensor
-) -> dict[str, Tensor]:
-    """``<name>/clip_frac_low|clip_frac_high|ratio|mismatch_kl`` (mismatch_kl = r − log r − 1, prime-rl's k3)."""
-    ratio, log_ratio = ratio.detach(), log_ratio.detach()
-    values = {"clip_frac_low": active_low, "clip_frac_high": active_high, "ratio": ratio}
-    values["mismatch_kl"] = ratio - log_ratio - 1
-    return {f"{name}/{key}": value for key, value in masked_means(mask, values).items()}
+@torch.no_grad()
+def _ratio_rows(name: str, active_low: Tensor, active_high: Tensor, ratio: Tensor, log_ratio: Tensor) -> dict:
+    """``<name>/clip_frac_low|clip_frac_high|ratio|mismatch_kl`` rows (mismatch_kl = r − log r − 1, prime-rl's k3)."""
+    rows = {"clip_frac_low": active_low, "clip_frac_high": active_high, "ratio": ratio}
+    rows["mismatch_kl"] = ratio - log_ratio - 1
+    return {f"{name}/{key}": row for key, row in rows.items()}
 
 
-def _clip_objective(name: str, inputs: Any, clip_low: float, clip_high: float, length_norm: bool, scale: float) -> Any:
+def _clip_terms(
+    name: str, inputs: Any, clip_low: float, clip_high: float, length_norm: bool, scale: float
+) -> PolicyTerms:
     _check_clip(clip_low, clip_high)
     log_ratio, ratio = _token_ratio(inputs)
-    advantages = inputs.advantages.detach()
-    per_token, active_low, active_high = _clipped_surrogate(ratio, advantages, clip_low, clip_high)
-    metrics = _ratio_metrics(name, inputs.loss_mask, active_low, active_high, ratio, log_ratio)
-    return make_outputs(_reduce(per_token, inputs, length_norm, scale), metrics)
+    per_token, active_low, active_high = _clipped_surrogate(ratio, inputs.advantages.detach(), clip_low, clip_high)
+    rows = _ratio_rows(name, active_low, active_high, ratio, log_ratio)
+    return PolicyTerms(per_token, ratio, _mask_count(inputs), length_norm, scale, rows)
 
 
+@objective
 def ppo_clip(
     inputs: Any, clip_low: float = 0.2, clip_high: float = 0.2, length_norm: bool = False, scale: float = 1.0
-) -> Any:
+) -> PolicyTerms:
     """PPO-clip / GRPO surrogate (Schulman et al. 2017, arXiv:1707.06347; Shao et al. 2024, arXiv:2402.03300).
 
     ``ℓ_t = −min(r_t·A_t, clip(r_t, 1−clip_low, 1+clip_high)·A_t)``. Token-sum by default (global token mean under
     prime-rl); ``length_norm=True`` gives GRPO's per-sequence mean (up to the per-step factor B/N).
     Metrics: ``ppo_clip/clip_frac_low|clip_frac_high|ratio|mismatch_kl``.
     """
-    return _clip_objective("ppo_clip", inputs, clip_low, clip_high, length_norm, scale)
+    return _clip_terms("ppo_clip", inputs, clip_low, clip_high, length_norm, scale)
 
 
-def dr_grpo(inputs: Any, clip_low: float = 0.2, clip_high: float = 0.2, scale: float = 1.0) -> Any:
+@objective
+def dr_grpo(inputs: Any, clip_low: float = 0.2, clip_high: float = 0.2, scale: float = 1.0) -> PolicyTerms:
     """Dr.GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783).
 
     The clipped surrogate summed over tokens with NO length normalisation. The paper divides by the constant
@@ -99,21 +167,23 @@ def dr_grpo(inputs: Any, clip_low: float = 0.2, clip_high: float = 0.2, scale: f
     scaling of advantages, is prime-rl's ``grpo`` default (reward minus group mean).
     Metrics: ``dr_grpo/clip_frac_low|clip_frac_high|ratio|mismatch_kl``.
     """
-    return _clip_objective("dr_grpo", inputs, clip_low, clip_high, False, scale)
+    return _clip_terms("dr_grpo", inputs, clip_low, clip_high, False, scale)
 
 
+@objective
 def dapo(
     inputs: Any, clip_low: float = 0.2, clip_high: float = 0.28, length_norm: bool = False, scale: float = 1.0
-) -> Any:
+) -> PolicyTerms:
     """DAPO (Yu et al. 2025, arXiv:2503.14476): clip-higher ε_low = 0.2, ε_high = 0.28, token-level loss.
 
     The paper's global token mean ``Σ_{i,t} ℓ / Σ_i |o_i|`` is exactly what prime-rl computes from this sum.
     Dynamic sampling and overlong shaping are orchestrator/environment features, not part of the loss.
     Metrics: ``dapo/clip_frac_low|clip_frac_high|ratio|mismatch_kl``.
     """
-    return _clip_objective("dapo", inputs, clip_low, clip_high, length_norm, scale)
+    return _clip_terms("dapo", inputs, clip_low, clip_high, length_norm, scale)
 
 
+@objective
 def gspo(
     inputs: Any,
     clip_low: float = 3e-4,
@@ -121,7 +191,7 @@ def gspo(
     variant: str = "sequence",
     length_norm: bool = True,
     scale: float = 1.0,
-) -> Any:
+) -> PolicyTerms:
     """GSPO (Zheng et al. 2025, arXiv:2507.18071): sequence-level importance ratio, ε = 3e-4 / 4e-4 (paper §5.1).
 
     ``s = exp(mean_t log r_t)`` over the masked tokens, ``A`` = the masked mean of the advantages (the sequence's
@@ -137,41 +207,37 @@ def gspo(
     mask = inputs.loss_mask
     log_ratio, ratio = _token_ratio(inputs)
     count = _mask_count(inputs)
-    seq_log_ratio = torch.where(mask, log_ratio, 0.0).sum() / count
-    seq_ratio = torch.exp(seq_log_ratio)
     if variant == "token":
+        with torch.no_grad():  # GSPO-token only uses sg[s]
+            seq_ratio = torch.exp(torch.where(mask, log_ratio, 0.0).sum() / count)
         lp = inputs.trainer_logprobs
-        s = seq_ratio.detach() * torch.exp(lp - lp.detach())
+        s = seq_ratio * torch.exp(lp - lp.detach())
         per_token, active_low, active_high = _clipped_surrogate(s, inputs.advantages.detach(), clip_low, clip_high)
-        loss = _reduce(per_token, inputs, length_norm, scale)
-    else:
-        # one scalar surrogate per sequence, counted once per (weighted) token: Σ_t m_t·w_t·ℓ
-        weights = loss_weights_of(inputs)
-        token_mass = mask.sum().to(count.dtype) if weights is None else torch.where(mask, weights.detach(), 0.0).sum()
+        rows = {"gspo/clip_frac_low": active_low, "gspo/clip_frac_high": active_high}
+        metrics = {}
+    else:  # one scalar surrogate per sequence, counted once per (weighted) token by reduce_loss
+        seq_ratio = torch.exp(torch.where(mask, log_ratio, 0.0).sum() / count)
         advantage = torch.where(mask, inputs.advantages.detach(), 0.0).sum() / count
-        seq_loss, active_low, active_high = _clipped_surrogate(seq_ratio, advantage, clip_low, clip_high)
-        loss = seq_loss * (token_mass / count if length_norm else token_mass)
-        loss = loss * scale if scale != 1.0 else loss
-    if variant == "token":
-        metrics = _ratio_metrics("gspo", mask, active_low, active_high, ratio, log_ratio)
-        del metrics["gspo/ratio"]
-    else:  # sequence variant: the clip is one decision per sequence
+        per_token, active_low, active_high = _clipped_surrogate(seq_ratio, advantage, clip_low, clip_high)
+        rows = {}  # the clip is one decision per sequence
         metrics = {
             "gspo/clip_frac_low": active_low.to(torch.float32),
             "gspo/clip_frac_high": active_high.to(torch.float32),
-            "gspo/mismatch_kl": masked_mean((ratio - log_ratio - 1).detach(), mask),
         }
-    metrics["gspo/seq_ratio"] = seq_ratio.detach().to(torch.float32)
-    return make_outputs(loss, metrics)
+    with torch.no_grad():
+        rows["gspo/mismatch_kl"] = ratio - log_ratio - 1
+        metrics["gspo/seq_ratio"] = seq_ratio.detach().to(torch.float32)
+    return PolicyTerms(per_token, ratio, count, length_norm, scale, rows, metrics)
 
 
+@objective
 def cispo(
     inputs: Any,
     ratio_max: float = 5.0,
     ratio_min: float | None = None,
     length_norm: bool = False,
     scale: float = 1.0,
-) -> Any:
+) -> PolicyTerms:
     """CISPO (MiniMax-M1, arXiv:2506.13585): ``ℓ_t = −sg[clip(r_t, ratio_min, ratio_max)]·A_t·logπ_θ(y_t)``.
 
     REINFORCE with a clipped, detached importance weight: no token leaves the gradient. ``ratio_max`` is the
@@ -184,14 +250,14 @@ def cispo(
             f"trainer.loss.kwargs.ratio_max/ratio_min must satisfy 0 <= ratio_min <= ratio_max, "
             f"got ratio_min={ratio_min}, ratio_max={ratio_max}"
         )
-    mask = inputs.loss_mask
     log_ratio, ratio = _token_ratio(inputs)
     weight = torch.clamp(ratio.detach(), min=ratio_min, max=ratio_max)
     per_token = -weight * inputs.advantages.detach() * inputs.trainer_logprobs
-    low = ratio < ratio_min if ratio_min is not None else torch.zeros_like(mask)
-    metrics = _ratio_metrics("cispo", mask, low, ratio > ratio_max, ratio, log_ratio)
-    return make_outputs(_reduce(per_token, inputs, length_norm, scale), metrics)
+    with torch.no_grad():
+        low = ratio < ratio_min if ratio_min is not None else torch.zeros_like(inputs.loss_mask)
+        rows = _ratio_rows("cispo", low, ratio > ratio_max, ratio, log_ratio)
+    return PolicyTerms(per_token, ratio, _mask_count(inputs), length_norm, scale, rows)
 
 
 OBJECTIVES = {"ppo_clip": ppo_clip, "dr_grpo": dr_grpo, "dapo": dapo, "gspo": gspo, "cispo": cispo}
-"""Objective name → function, for :func:`loss_fns.composer.composer_loss`."""
+"""Objective name → function, for :func:`loss_fns.composer.composer_loss` (``fn.terms`` builds its terms)."""

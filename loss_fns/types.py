@@ -108,8 +108,17 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, values.detach().to(torch.float32), 0.0).sum() / mask.sum().clamp_min(1)
 
 
-def masked_means(mask: Tensor, values: dict[str, Tensor]) -> dict[str, Tensor]:
-    """:func:`masked_mean` of several ``[seq]`` tensors in one stacked reduction (fewer kernel launches)."""
-    stacked = torch.stack([v.detach().to(torch.float32) for v in values.values()])
-    means = torch.where(mask, stacked, 0.0).sum(-1) / mask.sum().clamp_min(1)
+def masked_means(mask: Tensor, values: dict[str, Tensor], count: Tensor | None = None) -> dict[str, Tensor]:
+    """:func:`masked_mean` of several ``[seq]`` tensors (any dtype, bool included) in one stacked reduction.
+
+    ``count`` is the mask's token count (at least 1) when the caller already has it. Float32 results, no grad.
+    """
+    if not values:
+        return {}
+    with torch.no_grad():
+        stacked = torch.stack(list(values.values()))
+        if stacked.dtype not in (torch.float32, torch.float64):
+            stacked = stacked.to(torch.float32)
+        denom = mask.sum().clamp_min(1) if count is None else count
+        means = (torch.where(mask, stacked, 0.0).sum(-1) / denom).to(torch.float32)
     return dict(zip(values, means.unbind(0), strict=True))
