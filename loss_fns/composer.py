@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from torch import Tensor
+
 from loss_fns.distill import absent_metrics, has_ref_metric, reference_of, self_distill_coefficient
 from loss_fns.policy import OBJECTIVES, PolicyTerms, reduce_metrics, token_factor
 from loss_fns.types import make_outputs, masked_sum
@@ -33,22 +36,26 @@ def composer_loss(
         raise ValueError(f"trainer.loss.kwargs.objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
     if alpha_sdpo < 0:
         raise ValueError(f"trainer.loss.kwargs.alpha_sdpo must be >= 0, got {alpha_sdpo}")
-    if is_clip is not None and is_clip <= 0:
-        raise ValueError(f"trainer.loss.kwargs.is_clip must be > 0 or None, got {is_clip}")
+    kwargs = objective_kwargs or {}
     base_fn = OBJECTIVES[objective]
     if alpha_sdpo == 0.0:
-        return base_fn(inputs, **(objective_kwargs or {}))
+        return base_fn(inputs, **kwargs)
+    if is_clip is not None and is_clip <= 0:
+        raise ValueError(f"trainer.loss.kwargs.is_clip must be > 0 or None, got {is_clip}")
     ref = reference_of(inputs)
     if ref is None:
-        base = base_fn(inputs, **(objective_kwargs or {}))
+        base = base_fn(inputs, **kwargs)
         return make_outputs(base.loss, {**base.metrics, **absent_metrics(is_clip, inputs.trainer_logprobs.device)})
-    terms: PolicyTerms = base_fn.terms(inputs, **(objective_kwargs or {}))
+    terms: PolicyTerms = base_fn.terms(inputs, **kwargs)
     coefficient, rows = self_distill_coefficient(inputs, ref, is_clip, ratio=terms.ratio)
-    # Σ m·w·(f·ℓ_base + α·c·logπ_θ) = base loss + α · self-distillation loss, with f the objective's reduction factor
-    per_token = _scaled(terms.per_token, token_factor(terms)) + (alpha_sdpo * coefficient) * inputs.trainer_logprobs
+    # Σ m·w·(f·ℓ_base + α·c·logπ_θ) = base loss + α · self-distillation loss, f = the objective's reduction factor
+    per_token = torch.addcmul(
+        _scaled(terms.per_token, token_factor(terms)), coefficient, inputs.trainer_logprobs, value=alpha_sdpo
+    )
     metrics = {**reduce_metrics(terms, inputs.loss_mask, rows), "distill/has_ref": has_ref_metric(inputs)}
     return make_outputs(masked_sum(per_token, inputs), metrics)
 
 
-def _scaled(per_token: Any, factor: Any) -> Any:
+def _scaled(per_token: Tensor, factor: Tensor | float) -> Tensor:
+    """``factor · ℓ`` (``ℓ`` unchanged when the factor is the float 1.0, the token-sum objectives' case)."""
     return per_token if isinstance(factor, float) and factor == 1.0 else per_token * factor

@@ -27,7 +27,7 @@ def reference_of(inputs: Any) -> Tensor | None:
     ref = ref_logprobs_of(inputs)
     if ref is None:
         return None
-    if not bool(((ref != 0) & inputs.loss_mask).any()):
+    if not bool(torch.logical_and(ref, inputs.loss_mask).any()):  # any nonzero reference on a loss token
         return None
     return ref.detach()
 
@@ -40,16 +40,14 @@ def self_distill_coefficient(
     Also returns the metric rows ``distill/reverse_kl|is_clip_frac`` (``[seq]``, reduced as masked means by the
     caller). ``ratio`` is ``π_θ/π_inference`` when the caller already has it (composer_loss shares the objective's).
     """
-    with torch.no_grad():
-        lp = inputs.trainer_logprobs
-        log_gap = lp - ref
-        rows = {"distill/reverse_kl": log_gap}
-        if is_clip is None:
-            return log_gap, rows
-        if ratio is None:
-            ratio = torch.exp(lp - inputs.inference_logprobs)
-        rows["distill/is_clip_frac"] = ratio > is_clip
-        return log_gap * torch.clamp(ratio, max=is_clip), rows
+    lp = inputs.trainer_logprobs.detach()
+    log_gap = lp - ref
+    rows = {"distill/reverse_kl": log_gap}
+    if is_clip is None:
+        return log_gap, rows
+    ratio = torch.exp(lp - inputs.inference_logprobs.detach()) if ratio is None else ratio.detach()
+    rows["distill/is_clip_frac"] = ratio > is_clip
+    return log_gap * torch.clamp(ratio, max=is_clip), rows
 
 
 def has_ref_metric(inputs: Any) -> Tensor:

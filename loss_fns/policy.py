@@ -116,11 +116,12 @@ def _clipped_surrogate(
 
     The min takes the clipped branch exactly where a bound is active (r > 1+ε_high with A > 0, r < 1−ε_low with
     A < 0), and there that branch is constant in θ. So ``where(active, sg[clip(r)], r)·(−A)`` is the same value and
-    the same gradient with two autograd nodes instead of five (``minimum`` and ``clamp`` backward are costly).
+    the same gradient with two autograd nodes instead of five (``minimum`` and ``clamp`` backward are costly); it
+    also keeps the exact gradient where r·A and clip(r)·A round to one float (``minimum`` would halve it there).
     """
-    active_high = (ratio > 1.0 + clip_high) & (advantages > 0)
-    active_low = (ratio < 1.0 - clip_low) & (advantages < 0)
     clipped = torch.clamp(ratio.detach(), 1.0 - clip_low, 1.0 + clip_high)
+    active_high = (ratio > clipped) & (advantages > 0)  # r > clip(r) ⇔ r > 1+ε_high, in r's dtype
+    active_low = (ratio < clipped) & (advantages < 0)
     per_token = torch.where(active_low | active_high, clipped, ratio) * -advantages
     return per_token, active_low, active_high
 

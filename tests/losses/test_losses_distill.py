@@ -141,3 +141,45 @@ def test_legacy_inputs_and_setup_loss_fns() -> None:
     assert sft.loss.item() == pytest.approx(3 * LN2, abs=1e-12) and "sft/nll" in sft.metrics
     with pytest.raises(ValueError, match=r"trainer\.loss\.import_path"):
         compat.setup_loss_fns({"import_path": "loss_fns.policy.nope"})
+
+
+@pytest.mark.parametrize(
+    ("objective", "objective_kwargs"),
+    [
+        ("dr_grpo", {}),
+        ("ppo_clip", {"length_norm": True, "scale": 3.0}),
+        ("dapo", {"scale": 0.5}),
+        ("gspo", {}),
+        ("gspo", {"length_norm": False}),
+        ("gspo", {"variant": "token"}),
+        ("cispo", {"ratio_min": 0.9, "length_norm": True}),
+    ],
+)
+@pytest.mark.parametrize("is_clip", [2.0, 1.05, None])
+def test_composer_fused_pass_equals_base_plus_alpha_distill(objective, objective_kwargs, is_clip) -> None:
+    # composer_loss shares the ratio, the masked sum and the metric reduction; the result must still be
+    # base + α·self_distill in loss, gradient and metrics, whatever the objective's length_norm / scale.
+    g = torch.Generator().manual_seed(7)
+    inference = -torch.rand(9, generator=g, dtype=torch.float64) * 3
+    args = (
+        (inference + torch.randn(9, generator=g, dtype=torch.float64) * 0.2).tolist(),
+        inference.tolist(),
+        (inference + torch.randn(9, generator=g, dtype=torch.float64) * 0.5).tolist(),
+        torch.randn(9, generator=g, dtype=torch.float64).tolist(),
+        [True, True, False, True, True, True, False, True, True],
+        (torch.rand(9, generator=g, dtype=torch.float64) + 0.5).tolist(),
+    )
+    fused_in = make_inputs(*args)
+    fused = composer.composer_loss(
+        fused_in, objective=objective, alpha_sdpo=0.3, is_clip=is_clip, objective_kwargs=objective_kwargs
+    )
+    base_in, sd_in = make_inputs(*args), make_inputs(*args)
+    base = policy.OBJECTIVES[objective](base_in, **objective_kwargs)
+    sd = distill.self_distill(sd_in, is_clip=is_clip)
+    expected_loss = base.loss + 0.3 * sd.loss
+    torch.testing.assert_close(fused.loss, expected_loss, rtol=1e-12, atol=1e-12)
+    base_grad, sd_grad = torch.autograd.grad(expected_loss, [base_in.trainer_logprobs, sd_in.trainer_logprobs])
+    torch.testing.assert_close(grad_of(fused, fused_in), base_grad + sd_grad, rtol=1e-12, atol=1e-12)
+    assert fused.metrics.keys() == {**base.metrics, **sd.metrics}.keys()
+    for key, value in {**base.metrics, **sd.metrics}.items():
+        torch.testing.assert_close(fused.metrics[key], value, rtol=1e-6, atol=1e-7, msg=key)

@@ -163,3 +163,21 @@ def test_gradient_reaches_policy_logprobs_only(name: str) -> None:
 def test_bad_clip_names_the_field() -> None:
     with pytest.raises(ValueError, match=r"trainer\.loss\.kwargs\.clip_low"):
         policy.ppo_clip(make_inputs(RATIOS, ADVS), clip_low=1.5)
+
+
+@pytest.mark.parametrize("advantage", [-1.7, 1.7])
+def test_clip_decision_is_exact_when_float32_products_round_to_a_tie(advantage: float) -> None:
+    # float32 r = 0.79999995 is one step below 1 - ε_low = 0.8f, but r·A and clip(r)·A round to the same float32.
+    # The exact gradient of −min(r·A, clip(r)·A) is 0 for A < 0 (clipped branch) and −A·r for A > 0 (r branch);
+    # a `torch.minimum` implementation splits such a rounding tie and returns half of −A·r in both cases.
+    inference = torch.tensor([-1.0], dtype=torch.float32)
+    trainer = inference + torch.log(torch.tensor([0.8], dtype=torch.float32))
+    ratio = torch.exp(trainer - inference)
+    clipped = torch.clamp(ratio, 0.8, 1.2)
+    adv = torch.tensor([advantage], dtype=torch.float32)
+    assert ratio.item() < clipped.item() and torch.equal(ratio * adv, clipped * adv)  # the premise: a rounding tie
+    inputs = LossInputs(trainer.clone().requires_grad_(), inference, None, adv, torch.tensor([True]))
+    out, grad = loss_and_grad(policy.ppo_clip, inputs)
+    expected = 0.0 if advantage < 0 else -(advantage * ratio.item())
+    assert grad.item() == pytest.approx(expected, rel=1e-6, abs=0.0)
+    assert out.metrics["ppo_clip/clip_frac_low"].item() == (1.0 if advantage < 0 else 0.0)
