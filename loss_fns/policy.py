@@ -43,9 +43,11 @@ class PolicyTerms:
     count: Tensor
     """Loss-mask token count |o_i|, at least 1, in the logprobs' dtype."""
     length_norm: bool
+    """Divide the token sum by ``count`` (the paper's per-sequence mean, up to the per-step factor B/N)."""
     scale: float
+    """Multiplier of the reduced loss."""
     token_metrics: dict[str, Tensor]
-    """Metric name → ``[seq]`` values (no grad) whose masked mean is reported."""
+    """Metric name → ``[seq]`` values whose masked mean is reported (reduced under ``no_grad``)."""
     metrics: dict[str, Tensor] = field(default_factory=dict)
     """Metric name → finished 0-d value."""
 
@@ -127,7 +129,9 @@ def _clipped_surrogate(
 
 
 @torch.no_grad()
-def _ratio_rows(name: str, active_low: Tensor, active_high: Tensor, ratio: Tensor, log_ratio: Tensor) -> dict:
+def _ratio_rows(
+    name: str, active_low: Tensor, active_high: Tensor, ratio: Tensor, log_ratio: Tensor
+) -> dict[str, Tensor]:
     """``<name>/clip_frac_low|clip_frac_high|ratio|mismatch_kl`` rows (mismatch_kl = r − log r − 1, prime-rl's k3)."""
     rows = {"clip_frac_low": active_low, "clip_frac_high": active_high, "ratio": ratio}
     rows["mismatch_kl"] = ratio - log_ratio - 1
