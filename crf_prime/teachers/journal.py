@@ -156,10 +156,19 @@ class _AppendLog:
         self.append_lines([line])
 
     def append_lines(self, lines: list[bytes]) -> None:
-        """Write lines and make them durable with one sync (group commit of concurrent callers)."""
+        """Write lines and make them durable with one sync."""
+        self.write_lines(lines)
+        self.sync()
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """Write lines to the OS (not yet durable: :meth:`sync` makes them so)."""
         with self._lock:
             self._f.write(b"".join(line + b"\n" for line in lines))
             self._f.flush()
+
+    def sync(self) -> None:
+        """Make everything written so far durable (fdatasync; fsync where there is none)."""
+        with self._lock:
             _datasync(self._f.fileno())
 
     def close(self) -> None:
@@ -190,35 +199,45 @@ class IntentLog(_AppendLog):
 
 
 class GroupCommit:
-    """Async front of an append log: concurrent appends share one write + fsync in a worker thread.
+    """Async front of one or more append logs: appends that arrive while a sync runs share the next round.
 
-    ``await append(line)`` returns once the line is durable, as with a per-record fsync, but N calls that arrive
-    while a sync is running cost one more fsync, not N.
+    ``await append(line, log)`` returns once the line is durable, as with a per-record fsync, but N appends that
+    arrive while a round is running cost one more round, not N. A round writes and syncs, in a worker thread (the
+    event loop never blocks on the disk), each log that has lines waiting, in the order the logs were given, and
+    releases that log's writers as soon as its own sync is done. The ledger gives the intent log and the journal
+    one ``GroupCommit``, intents first: a finished call's journal row and the next call's intent row arrive at the
+    same moment, and the intent -- which holds a teacher slot, the journal row does not -- is durable after one
+    sync instead of racing the journal's sync on the same disk from a second thread.
     """
 
-    def __init__(self, log: _AppendLog) -> None:
-        self.log = log
-        self._queue: list[tuple[bytes, asyncio.Future[None]]] = []
+    def __init__(self, *logs: _AppendLog) -> None:
+        if not logs:
+            raise ValueError("GroupCommit needs at least one log")
+        self.logs = logs
+        self._queues: dict[_AppendLog, list[tuple[bytes, asyncio.Future[None]]]] = {log: [] for log in logs}
         self._task: asyncio.Task[None] | None = None
 
-    async def append(self, line: bytes) -> None:
+    async def append(self, line: bytes, log: _AppendLog | None = None) -> None:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        self._queue.append((line, fut))
+        self._queues[self.logs[0] if log is None else log].append((line, fut))
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._drain())
         await fut
 
     async def _drain(self) -> None:
-        while self._queue:
-            batch, self._queue = self._queue, []
-            try:
-                await asyncio.to_thread(self.log.append_lines, [line for line, _ in batch])
-            except BaseException as e:  # the writers see the I/O error; nothing is counted as durable
+        while any(self._queues.values()):
+            for log in self.logs:
+                batch, self._queues[log] = self._queues[log], []
+                if not batch:
+                    continue
+                try:
+                    await asyncio.to_thread(log.append_lines, [line for line, _ in batch])
+                except BaseException as e:  # the writers see the I/O error; nothing is counted as durable
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(e)
+                    continue
                 for _, fut in batch:
                     if not fut.done():
-                        fut.set_exception(e)
-                continue
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_result(None)
+                        fut.set_result(None)

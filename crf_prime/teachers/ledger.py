@@ -69,8 +69,7 @@ class Ledger:
         self._load()
         self._journal = Journal(self.journal_path)
         self._intents = IntentLog(intents_path(self.journal_path))
-        self._journal_sync = GroupCommit(self._journal)
-        self._intents_sync = GroupCommit(self._intents)
+        self._sync = GroupCommit(self._intents, self._journal)
         self._mark_lost()
 
     # -- startup ------------------------------------------------------------------------------------------------
@@ -166,8 +165,9 @@ class Ledger:
         if capped is not None:
             return capped
         self._inflight[key] = asyncio.get_running_loop().create_future()
-        await self._intents_sync.append(
-            IntentLog.line(Intent(state_id=state_id, teacher=teacher, trace_id=trace_id, ts=time.time()))
+        await self._sync.append(
+            IntentLog.line(Intent(state_id=state_id, teacher=teacher, trace_id=trace_id, ts=time.time())),
+            self._intents,
         )
         return Admission("send")
 
@@ -180,7 +180,7 @@ class Ledger:
         """
         self._charge(record)
         try:
-            await self._journal_sync.append(Journal.line(record))
+            await self._sync.append(Journal.line(record), self._journal)
         except BaseException as e:
             fut = self._inflight.pop(record.key, None)
             if fut is not None and not fut.done():
