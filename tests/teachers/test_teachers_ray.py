@@ -156,3 +156,30 @@ def test_cli_replay_on_the_ray_backend(ray_cluster, tmp_path, monkeypatch):
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert (report["backend"], report["states"], report["calls_sent"]) == ("ray", 6, 12)
     assert report["usd_per_state"] == pytest.approx(0.002) and router.duplicates() == {}
+
+
+async def test_small_states_travel_inline_large_ones_by_one_shared_ref(ray_cluster, tmp_path):
+    import ray
+
+    from crf_prime.teachers.backends import INLINE_LIMIT
+
+    big_text = "x" * (INLINE_LIMIT + 1)
+    small = make_state(0)
+    big = make_state(1).model_copy(
+        update={"messages": ({"role": "user", "content": "state s0001: " + big_text}, *make_state(1).messages)}
+    )
+    router = Router(lambda model, sid, n: answer())
+    with LoopbackOpenAI(router) as server:
+        cfg = pool_config([teacher("a", server.base_url), teacher("b", server.base_url)])
+        pool, backend, ledger = _pool(cfg, tmp_path / "journal.jsonl")
+        assert backend.prepare(small) is small
+        assert isinstance(backend.prepare(big), ray.ObjectRef)
+        outcomes = await pool.replay([small, big])
+        await backend.close()
+        ledger.close()
+    assert sorted((o.state_id, len(o.records), all(r.ok for r in o.records)) for o in outcomes) == [
+        ("s0000", 2, True),
+        ("s0001", 2, True),
+    ]
+    sent_big = [b for b in server.requests if big_text in b["messages"][0]["content"]]
+    assert len(sent_big) == 2 and router.duplicates() == {}
