@@ -159,6 +159,21 @@ def _usage_dict(usage: Any) -> dict[str, Any] | None:
     return usage.model_dump()
 
 
+KEEPALIVE_S = 30.0
+"""Seconds an idle keep-alive connection is kept (httpx default: 5). A teacher asked only now and then -- the
+expensive tier under tiered querying -- would otherwise reconnect (TCP + TLS) on most calls; a connection the server
+has closed meanwhile is noticed by httpcore before reuse, and a lost race is a connection error the retry covers."""
+
+
+def connection_limits(max_concurrency: int) -> httpx.Limits:
+    """httpx pool limits for one teacher: keep-alive room for every concurrent request (the SDK keeps 100)."""
+    return httpx.Limits(
+        max_connections=max(1000, max_concurrency),
+        max_keepalive_connections=max(100, max_concurrency),
+        keepalive_expiry=KEEPALIVE_S,
+    )
+
+
 class TeacherClient:
     """Asks one teacher for the next action at a state; at most ``max_concurrency`` requests in flight.
 
@@ -169,6 +184,8 @@ class TeacherClient:
         self, config: TeacherConfig, *, api_key: str | None = None, http_client: httpx.AsyncClient | None = None
     ) -> None:
         self.config = config
+        if http_client is None:
+            http_client = openai.DefaultAsyncHttpxClient(limits=connection_limits(config.max_concurrency))
         self._client = openai.AsyncOpenAI(
             base_url=config.base_url,
             api_key=api_key if api_key is not None else config.api_key(),
