@@ -62,6 +62,22 @@ async def test_group_commit_writes_every_line_once(tmp_path):
     assert sorted(r.state_id for r in read_journal(path)) == sorted(f"s{i}" for i in range(50))
 
 
+async def test_group_commit_over_two_logs_puts_each_line_in_its_own_file_once(tmp_path):
+    from crf_prime.teachers.journal import Intent, IntentLog, intents_path, read_intents
+
+    path = tmp_path / "journal.jsonl"
+    j, il = Journal(path), IntentLog(intents_path(path))
+    g = GroupCommit(il, j)
+    intent = lambda i: IntentLog.line(Intent(state_id=f"s{i}", teacher="a", ts=0.0))  # noqa: E731
+    await asyncio.gather(
+        *(g.append(intent(i), il) for i in range(30)), *(g.append(Journal.line(rec(f"s{i}")), j) for i in range(30))
+    )
+    j.close()
+    il.close()
+    assert sorted(r.state_id for r in read_journal(path)) == sorted(f"s{i}" for i in range(30))
+    assert sorted(r.state_id for r in read_intents(intents_path(path))) == sorted(f"s{i}" for i in range(30))
+
+
 def test_example_config_loads():
     cfg = load_pool_config(Path(__file__).parents[2] / "configs" / "teachers.toml")
     assert [t.name for t in cfg.teachers] == ["qwen-coder", "deepseek", "claude-sonnet"]
