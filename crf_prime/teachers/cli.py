@@ -99,7 +99,7 @@ def replay_command(args: argparse.Namespace) -> int:
 
         def on_progress(p) -> None:  # type: ignore[no-untyped-def]
             now = time.monotonic()
-            if now - last[0] < 0.25 and p.states < total:  # the p95 sorts every latency: at most 4 refreshes/s
+            if now - last[0] < 0.25 and p.states < total:  # at most 4 refreshes/s (each sorts the live p95 window)
                 return
             last[0] = now
             p95 = p.p95()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from teachers_helpers import Router, answer, make_state, pool_config, teacher, write_states
@@ -194,3 +195,18 @@ async def test_tiered_agreement_uses_the_pairs_equivalence_tier(tmp_path, agreem
         report = await replay_async(states, cfg, tmp_path / "out")
     assert sum(1 for model, _ in router.calls if model == "model-big") == big_asked
     assert report.agreement_source == f"crf_prime.pairs.same_action (min_tier={agreement_tier})"
+
+
+def test_live_p95_looks_at_the_last_window_of_calls_only():
+    from teachers_helpers import bash
+
+    from crf_prime.teachers.journal import JournalRecord
+    from crf_prime.teachers.replay import LIVE_P95_WINDOW, Progress
+
+    p = Progress()
+    base = dict(teacher="a", model="m", model_family="", ok=True, action=bash("ls"), input_tokens=1, output_tokens=1)
+    for i in range(LIVE_P95_WINDOW + 1000):
+        p.record(JournalRecord(state_id=f"s{i}", cost_usd=0.001, latency_s=float(i), attempt=1, ts=0.0, **base))
+    # nearest rank over latencies 1000 .. 1000 + WINDOW - 1
+    assert p.p95() == 1000 + math.ceil(0.95 * LIVE_P95_WINDOW) - 1
+    assert p.calls == LIVE_P95_WINDOW + 1000 and p.spend == pytest.approx(0.001 * p.calls)
