@@ -179,14 +179,9 @@ class Ledger:
         journal fsync need not hold the slot. The answer is handed to other askers only once it is durable.
         """
         self._charge(record)
-        try:
-            await self._sync.append(Journal.line(record), self._journal)
-        except BaseException as e:
-            fut = self._inflight.pop(record.key, None)
-            if fut is not None and not fut.done():
-                fut.set_exception(RuntimeError(f"journal write failed: {e}"))
-                fut.exception()
-            raise
+        # a failed write raises out of the job (an infrastructure error); the key stays in flight so that nobody
+        # waiting on it re-sends a call that was paid for
+        await self._sync.append(Journal.line(record), self._journal)
         self._settle(record)
         fut = self._inflight.pop(record.key, None)
         if fut is not None and not fut.done():
