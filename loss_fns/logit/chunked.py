@@ -45,6 +45,17 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
+def mean_over_tokens(
+    student: Tensor, teacher: Tensor, mask: Tensor | None, num_items: int | float | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``[..., X]`` student/teacher inputs → ``[N, X]`` rows, the ``[N]`` bool mask (all valid when None) and the
+    linear reduction's coefficients ``mask / num_items`` (global token count) or ``mask / mask.sum()``."""
+    s, t = student.reshape(-1, student.shape[-1]), teacher.reshape(-1, teacher.shape[-1])
+    m = torch.ones(s.shape[0], dtype=torch.bool, device=s.device) if mask is None else mask.reshape(-1).bool()
+    denom = float(num_items) if num_items is not None else float(max(int(m.sum()), 1))
+    return s, t, m, m.to(_compute_dtype(s.dtype)) / denom
+
+
 def reference_loss(
     per_token_fn: PerTokenFn,
     student_logits: Tensor,

@@ -19,7 +19,7 @@ import math
 import torch
 from torch import Tensor
 
-from loss_fns.logit.chunked import PerTokenFn, fused_linear_loss, reference_loss
+from loss_fns.logit.chunked import PerTokenFn, fused_linear_loss, mean_over_tokens, reference_loss
 
 
 def kl_terms(log_p: Tensor, log_q: Tensor) -> Tensor:
@@ -109,20 +109,6 @@ def topk_tail_per_token(k: int = 100, beta: float = 0.5, temperature: float = 1.
     return fn
 
 
-def mean_coeffs(mask: Tensor, num_items: int | float | None, dtype: torch.dtype) -> Tensor:
-    """``mask / num_items`` (global token count) or ``mask / mask.sum()`` — the mean over valid tokens."""
-    denom = float(num_items) if num_items is not None else float(max(int(mask.sum()), 1))
-    return mask.to(dtype) / denom
-
-
-def _flatten(x: Tensor) -> Tensor:
-    return x.reshape(-1, x.shape[-1])
-
-
-def _mask(mask: Tensor | None, n: int, device: torch.device) -> Tensor:
-    return torch.ones(n, dtype=torch.bool, device=device) if mask is None else mask.reshape(-1).bool()
-
-
 def jsd_loss(
     student_logits: Tensor,
     teacher_logits: Tensor,
@@ -132,9 +118,7 @@ def jsd_loss(
     num_items: int | None = None,
 ) -> Tensor:
     """Naive generalized JSD on materialised logits ``[..., V]``; ``mask [...]``; scalar mean over valid tokens."""
-    s, t = _flatten(student_logits), _flatten(teacher_logits)
-    m = _mask(mask, s.shape[0], s.device)
-    coeffs = mean_coeffs(m, num_items, torch.promote_types(s.dtype, torch.float32))
+    s, t, m, coeffs = mean_over_tokens(student_logits, teacher_logits, mask, num_items)
     return reference_loss(jsd_per_token(beta, temperature), s, t, m, coeffs=coeffs)
 
 
@@ -153,9 +137,7 @@ def fused_linear_jsd(
 
     Self-distillation (OPSD/SDPO) passes the same weight for both sides: the teacher side is still detached.
     """
-    h, h_t = _flatten(student_hidden), _flatten(teacher_hidden)
-    m = _mask(mask, h.shape[0], h.device)
-    coeffs = mean_coeffs(m, num_items, torch.promote_types(h.dtype, torch.float32))
+    h, h_t, m, coeffs = mean_over_tokens(student_hidden, teacher_hidden, mask, num_items)
     return fused_linear_loss(
         jsd_per_token(beta, temperature), h, student_weight, h_t, teacher_weight, m, coeffs, chunk_size=chunk_size
     )
@@ -172,9 +154,7 @@ def topk_tail_loss(
     num_items: int | None = None,
 ) -> Tensor:
     """Naive SDPO top-k(+tail) generalized JSD on materialised logits ``[..., V]``."""
-    s, t = _flatten(student_logits), _flatten(teacher_logits)
-    m = _mask(mask, s.shape[0], s.device)
-    coeffs = mean_coeffs(m, num_items, torch.promote_types(s.dtype, torch.float32))
+    s, t, m, coeffs = mean_over_tokens(student_logits, teacher_logits, mask, num_items)
     return reference_loss(topk_tail_per_token(k, beta, temperature, add_tail), s, t, m, coeffs=coeffs)
 
 
@@ -192,8 +172,6 @@ def fused_linear_topk_tail(
     chunk_size: int | None = None,
 ) -> Tensor:
     """Chunked SDPO top-k(+tail) generalized JSD from hidden states and lm_head weights."""
-    h, h_t = _flatten(student_hidden), _flatten(teacher_hidden)
-    m = _mask(mask, h.shape[0], h.device)
-    coeffs = mean_coeffs(m, num_items, torch.promote_types(h.dtype, torch.float32))
+    h, h_t, m, coeffs = mean_over_tokens(student_hidden, teacher_hidden, mask, num_items)
     fn = topk_tail_per_token(k, beta, temperature, add_tail)
     return fused_linear_loss(fn, h, student_weight, h_t, teacher_weight, m, coeffs, chunk_size=chunk_size)

@@ -15,8 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from loss_fns.logit.chunked import PerTokenFn, fused_linear_loss, reference_loss
-from loss_fns.logit.divergence import _flatten, _mask, mean_coeffs
+from loss_fns.logit.chunked import PerTokenFn, fused_linear_loss, mean_over_tokens, reference_loss
 
 
 def taid_per_token(t: float) -> PerTokenFn:
@@ -46,9 +45,7 @@ def taid_loss(
     student_logits: Tensor, teacher_logits: Tensor, t: float, mask: Tensor | None = None, num_items: int | None = None
 ) -> Tensor:
     """Naive TAID loss on materialised logits ``[..., V]``: scalar mean over valid tokens."""
-    s, z_t = _flatten(student_logits), _flatten(teacher_logits)
-    m = _mask(mask, s.shape[0], s.device)
-    coeffs = mean_coeffs(m, num_items, torch.promote_types(s.dtype, torch.float32))
+    s, z_t, m, coeffs = mean_over_tokens(student_logits, teacher_logits, mask, num_items)
     return reference_loss(taid_per_token(t), s, z_t, m, coeffs=coeffs)
 
 
@@ -63,9 +60,7 @@ def fused_linear_taid(
     chunk_size: int | None = None,
 ) -> Tensor:
     """Chunked TAID loss from hidden states ``[..., H]`` and lm_head weights ``[V, H]``."""
-    h, h_t = _flatten(student_hidden), _flatten(teacher_hidden)
-    m = _mask(mask, h.shape[0], h.device)
-    coeffs = mean_coeffs(m, num_items, torch.promote_types(h.dtype, torch.float32))
+    h, h_t, m, coeffs = mean_over_tokens(student_hidden, teacher_hidden, mask, num_items)
     return fused_linear_loss(
         taid_per_token(t), h, student_weight, h_t, teacher_weight, m, coeffs, chunk_size=chunk_size
     )
