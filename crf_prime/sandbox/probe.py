@@ -175,20 +175,12 @@ def _probe(bwrap: str | None, requested: str) -> SandboxStatus:
         listener.close()
     enforced, not_enforced = _limits_summary(bwrap=not failure)
     if failure:
-        return SandboxStatus(
-            available=False,
-            reason=f"{failure} {OPT_OUT_HINT}",
-            cgroup=layout.version,
-            bwrap=bwrap,
-            bwrap_version=version,
-            cgroup_controllers=controllers,
-            enforced=enforced,
-            not_enforced=not_enforced,
-            probe_s=time.monotonic() - start,
-        )
+        reason = f"{failure} {OPT_OUT_HINT}"
+    else:
+        reason = f"{version}: no network (lo only, host loopback unreachable), no capabilities, read-only system"
     return SandboxStatus(
-        available=True,
-        reason=f"{version}: no network (lo only, host loopback unreachable), no capabilities, read-only system",
+        available=not failure,
+        reason=reason,
         cgroup=layout.version,
         bwrap=bwrap,
         bwrap_version=version,
