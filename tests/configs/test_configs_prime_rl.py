@@ -9,12 +9,11 @@ packages prime_rl.configs.rl imports (verifiers, renderers). The environments ar
 from __future__ import annotations
 
 import json
-import os
 import sys
-from pathlib import Path
 
 import pytest
-from ladder_arms import ARMS, REPO, rl_args
+from ladder_arms import ARMS, rl_args
+from prime_rl_support import prime_rl_on_path
 
 from crf_prime.hints import HINT_KEY
 
@@ -23,20 +22,11 @@ pytestmark = pytest.mark.prime_rl
 
 @pytest.fixture(scope="module")
 def load_rl_config():
-    src = Path(os.environ["CRF_PRIME_RL_SRC"])
-    paths = [str(src / "src"), str(src / "packages" / "prime-rl-configs" / "src")]
-    for env_dir in sorted((REPO / "environments").iterdir()):
-        if (env_dir / "pyproject.toml").is_file():
-            paths.append(str(env_dir / "src") if (env_dir / "src").is_dir() else str(env_dir))
-    sys.path[:0] = paths
-    try:
+    with prime_rl_on_path(environments=True):
         from prime_rl.configs.rl import RLConfig
         from pydantic_config import cli
 
         yield lambda arm: cli(RLConfig, args=rl_args(arm))
-    finally:
-        for p in paths:
-            sys.path.remove(p)
 
 
 def train_sources(cfg) -> list[tuple[str, str, str]]:

@@ -11,29 +11,20 @@ import sys
 
 import pytest
 import torch
+from prime_rl_support import prime_rl_on_path, prime_rl_paths
 
 from loss_fns import composer, distill, policy, types
 
 pytestmark = pytest.mark.prime_rl
 
 
-def _prime_paths() -> list[str]:
-    src = os.environ.get("CRF_PRIME_RL_SRC", "")
-    return [os.path.join(src, "src"), os.path.join(src, "packages", "prime-rl-configs", "src")]
-
-
 @pytest.fixture(scope="module")
 def prime():
-    added = [p for p in _prime_paths() if p not in sys.path]
-    sys.path[:0] = added
-    try:
+    with prime_rl_on_path():
         from prime_rl.configs.trainer import CustomLossConfig
         from prime_rl.trainer.rl import loss as prime_loss
 
         yield CustomLossConfig, prime_loss
-    finally:
-        for p in added:
-            sys.path.remove(p)
 
 
 # Two packed sequences (lengths 3 and 4), ratios chosen for hand-computable clipping.
@@ -162,7 +153,7 @@ def test_prime_classes_used_when_importable_first() -> None:
         "import loss_fns.types as t; from prime_rl.trainer.rl import loss as p; "
         "assert t.HAS_PRIME_RL and t.LossInputs is p.LossInputs and t.LossOutputs is p.LossOutputs; print('ok')"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*_prime_paths(), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*prime_rl_paths(), os.environ.get("PYTHONPATH", "")]))
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"

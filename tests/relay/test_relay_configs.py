@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from prime_rl_support import prime_rl_on_path
 
 from crf_prime.relay import cli as relay_cli
 
@@ -45,13 +44,7 @@ def test_overlays_parse_and_point_admin_calls_at_the_gate() -> None:
 
 @pytest.fixture(scope="module")
 def rl_config():
-    src = Path(os.environ["CRF_PRIME_RL_SRC"])
-    paths = [str(src / "src"), str(src / "packages" / "prime-rl-configs" / "src")]
-    for env_dir in sorted((REPO / "environments").iterdir()):
-        if (env_dir / "pyproject.toml").is_file():
-            paths.append(str(env_dir / "src") if (env_dir / "src").is_dir() else str(env_dir))
-    sys.path[:0] = paths
-    try:
+    with prime_rl_on_path(environments=True):
         from prime_rl.configs.rl import RLConfig
         from pydantic_config import cli
 
@@ -62,9 +55,6 @@ def rl_config():
             return cli(RLConfig, args=args)
 
         yield load
-    finally:
-        for p in paths:
-            sys.path.remove(p)
 
 
 @pytest.mark.prime_rl
