@@ -4,10 +4,7 @@ vf-eval CLIs (the model played by crf_prime.loopback replaying a scripted agent)
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,14 +12,13 @@ import pytest
 import verifiers.v1 as vf
 from featdel_support import INFLECTION, generated
 from verifiers.v1.runtimes import provision_runtime
+from vf_cli_support import only_episode, tool_messages, vf_eval, vf_validate
 
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.models import FeatdelTask
 from crf_prime.loopback import LoopbackOpenAI, Reply
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
-
-VF_BIN = Path(sys.executable).parent
 
 
 def _taskset(task_dir: Path):
@@ -113,28 +109,8 @@ async def test_infrastructure_failure_raises(task_dir: Path, runtime: vf.Runtime
 
 
 def test_vf_validate_cli(task_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "outputs"
-    proc = subprocess.run(
-        [
-            str(VF_BIN / "vf-validate"),
-            "feature-deletion",
-            "--runtime.type",
-            "subprocess",
-            "--taskset.tasks",
-            str(task_dir),
-            "--no-rich",
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (summary_path,) = out.glob("*/summary.json")
-    summary = json.loads(summary_path.read_text())
+    summary, rows = vf_validate("feature-deletion", tmp_path / "outputs", "--taskset.tasks", str(task_dir), timeout=400)
     assert summary["total"] == 2 and summary["outcomes"]["valid"] == 2
-    rows = [json.loads(line) for line in (summary_path.parent / "results.jsonl").read_text().splitlines()]
     assert all(r["gold"]["valid"] is True and r["noop"]["reward"] == 0.0 for r in rows)
 
 
@@ -164,17 +140,9 @@ def _vf_eval(task_dir: Path, tmp_path: Path, replies: list[Reply]) -> dict:
     script = list(replies)
     with LoopbackOpenAI(lambda body: script.pop(0)) as server:
         out = tmp_path / "outputs"
-        cmd = [str(VF_BIN / "vf-eval"), "feature-deletion", "-n", "1", "-m", "scripted"]
-        cmd += ["--client.base-url", server.base_url, "--client.api-key-var", "CRF_LOOPBACK_KEY"]
-        cmd += ["--env.agent.runtime.type", "subprocess", "--env.taskset.tasks", str(task_dir)]
-        cmd += ["--no-push", "--no-rich", "-o", str(out)]
-        env = {**os.environ, "CRF_LOOPBACK_KEY": "test"}
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+        traces = vf_eval("feature-deletion", server.base_url, out, "--env.taskset.tasks", str(task_dir), timeout=400)
         requests = list(server.requests)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (traces,) = out.glob("*/traces.jsonl")
-    (line,) = traces.read_text().splitlines()
-    (trace,) = json.loads(line)["traces"]
+    (trace,) = only_episode(traces)["traces"]
     assert trace["ok"], trace["errors"]
     assert trace["agent"]["config"]["harness"]["id"] == "feature-deletion"  # the taskset's bundled SandboxHarness
     assert [t["function"]["name"] for t in requests[0]["tools"]] == ["bash", "view", "edit", "submit"]
@@ -190,7 +158,7 @@ def test_vf_eval_scripted_agent_writing_gold_scores_one(task_dir: Path, tmp_path
         Reply(content="done", tool_calls=[_call("submit", summary="re-implemented")]),
     ]
     trace = _vf_eval(task_dir, tmp_path, replies)
-    tools = [n["message"]["content"] for n in trace["nodes"] if n["message"]["role"] == "tool"]
+    tools = tool_messages(trace)
     edits = tools[: len(replies) - 2]
     assert len(edits) == len(row.targets) and all(
         t.endswith(f"edited {r.path}") for t, r in zip(edits, row.targets, strict=True)

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from vf_cli_support import vf_eval
 
 from crf_prime.cli import main
 from crf_prime.loopback import LoopbackOpenAI, Reply
@@ -18,7 +17,6 @@ from crf_prime.loopback import LoopbackOpenAI, Reply
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
 FIXTURE = Path(__file__).parents[1] / "sandbox" / "harness_fixture"
-VF_EVAL = Path(sys.executable).with_name("vf-eval")
 FAILING = "python3 -c 'raise ValueError(\"bad input\")'"
 
 
@@ -37,18 +35,8 @@ def test_hints_from_a_vf_eval_trace(tmp_path: Path, capsys):
         Reply(content="done", tool_calls=[call("submit", '{"summary": "gave up"}')]),
     ]
     with LoopbackOpenAI(lambda body: replies.pop(0)) as server:
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(FIXTURE), os.environ.get("PYTHONPATH", "")]),
-            "CRF_LOOPBACK_KEY": "test",
-        }
-        out = tmp_path / "outputs"
-        cmd = [str(VF_EVAL), "crf-tiny-box", "-n", "1", "-m", "scripted", "--client.base-url", server.base_url]
-        cmd += ["--client.api-key-var", "CRF_LOOPBACK_KEY", "--env.agent.runtime.type", "subprocess"]
-        cmd += ["--no-push", "--no-rich", "-o", str(out)]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (traces,) = out.glob("*/traces.jsonl")
+        env = {"PYTHONPATH": os.pathsep.join([str(FIXTURE), os.environ.get("PYTHONPATH", "")])}
+        traces = vf_eval("crf-tiny-box", server.base_url, tmp_path / "outputs", env=env, timeout=240)
 
     rows_path = tmp_path / "hints.jsonl"
     assert main(["hints", str(traces), "--out", str(rows_path)]) == 0

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from vf_cli_support import only_episode, tool_messages, vf_eval
 
 from crf_prime.loopback import LoopbackOpenAI, Reply
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
 FIXTURE = Path(__file__).parent / "harness_fixture"
-VF_EVAL = Path(sys.executable).with_name("vf-eval")
 
 
 def _call(name: str, **args: object) -> dict:
@@ -47,42 +45,13 @@ def _vf_eval(tmp_path: Path, *extra: str, env_extra: dict[str, str] | None = Non
         port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
         replies += _agent_script(port)  # the agent attacks the model server's own host port
         env = {
-            **os.environ,
             "PYTHONPATH": os.pathsep.join([str(FIXTURE), os.environ.get("PYTHONPATH", "")]),
-            "CRF_LOOPBACK_KEY": "test",
             "HOME": os.environ.get("HOME", "/root"),
             **(env_extra or {}),
         }
-        out = tmp_path / "outputs"
-        cmd = [
-            str(VF_EVAL),
-            "crf-tiny-box",
-            "-n",
-            "1",
-            "-m",
-            "scripted",
-            "--client.base-url",
-            server.base_url,
-            "--client.api-key-var",
-            "CRF_LOOPBACK_KEY",
-            "--env.agent.runtime.type",
-            "subprocess",
-            "--no-push",
-            "--no-rich",
-            "-o",
-            str(out),
-            *extra,
-        ]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        traces = vf_eval("crf-tiny-box", server.base_url, tmp_path / "outputs", *extra, env=env, timeout=240)
         requests = list(server.requests)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (traces,) = out.glob("*/traces.jsonl")
-    (line,) = traces.read_text().splitlines()
-    return json.loads(line), requests
-
-
-def _tool_messages(trace: dict) -> list[str]:
-    return [n["message"]["content"] for n in trace["nodes"] if n["message"]["role"] == "tool"]
+    return only_episode(traces), requests
 
 
 def _check_episode(episode: dict, requests: list[dict], harness_id: str) -> None:
@@ -94,7 +63,7 @@ def _check_episode(episode: dict, requests: list[dict], harness_id: str) -> None
     assert len(requests) == 5
     assert all(r["stream"] is True and r["stream_options"] == {"include_usage": True} for r in requests)
     assert [t["function"]["name"] for t in requests[0]["tools"]] == ["bash", "view", "edit", "submit"]
-    tools = _tool_messages(trace)
+    tools = tool_messages(trace)
     shadow, socket_attempt, edit, protected_write, view = tools
     assert shadow == "[stderr]\ncat: /etc/shadow: Permission denied\n[exit code: 1]"
     assert "ConnectionRefusedError: [Errno 111] Connection refused" in socket_attempt

@@ -15,6 +15,7 @@ import pytest
 import verifiers.v1 as vf
 from swebench_lite import SweData, SweTask, SweTaskConfig, SweTaskset, SweTasksetConfig
 from verifiers.v1.runtimes import provision_runtime
+from vf_cli_support import vf_validate
 
 from crf_prime.swe.dataset import DatasetNotFoundError
 from crf_prime.swe.fixture import FAIL_TO_PASS, INSTANCE_ID, PASS_TO_PASS, build_mini_swebench
@@ -211,32 +212,11 @@ async def test_infrastructure_failures_raise(mini: Path, runtime: vf.Runtime) ->
 
 @pytest.mark.slow
 def test_vf_validate_cli_on_the_fixture(mini: Path, tmp_path: Path) -> None:
-    vf_validate = Path(sys.executable).parent / "vf-validate"
-    out = tmp_path / "outputs"
-    proc = subprocess.run(
-        [
-            str(vf_validate),
-            "swebench-lite",
-            "--runtime.type",
-            "subprocess",
-            "--taskset.dataset",
-            str(mini / "instances.jsonl"),
-            "--taskset.repos-dir",
-            str(mini / "repos"),
-            "--no-rich",
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (summary_path,) = out.glob("*/summary.json")
-    summary = json.loads(summary_path.read_text())
+    dataset = ["--taskset.dataset", str(mini / "instances.jsonl"), "--taskset.repos-dir", str(mini / "repos")]
+    summary, rows = vf_validate("swebench-lite", tmp_path / "outputs", *dataset, timeout=300)
     assert summary["outcomes"]["valid"] == 1 and summary["total"] == 1
     assert summary["checks"]["gold"]["valid"] == 1 and summary["checks"]["noop"]["valid"] == 1
-    (row,) = [json.loads(line) for line in (summary_path.parent / "results.jsonl").read_text().splitlines()]
+    (row,) = rows
     assert row["gold"]["valid"] is True
     assert row["noop"]["reward"] == 0.0 and row["noop"]["rewards"] == {"resolved": 0.0}
     assert PASS_TO_PASS  # the fixture's P2P tests exist and were part of both checks

@@ -5,19 +5,15 @@ scripted agent, and the reward runs the hidden tests sandboxed and grades them w
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from vf_cli_support import only_episode, tool_messages, vf_eval
 
 from crf_prime.loopback import LoopbackOpenAI, Reply
 from crf_prime.swe.fixture import build_mini_swebench
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
-
-VF_EVAL = Path(sys.executable).with_name("vf-eval")
 
 
 def _call(name: str, **args: object) -> dict:
@@ -48,41 +44,16 @@ def _vf_eval(tmp_path: Path, script: list[Reply]) -> tuple[dict, list[dict]]:
     build_mini_swebench(mini)
     replies = list(script)
     with LoopbackOpenAI(lambda body: replies.pop(0)) as server:
-        out = tmp_path / "outputs"
-        cmd = [
-            str(VF_EVAL),
-            "swebench-lite",
-            "-n",
-            "1",
-            "-m",
-            "scripted",
-            "--client.base-url",
-            server.base_url,
-            "--client.api-key-var",
-            "CRF_LOOPBACK_KEY",
-            "--env.agent.runtime.type",
-            "subprocess",
+        dataset = [
             "--env.taskset.dataset",
             str(mini / "instances.jsonl"),
             "--env.taskset.repos-dir",
             str(mini / "repos"),
-            "--no-push",
-            "--no-rich",
-            "-o",
-            str(out),
         ]
-        env = {**os.environ, "CRF_LOOPBACK_KEY": "test"}
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        traces = vf_eval("swebench-lite", server.base_url, tmp_path / "outputs", *dataset, timeout=300)
         requests = list(server.requests)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (traces,) = out.glob("*/traces.jsonl")
-    (line,) = traces.read_text().splitlines()
-    (trace,) = json.loads(line)["traces"]
+    (trace,) = only_episode(traces)["traces"]
     return trace, requests
-
-
-def _tool_messages(trace: dict) -> list[str]:
-    return [n["message"]["content"] for n in trace["nodes"] if n["message"]["role"] == "tool"]
 
 
 def test_vf_eval_agent_fix_is_resolved(tmp_path: Path) -> None:
@@ -92,7 +63,7 @@ def test_vf_eval_agent_fix_is_resolved(tmp_path: Path) -> None:
     assert len(requests) == 4
     first_user = next(m for m in requests[0]["messages"] if m["role"] == "user")
     assert "median() is wrong for lists with an even number of elements" in first_user["content"]
-    view, edit, pytest_run = _tool_messages(trace)
+    view, edit, pytest_run = tool_messages(trace)
     assert "return s[len(s) // 2]" in view
     assert "edited ministats/stats.py" in edit
     assert "3 passed" in pytest_run  # the agent sees the base tests only: the test patch is withheld

@@ -4,9 +4,6 @@ verifiers' own Trace objects, the real ``vf-validate`` CLI and a real ``vf-eval`
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +13,10 @@ from trace_replay import ReplayHarness, TraceReplayConfig, TraceReplayTaskset
 from verifiers.v1.runtimes import provision_runtime
 from verifiers.v1.runtimes.subprocess import SubprocessConfig
 from verifiers.v1.utils.loaders import default_harness_id, taskset_class
+from vf_cli_support import only_episode, vf_eval, vf_validate
 
 from crf_prime.loopback import LoopbackOpenAI, Reply
 from crf_prime.traces.models import Action
-
-BIN = Path(sys.executable).parent
 
 
 @pytest.fixture
@@ -108,16 +104,10 @@ def test_load_needs_a_vote_source(tmp_path: Path, inputs) -> None:
 @pytest.mark.slow
 def test_vf_validate_cli(inputs, tmp_path: Path) -> None:
     states_path, journal_path, _ = inputs
-    out = tmp_path / "outputs"
-    cmd = [str(BIN / "vf-validate"), "trace-replay", "--runtime.type", "subprocess", "--taskset.states", str(states_path),
-           "--taskset.journal", str(journal_path), "--no-rich", "-o", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (summary_path,) = out.glob("*/summary.json")
-    summary = json.loads(summary_path.read_text())
+    votes = ["--taskset.states", str(states_path), "--taskset.journal", str(journal_path)]
+    summary, rows = vf_validate("trace-replay", tmp_path / "outputs", *votes, timeout=300)
     assert summary["total"] == 3 and summary["outcomes"]["valid"] == 3
     assert summary["checks"]["gold"]["valid"] == 3 and summary["checks"]["noop"]["valid"] == 3
-    rows = [json.loads(line) for line in (summary_path.parent / "results.jsonl").read_text().splitlines()]
     assert [r["noop"]["rewards"] for r in rows] == [{"agreement": 0.0}] * 3
 
 
@@ -129,22 +119,14 @@ def test_vf_eval_rollout_with_replay_harness(inputs, tmp_path: Path) -> None:
         tool_calls=[{"name": "Read", "arguments": json.dumps({"file_path": "/home/dev/proj/tests/test_parse.py"})}],
     )
     with LoopbackOpenAI([reply]) as server:
-        out = tmp_path / "outputs"
-        cmd = [str(BIN / "vf-eval"), "trace-replay", "-n", "1", "-m", "scripted", "--client.base-url", server.base_url,
-               "--client.api-key-var", "CRF_LOOPBACK_KEY", "--env.agent.runtime.type", "subprocess", "--no-push", "--no-rich",
-               "-o", str(out), "--env.taskset.states", str(states_path), "--env.taskset.journal", str(journal_path)]  # fmt: skip
-        proc = subprocess.run(
-            cmd, env={**os.environ, "CRF_LOOPBACK_KEY": "test"}, capture_output=True, text=True, timeout=300
-        )
+        votes = ["--env.taskset.states", str(states_path), "--env.taskset.journal", str(journal_path)]
+        traces = vf_eval("trace-replay", server.base_url, tmp_path / "outputs", *votes, timeout=300)
         requests = list(server.requests)
-    assert proc.returncode == 0, proc.stderr[-4000:]
     (request,) = requests
     assert request["tools"] == [dict(t) for t in states[0].tools]  # the recorded agent's tools, offered as-is
     assert [m["role"] for m in request["messages"]] == ["system", "user"]
     assert request["messages"][1]["content"] == states[0].messages[1]["content"]
-    (traces,) = out.glob("*/traces.jsonl")
-    (episode,) = [json.loads(line) for line in traces.read_text().splitlines()]
-    (trace,) = episode["traces"]
+    (trace,) = only_episode(traces)["traces"]
     assert trace["ok"], trace["errors"]
     assert trace["agent"]["config"]["harness"]["id"] == "trace-replay"
     assert trace["rewards"]["agreement"]["score"] == pytest.approx(2 / 3)

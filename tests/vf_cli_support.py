@@ -1,0 +1,54 @@
+"""The real verifiers 0.4.0 CLIs in end-to-end tests: ``vf-eval`` (one rollout, the model played by LoopbackOpenAI)
+and ``vf-validate`` (a taskset's gold / no-op checks), each on a subprocess runtime; a non-zero exit fails the test
+with the CLI's stderr, and what the CLI wrote under ``-o`` is read back.
+
+Importable from every test directory: pytest puts ``tests/`` (the rootdir conftest's directory) on sys.path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+VF_BIN = Path(sys.executable).parent
+"""Where the venv's ``vf-eval`` / ``vf-validate`` entry points are."""
+
+
+def vf_eval(
+    env_id: str, base_url: str, out: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float
+) -> Path:
+    """``vf-eval ENV_ID -n 1 -m scripted`` against the OpenAI server at ``base_url`` (key in ``CRF_LOOPBACK_KEY``),
+    extra ``args`` after the common ones, ``env`` over os.environ; returns the one ``traces.jsonl`` under ``out``."""
+    cmd = [str(VF_BIN / "vf-eval"), env_id, "-n", "1", "-m", "scripted", "--client.base-url", base_url]
+    cmd += ["--client.api-key-var", "CRF_LOOPBACK_KEY", "--env.agent.runtime.type", "subprocess"]
+    cmd += ["--no-push", "--no-rich", "-o", str(out), *args]
+    full_env = {**os.environ, "CRF_LOOPBACK_KEY": "test", **(env or {})}
+    proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (traces,) = out.glob("*/traces.jsonl")
+    return traces
+
+
+def only_episode(traces: Path) -> dict:
+    """The single episode record of a ``-n 1`` run's traces.jsonl."""
+    (line,) = traces.read_text().splitlines()
+    return json.loads(line)
+
+
+def tool_messages(trace: dict) -> list[str]:
+    """Contents of the tool-result messages of a trace record, in order."""
+    return [n["message"]["content"] for n in trace["nodes"] if n["message"]["role"] == "tool"]
+
+
+def vf_validate(env_id: str, out: Path, *args: str, timeout: float) -> tuple[dict, list[dict]]:
+    """``vf-validate ENV_ID`` with extra ``args``; returns its summary.json and the rows of its results.jsonl."""
+    cmd = [str(VF_BIN / "vf-validate"), env_id, "--runtime.type", "subprocess", *args, "--no-rich", "-o", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (summary_path,) = out.glob("*/summary.json")
+    rows = [json.loads(line) for line in (summary_path.parent / "results.jsonl").read_text().splitlines()]
+    return json.loads(summary_path.read_text()), rows
