@@ -25,7 +25,7 @@ from typing import Any
 
 from crf_prime.traces.chat import content_text, make_state, tool_message
 from crf_prime.traces.models import Action, ToolCall, TraceState
-from crf_prime.traces.records import IngestReport
+from crf_prime.traces.records import IngestReport, iter_jsonl_offsets
 
 _CONVERSATIONAL = {"user", "assistant", "system"}
 _COMPACT = object()  # marker: context reset at a compact boundary
@@ -143,39 +143,28 @@ def ingest_claude_code(
     main_records = 0
     session = ""
     parsed_any = False
-    offset = 0
-    with path.open("rb") as f:
-        for line_no, raw in enumerate(f, start=1):
-            start, offset = offset, offset + len(raw)
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                report.malformed_line(path, line_no, f"{type(e).__name__}: {e}")
-                continue
-            parsed_any = True
-            report.records += 1
-            if not isinstance(rec, dict):
-                report.skip("unknown_record")
-                continue
-            kind = rec.get("type")
-            if kind not in _CONVERSATIONAL or not rec.get("uuid"):
-                report.skip("snapshot" if kind == "file-history-snapshot" else "non_conversational")
-                continue
-            if rec.get("isSidechain"):
-                report.skip("sidechain")
-                continue
-            parent = rec.get("parentUuid")
-            if kind == "system" and rec.get("subtype") == "compact_boundary":
-                parent = rec.get("logicalParentUuid")  # splice: states before /compact keep their full context
-            index[str(rec["uuid"])] = (parent, start, line_no)
-            if rec.get("isMeta") or rec.get("isVisibleInTranscriptOnly"):
-                report.skip("meta")
-            elif kind in ("user", "assistant"):
-                leaf = str(rec["uuid"])
-                main_records += 1
-                session = str(rec.get("sessionId") or session)
+    for line_no, start, rec in iter_jsonl_offsets(path, report):
+        parsed_any = True
+        if not isinstance(rec, dict):
+            report.skip("unknown_record")
+            continue
+        kind = rec.get("type")
+        if kind not in _CONVERSATIONAL or not rec.get("uuid"):
+            report.skip("snapshot" if kind == "file-history-snapshot" else "non_conversational")
+            continue
+        if rec.get("isSidechain"):
+            report.skip("sidechain")
+            continue
+        parent = rec.get("parentUuid")
+        if kind == "system" and rec.get("subtype") == "compact_boundary":
+            parent = rec.get("logicalParentUuid")  # splice: states before /compact keep their full context
+        index[str(rec["uuid"])] = (parent, start, line_no)
+        if rec.get("isMeta") or rec.get("isVisibleInTranscriptOnly"):
+            report.skip("meta")
+        elif kind in ("user", "assistant"):
+            leaf = str(rec["uuid"])
+            main_records += 1
+            session = str(rec.get("sessionId") or session)
     if not parsed_any or leaf is None:
         return
     # main branch: walk parents from the last main-chain record

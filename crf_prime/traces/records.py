@@ -69,10 +69,13 @@ def _first_char(path: Path) -> str:
     return ""
 
 
-def iter_jsonl(path: Path, report: IngestReport) -> Iterator[tuple[int, Any]]:
-    """(1-based line, parsed value) of each non-blank JSONL line; bad lines are counted in ``report``."""
+def iter_jsonl_offsets(path: Path, report: IngestReport) -> Iterator[tuple[int, int, Any]]:
+    """(1-based line, byte offset of the line, parsed value) of each non-blank JSONL line; bad lines are counted in
+    ``report``. The offset lets a second pass ``seek`` back to chosen records instead of holding them all."""
+    offset = 0
     with path.open("rb") as f:
         for line_no, raw in enumerate(f, start=1):
+            start, offset = offset, offset + len(raw)
             if not raw.strip():
                 continue
             try:
@@ -81,7 +84,13 @@ def iter_jsonl(path: Path, report: IngestReport) -> Iterator[tuple[int, Any]]:
                 report.malformed_line(path, line_no, f"{type(e).__name__}: {e}")
                 continue
             report.records += 1
-            yield line_no, value
+            yield line_no, start, value
+
+
+def iter_jsonl(path: Path, report: IngestReport) -> Iterator[tuple[int, Any]]:
+    """(1-based line, parsed value) of each non-blank JSONL line; bad lines are counted in ``report``."""
+    for line_no, _, value in iter_jsonl_offsets(path, report):
+        yield line_no, value
 
 
 def iter_json_array(path: Path, report: IngestReport) -> Iterator[tuple[int, Any]]:
