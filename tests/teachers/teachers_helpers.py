@@ -51,6 +51,18 @@ def write_states(path: Path, states: list[TraceState]) -> Path:
     return path
 
 
+def write_teachers_toml(path: Path, base_url: str, names: tuple[str, ...], max_concurrency: int | None = None) -> Path:
+    """A teachers TOML for the CLI: teacher ``n`` asks ``model-n`` at ``base_url`` with the key in ``CRF_TEST_KEY``."""
+    cap = f"max_concurrency = {max_concurrency}\n" if max_concurrency is not None else ""
+    path.write_text(
+        "".join(
+            f'[[teachers]]\nname = "{n}"\nmodel = "model-{n}"\nbase_url = "{base_url}"\napi_key_var = "CRF_TEST_KEY"\n{cap}'
+            for n in names
+        )
+    )
+    return path
+
+
 def state_of(body: dict) -> str:
     for m in body.get("messages", []):
         found = re.search(r"state (s\d+)", str(m.get("content") or ""))

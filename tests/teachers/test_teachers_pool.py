@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from teachers_helpers import Router, answer, make_state, pool_config, teacher, write_states
+from teachers_helpers import Router, answer, make_state, pool_config, teacher, write_states, write_teachers_toml
 
 from crf_prime.cli import main
 from crf_prime.loopback import LoopbackOpenAI, Reply
@@ -135,14 +135,7 @@ def test_cli_replay_writes_journal_and_report(tmp_path, capsys):
     router = Router(lambda model, sid, n: answer(cost=0.002, delay_s=0.01))
     states = write_states(tmp_path / "states.jsonl", [make_state(i, trace=f"t{i // 5}") for i in range(10)])
     with LoopbackOpenAI(router) as server:
-        toml = tmp_path / "teachers.toml"
-        toml.write_text(
-            "".join(
-                f'[[teachers]]\nname = "{n}"\nmodel = "model-{n}"\nbase_url = "{server.base_url}"\n'
-                f'api_key_var = "CRF_TEST_KEY"\nmax_concurrency = 4\n'
-                for n in ("a", "b", "c")
-            )
-        )
+        toml = write_teachers_toml(tmp_path / "teachers.toml", server.base_url, ("a", "b", "c"), max_concurrency=4)
         import os
 
         os.environ["CRF_TEST_KEY"] = "sk-test"

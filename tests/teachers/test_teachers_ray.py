@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from teachers_helpers import Router, answer, make_state, pool_config, teacher, write_states
+from teachers_helpers import Router, answer, make_state, pool_config, teacher, write_states, write_teachers_toml
 
 from crf_prime.loopback import LoopbackOpenAI, Reply
 from crf_prime.teachers.backends import RayBackend
@@ -142,14 +142,7 @@ def test_cli_replay_on_the_ray_backend(ray_cluster, tmp_path, monkeypatch):
     router = Router(lambda model, sid, n: answer(cost=0.001))
     states = write_states(tmp_path / "states.jsonl", [make_state(i) for i in range(6)])
     with LoopbackOpenAI(router) as server:
-        toml = tmp_path / "teachers.toml"
-        toml.write_text(
-            "".join(
-                f'[[teachers]]\nname = "{n}"\nmodel = "model-{n}"\nbase_url = "{server.base_url}"\n'
-                f'api_key_var = "CRF_TEST_KEY"\n'
-                for n in ("a", "b")
-            )
-        )
+        toml = write_teachers_toml(tmp_path / "teachers.toml", server.base_url, ("a", "b"))
         monkeypatch.setenv("CRF_TEST_KEY", "sk-test")
         argv = ["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out"), "--backend", "ray"]
         assert main([*argv, "--no-progress"]) == 0

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from teachers_helpers import Router, answer, make_state, write_states
+from teachers_helpers import Router, answer, make_state, write_states, write_teachers_toml
 
 from crf_prime.cli import main
 from crf_prime.loopback import LoopbackOpenAI
@@ -25,14 +25,7 @@ def test_sigkill_mid_run_then_resume_sends_no_duplicate(tmp_path):
     out = tmp_path / "out"
     journal = out / "journal.jsonl"
     with LoopbackOpenAI(router) as server:
-        toml = tmp_path / "teachers.toml"
-        toml.write_text(
-            "".join(
-                f'[[teachers]]\nname = "{n}"\nmodel = "model-{n}"\nbase_url = "{server.base_url}"\n'
-                f'api_key_var = "CRF_TEST_KEY"\nmax_concurrency = 3\n'
-                for n in ("a", "b", "c")
-            )
-        )
+        toml = write_teachers_toml(tmp_path / "teachers.toml", server.base_url, ("a", "b", "c"), max_concurrency=3)
         argv = ["replay", str(states), "--teachers", str(toml), "--out", str(out), "--no-progress"]
         env = {**os.environ, "CRF_TEST_KEY": "sk-test"}
         proc = subprocess.Popen([sys.executable, "-m", "crf_prime.cli", *argv], env=env, stdout=subprocess.DEVNULL)
