@@ -14,7 +14,7 @@ def require(module: str, extra: str) -> ModuleType:
     """Import ``module`` or raise :class:`MissingExtraError` telling the user which crf-prime extra provides it."""
     try:
         return importlib.import_module(module)
-    except ImportError as e:  # pragma: no cover - message path tested in tests/test_extras.py
+    except ImportError as e:  # message path: tests/test_extras.py
         raise MissingExtraError(
             f"{module!r} is not installed; it comes with the crf-prime extra {extra!r}: "
             f"pip install 'crf-prime[{extra}]'"

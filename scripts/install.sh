@@ -4,10 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# bubblewrap: the sandbox; wget: shardcast (the relay's transport) fetches shards with it
+# bubblewrap: the sandbox; wget: shardcast (the relay's transport) fetches shards with it;
+# git and patch: SWE-bench grading and the Feature Deletion gold patches
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v wget >/dev/null 2>&1 || missing+=(wget)
+command -v git >/dev/null 2>&1 || missing+=(git)
+command -v patch >/dev/null 2>&1 || missing+=(patch)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null
