@@ -5,8 +5,8 @@ detectors, templates and the optional LLM-written hint are crf-prime's implement
 """
 
 from crf_prime.hints.attach import HINT_KEY, SITES_KEY, analyse, attach_hint, build_hint
-from crf_prime.hints.llm import LLMHintWriter, attach_hint_async
-from crf_prime.hints.models import ErrorKind, ErrorSite, FailingTest
+from crf_prime.hints.llm import LLMHintWriter, attach_hint_async, hint_writer
+from crf_prime.hints.models import ErrorKind, ErrorSite, FailingTest, HintWriterConfig
 
 __all__ = [
     "HINT_KEY",
@@ -14,9 +14,11 @@ __all__ = [
     "ErrorKind",
     "ErrorSite",
     "FailingTest",
+    "HintWriterConfig",
     "LLMHintWriter",
     "analyse",
     "attach_hint",
     "attach_hint_async",
     "build_hint",
+    "hint_writer",
 ]

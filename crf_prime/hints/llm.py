@@ -1,27 +1,37 @@
-"""Optional LLM-written hints: a teacher model turns the detected error sites into one short piece of advice.
+"""Optional LLM-written hints: a teacher of the pool turns the detected error sites into one short piece of advice.
 
-The writer talks to any OpenAI-compatible endpoint described by a teacher entry of ``configs/teachers.toml``
-(``crf_prime.teachers.TeacherConfig``: model, base_url, api_key_var, timeout_s, max_attempts, sampling), so the
-same pool that replays traces can write hints. Only episodes with at least one error site are sent; a clean episode
-keeps the empty hint without a call. When the call fails the templated hint is kept and the failure is recorded in
-``trace.info["hint_error"]`` (``trace.info["hint_source"]`` says which hint was stored): a hint is training
-context, not a score, so a flaky writer must not fail the rollout, but it must not hide either.
+The request goes through the teacher pool of ``crf_prime.teachers`` (one ``[[teachers]]`` entry of
+``configs/teachers.toml``): a one-teacher :class:`~crf_prime.teachers.TeacherPool` over the pool's
+:class:`~crf_prime.teachers.TeacherClient` (its retries, timeout and concurrency cap) and
+:class:`~crf_prime.teachers.Ledger` (spend caps, append-only journal, de-duplication of concurrent identical asks).
+The hint prompt is a :class:`~crf_prime.traces.models.TraceState` whose id hashes the prompt, so a re-run of the same
+episode with the same teacher is answered from the journal and not paid twice.
+
+Only episodes with at least one error site are sent; a clean episode keeps the empty hint without a call. When the
+call fails or a spend cap is reached the templated hint is kept and the reason is recorded in
+``trace.info["hint_error"]`` (``trace.info["hint_source"]`` says which hint was stored): a hint is training context,
+not a score, so a flaky writer must not fail the rollout, but it must not hide either. Configuration problems (a
+missing teachers file, an unknown teacher name, an unset API key variable) do raise, when the writer is built.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crf_prime.hints.attach import HINT_KEY, SITES_KEY, build_hint, sites_record
 from crf_prime.hints.detect import condense, episode_messages
-from crf_prime.hints.models import FailingTest
+from crf_prime.hints.models import FailingTest, HintWriterConfig
 from crf_prime.hints.templates import MAX_CHARS
 
 if TYPE_CHECKING:
-    from crf_prime.teachers import TeacherConfig
+    from crf_prime.teachers import BudgetConfig, Ledger, TeacherConfig, TeacherPool
 
 log = logging.getLogger(__name__)
 
@@ -30,33 +40,89 @@ SYSTEM_PROMPT = (
     "three short imperative sentences telling the agent what to do differently. Name concrete tools, files, tests "
     "or commands. Do not solve the task, do not mention graders or hidden tests, no preamble."
 )
+DEFAULT_MAX_TOKENS = 512
+"""Token cap of a hint (the teacher's ``sampling.max_tokens`` when lower)."""
+
+
+@dataclass(frozen=True)
+class HintReply:
+    """What the writer got for one episode: the text, or why there is none."""
+
+    text: str | None
+    error: str = ""
+    """``Type: message`` of the failure; ``BudgetExhausted: ...`` when a spend cap refused the call."""
+    cached: bool = False
+    """True when the answer came from the journal (nothing was paid in this call)."""
+    cost_usd: float = 0.0
+    """Cost of the call sent now (0 when cached or refused)."""
+
+
+def hint_state_id(messages: Sequence[dict[str, str]]) -> str:
+    """Journal key of a hint prompt: same prompt (episode tail + error sites) -> same id -> answered once."""
+    digest = hashlib.sha256(json.dumps(list(messages), sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return f"hint:{digest[:32]}"
+
+
+def _episode_id(trace: Any) -> str:
+    value = trace.get("id") if isinstance(trace, dict) else getattr(trace, "id", "")
+    return str(value or "")
 
 
 class LLMHintWriter:
-    """Writes a hint with one chat completion against a teacher endpoint."""
+    """Writes a hint with one call through a one-teacher pool (client + budget ledger + journal).
 
-    def __init__(self, teacher: TeacherConfig, *, api_key: str | None = None, transcript_chars: int = 4000) -> None:
-        import openai
+    The pool and the ledger are built on first use inside the running event loop (their clients, semaphores and
+    futures belong to it) and rebuilt if a later call runs in another loop; the journal on disk carries over.
+    """
 
-        self.teacher = teacher
-        self.transcript_chars = transcript_chars
-        self._client = openai.AsyncOpenAI(
-            base_url=teacher.base_url,
-            api_key=api_key if api_key is not None else teacher.api_key(),
-            timeout=teacher.timeout_s,
-            max_retries=teacher.max_attempts - 1,
+    def __init__(
+        self,
+        teacher: TeacherConfig,
+        *,
+        journal: str | Path,
+        budget: BudgetConfig | None = None,
+        api_key: str | None = None,
+        transcript_chars: int = 4000,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+    ) -> None:
+        from crf_prime.teachers import BudgetConfig
+
+        s = teacher.sampling
+        self.teacher = teacher.model_copy(
+            update={"sampling": s.model_copy(update={"max_tokens": min(s.max_tokens, max_tokens)})}
         )
+        self.journal = Path(journal)
+        self.budget = budget if budget is not None else BudgetConfig()
+        self.transcript_chars = transcript_chars
+        self._api_key = api_key if api_key is not None else teacher.api_key()  # an unset key variable fails here
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool: TeacherPool | None = None
+        self._ledger: Ledger | None = None
 
     @classmethod
-    def from_teachers_toml(cls, path: str | Path, name: str, **kwargs: Any) -> LLMHintWriter:
-        """The writer for teacher ``name`` of a ``teachers.toml`` (crf_prime.teachers, imported lazily)."""
-        from crf_prime.teachers import ConfigError, load_pool_config
+    def from_config(cls, config: HintWriterConfig, **kwargs: Any) -> LLMHintWriter:
+        """The writer a taskset's ``hint_writer`` table describes (teacher, journal, caps from the teachers file)."""
+        from crf_prime.teachers import BudgetConfig, ConfigError, load_pool_config
 
-        pool = load_pool_config(path)
-        for teacher in pool.teachers:
-            if teacher.name == name:
-                return cls(teacher, **kwargs)
-        raise ConfigError(f"{path}: no [[teachers]] entry named {name!r} (have {[t.name for t in pool.teachers]})")
+        pool = load_pool_config(config.teachers)
+        teacher = next((t for t in pool.teachers if t.name == config.name), None)
+        if teacher is None:
+            raise ConfigError(
+                f"{config.teachers}: no [[teachers]] entry named {config.name!r} (hint_writer.name; have "
+                f"{[t.name for t in pool.teachers]})"
+            )
+        budget = BudgetConfig(
+            job_usd=pool.budget.job_usd if config.budget_usd is None else config.budget_usd,
+            per_trace_usd=pool.budget.per_trace_usd if config.per_episode_usd is None else config.per_episode_usd,
+        )
+        return cls(
+            teacher,
+            journal=config.journal,
+            budget=budget,
+            transcript_chars=config.transcript_chars,
+            max_tokens=config.max_tokens,
+            **kwargs,
+        )
 
     def prompt(self, trace: Any, evidence: str) -> list[dict[str, str]]:
         messages = episode_messages(trace)
@@ -77,22 +143,76 @@ class LLMHintWriter:
         )
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
-    async def write(self, trace: Any, evidence: str) -> str:
-        s = self.teacher.sampling
-        kwargs: dict[str, Any] = {"temperature": s.temperature, "max_tokens": min(s.max_tokens, 512)}
-        if s.top_p is not None:
-            kwargs["top_p"] = s.top_p
-        if s.extra_body:
-            kwargs["extra_body"] = dict(s.extra_body)
-        response = await self._client.chat.completions.create(
-            model=self.teacher.model, messages=self.prompt(trace, evidence), **kwargs
+    def _ensure_pool(self) -> TeacherPool:
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._loop is not loop:
+            from crf_prime.teachers import AsyncioBackend, Ledger, PoolOptions, TeacherPool
+
+            if self._ledger is not None:
+                self._ledger.close()
+            self._ledger = Ledger(self.journal, self.budget, retry_failed=True)
+            backend = AsyncioBackend([self.teacher], api_keys={self.teacher.name: self._api_key})
+            self._pool = TeacherPool(
+                [self.teacher], backend, self._ledger, PoolOptions(exclude_same_family=False, window=None)
+            )
+            self._loop = loop
+        return self._pool
+
+    async def write(self, trace: Any, evidence: str) -> HintReply:
+        """Ask the teacher (or the journal) for a hint; never raises for API, budget or journal trouble."""
+        from crf_prime.traces.models import Action, Source, TraceState
+
+        messages = self.prompt(trace, evidence)
+        episode = _episode_id(trace)
+        state = TraceState(
+            state_id=hint_state_id(messages),
+            messages=tuple(messages),
+            student_action=Action(),
+            source=Source(format="verifiers", file=str(self.journal), line=0, trace_id=episode),
         )
-        if not response.choices or not (text := (response.choices[0].message.content or "").strip()):
-            raise ValueError(f"teacher {self.teacher.name!r} returned no hint text")
-        return text
+        try:
+            pool = self._ensure_pool()
+            out = await pool.replay_state(state)
+        except Exception as e:  # journal I/O and the like: the templated hint stays, the trace says why
+            return HintReply(None, error=f"{type(e).__name__}: {e}")
+        if out.budget_skipped:
+            assert self._ledger is not None
+            b = self.budget
+            if b.job_usd is not None and self._ledger.spent >= b.job_usd:
+                why = f"hint budget reached: spent ${self._ledger.spent:.4f} of ${b.job_usd:.4f} on {self.journal}"
+            else:
+                why = f"per-episode hint budget of ${b.per_trace_usd:.4f} reached for episode {episode!r}"
+            return HintReply(None, error=f"BudgetExhausted: {why}")
+        (record,) = out.records
+        cached = not out.sent
+        if not record.ok:
+            return HintReply(None, error=record.error or record.error_type, cost_usd=record.cost_usd)
+        text = (record.action.text if record.action is not None else "").strip()
+        if not text:
+            return HintReply(
+                None, error=f"ValueError: teacher {self.teacher.name!r} returned no hint text", cost_usd=record.cost_usd
+            )
+        return HintReply(text, cached=cached, cost_usd=0.0 if cached else record.cost_usd)
 
     async def close(self) -> None:
-        await self._client.close()
+        if self._pool is not None and self._loop is asyncio.get_running_loop():
+            await self._pool.backend.close()
+        if self._ledger is not None:
+            self._ledger.close()
+        self._pool = self._ledger = self._loop = None
+
+
+_WRITERS: dict[HintWriterConfig, LLMHintWriter] = {}
+
+
+def hint_writer(config: HintWriterConfig | None) -> LLMHintWriter | None:
+    """The process-wide writer of a ``hint_writer`` config (one ledger per journal), or None when unset."""
+    if config is None:
+        return None
+    writer = _WRITERS.get(config)
+    if writer is None:
+        writer = _WRITERS[config] = LLMHintWriter.from_config(config)
+    return writer
 
 
 async def attach_hint_async(
@@ -103,18 +223,25 @@ async def attach_hint_async(
     writer: LLMHintWriter | None = None,
     max_chars: int = MAX_CHARS,
 ) -> str:
-    """``attach_hint`` with an optional LLM writer; without one it stores exactly the templated hint."""
+    """``attach_hint`` with an optional LLM writer; without one it stores exactly the templated hint.
+
+    With a writer, ``trace.info`` also gets ``hint_cached`` (served from the journal) and ``hint_cost_usd``
+    (paid now), or ``hint_error`` when the templated hint was kept.
+    """
     hint, sites = build_hint(trace, failing_tests=failing_tests, tools=tools, max_chars=max_chars)
     info = trace["info"] if isinstance(trace, dict) else trace.info
+    if isinstance(trace, dict) and info is None:
+        info = trace["info"] = {}
     source = "template"
     if writer is not None and sites:
-        try:
-            written = await writer.write(trace, hint)
-        except Exception as e:  # the templated hint stays; the failure is recorded on the trace
-            info["hint_error"] = f"{type(e).__name__}: {e}"
-            log.warning("LLM hint writer %s failed, keeping the templated hint: %s", writer.teacher.name, e)
+        reply = await writer.write(trace, hint)
+        if reply.text is None:
+            info["hint_error"] = reply.error
+            log.warning("LLM hint writer %s: keeping the templated hint: %s", writer.teacher.name, reply.error)
         else:
-            hint, source = condense_lines(written, max_chars), "llm"
+            hint, source = condense_lines(reply.text, max_chars), "llm"
+            info["hint_cached"] = reply.cached
+        info["hint_cost_usd"] = reply.cost_usd
     info[HINT_KEY] = hint
     info["hint_source"] = source
     info[SITES_KEY] = sites_record(sites)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -55,3 +56,31 @@ class ErrorSite(BaseModel):
     """Raw arguments of the offending call (for unknown tools / invalid JSON / repeated failures), truncated."""
     count: int = Field(default=1, ge=1)
     """How many times the same failure happened (repeated_failure)."""
+
+
+class HintWriterConfig(BaseModel):
+    """An LLM hint writer taken from the teacher pool (``--env.taskset.task.hint_writer``; None = templated hints).
+
+    The request goes through the pool's machinery (``crf_prime.teachers``): the teacher's client with its retries and
+    concurrency cap, the budget ledger and the append-only journal, so a re-run of the same episode with the same
+    teacher is served from the journal instead of being paid again.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    teachers: Path = Path("configs/teachers.toml")
+    """Teacher pool config (``[[teachers]]`` tables) holding the writer's endpoint, model, key variable and prices."""
+    name: str
+    """Name of the ``[[teachers]]`` entry that writes the hints."""
+    journal: Path = Path("runs/hints/journal.jsonl")
+    """Append-only JSONL journal of the hint calls (one row per (episode, teacher) call; an intent log beside it).
+    Runs sharing it share the budget and never pay twice for the same episode."""
+    budget_usd: float | None = Field(default=None, ge=0)
+    """Spend cap in USD for every run on ``journal``; None = the teachers file's ``[budget] job_usd``. Once reached,
+    episodes keep the templated hint and ``trace.info["hint_error"]`` says so."""
+    per_episode_usd: float | None = Field(default=None, ge=0)
+    """Spend cap in USD per episode (trace id); None = the teachers file's ``[budget] per_trace_usd``."""
+    max_tokens: int = Field(default=512, ge=1)
+    """Upper bound on generated tokens per hint (the teacher's own ``sampling.max_tokens`` if that is lower)."""
+    transcript_chars: int = Field(default=4000, ge=0)
+    """Characters of the end of the episode sent with the task and the error sites."""
