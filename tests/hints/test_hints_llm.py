@@ -3,12 +3,13 @@ server on loopback, configured like a teachers.toml entry."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from test_hints_attach import make_trace
 
-from crf_prime.hints import HintWriterConfig, LLMHintWriter, attach_hint_async, hint_writer
+from crf_prime.hints import FailingTest, HintWriterConfig, LLMHintWriter, attach_hint_async, hint_writer
 from crf_prime.loopback import LoopbackOpenAI, Reply
 from crf_prime.teachers import BudgetConfig, ConfigError, TeacherConfig, read_journal
 
@@ -83,6 +84,23 @@ async def test_exhausted_budget_keeps_templated_hint_and_records_why(tmp_path: P
     assert refused.info["hint_cost_usd"] == 0.0
 
 
+async def test_per_episode_budget_refuses_a_second_paid_hint_for_the_same_episode(tmp_path: Path):
+    with LoopbackOpenAI([Reply(content="Read the assertion.", cost=0.02)]) as server:
+        writer = LLMHintWriter(
+            teacher(server.base_url), journal=tmp_path / "hints.jsonl", budget=BudgetConfig(per_trace_usd=0.01)
+        )
+        trace = failing_trace()
+        await attach_hint_async(trace, writer=writer)
+        # the same episode scored again with a failing test: a new prompt, but the episode's budget is spent
+        hint = await attach_hint_async(trace, writer=writer, failing_tests=[FailingTest(name="t::a", message="no")])
+        await writer.close()
+    assert len(server.requests) == 1
+    assert trace.info["hint_source"] == "template" and hint == "- Test `t::a` failed with: no\n" + TEMPLATED
+    assert trace.info["hint_error"] == (
+        f"BudgetExhausted: per-episode hint budget of $0.0100 reached for episode {trace.id!r}"
+    )
+
+
 async def test_clean_episode_makes_no_call(tmp_path: Path):
     with LoopbackOpenAI([]) as server:
         writer = LLMHintWriter(teacher(server.base_url), journal=tmp_path / "hints.jsonl")
@@ -121,7 +139,7 @@ def test_writer_from_config_takes_teacher_and_caps_from_the_teachers_file(tmp_pa
     assert (writer.teacher.model, writer.budget) == ("m", BudgetConfig(job_usd=3.0, per_trace_usd=0.1))
     assert hint_writer(cfg) is hint_writer(HintWriterConfig(**cfg.model_dump()))  # one ledger per config
     assert hint_writer(None) is None
-    with pytest.raises(ConfigError, match="no \\[\\[teachers\\]\\] entry named 'other' \\(hint_writer.name"):
+    with pytest.raises(ConfigError, match=re.escape("no [[teachers]] entry named 'other' (hint_writer.name")):
         LLMHintWriter.from_config(HintWriterConfig(teachers=path, name="other"))
 
 
