@@ -23,6 +23,7 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from crf_prime.featdel.models import FeatdelTask, GradeResult
+from crf_prime.hints import HintWriterConfig
 
 if TYPE_CHECKING:
     from verifiers.v1.runtimes import Runtime
@@ -57,6 +58,10 @@ class FeatureDeletionTaskConfig(vf.TaskConfig):
     runtime, runtime otherwise."""
     runtime_python: str = "python3"
     """Interpreter (with pytest and the project's dependencies) used when grading inside the runtime."""
+    hint_writer: HintWriterConfig | None = None
+    """Have a teacher of the pool (``configs/teachers.toml``) phrase the channel-2 hint, budget-capped and journaled
+    (``[...env.taskset.task.hint_writer]``); None = the templated hint only. A failed or refused call keeps the
+    templated hint and records why in ``trace.info["hint_error"]``."""
 
 
 def _default_tasks() -> Path | None:
@@ -221,7 +226,7 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
         cached = trace.info.get(GRADE_KEY)
         if cached is not None:
             return cached
-        from crf_prime.hints import FailingTest, attach_hint
+        from crf_prime.hints import FailingTest, attach_hint_async, hint_writer
 
         result = await self._grade(runtime)
         failing = [FailingTest(name=f.name, message=f.message) for f in result.failed]
@@ -229,7 +234,7 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
             failing.insert(0, FailingTest(name="grader", message=f"reward hack detected: {result.hack}"))
         graded = json.loads(result.model_dump_json())
         trace.info[GRADE_KEY] = graded
-        attach_hint(trace, failing_tests=failing)
+        await attach_hint_async(trace, failing_tests=failing, writer=hint_writer(self.config.hint_writer))
         return graded
 
     @vf.metric
