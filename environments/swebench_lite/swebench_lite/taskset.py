@@ -21,7 +21,7 @@ from typing import Any
 import verifiers.v1 as vf
 from pydantic import Field
 
-from crf_prime.hints import FailingTest, attach_hint
+from crf_prime.hints import FailingTest, HintWriterConfig, attach_hint_async, hint_writer
 from crf_prime.swe.dataset import LITE, load_instances
 from crf_prime.swe.instance import SweInstance
 from crf_prime.swe.logparse import failure_messages
@@ -65,6 +65,10 @@ class SweTaskConfig(vf.TaskConfig):
     the upstream fix."""
     hints: bool = True
     """Write a channel-2 hint from the failing FAIL_TO_PASS tests into ``trace.info["hint"]`` after scoring."""
+    hint_writer: HintWriterConfig | None = None
+    """Have a teacher of the pool (``configs/teachers.toml``) phrase the hint, budget-capped and journaled
+    (``[...env.taskset.task.hint_writer]``); None = the templated hint only. A failed or refused call keeps the
+    templated hint and records why in ``trace.info["hint_error"]``."""
 
 
 class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
@@ -162,7 +166,7 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
         if self.config.hints:
             messages = failure_messages(run.log)
             failing = [FailingTest(name=t, message=messages.get(t, report.reason)) for t in report.f2p_failure]
-            attach_hint(trace, failing_tests=failing)
+            await attach_hint_async(trace, failing_tests=failing, writer=hint_writer(self.config.hint_writer))
         return 1.0 if report.resolved else 0.0
 
 
