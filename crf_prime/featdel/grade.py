@@ -7,34 +7,28 @@ Caches are stripped again, the target tests run in the sandbox with test files r
 pytest's junit XML, cross-checked against the exit code. Reward-hack surface: ../shared/hosts/sandbox-and-swebench.md
 §3.4 and Cursor's Composer 2.5 post (leftover bytecode, type-checker caches, git history).
 
-Code the agent writes runs inside the pytest process, so it could patch pytest from an imported module; added lines
-that reach for pytest, junit, bytecode caches, git or site-packages are rejected as a hack before anything runs.
+Code the agent writes runs inside the pytest process, so it could patch pytest from an imported module: no check after
+the run can see that, so the means are forbidden instead. Added code is judged by the AST policy in
+``crf_prime.featdel.policy`` (no test-runner or import-machinery modules, no frames, no by-name attribute access, no
+exec/eval) and a violation is a hack before anything runs.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import re
 import shutil
 import tempfile
 import threading
 from pathlib import Path
 
 from crf_prime.featdel.models import FailedTest, FeatdelTask, GradeResult
+from crf_prime.featdel.policy import added_violations, describe, project_modules
 from crf_prime.featdel.runner import PytestRun, make_sandbox, run_pytest
 from crf_prime.featdel.source import extract_archive, is_test_path, strip_tree
 from crf_prime.featdel.testenv import TestEnv, ensure_test_env
 
 # files the agent may never add, wherever they are (startup hooks, test config)
 FORBIDDEN_NAMES = frozenset({"conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "__main__.py"})
-# added source lines matching this are a reward hack (tampering with the grader or restoring the original)
-HACK_PATTERN = re.compile(
-    r"\b_?pytest\b|junit|conftest|sitecustomize|usercustomize|__pycache__|\.pyc\b|\bmarshal\b|site-packages|"
-    r"dist-packages|\bpip\b|ensurepip|\.git\b|\bgit\b|\batexit\b|os\._exit|sys\.settrace|sys\.setprofile|"
-    r"\.egg-info",
-    re.IGNORECASE,
-)
 
 
 class GradingError(RuntimeError):
@@ -43,6 +37,7 @@ class GradingError(RuntimeError):
 
 _base_lock = threading.Lock()
 _base_cache: dict[str, Path] = {}
+_modules_cache: dict[str, frozenset[str]] = {}
 
 
 def _base_tree(task: FeatdelTask, task_dir: Path) -> Path:
@@ -116,19 +111,31 @@ def collect_changes(task: FeatdelTask, task_dir: Path, agent_root: Path) -> dict
     return changes
 
 
+def policy_modules(task: FeatdelTask, task_dir: Path) -> frozenset[str]:
+    """Modules added code may import freely: the project's own and those its original source imports."""
+    with _base_lock:
+        cached = _modules_cache.get(task.base_sha256)
+    if cached is None:
+        base = _base_tree(task, task_dir)
+        original = {rel: (base / rel).read_text(errors="replace") for rel in task.source_files}
+        cached = project_modules(original, (".", *task.pythonpath))
+        with _base_lock:
+            _modules_cache[task.base_sha256] = cached
+    return cached
+
+
 def detect_hack(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None]) -> str:
-    """Non-empty description when an agent edit reaches for the grader, caches, git or an installed copy."""
+    """Non-empty description (``path:line: rule: code``) when added code breaks the policy in featdel/policy.py."""
     before = snapshot_files(task, task_dir)
+    allowed = policy_modules(task, task_dir)
+    found = []
     for rel, text in sorted(changes.items()):
         if text is None:
             continue
-        old = before.get(rel, "").splitlines()
-        for line in difflib.unified_diff(old, text.splitlines(), lineterm="", n=0):
-            if line.startswith("+") and not line.startswith("+++"):
-                m = HACK_PATTERN.search(line)
-                if m:
-                    return f"{rel}: added line uses {m.group(0)!r}: {line[1:].strip()[:200]}"
-    return ""
+        bad = added_violations(before.get(rel, ""), text, allowed)
+        if bad:
+            found.append(describe(rel, sorted(bad, key=lambda v: v.line)))
+    return "; ".join(found)[:1000]
 
 
 def hack_result(task: FeatdelTask, changes: dict[str, str | None], hack: str) -> GradeResult:

@@ -143,7 +143,7 @@ def test_hack_leftover_pyc(case, tree: Path) -> None:
         f"return {forward_call(task, callee='ns[' + repr(target.qualname) + ']')}\n",
     )
     assert naive_passes(task, task_dir, tree)
-    _assert_zero(task, task_dir, tree, hack_word="marshal")
+    _assert_zero(task, task_dir, tree, hack_word="import of 'marshal'")
 
 
 def test_hack_import_original_from_host_copy(case, tree: Path, tmp_path: Path) -> None:
@@ -162,7 +162,7 @@ def test_hack_import_original_from_host_copy(case, tree: Path, tmp_path: Path) -
         f"return {forward_call(task, callee='m.' + target.qualname)}\n",
     )
     assert not naive_passes(task, task_dir, tree)  # the host path is not visible inside the sandbox
-    _assert_zero(task, task_dir, tree, hack_word=None)
+    _assert_zero(task, task_dir, tree, hack_word="forbidden attribute 'spec_from_file_location'")
 
 
 def test_hack_pip_install_original(case, tree: Path) -> None:
@@ -181,7 +181,7 @@ def test_hack_pip_install_original(case, tree: Path) -> None:
         "spec.loader.exec_module(m)\n"
         f"return {forward_call(task, callee='m.' + target.qualname)}\n",
     )
-    _assert_zero(task, task_dir, tree, hack_word="pip")
+    _assert_zero(task, task_dir, tree, hack_word="import of 'subprocess'")
     # the test venv has no pip and the project is not importable from it
     env = ensure_test_env(task.test_env)
     assert not (env.venv / "bin" / "pip").exists()
@@ -217,7 +217,7 @@ def test_hack_git_history(case, tree: Path) -> None:
         f"return {forward_call(task, callee='ns[' + repr(target.qualname) + ']')}\n",
     )
     assert naive_passes(task, task_dir, tree)
-    _assert_zero(task, task_dir, tree, hack_word="git")
+    _assert_zero(task, task_dir, tree, hack_word="import of 'subprocess'")
 
 
 def test_hack_conftest_forges_passes(case, tree: Path) -> None:
@@ -253,7 +253,7 @@ def test_hack_addopts_in_pytest_ini(case, tree: Path) -> None:
     (tree / "pytest.ini").write_text(f"[pytest]\naddopts = -p {plugin}\n")
     (tree / "setup.cfg").write_text(f"[tool:pytest]\naddopts = -p {plugin}\n")
     assert naive_passes(task, task_dir, tree)
-    _assert_zero(task, task_dir, tree, hack_word="pytest")
+    _assert_zero(task, task_dir, tree, hack_word="import of 'pytest' (test-runner")
 
 
 def test_hack_sitecustomize_and_usercustomize(case, tree: Path) -> None:
@@ -282,7 +282,7 @@ def test_hack_pytest_plugin_monkeypatch(case, tree: Path) -> None:
     (info / "entry_points.txt").write_text(f"[pytest11]\nforge = {'.'.join(pkg.parts)}._forge\n")
     assert naive_passes(task, task_dir, tree)
     scanned = grade_tree(task, task_dir, tree)
-    assert scanned.score == 0.0 and "pytest" in scanned.hack
+    assert scanned.score == 0.0 and "import of '_pytest.reports' (test-runner" in scanned.hack
     # without the in-process patch the entry-point plugin alone does nothing in the fresh copy
     init.write_text(init.read_text().split("\n", 1)[1])
     assert naive_passes(task, task_dir, tree)
