@@ -65,3 +65,29 @@ def test_hint_writer_defaults_to_none_and_rejects_unknown_keys(taskset_id: str):
     typo = '[orchestrator.train.source.env.taskset.task.hint_writer]\nname = "deepseek"\nbudget = 5.0\n'
     with pytest.raises(ValidationError, match=r"hint_writer\.budget\n  Extra inputs are not permitted"):
         vf.SingleAgentEnvConfig.model_validate(source_env(taskset_id, typo))
+
+
+@pytest.mark.prime_rl
+def test_a2_with_hint_writer_validates_as_prime_rl_rl_config(tmp_path: Path):
+    """Opt-in (CRF_PRIME_RL_SRC): arm A2 with the documented table on its opsd source, composed as `uv run rl @ ...`
+    composes it, validates as prime-rl's real RLConfig."""
+    from prime_rl_support import prime_rl_on_path
+
+    ladder = REPO / "configs" / "ladder"
+    (_, snippet), *_ = doc_snippets()
+    # the table header after the last [[orchestrator.train.source]] belongs to that source (featdel-hints)
+    overlay = tmp_path / "a2_hints_llm.toml"
+    overlay.write_text((ladder / "a2_hints.toml").read_text() + "\n" + snippet)
+    with prime_rl_on_path(environments=True):
+        from prime_rl.configs.rl import RLConfig
+        from pydantic_config import cli
+
+        args = ["@", str(ladder / "a0_rlvr.toml"), "@", str(ladder / "a1_dr_grpo.toml"), "@", str(overlay)]
+        cfg = cli(RLConfig, args=args)
+    plain, hinted = cfg.orchestrator.train.source
+    assert (plain.resolved_name, plain.env.taskset.task.hint_writer) == ("featdel", None)
+    assert hinted.resolved_name == "featdel-hints" and hinted.algo.type == "opsd"
+    assert (
+        hinted.env.taskset.task.hint_writer.model_dump()
+        == HintWriterConfig(name="deepseek", budget_usd=5.0).model_dump()
+    )
