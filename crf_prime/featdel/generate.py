@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crf_prime.extras import require
 from crf_prime.featdel.deletion import (
     FunctionInfo,
     apply_unified_diff,
@@ -37,7 +38,7 @@ from crf_prime.featdel.deletion import (
     iter_functions,
     unified_diff,
 )
-from crf_prime.featdel.grade import grade_changes, materialise
+from crf_prime.featdel.grade import detect_hack, grade_changes, materialise
 from crf_prime.featdel.models import FeatdelTask, GenerateSummary, Rejection, SourceInfo, Target
 from crf_prime.featdel.runner import PytestRun, make_sandbox, run_pytest
 from crf_prime.featdel.source import (
@@ -160,7 +161,7 @@ def run_baseline(project: Project, env: TestEnv, sandbox, cfg: GenerateConfig, w
 
 
 def _read_coverage(run_dir: Path, project: Project) -> dict[str, dict[int, set[str]]]:
-    import coverage
+    coverage = require("coverage", "featdel")
 
     data = coverage.CoverageData(basename=str(run_dir / "out" / "coverage.db"))
     data.read()
@@ -371,9 +372,12 @@ def build_task(
 
 
 def validate_task(task: FeatdelTask, task_dir: Path, *, sandbox, env: TestEnv) -> Rejection | None:
-    """Gold passes every target test, the snapshot fails at least one, the full suite still collects."""
+    """Gold obeys the code policy and passes every target test, the snapshot fails at least one, the suite collects."""
     broken = dict(task.broken_files)
     gold = apply_unified_diff(broken, task.gold_patch)
+    violation = detect_hack(task, task_dir, dict(gold))
+    if violation:  # the agent could not write the original without being scored as a hack: the task is unsolvable
+        return Rejection(candidate=task.task_id, reason="gold-violates-policy", detail=violation[:500])
     try:
         good = grade_changes(task, task_dir, dict(gold), sandbox=sandbox, env=env)
     except Exception as e:

@@ -134,6 +134,7 @@ RejectReason = Literal[
     "original-fails",
     "deleted-passes",
     "collection-breaks",
+    "gold-violates-policy",
     "grader-mismatch",
     "error",
 ]

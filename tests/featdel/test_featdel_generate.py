@@ -181,6 +181,22 @@ def test_coverage_is_not_proof(tmp_path: Path) -> None:
     assert summary.rejected == {"deleted-passes": 1}
 
 
+def test_gold_violating_the_code_policy_is_rejected(tmp_path: Path) -> None:
+    """slugify's original body uses eval: an agent writing it back would be scored as a hack, so no task."""
+    src = _project(tmp_path / "minilib", GOOD_TESTS)
+    init = src / "minilib" / "__init__.py"
+    line = "    words = [w for w in text.lower().split() if w]\n"
+    init.write_text(
+        init.read_text().replace(line, '    words = eval("[w for w in t.lower().split() if w]", {"t": text})\n')
+    )
+    tasks, summary = generate(GenerateConfig(source=str(src), out=tmp_path / "out", max_tasks=10))
+    assert "minilib-local__minilib.slugify" not in {t.task_id for t in tasks}
+    [rej] = [r for r in summary.rejections if r.reason == "gold-violates-policy"]
+    assert rej.candidate == "minilib-local__minilib.slugify"
+    assert rej.detail.startswith("minilib/__init__.py:") and "forbidden name 'eval'" in rej.detail
+    assert summary.rejected == {"gold-violates-policy": 1}
+
+
 def test_suite_failing_as_shipped_is_a_clear_error(tmp_path: Path) -> None:
     src = _project(tmp_path / "minilib", GOOD_TESTS + "\n\ndef test_broken():\n    assert slugify('A') == 'b'\n")
     with pytest.raises(
