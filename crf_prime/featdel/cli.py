@@ -67,6 +67,7 @@ def _generate(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    from crf_prime.extras import MissingExtraError
     from crf_prime.featdel.generate import GenerateConfig, generate
     from crf_prime.featdel.source import SourceError
 
@@ -102,7 +103,7 @@ def _generate(args: argparse.Namespace) -> int:
 
         try:
             tasks, summary = generate(cfg, on_progress)
-        except SourceError as e:
+        except (SourceError, MissingExtraError) as e:
             console.print("[red]error:[/red]", escape(str(e)), soft_wrap=True)
             return 1
     table = Table(title=f"Feature Deletion: {summary.source.name} {summary.source.version}")

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from crf_prime.extras import require
 from crf_prime.featdel.models import TestEnvSpec
 from crf_prime.featdel.source import SourceError, cache_root
 
@@ -43,7 +44,12 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def default_spec(runtime_requirements: tuple[str, ...]) -> TestEnvSpec:
-    """pytest and coverage pinned to the versions of this interpreter, plus the project's runtime deps."""
+    """pytest and coverage pinned to the versions of this interpreter, plus the project's runtime deps.
+
+    Both come with the ``featdel`` extra; without them this raises MissingExtraError naming it.
+    """
+    for module in ("pytest", "coverage"):
+        require(module, "featdel")
     pins = [f"pytest=={importlib.metadata.version('pytest')}", f"coverage=={importlib.metadata.version('coverage')}"]
     return TestEnvSpec(
         python=f"{sys.version_info.major}.{sys.version_info.minor}",
