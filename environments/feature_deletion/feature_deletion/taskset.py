@@ -277,8 +277,7 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
 
     def _task_dir(self) -> Path:
         if self.config.tasks is not None:
-            path = Path(self.config.tasks).expanduser().resolve()
-            return path.parent if path.is_file() else path
+            return resolve_task_dir(self.config.tasks)
         from crf_prime.featdel.generate import GenerateConfig, generate
         from crf_prime.featdel.source import cache_root
 
@@ -295,6 +294,25 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
                 )
             )
         return out
+
+
+def resolve_task_dir(given: Path | str) -> Path:
+    """``taskset.tasks`` is a task directory or its ``tasks.jsonl``; anything else raises naming the field and path."""
+    path = Path(given).expanduser().resolve()
+    if path.is_dir() and (path / "tasks.jsonl").is_file():
+        return path
+    if path.is_file() and path.name == "tasks.jsonl":
+        return path.parent
+    if path.is_file():
+        why = "is a file other than tasks.jsonl (task rows name the base archive next to their tasks.jsonl)"
+    elif path.is_dir():
+        why = "is a directory without tasks.jsonl"
+    else:
+        why = "does not exist"
+    raise ValueError(
+        f"taskset.tasks: {str(given)!r} {why}; give a task directory written by 'crf-prime featdel generate' "
+        "or the tasks.jsonl inside it"
+    )
 
 
 def _local_workdir(runtime: Runtime) -> Path | None:
