@@ -84,6 +84,8 @@ class LLMHintWriter:
         api_key: str | None = None,
         transcript_chars: int = 4000,
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        live: str | None = None,
+        ray_address: str | None = "auto",
     ) -> None:
         from crf_prime.teachers import BudgetConfig
 
@@ -94,6 +96,8 @@ class LLMHintWriter:
         self.journal = Path(journal)
         self.budget = budget if budget is not None else BudgetConfig()
         self.transcript_chars = transcript_chars
+        self.live = live
+        self.ray_address = ray_address
         self._api_key = api_key if api_key is not None else teacher.api_key()  # an unset key variable fails here
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: TeacherPool | None = None
@@ -121,6 +125,8 @@ class LLMHintWriter:
             budget=budget,
             transcript_chars=config.transcript_chars,
             max_tokens=config.max_tokens,
+            live=config.live,
+            ray_address=config.ray_address,
             **kwargs,
         )
 
@@ -143,20 +149,41 @@ class LLMHintWriter:
         )
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
-    def _ensure_pool(self) -> TeacherPool:
+    async def _ensure_pool(self) -> TeacherPool:
         loop = asyncio.get_running_loop()
         if self._pool is None or self._loop is not loop:
-            from crf_prime.teachers import AsyncioBackend, Ledger, PoolOptions, TeacherPool
-
             if self._ledger is not None:
                 self._ledger.close()
-            self._ledger = Ledger(self.journal, self.budget, retry_failed=True)
-            backend = AsyncioBackend([self.teacher], api_keys={self.teacher.name: self._api_key})
-            self._pool = TeacherPool(
-                [self.teacher], backend, self._ledger, PoolOptions(exclude_same_family=False, window=None)
-            )
+                self._ledger = None
+            self._pool = await (self._live_pool() if self.live else asyncio.to_thread(self._local_pool))
             self._loop = loop
         return self._pool
+
+    def _local_pool(self) -> TeacherPool:
+        from crf_prime.teachers import AsyncioBackend, Ledger, PoolOptions, TeacherPool
+
+        self._ledger = Ledger(self.journal, self.budget, retry_failed=True)  # reads the journal: off the event loop
+        backend = AsyncioBackend([self.teacher], api_keys={self.teacher.name: self._api_key})
+        return TeacherPool([self.teacher], backend, self._ledger, PoolOptions(exclude_same_family=False))
+
+    async def _live_pool(self) -> TeacherPool:
+        """Join (or, first, serve) the named detached pool: one ledger actor shared by every process on the cluster."""
+        from crf_prime.extras import require
+        from crf_prime.teachers import PoolConfig, PoolOptions
+        from crf_prime.teachers import live as live_mode
+
+        ray = require("ray", "ray")
+        assert self.live is not None
+
+        def join() -> TeacherPool:
+            if not ray.is_initialized():
+                ray.init(address=self.ray_address, namespace=live_mode.DEFAULT_NAMESPACE, log_to_driver=False)
+            config = PoolConfig(
+                teachers=(self.teacher,), budget=self.budget, pool=PoolOptions(exclude_same_family=False)
+            )
+            return live_mode.serve(config, self.journal, name=self.live, api_keys={self.teacher.name: self._api_key})
+
+        return await asyncio.to_thread(join)
 
     async def write(self, trace: Any, evidence: str) -> HintReply:
         """Ask the teacher (or the journal) for a hint; never raises for API, budget or journal trouble."""
@@ -171,15 +198,15 @@ class LLMHintWriter:
             source=Source(format="verifiers", file=str(self.journal), line=0, trace_id=episode),
         )
         try:
-            pool = self._ensure_pool()
+            pool = await self._ensure_pool()
             out = await pool.replay_state(state)
+            spent = float((await pool.ledger.snapshot())["spent"]) if out.budget_skipped else 0.0
         except Exception as e:  # journal I/O and the like: the templated hint stays, the trace says why
             return HintReply(None, error=f"{type(e).__name__}: {e}")
         if out.budget_skipped:
-            assert self._ledger is not None
             b = self.budget
-            if b.job_usd is not None and self._ledger.spent >= b.job_usd:
-                why = f"hint budget reached: spent ${self._ledger.spent:.4f} of ${b.job_usd:.4f} on {self.journal}"
+            if b.job_usd is not None and spent >= b.job_usd:
+                why = f"hint budget reached: spent ${spent:.4f} of ${b.job_usd:.4f} on {self.journal}"
             else:
                 why = f"per-episode hint budget of ${b.per_trace_usd:.4f} reached for episode {episode!r}"
             return HintReply(None, error=f"BudgetExhausted: {why}")
@@ -195,8 +222,8 @@ class LLMHintWriter:
         return HintReply(text, cached=cached, cost_usd=0.0 if cached else record.cost_usd)
 
     async def close(self) -> None:
-        if self._pool is not None and self._loop is asyncio.get_running_loop():
-            await self._pool.backend.close()
+        if self._pool is not None and self._loop is asyncio.get_running_loop() and not self.live:
+            await self._pool.backend.close()  # a live pool's actors outlive this process (live.shutdown ends them)
         if self._ledger is not None:
             self._ledger.close()
         self._pool = self._ledger = self._loop = None

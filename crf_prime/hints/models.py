@@ -80,6 +80,14 @@ class HintWriterConfig(BaseModel):
     episodes keep the templated hint and ``trace.info["hint_error"]`` says so."""
     per_episode_usd: float | None = Field(default=None, ge=0)
     """Spend cap in USD per episode (trace id); None = the teachers file's ``[budget] per_trace_usd``."""
+    live: str | None = None
+    """Name of a live (detached Ray) teacher pool to run the hint calls through, for env servers with several worker
+    processes: every process joins the same ledger actor, so the caps and the journal hold across processes (the
+    first process serves it with this table's teacher, journal and caps; ``crf_prime.teachers.live``). None = an
+    in-process pool per worker process (caps and de-duplication then hold per process)."""
+    ray_address: str | None = "auto"
+    """Ray cluster the live pool lives on when this process is not connected yet (``ray.init(address=...)``; None
+    starts a local one). Only with ``live``."""
     max_tokens: int = Field(default=512, ge=1)
     """Upper bound on generated tokens per hint (the teacher's own ``sampling.max_tokens`` if that is lower)."""
     transcript_chars: int = Field(default=4000, ge=0)
