@@ -59,7 +59,9 @@ DENIED_ATTRS = frozenset(
         "import_module", "reload", "exec_module", "load_module", "spec_from_file_location", "spec_from_loader",
         "module_from_spec", "find_spec", "find_loader", "SourceFileLoader", "SourcelessFileLoader", "exec",
         "eval", "breakpoint", "get_type_hints", "get_annotations", "ForwardRef", "_evaluate", "resolve_name",
-        "locate", "get_field", "get_objects", "get_referrers", "get_referents",
+        "locate", "get_field", "get_objects", "get_referrers", "get_referents", "getmodule", "EntryPoint",
+        "EntryPoints", "entry_points", "dictConfig", "fileConfig", "singledispatch", "singledispatchmethod",
+        "_eval_type", "_create_fn", "resolve_dotted_attribute",
         # by-name attribute access
         "getmembers", "getmembers_static", "getattr_static",
         # process exit and exec
@@ -75,7 +77,7 @@ _NEVER_DUNDERS = frozenset(
         "__dict__", "__globals__", "__code__", "__closure__", "__builtins__", "__base__", "__bases__", "__mro__",
         "__subclasses__", "__traceback__", "__loader__", "__spec__", "__getattribute__", "__getattr__",
         "__reduce__", "__reduce_ex__", "__subclasshook__", "__init_subclass__", "__annotations__", "__annotate__",
-        "__import__", "__defaults__", "__kwdefaults__", "__path__",
+        "__import__", "__defaults__", "__kwdefaults__", "__path__", "__self__",
         "__file__", "__cached__", "__package__", "__objclass__", "__class_getitem__", "__type_params__",
     }
 )  # fmt: skip
@@ -85,7 +87,7 @@ ALLOWED_DUNDERS = (
        "__aiter__", "__anext__", "__await__", "__next__", "__call__", "__get__", "__set__", "__delete__",
        "__set_name__", "__slots__", "__all__", "__version__", "__debug__", "__match_args__", "__fspath__",
        "__index__", "__length_hint__", "__missing__", "__copy__", "__deepcopy__", "__instancecheck__",
-       "__subclasscheck__", "__signature__", "__dataclass_fields__", "__self__", "__func__", "__wrapped__"}
+       "__subclasscheck__", "__signature__", "__dataclass_fields__", "__func__", "__wrapped__"}
 ) - _NEVER_DUNDERS  # fmt: skip
 # bare names with these dunders are fine (module metadata); any other dunder name is judged like an attribute
 ALLOWED_DUNDER_NAMES = frozenset(
@@ -108,7 +110,8 @@ DENIED_BARE = frozenset(
         "_getframe", "currentframe", "getouterframes", "getinnerframes", "walk_stack", "walk_tb", "settrace",
         "setprofile", "import_module", "spec_from_file_location", "module_from_spec", "get_type_hints",
         "get_annotations", "ForwardRef", "resolve_name", "get_objects", "get_referrers", "get_referents",
-        "getmembers", "getmembers_static", "getattr_static", "_exit",
+        "getmembers", "getmembers_static", "getattr_static", "_exit", "getmodule", "entry_points", "EntryPoint",
+        "singledispatch", "singledispatchmethod",
     }
 )  # fmt: skip
 
@@ -134,11 +137,9 @@ def _denied_module(name: str, allowed: frozenset[str], stdlib: frozenset[str]) -
     prefixes = {".".join(parts[: i + 1]) for i in range(len(parts))}
     if top in RUNNER_MODULES or top.startswith("pytest_"):
         return "test-runner or packaging module"
-    if top in allowed or name in allowed:
-        return ""
-    if prefixes & DENIED_MODULES:
-        return "reaches the interpreter, imports or processes"
-    if top in stdlib:
+    if prefixes & DENIED_MODULES:  # allowed only as exactly what the original imports
+        return "" if name in allowed else "reaches the interpreter, imports or processes"
+    if top in allowed or name in allowed or top in stdlib:
         return ""
     return "module neither in the standard library nor imported by the original project"
 
@@ -153,10 +154,16 @@ def _attr_name_problem(name: str) -> str:
 
 class _Checker(ast.NodeVisitor):
     def __init__(
-        self, source: str, allowed_modules: frozenset[str], stdlib: frozenset[str], docs: frozenset[int] = frozenset()
+        self,
+        source: str,
+        allowed_modules: frozenset[str],
+        stdlib: frozenset[str],
+        docs: frozenset[int] = frozenset(),
+        stdlib_aliases: frozenset[str] = frozenset(),
     ) -> None:
         self.source = source
         self.docs = docs
+        self.stdlib_aliases = stdlib_aliases  # local names bound to standard-library modules
         self.allowed = allowed_modules
         self.stdlib = stdlib
         self.out: list[Violation] = []
@@ -178,8 +185,11 @@ class _Checker(ast.NodeVisitor):
             if why:
                 self.flag(f"import of {node.module!r} ({why})", node)
                 return
+        private_ok = node.level > 0 or not node.module or node.module.split(".")[0] not in self.stdlib
         for alias in node.names:
             problem = _attr_name_problem(alias.name) or ("forbidden name" if alias.name in DENIED_NAMES else "")
+            if not problem and not private_ok and alias.name.startswith("_") and not alias.name.startswith("__"):
+                problem = "private member of a standard-library module"
             if problem:
                 self.flag(f"{problem} {alias.name!r} imported", node)
             elif node.level == 0 and node.module:
@@ -208,7 +218,15 @@ class _Checker(ast.NodeVisitor):
             self.flag(f"{problem} {node.attr!r}", node)
         elif node.attr in _BY_NAME and id(node) not in self._direct_calls:
             self.flag(f"{node.attr!r} used other than as a direct call with a literal name", node)
+        elif node.attr.startswith("_") and not node.attr.startswith("__") and self._stdlib_root(node):
+            self.flag(f"private member of a standard-library module {node.attr!r}", node)
         self.generic_visit(node)
+
+    def _stdlib_root(self, node: ast.Attribute) -> bool:
+        root: ast.expr = node.value
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        return isinstance(root, ast.Name) and root.id in self.stdlib_aliases
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
@@ -225,6 +243,8 @@ class _Checker(ast.NodeVisitor):
                 problem = _attr_name_problem(part)
                 if problem:
                     self.flag(f"{name}() of {problem} {part!r}", node)
+        if any(k.arg == "eval_str" for k in node.keywords):  # inspect.signature/get_annotations evaluate strings
+            self.flag("eval_str= evaluates annotation strings", node)
         self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
@@ -243,7 +263,7 @@ class _Checker(ast.NodeVisitor):
                     inner = ast.parse(sub.value, mode="eval")
                 except SyntaxError:
                     continue
-                nested = _Checker(sub.value, self.allowed, self.stdlib, self.docs)
+                nested = _Checker(sub.value, self.allowed, self.stdlib, self.docs, self.stdlib_aliases)
                 nested.visit(inner)
                 for v in nested.out:
                     self.out.append(Violation(f"string annotation: {v.rule}", v.code, getattr(sub, "lineno", 0)))
@@ -274,13 +294,25 @@ def _docstring_nodes(tree: ast.AST) -> frozenset[int]:
     return frozenset(out)
 
 
+def _stdlib_aliases(tree: ast.AST, stdlib: frozenset[str]) -> frozenset[str]:
+    """Names any ``import`` in the file binds to a standard-library module (``import os.path`` binds ``os``)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in stdlib:
+                    out.add(a.asname or a.name.split(".")[0])
+    return frozenset(out)
+
+
 def violations(source: str, allowed_modules: frozenset[str]) -> list[Violation] | None:
     """Every forbidden construct in ``source``; None when it does not parse (a failing solution, not a hack)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return None
-    checker = _Checker(source, allowed_modules, frozenset(sys.stdlib_module_names), _docstring_nodes(tree))
+    stdlib = frozenset(sys.stdlib_module_names)
+    checker = _Checker(source, allowed_modules, stdlib, _docstring_nodes(tree), _stdlib_aliases(tree, stdlib))
     checker.visit(tree)
     return checker.out
 

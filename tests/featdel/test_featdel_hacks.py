@@ -2,7 +2,7 @@
 
 Where a hack works against a naive grader (tests run in place, in the agent's tree, in the same sandbox), the test
 shows that too, so each defence is proven necessary; ``scan=False`` shows the re-materialising grader holds even
-without the static scan of the agent's added lines.
+without the static code policy over the agent's added code (crf_prime/featdel/policy.py).
 """
 
 from __future__ import annotations

@@ -86,6 +86,17 @@ def test_attacks_are_flagged(name: str) -> None:
         ("getattr(obj, name, 'default')\n", "getattr() with a computed attribute name"),
         ("def f(x: \"__import__('os')\"): pass\n", "string annotation: forbidden name '__import__'"),
         ("p = 'tests/conftest.py'\n", "string names grader file 'conftest'"),
+        ("c = len.__self__.compile('1', '', 'eval')\n", "forbidden dunder attribute '__self__'"),
+        ("import importlib.metadata\n", "import of 'importlib.metadata' (reaches the interpreter, imports or "
+         "processes)"),
+        ("import importlib\nep = importlib.metadata.EntryPoint('x', '_pytest.reports:TestReport', 'g')\n",
+         "forbidden attribute 'EntryPoint'"),
+        ("import collections\ncollections._count_elements({}, [])\n",
+         "private member of a standard-library module '_count_elements'"),
+        ("from collections import _count_elements\n",
+         "private member of a standard-library module '_count_elements' imported"),
+        ("import inspect\ninspect.signature(f, eval_str=True)\n", "eval_str= evaluates annotation strings"),
+        ("import functools\nr = functools.singledispatch(f)\n", "forbidden attribute 'singledispatch'"),
     ],
 )  # fmt: skip
 def test_rules(source: str, rule: str) -> None:
