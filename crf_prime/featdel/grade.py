@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 
 from crf_prime.featdel.models import FailedTest, FeatdelTask, GradeResult
-from crf_prime.featdel.policy import added_violations, describe, project_modules
+from crf_prime.featdel.policy import added_violations, describe, project_gadgets, project_modules
 from crf_prime.featdel.runner import PytestRun, make_sandbox, run_pytest
 from crf_prime.featdel.source import extract_archive, is_test_path, strip_tree
 from crf_prime.featdel.testenv import TestEnv, ensure_test_env
@@ -37,7 +37,7 @@ class GradingError(RuntimeError):
 
 _base_lock = threading.Lock()
 _base_cache: dict[str, Path] = {}
-_modules_cache: dict[str, frozenset[str]] = {}
+_policy_cache: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
 
 
 def _base_tree(task: FeatdelTask, task_dir: Path) -> Path:
@@ -111,28 +111,30 @@ def collect_changes(task: FeatdelTask, task_dir: Path, agent_root: Path) -> dict
     return changes
 
 
-def policy_modules(task: FeatdelTask, task_dir: Path) -> frozenset[str]:
-    """Modules added code may import freely: the project's own and those its original source imports."""
+def project_policy(task: FeatdelTask, task_dir: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """(modules added code may import: the project's own and those its original source imports; the original's
+    by-name gadget functions added code may not reference), computed once per base archive."""
     with _base_lock:
-        cached = _modules_cache.get(task.base_sha256)
+        cached = _policy_cache.get(task.base_sha256)
     if cached is None:
         base = _base_tree(task, task_dir)
         original = {rel: (base / rel).read_text(errors="replace") for rel in task.source_files}
-        cached = project_modules(original, (".", *task.pythonpath))
+        modules = project_modules(original, (".", *task.pythonpath))
+        cached = modules, project_gadgets(original, modules)
         with _base_lock:
-            _modules_cache[task.base_sha256] = cached
+            _policy_cache[task.base_sha256] = cached
     return cached
 
 
 def detect_hack(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None]) -> str:
     """Non-empty description (``path:line: rule: code``) when added code breaks the policy in featdel/policy.py."""
     before = snapshot_files(task, task_dir)
-    allowed = policy_modules(task, task_dir)
+    allowed, gadgets = project_policy(task, task_dir)
     found = []
     for rel, text in sorted(changes.items()):
         if text is None:
             continue
-        bad = added_violations(before.get(rel, ""), text, allowed)
+        bad = added_violations(before.get(rel, ""), text, allowed, gadgets)
         if bad:
             found.append(describe(rel, sorted(bad, key=lambda v: v.line)))
     return "; ".join(found)[:1000]
