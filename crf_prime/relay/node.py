@@ -61,6 +61,10 @@ JOURNAL = "verified"
 """File in a staging directory listing the shards already written and verified, one name per line."""
 
 
+class _Aborted(RelayError):
+    """A shard transfer stopped because another shard of the same pull failed."""
+
+
 class PullResult(BaseModel):
     """Outcome of one successful pull."""
 
@@ -312,7 +316,10 @@ class RelayNode:
                     stop.set()
                     for future in futures:
                         future.cancel()
-                results = [f.result() for f in futures if not f.cancelled()]
+                errors = [e for f in futures if not f.cancelled() and (e := f.exception()) is not None]
+                if errors:  # the cause, not a shard that was merely stopped because of it
+                    raise next((e for e in errors if not isinstance(e, _Aborted)), errors[0])
+                results = [f.result() for f in futures]
         finally:
             for conn in opened:
                 conn.close()
@@ -335,10 +342,13 @@ class RelayNode:
         problems: list[str] = []
         for attempt in range(self.attempts * len(order)):
             if stop.is_set():
-                raise RelayError(f"step {manifest.step}: pull aborted")
+                raise _Aborted(f"step {manifest.step}: pull aborted")
             server = order[attempt % len(order)]
             try:
                 digest = _fetch_range(connection(server), f"/{sources[server]}/{quote(shard.path)}", shard, files, stop)
+            except _Aborted:
+                drop(server)  # the connection is mid-body
+                raise
             except (OSError, http.client.HTTPException, RelayError) as e:
                 drop(server)
                 self._note(server, False)
@@ -515,7 +525,7 @@ def _fetch_range(
     try:
         conn.read_into_file(length, files.fds[shard.path], shard.offset, stop)
     except ConnectionAbortedError as e:
-        raise RelayError("pull aborted") from e
+        raise _Aborted("pull aborted") from e
     digest = files.digest(shard)
     if digest == shard.blake3:
         files.start_writeback(shard)

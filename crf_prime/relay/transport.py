@@ -2,7 +2,7 @@
 
 Routes (GET only):
 
-- ``/crf-relay.json[?after=<step>&wait=<seconds>]``: the index. With ``after``, the answer is held until a step newer
+- ``/crf-relay.json[?after=<step>&wait=<seconds>]``: the index file. With ``after``, the answer is held until a step newer
   than ``after`` is advertised or ``wait`` seconds pass (at most :data:`MAX_WAIT_S`), so nodes learn of a new step
   the moment it is published without polling.
 - ``/v<k>/<path>`` with ``Range: bytes=<a>-<b>``: bytes of a published file, sent with ``sendfile(2)`` (zero
@@ -48,7 +48,6 @@ class RelayHTTPServer:
         self.root = Path(root)
         self.on_request = on_request
         self._cond = threading.Condition()
-        self._index = b""
         self._newest = -1
         self._closed = False
         server_cls = _IPv6Server if ":" in host else _Server
@@ -58,19 +57,18 @@ class RelayHTTPServer:
         self._thread.start()
 
     def set_index(self, index: RelayIndex) -> None:
-        """Serve ``index`` from now on and wake every long-poll waiting for a newer step."""
+        """Note that ``index`` was written to ``<root>/crf-relay.json`` and wake every long-poll it satisfies."""
         newest = index.newest()
         with self._cond:
-            self._index = index.model_dump_json().encode()
             self._newest = newest.step if newest else -1
             self._cond.notify_all()
 
     def index_after(self, after: int | None, wait: float) -> bytes:
-        """The index, once it advertises a step newer than ``after`` or ``wait`` seconds have passed."""
+        """The index file's bytes, once it advertises a step newer than ``after`` or ``wait`` seconds have passed."""
         with self._cond:
             if after is not None:
                 self._cond.wait_for(lambda: self._newest > after or self._closed, timeout=min(wait, MAX_WAIT_S))
-            return self._index
+        return (self.root / INDEX_NAME).read_bytes()
 
     def close(self) -> None:
         with self._cond:
