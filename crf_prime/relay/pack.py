@@ -20,7 +20,7 @@ from crf_prime.extras import require
 from crf_prime.relay.layout import NCCL_READY, STABLE
 from crf_prime.relay.manifest import FileEntry, RelayError, ShardEntry
 
-blake3 = require("blake3", "relay")
+blake3 = require("blake3", "relay")  # the relay extra
 
 _MARKERS = frozenset({STABLE, NCCL_READY})
 
