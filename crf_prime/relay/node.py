@@ -458,7 +458,7 @@ class _StagedFiles:
             memoryview(view) as mv,
             mv[shard.offset :] as part,
         ):
-            return blake3.blake3(part, max_threads=blake3.blake3.AUTO).hexdigest()
+            return blake3.blake3(part).hexdigest()
 
     def start_writeback(self, shard: ShardEntry) -> None:
         """Let the kernel start writing a finished shard to disk now, so the final fsync has little left to do."""

@@ -93,6 +93,7 @@ class _IPv6Server(_Server):
 def _handler(server: RelayHTTPServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # the small head of each answer must not wait for the node's delayed ACK
 
         def log_message(self, format: str, *args: object) -> None:
             log.debug("relay http %s - %s", self.address_string(), format % args)
