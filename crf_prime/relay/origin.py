@@ -61,7 +61,13 @@ class RelayOrigin:
         self.keep = keep
         self.data_dir.mkdir(parents=True, exist_ok=True)
         index_path = self.data_dir / INDEX_NAME
-        self.index = read_index(index_path) if index_path.exists() else RelayIndex()
+        try:
+            self.index = read_index(index_path) if index_path.exists() else RelayIndex()
+        except RelayError as e:
+            raise ValueError(
+                f"{index_path} is not an index this relay version can read (an older relay or damage left it): "
+                f"remove {self.data_dir} and start again"
+            ) from e
         write_model_atomic(index_path, self.index)  # an empty index means "reachable, nothing published yet"
         self._remove_unindexed_versions()
         self._server = RelayHTTPServer(self.data_dir, host, port, on_request=on_request)

@@ -137,3 +137,13 @@ def test_servers_with_other_shard_sizes_and_bad_indices_are_kept_apart(tmp_path:
         with pytest.raises(RelayError, match=r"no relay server gave a valid index: invalid relay index from http"):
             node.pull_once()
     assert visible_steps(tmp_path / "other") == []
+
+
+def test_serve_refuses_a_data_dir_it_cannot_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / INDEX_NAME).write_text('{"format": 1, "steps": []}')  # written by the shardcast-based relay
+    argv = ["relay", "serve", "--broadcast-dir", str(tmp_path / "b"), "--data-dir", str(data), "--port", "0"]
+    assert main(argv) == 2
+    err = "".join(capsys.readouterr().err.split())  # rich wraps long lines anywhere
+    assert f"{data / INDEX_NAME}isnotanindexthisrelayversioncanread" in err and f"remove{data}andstartagain" in err
