@@ -44,7 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pull.add_argument("--attempts", type=int, default=3, help="passes over all servers per shard (default 3)")
     pull.add_argument("--timeout", type=float, default=30, help="HTTP timeout per request in seconds (default 30)")
     pull.add_argument(
-        "--poll", type=float, default=30.0, help="longest wait of one long-poll on the servers' index (seconds)"
+        "--poll",
+        type=float,
+        default=2.0,
+        help="seconds one long-poll on the servers' index waits (a publish answers at once; default 2)",
     )
     pull.add_argument("--once", action="store_true", help="pull the newest step once and exit (1 on failure)")
     pull.add_argument(

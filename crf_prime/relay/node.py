@@ -405,15 +405,16 @@ class RelayNode:
     def run(
         self,
         stop: threading.Event,
-        poll_interval: float = 30.0,
+        poll_interval: float = 2.0,
         on_result: Callable[[PullResult], None] | None = None,
         on_error: Callable[[RelayError], None] | None = None,
         on_shard: ShardHook | None = None,
     ) -> None:
         """Pull until ``stop`` is set: each step as soon as a server advertises it; failures are retried.
 
-        Between pulls the servers are long-polled for up to ``poll_interval`` seconds; after a failure the next
-        attempt comes after ``retry_wait``.
+        Between pulls the servers are long-polled (a publish answers at once) in slices of ``poll_interval``
+        seconds, which also bound how long setting ``stop`` takes to end the loop; after a failure the next attempt
+        comes after ``retry_wait``.
         """
         while not stop.is_set():
             try:

@@ -171,7 +171,7 @@ def relay(tmp_path: Path) -> Iterator[Relay]:
     gate = AdminGate(engine.url, node_dir, poll_interval=0.01)
     threads = [
         threading.Thread(target=origin.run, args=(stop,), kwargs={"poll_interval": 0.02}, daemon=True),
-        threading.Thread(target=node.run, args=(stop,), kwargs={"poll_interval": 5.0}, daemon=True),
+        threading.Thread(target=node.run, args=(stop,), kwargs={"poll_interval": 0.5}, daemon=True),
     ]
     for thread in threads:
         thread.start()
