@@ -15,6 +15,7 @@ from crf_prime.relay.layout import STABLE
 from crf_prime.relay.manifest import INDEX_NAME, RelayError, RelayIndex
 from crf_prime.relay.node import RelayNode
 from crf_prime.relay.origin import RelayOrigin
+from crf_prime.relay.transport import ServerConnection
 
 
 @pytest.mark.slow
@@ -147,3 +148,37 @@ def test_serve_refuses_a_data_dir_it_cannot_read(tmp_path: Path, capsys: pytest.
     assert main(argv) == 2
     err = "".join(capsys.readouterr().err.split())  # rich wraps long lines anywhere
     assert f"{data / INDEX_NAME}isnotanindexthisrelayversioncanread" in err and f"remove{data}andstartagain" in err
+
+
+def _get(url: str, path: str) -> tuple[int, bytes]:
+    conn = ServerConnection(url, timeout=90)
+    try:
+        status, length = conn.request(path)
+        return status, conn.read_body(length)
+    finally:
+        conn.close()
+
+
+def test_index_long_poll_answers_when_a_step_is_published(tmp_path: Path) -> None:
+    broadcasts = tmp_path / "trainer" / "broadcasts"
+    write_checkpoint(broadcasts / "step_1", total_mb=1, n_files=1, seed=1)
+    with RelayOrigin(broadcasts, tmp_path / "data", shard_size=300_000) as origin:
+        answers: list[tuple[int, bytes]] = []
+        poll = threading.Thread(target=lambda: answers.append(_get(origin.url, f"/{INDEX_NAME}?after=-1&wait=60")))
+        poll.start()
+        origin.poll_once()
+        poll.join(timeout=60)
+        assert not poll.is_alive() and answers[0][0] == 200
+        assert RelayIndex.model_validate_json(answers[0][1]).newest().step == 1
+        # nothing newer than step 1: the answer comes after the wait, with the same index
+        status, body = _get(origin.url, f"/{INDEX_NAME}?after=1&wait=0.05")
+        assert status == 200 and RelayIndex.model_validate_json(body).newest().step == 1
+        assert _get(origin.url, f"/{INDEX_NAME}?after=x")[0] == 400
+        # only the index and files of published versions are served
+        name = origin.index.newest().files[0].path
+        assert _get(origin.url, f"/v1/{name}")[0] == 200
+        assert [_get(origin.url, p)[0] for p in (f"/v1/../v1/{name}", "/v1/%2e%2e/crf-relay.json", "/etc/passwd")] == [
+            404,
+            404,
+            404,
+        ]
