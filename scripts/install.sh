@@ -4,11 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# bubblewrap: the sandbox; wget: shardcast (the relay's transport) fetches shards with it;
-# git and patch: SWE-bench grading and the Feature Deletion gold patches
+# bubblewrap: the sandbox; git and patch: SWE-bench grading and the Feature Deletion gold patches
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
-command -v wget >/dev/null 2>&1 || missing+=(wget)
 command -v git >/dev/null 2>&1 || missing+=(git)
 command -v patch >/dev/null 2>&1 || missing+=(patch)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -4,15 +4,17 @@ prime-rl's ``filesystem`` weight broadcast writes each policy step as HF safeten
 ``<output_dir>/broadcasts/step_<n>/`` and touches ``STABLE`` last (``src/prime_rl/transports/weights/filesystem.py``).
 Inference nodes without that shared filesystem get the same directories from this relay:
 
-- :mod:`crf_prime.relay.origin` watches the broadcast directory next to the trainer, packs each complete step into
-  one archive and publishes it with shardcast (sharded, blake3 checksums, served over HTTP), then advertises it in an
-  index file.
-- :mod:`crf_prime.relay.node` runs on each remote inference node: it fetches the newest advertised step from one or
-  more relay servers, verifies every shard and every file, and renames a finished ``step_<n>`` (``STABLE`` inside)
-  into the local broadcast directory in one step, keeping only the last K.
+- :mod:`crf_prime.relay.origin` watches the broadcast directory next to the trainer, hard-links each complete step
+  into its data directory, hashes it shard by shard (blake3) and advertises it in an index file;
+- :mod:`crf_prime.relay.transport` serves that over HTTP (ranged ``sendfile`` GETs, a long-polled index) and fetches
+  byte ranges straight into files (``splice``);
+- :mod:`crf_prime.relay.node` runs on each remote inference node: it pulls each step as soon as a server advertises
+  it, verifies every shard, and renames a finished ``step_<n>`` (``STABLE`` inside) into the local broadcast
+  directory in one step, keeping only the last K;
+- :mod:`crf_prime.relay.gate` sits in front of the node's engine admin routes and holds a weight update until its
+  step is in place.
 
-The transport (sharding, checksums, HTTP serving and fetching) is shardcast 0.3.2; see ``docs/multinode.md`` for
-the small gaps this package fills around it.
+See ``docs/multinode.md`` for why the transport is the standard library rather than shardcast.
 """
 
 from crf_prime.relay.layout import STABLE, local_stable_steps, step_dir

@@ -9,11 +9,11 @@ from pathlib import Path
 def register(subparsers: argparse._SubParsersAction) -> None:
     relay = subparsers.add_parser(
         "relay",
-        help="relay prime-rl filesystem-broadcast weights to inference nodes without a shared filesystem (shardcast)",
+        help="relay prime-rl filesystem-broadcast weights to inference nodes without a shared filesystem",
         description=(
             "Weight relay for decentralized jobs (crf-prime's addition, not part of Cursor's recipe). "
-            "'serve' publishes each complete broadcasts/step_<n> through shardcast; 'pull' fetches the newest step "
-            "into a node's local broadcast directory, verified and renamed into place only when complete."
+            "'serve' publishes each complete broadcasts/step_<n> over HTTP; 'pull' fetches each new step as soon as it "
+            "is published into a node's local broadcast directory, verified and renamed into place only when complete."
         ),
     )
     sub = relay.add_subparsers(dest="relay_command", metavar="SUBCOMMAND", required=True)
@@ -26,8 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; 0.0.0.0 for all)")
     serve.add_argument("--port", type=int, default=8765, help="HTTP port (0 picks a free one; default 8765)")
     serve.add_argument("--keep", type=int, default=3, help="published steps kept downloadable (default 3)")
-    serve.add_argument("--shard-size-mb", type=float, default=50.0, help="shard size in MB (default 50)")
-    serve.add_argument("--poll", type=float, default=2.0, help="seconds between scans of the broadcast dir")
+    serve.add_argument("--shard-size-mb", type=float, default=16.0, help="shard size in MB (default 16)")
+    serve.add_argument("--poll", type=float, default=0.5, help="seconds between scans of the broadcast dir")
     serve.add_argument("--ready-file", type=Path, help="write the server URL here once it listens")
     serve.set_defaults(func=_serve)
 
@@ -42,8 +42,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pull.add_argument("--keep", type=int, default=2, help="complete steps kept locally (default 2)")
     pull.add_argument("--workers", type=int, default=4, help="concurrent shard downloads (default 4)")
     pull.add_argument("--attempts", type=int, default=3, help="passes over all servers per shard (default 3)")
-    pull.add_argument("--timeout", type=int, default=30, help="HTTP timeout per request in seconds (default 30)")
-    pull.add_argument("--poll", type=float, default=2.0, help="seconds between index checks")
+    pull.add_argument("--timeout", type=float, default=30, help="HTTP timeout per request in seconds (default 30)")
+    pull.add_argument(
+        "--poll",
+        type=float,
+        default=2.0,
+        help="seconds one long-poll on the servers' index waits (a publish answers at once; default 2)",
+    )
     pull.add_argument("--once", action="store_true", help="pull the newest step once and exit (1 on failure)")
     pull.add_argument(
         "--gate-upstream",
@@ -54,15 +59,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pull.add_argument("--gate-port", type=int, default=8190, help="gate port (default 8190)")
     pull.add_argument("--gate-wait", type=float, default=600.0, help="seconds a held update waits before 504")
     pull.set_defaults(func=_pull)
-
-
-def _quiet_shardcast() -> None:
-    import logging
-
-    from crf_prime.extras import require
-
-    # shardcast sets its logger's level when first imported, so import it before lowering the level
-    require("shardcast.utils", "shardcast").logger.setLevel(logging.WARNING)
 
 
 def _stop_on_signals():
@@ -81,7 +77,6 @@ def _serve(args: argparse.Namespace) -> int:
     from crf_prime.relay.origin import RelayOrigin
 
     console = Console(stderr=True)
-    _quiet_shardcast()
     try:
         origin = RelayOrigin(
             args.broadcast_dir,
@@ -106,7 +101,7 @@ def _serve(args: argparse.Namespace) -> int:
             poll_interval=args.poll,
             on_publish=lambda m: console.print(
                 f"published step {m.step} as {m.version}: {len(m.files)} files, {len(m.shards)} shards, "
-                f"{m.archive_size / 1e6:.1f} MB"
+                f"{m.total_size / 1e6:.1f} MB"
             ),
             on_error=lambda step, e: console.print(f"[red]not published[/] step {step}: {e}"),
         )
@@ -121,7 +116,6 @@ def _pull(args: argparse.Namespace) -> int:
     from crf_prime.relay.node import RelayNode
 
     console = Console(stderr=True)
-    _quiet_shardcast()
     try:
         node = RelayNode(
             args.server,
@@ -154,6 +148,8 @@ def _pull(args: argparse.Namespace) -> int:
 
 
 def _pull_loop(args: argparse.Namespace, node, console) -> int:
+    import threading
+
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
     from rich.table import Table
 
@@ -169,11 +165,13 @@ def _pull_loop(args: argparse.Namespace, node, console) -> int:
         disable=not console.is_terminal,  # job logs get the per-step summary only
     )
     tasks: dict[int, int] = {}
+    lock = threading.Lock()
 
-    def on_shard(manifest, shard, reused) -> None:
-        if manifest.step not in tasks:
-            tasks[manifest.step] = progress.add_task("", total=manifest.archive_size, step=manifest.step)
-        progress.advance(tasks[manifest.step], shard.size)
+    def on_shard(manifest, shard, reused) -> None:  # runs on the pull's worker threads
+        with lock:
+            if manifest.step not in tasks:
+                tasks[manifest.step] = progress.add_task("", total=manifest.total_size, step=manifest.step)
+            progress.advance(tasks[manifest.step], shard.size)
 
     def report(result: PullResult) -> None:
         table = Table(title=f"step {result.step} ready at {result.path}")

@@ -9,6 +9,11 @@ except that a weight update inside the relay's broadcast directory waits until `
 locally (or a newer complete step exists, which is then loaded instead). After ``wait_timeout`` it answers 504,
 which prime-rl's admin client retries (5xx is retryable there).
 
+prime-rl pauses the engine (``/pause``) before it posts the update and resumes it (``/resume``) after, so every
+second the gate holds an update is a second of paused inference. The relay node therefore pulls each step the
+moment it is published; an update for a step already in place is forwarded at once. The gate measures each pause
+(``/pause`` to ``/resume``) and logs how much of it was spent waiting for the relay.
+
 Admin traffic only: generation keeps going straight to the inference server (``client.base_url``).
 """
 
@@ -19,6 +24,7 @@ import json
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -29,6 +35,19 @@ log = logging.getLogger(__name__)
 
 WAIT_KEYS: dict[str, str] = {"/update_weights": "weight_dir", "/load_lora_adapter": "lora_path"}
 """Admin routes that name a weight directory, and the JSON field that carries it (prime-rl's client.py)."""
+
+
+@dataclass(frozen=True)
+class PauseRecord:
+    """One engine pause as the gate saw it, from the forwarded ``/pause`` to the forwarded ``/resume``."""
+
+    weight_dir: str | None
+    """The weight directory updated during the pause (None when no update came)."""
+    paused_s: float
+    """Seconds the engine was paused."""
+    relay_wait_s: float
+    """Seconds of the pause spent holding the update until the relay had the step in place."""
+
 
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "host", "content-length", "upgrade"})
 
@@ -44,7 +63,7 @@ class AdminGate:
         host: str = "127.0.0.1",
         port: int = 0,
         wait_timeout: float = 600.0,
-        poll_interval: float = 0.2,
+        poll_interval: float = 0.05,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
@@ -55,6 +74,12 @@ class AdminGate:
         self.poll_interval = poll_interval
         self.held: list[str] = []
         """Weight directories whose update had to wait (for logs and tests)."""
+        self.pauses: list[PauseRecord] = []
+        """Every completed engine pause, oldest first."""
+        self._state_lock = threading.Lock()
+        self._paused_at: float | None = None
+        self._pause_dir: str | None = None
+        self._pause_wait = 0.0
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
         self.host = host
@@ -91,10 +116,49 @@ class AdminGate:
                 return replacement
             if weight_dir not in self.held:
                 self.held.append(weight_dir)
-                log.info("holding weight update for %s until the relay has it", weight_dir)
+                if self._paused_at is not None:
+                    log.warning(
+                        "inference on this node is paused until the relay delivers %s: the orchestrator asked for it "
+                        "before the pull finished",
+                        weight_dir,
+                    )
+                else:
+                    log.info("holding weight update for %s until the relay has it", weight_dir)
             if time.monotonic() >= deadline:
                 return None
             time.sleep(self.poll_interval)
+
+    def _held(self, weight_dir: str, seconds: float) -> None:
+        """Account ``seconds`` of holding an update for ``weight_dir`` to the current pause, with a log line."""
+        with self._state_lock:
+            self._pause_dir = weight_dir
+            paused = self._paused_at is not None
+            if paused:
+                self._pause_wait += seconds
+        if seconds >= self.poll_interval:
+            if paused:
+                log.warning("inference waited %.2f s for the relay to deliver %s", seconds, weight_dir)
+            else:
+                log.info("weight update for %s waited %.2f s for the relay", weight_dir, seconds)
+
+    def _forwarded(self, route: str, status: int) -> None:
+        """Track engine pauses from the admin calls that reached the engine."""
+        now = time.monotonic()
+        with self._state_lock:
+            if route == "/pause" and status < 300 and self._paused_at is None:
+                self._paused_at, self._pause_dir, self._pause_wait = now, None, 0.0
+                return
+            if route != "/resume" or self._paused_at is None:
+                return
+            record = PauseRecord(self._pause_dir, now - self._paused_at, self._pause_wait)
+            self._paused_at = None
+            self.pauses.append(record)
+        log.info(
+            "engine paused %.2f s for %s (%.2f s of it waiting for the relay)",
+            record.paused_s,
+            record.weight_dir,
+            record.relay_wait_s,
+        )
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         gate = self
@@ -117,7 +181,9 @@ class AdminGate:
                     except (ValueError, AttributeError):
                         payload, weight_dir = None, None
                     if isinstance(weight_dir, str):
+                        started = time.monotonic()
                         target = gate.wait_for(weight_dir)
+                        gate._held(weight_dir, time.monotonic() - started)
                         if target is None:
                             self._reply(504, b'{"error": "relay has not delivered this step yet"}')
                             return
@@ -136,6 +202,7 @@ class AdminGate:
                     return
                 finally:
                     conn.close()
+                gate._forwarded(route, status)
                 self._reply(status, payload, reply_headers)
 
             def _reply(self, status: int, payload: bytes, headers: list[tuple[str, str]] | None = None) -> None:

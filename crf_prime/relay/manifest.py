@@ -1,26 +1,39 @@
 """What a relay server advertises: one :class:`StepManifest` per published step, listed in :class:`RelayIndex`.
 
-shardcast's own ``distribution.txt`` carries one blake3 of the whole file per version and a shard count; the index
-adds what a node needs to verify each shard on its own (and so resume shard by shard) and to verify each
-checkpoint file after assembly.
+A step's files are cut into fixed-size shards (byte ranges of one file each), and every shard carries its blake3.
+A node verifies each shard as it arrives, so it can fetch shards in parallel, from several servers, and resume
+shard by shard; together the shards cover every byte of every file exactly once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
-from pathlib import Path
-from typing import Literal
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 INDEX_NAME = "crf-relay.json"
-"""File name of the index in a relay server's data directory (served next to shardcast's ``distribution.txt``)."""
+"""File name of the index in a relay server's data directory (served at ``/crf-relay.json``)."""
 
 
 class RelayError(RuntimeError):
     """A relay operation failed; the message names the step, file or server involved."""
+
+
+def safe_relpath(name: str) -> str:
+    """``name`` if it is a plain relative POSIX path (no ``..``, no absolute path, no backslash), else ValueError."""
+    rel = PurePosixPath(name)
+    if not name or rel.is_absolute() or any(part in ("", ".", "..") for part in name.split("/")) or "\\" in name:
+        raise ValueError(f"{name!r} is not a safe relative path")
+    return name
+
+
+RelPath = Annotated[str, AfterValidator(safe_relpath)]
+"""A relative POSIX path that stays inside the step directory."""
 
 
 class FileEntry(BaseModel):
@@ -28,54 +41,82 @@ class FileEntry(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    path: str
+    path: RelPath
     """Path relative to the step directory, POSIX separators."""
     size: int = Field(ge=0)
     """Size (in bytes)."""
-    blake3: str
-    """blake3 hex digest of the file's bytes (shardcast's checksum function)."""
 
 
 class ShardEntry(BaseModel):
-    """One shardcast shard of a step's archive."""
+    """One shard: a byte range of one file, the unit of transfer, verification and resume."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(pattern=r"^shard_\d{5,}\.bin$")
-    """shardcast shard file name, e.g. ``shard_00001.bin``."""
+    name: str = Field(pattern=r"^shard_\d{5,}$")
+    """Shard name, ``shard_00001`` upwards in step order."""
+    path: RelPath
+    """File the shard belongs to (a :attr:`FileEntry.path`)."""
+    offset: int = Field(ge=0)
+    """Start of the shard in the file (in bytes)."""
     size: int = Field(ge=0)
-    """Size (in bytes)."""
-    blake3: str
+    """Length (in bytes)."""
+    blake3: str = Field(pattern=r"^[0-9a-f]{64}$")
     """blake3 hex digest of the shard's bytes."""
 
 
 class StepManifest(BaseModel):
-    """A published step: where its shards are and how to check them."""
+    """A published step: which files it has, where each shard lies, and how to check it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     step: int = Field(ge=0)
     """prime-rl step number (``step_<n>``)."""
     version: str = Field(pattern=r"^v\d+$")
-    """shardcast version folder holding the shards on the server that wrote this manifest (``v1``, ``v2``, ...)."""
-    archive_size: int = Field(ge=0)
-    """Size (in bytes) of the uncompressed tar archive the shards concatenate to."""
-    archive_blake3: str
-    """blake3 of the whole archive; equals the checksum in shardcast's ``distribution.txt`` for ``version``."""
+    """Folder holding the step's files on the server that wrote this manifest (``v1``, ``v2``, ...)."""
     shard_size: int = Field(gt=0)
-    """Nominal shard size (in bytes); the last shard may be shorter."""
-    shards: tuple[ShardEntry, ...]
-    """Shards in archive order."""
+    """Nominal shard size (in bytes); the last shard of each file may be shorter."""
     files: tuple[FileEntry, ...]
-    """Checkpoint files in archive order (markers such as ``STABLE`` excluded)."""
+    """Checkpoint files (markers such as ``STABLE`` excluded), sorted by path."""
+    shards: tuple[ShardEntry, ...]
+    """Shards in file order, then offset order."""
     published_at: float
     """Unix time (in seconds) the server finished publishing the step."""
 
+    @model_validator(mode="after")
+    def _shards_tile_files(self) -> StepManifest:
+        """Each file is covered by its shards exactly: contiguous from offset 0 to its size, none outside."""
+        sizes = {f.path: f.size for f in self.files}
+        if len(sizes) != len(self.files):
+            raise ValueError("duplicate file paths")
+        covered = dict.fromkeys(sizes, 0)
+        names = set()
+        for shard in self.shards:
+            if shard.path not in covered:
+                raise ValueError(f"{shard.name} belongs to {shard.path!r}, which is not a file of the step")
+            if shard.offset != covered[shard.path] or (shard.size == 0 and sizes[shard.path] != 0):
+                raise ValueError(f"{shard.name} does not continue {shard.path!r} at byte {covered[shard.path]}")
+            covered[shard.path] += shard.size
+            names.add(shard.name)
+        if len(names) != len(self.shards):
+            raise ValueError("duplicate shard names")
+        short = [p for p, size in sizes.items() if covered[p] != size]
+        if short:
+            raise ValueError(f"shards do not cover {short[0]!r} exactly")
+        return self
+
     @property
-    def content_id(self) -> tuple[int, str, int]:
-        """Identity of the step's shards, the same on every server that published it with the same shard size (the
-        version name differs between servers)."""
-        return (self.step, self.archive_blake3, self.shard_size)
+    def total_size(self) -> int:
+        """Bytes in all files of the step."""
+        return sum(f.size for f in self.files)
+
+    @property
+    def content_id(self) -> tuple[int, int, str]:
+        """Identity of the step's shards, the same on every server that published the same bytes with the same
+        shard size (the version folder and publish time differ between servers)."""
+        digest = hashlib.sha256(
+            json.dumps([[s.path, s.offset, s.size, s.blake3] for s in self.shards]).encode()
+        ).hexdigest()
+        return (self.step, self.shard_size, digest)
 
 
 class RelayIndex(BaseModel):
@@ -83,8 +124,8 @@ class RelayIndex(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    format: Literal[1] = 1
-    """Index format version."""
+    format: Literal[2] = 2
+    """Index format version (2: shards are byte ranges of the step's files)."""
     steps: tuple[StepManifest, ...] = ()
     """Published steps still served, ascending by step."""
 
@@ -110,13 +151,21 @@ def write_model_atomic(path: Path, model: BaseModel) -> None:
         raise
 
 
+def parse_index(data: bytes | str, source: str) -> RelayIndex:
+    """Parse an index; errors name ``source`` (a URL or a path)."""
+    try:
+        return RelayIndex.model_validate(json.loads(data))
+    except (ValueError, ValidationError) as e:
+        raise RelayError(f"invalid relay index from {source}: {e}") from e
+
+
 def read_index(path: Path, source: str | None = None) -> RelayIndex:
     """Parse an index file; errors name ``source`` (a URL) or the path."""
-    where = source or str(path)
     try:
-        return RelayIndex.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError, ValidationError) as e:
-        raise RelayError(f"invalid relay index from {where}: {e}") from e
+        data = path.read_bytes()
+    except OSError as e:
+        raise RelayError(f"invalid relay index from {source or path}: {e}") from e
+    return parse_index(data, source or str(path))
 
 
 def read_manifest(path: Path) -> StepManifest | None:

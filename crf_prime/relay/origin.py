@@ -1,90 +1,43 @@
-"""Origin side: publish every complete prime-rl broadcast step through shardcast and advertise it.
+"""Origin side: publish every complete prime-rl broadcast step and serve it over HTTP.
 
 A step is complete when prime-rl's trainer has touched ``step_<n>/STABLE`` (it does so after all ranks wrote their
 safetensors, ``FileSystemWeightBroadcast._notify_orchestrator``). Only the newest unpublished complete step is
 published on each poll: an inference node only ever wants the newest weights.
 
-shardcast does the sharding (``OriginServer.broadcast``: ``v<k>/shard_<i>.bin`` + ``distribution.txt`` with the
-archive's blake3, old versions pruned past ``max_distribution_folders``) and the HTTP serving (its
-``ShardcastServer``/``ShardcastRequestHandler``). Our index (:data:`~crf_prime.relay.manifest.INDEX_NAME`) is
-rewritten with one rename after the shards exist, so a node never sees a step advertised before it can be fetched.
+Publishing hard-links the step's files into ``<data_dir>/v<k>/`` (no copy), hashes them shard by shard, and only
+then rewrites the index (:data:`~crf_prime.relay.manifest.INDEX_NAME`) with one rename, so a node never sees a
+step advertised before it can be fetched. Versions beyond ``keep`` are deleted.
+
+The server (:mod:`crf_prime.relay.transport`) answers ranged GETs with ``sendfile`` and long-polls on the index, so nodes
+start pulling the moment a step is advertised.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from socketserver import ThreadingMixIn
 
-from crf_prime.extras import require
 from crf_prime.relay.layout import STABLE, local_stable_steps, step_dir
-from crf_prime.relay.manifest import (
-    INDEX_NAME,
-    RelayError,
-    RelayIndex,
-    ShardEntry,
-    StepManifest,
-    read_index,
-    write_model_atomic,
-)
-from crf_prime.relay.pack import pack_step
+from crf_prime.relay.manifest import INDEX_NAME, RelayError, RelayIndex, StepManifest, read_index, write_model_atomic
+from crf_prime.relay.pack import check_files, checkpoint_files, hash_shards, link_files
+from crf_prime.relay.transport import RelayHTTPServer, RequestHook
 
 log = logging.getLogger(__name__)
 
-PROBE_NAME = "data1.bin"
-"""shardcast's ``ShardDownloader`` fetches this file from every server when it starts; the origin serves a tiny one."""
-
-DEFAULT_SHARD_SIZE = 50_000_000
-"""shardcast's default shard size (in bytes)."""
-
-
-def _origin_classes() -> tuple[type, type]:
-    shardcast = require("shardcast", "shardcast")
-    server_mod = require("shardcast.server", "shardcast")
-
-    class ThreadingShardcastServer(ThreadingMixIn, server_mod.ShardcastServer):
-        """shardcast's server class, answering requests concurrently (upstream handles one at a time)."""
-
-        daemon_threads = True
-
-    class BoundOriginServer(shardcast.OriginServer):
-        """shardcast's ``OriginServer`` with a chosen bind address.
-
-        Upstream's ``__init__`` always binds 0.0.0.0 through ``run_server``; only ``__init__`` and ``shutdown`` are
-        replaced here, ``broadcast`` (sharding, checksum, distribution file, pruning) is shardcast's own.
-        """
-
-        def __init__(self, data_dir: str, host: str, port: int, max_distribution_folders: int) -> None:
-            self.data_dir = os.path.abspath(data_dir)
-            self.max_distribution_folders = max_distribution_folders
-            self.shutdown_event = threading.Event()
-            os.makedirs(self.data_dir, exist_ok=True)
-            self.http_server = ThreadingShardcastServer((host, port), self.data_dir, self.shutdown_event)
-            self.port = self.http_server.server_address[1]
-            self.server_thread = threading.Thread(target=self.http_server.serve_forever, daemon=True)
-            self.server_thread.start()
-            dist_file = os.path.join(self.data_dir, "distribution.txt")
-            if not os.path.exists(dist_file):
-                open(dist_file, "w").close()
-
-        def shutdown(self) -> None:
-            self.shutdown_event.set()
-            self.http_server.shutdown()
-            self.http_server.server_close()
-
-    return ThreadingShardcastServer, BoundOriginServer
+DEFAULT_SHARD_SIZE = 16_000_000
+"""Default shard size (in bytes): large enough for full-speed transfers, small enough to resume cheaply."""
 
 
 class RelayOrigin:
     """Serve ``data_dir`` over HTTP and publish steps from prime-rl's ``broadcast_dir`` into it.
 
-    ``keep`` steps stay downloadable (shardcast's ``max_distribution_folders``). Restarting on the same
-    ``data_dir`` keeps serving what was published before.
+    ``keep`` steps stay downloadable. Restarting on the same ``data_dir`` keeps serving what was published before.
+    ``on_request`` is called in the serving thread before each file range is sent (tests use it to hold a
+    transfer at a chosen point).
     """
 
     def __init__(
@@ -96,6 +49,7 @@ class RelayOrigin:
         port: int = 0,
         keep: int = 3,
         shard_size: int = DEFAULT_SHARD_SIZE,
+        on_request: RequestHook | None = None,
     ) -> None:
         if keep < 1:
             raise ValueError("keep must be >= 1")
@@ -105,13 +59,19 @@ class RelayOrigin:
         self.data_dir = Path(data_dir).resolve()
         self.shard_size = shard_size
         self.keep = keep
-        _, origin_cls = _origin_classes()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        (self.data_dir / PROBE_NAME).write_bytes(b"crf-relay\n")
         index_path = self.data_dir / INDEX_NAME
-        self.index = read_index(index_path) if index_path.exists() else RelayIndex()
+        try:
+            self.index = read_index(index_path) if index_path.exists() else RelayIndex()
+        except RelayError as e:
+            raise ValueError(
+                f"{index_path} is not an index this relay version can read (an older relay or damage left it): "
+                f"remove {self.data_dir} and start again"
+            ) from e
         write_model_atomic(index_path, self.index)  # an empty index means "reachable, nothing published yet"
-        self._server = origin_cls(str(self.data_dir), host, port, keep)
+        self._remove_unindexed_versions()
+        self._server = RelayHTTPServer(self.data_dir, host, port, on_request=on_request)
+        self._server.set_index(self.index)
         self.host = host
         self.port: int = self._server.port
         self._lock = threading.Lock()
@@ -134,44 +94,58 @@ class RelayOrigin:
         return stable[-1]
 
     def publish(self, step: int) -> StepManifest:
-        """Pack, shard and advertise ``step``; raise :class:`RelayError` (nothing advertised) if it is not sound."""
+        """Link, hash and advertise ``step``; raise :class:`RelayError` (nothing advertised) if it is not sound."""
         with self._lock:
             source = step_dir(self.broadcast_dir, step)
             if not (source / STABLE).is_file():
                 raise RelayError(f"{source}: no {STABLE} marker, the step is not complete")
-            from shardcast.utils import compute_checksum, parse_distribution_file
-
-            work = self.data_dir / ".pack"
-            work.mkdir(exist_ok=True)
-            archive = work / f"step_{step}.tar"
+            files = checkpoint_files(source)
+            check_files(source, files)
+            version = self._next_version()
+            staging = self.data_dir / f".{version}.tmp"
+            shutil.rmtree(staging, ignore_errors=True)
             try:
-                files = pack_step(source, archive)
-                version = self._server.broadcast(str(archive), self.shard_size)
-                archive_size = archive.stat().st_size
-            finally:
-                archive.unlink(missing_ok=True)
-            distribution = parse_distribution_file(str(self.data_dir / "distribution.txt"))
-            archive_blake3 = distribution[version].partition("|")[0]
-            version_dir = self.data_dir / version
-            shards = tuple(
-                ShardEntry(name=p.name, size=p.stat().st_size, blake3=compute_checksum(str(p)))
-                for p in sorted(version_dir.glob("shard_*.bin"))
-            )
+                link_files(source, staging, files)
+                check_files(staging, files)  # the linked bytes are the served bytes
+                entries, shards = hash_shards(staging, files, self.shard_size)
+                staging.rename(self.data_dir / version)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
             manifest = StepManifest(
                 step=step,
                 version=version,
-                archive_size=archive_size,
-                archive_blake3=archive_blake3,
                 shard_size=self.shard_size,
+                files=entries,
                 shards=shards,
-                files=files,
                 published_at=time.time(),
             )
             kept = [m for m in self.index.steps if m.step != step and (self.data_dir / m.version).is_dir()]
             self.index = RelayIndex(steps=tuple(sorted([*kept, manifest], key=lambda m: m.step)[-self.keep :]))
             write_model_atomic(self.data_dir / INDEX_NAME, self.index)
-            log.info("published step %d as %s (%d shards, %d bytes)", step, version, len(shards), archive_size)
+            self._server.set_index(self.index)
+            self._remove_unindexed_versions()
+            log.info("published step %d as %s (%d shards, %d bytes)", step, version, len(shards), manifest.total_size)
             return manifest
+
+    def _next_version(self) -> str:
+        numbers = [int(p.name[1:]) for p in self.data_dir.glob("v*") if p.name[1:].isdigit()]
+        numbers += [int(m.version[1:]) for m in self.index.steps]
+        return f"v{max(numbers, default=0) + 1}"
+
+    def _remove_unindexed_versions(self) -> None:
+        """Delete version folders no longer in the index (past ``keep``) and leftovers of an interrupted publish.
+
+        A node still fetching a removed version gets 404 for its remaining shards and moves on to the newer step.
+        """
+        live = {m.version for m in self.index.steps}
+        for path in self.data_dir.iterdir():
+            name = path.name
+            stale = (name.startswith("v") and name[1:].isdigit() and name not in live) or (
+                name.startswith(".v") and name.endswith(".tmp")
+            )
+            if stale and path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
 
     def poll_once(self) -> StepManifest | None:
         """Publish the newest pending step, if any."""
@@ -181,7 +155,7 @@ class RelayOrigin:
     def run(
         self,
         stop: threading.Event,
-        poll_interval: float = 2.0,
+        poll_interval: float = 0.5,
         on_publish: Callable[[StepManifest], None] | None = None,
         on_error: Callable[[int, RelayError], None] | None = None,
     ) -> None:
@@ -205,8 +179,7 @@ class RelayOrigin:
             stop.wait(poll_interval)
 
     def close(self) -> None:
-        self._server.shutdown()
-        shutil.rmtree(self.data_dir / ".pack", ignore_errors=True)
+        self._server.close()
 
     def __enter__(self) -> RelayOrigin:
         return self

@@ -16,6 +16,7 @@ from safetensors.numpy import save_file
 
 from crf_prime.relay.layout import RELAY_DIR, STABLE
 from crf_prime.relay.manifest import INDEX_NAME, RelayIndex
+from crf_prime.relay.node import JOURNAL
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,8 +67,10 @@ def visible_steps(broadcast_dir: Path) -> list[str]:
     return sorted(p.name for p in broadcast_dir.glob("step_*"))
 
 
-def staged_shards(broadcast_dir: Path) -> list[Path]:
-    return sorted((broadcast_dir / RELAY_DIR / "staging").glob("step_*/shards/shard_*.bin"))
+def staged_shards(broadcast_dir: Path) -> list[str]:
+    """Names of the shards an interrupted pull wrote and verified (its staging journal), sorted."""
+    journals = (broadcast_dir / RELAY_DIR / "staging").glob(f"step_*/{JOURNAL}")
+    return sorted(name for journal in journals for name in journal.read_text().split())
 
 
 class ServerProcess:

@@ -5,10 +5,9 @@ Each case ends with the correct checkpoint or none at all: prime-rl's ``step_*``
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,6 @@ from relay_testkit import REPO, ServerProcess, same_tree, staged_shards, visible
 from crf_prime.relay.manifest import RelayError
 from crf_prime.relay.node import RelayNode
 from crf_prime.relay.origin import RelayOrigin
-
-pytestmark = pytest.mark.shardcast
 
 SHARD_MB = 1.0
 
@@ -49,7 +46,7 @@ def test_server_killed_mid_transfer_then_failover_resumes(tmp_path: Path, origin
     finally:
         server.kill()
     assert visible_steps(node_dir) == []
-    assert [p.name for p in staged_shards(node_dir)] == seen
+    assert staged_shards(node_dir) == seen
 
     # a second server publishing the same broadcast dir serves identical shards (deterministic archive)
     with RelayOrigin(origin_dir, tmp_path / "data-b", shard_size=int(SHARD_MB * 1e6)) as mirror:
@@ -70,18 +67,20 @@ def test_damaged_shard_is_never_published(tmp_path: Path, origin_dir: Path, dama
     node_dir = tmp_path / "node" / "broadcasts"
     with RelayOrigin(origin_dir, tmp_path / "data-a", shard_size=shard_size) as bad:
         manifest = bad.poll_once()
-        victim = tmp_path / "data-a" / manifest.version / manifest.shards[3].name
+        shard = manifest.shards[3]
+        victim = tmp_path / "data-a" / manifest.version / shard.path
         data = bytearray(victim.read_bytes())
+        victim.unlink()  # the served file is a hard link to the trainer's: damage only the server's copy
         if damage == "corrupt":
-            data[len(data) // 2] ^= 0x01
+            data[shard.offset + shard.size // 2] ^= 0x01
             victim.write_bytes(bytes(data))
         else:
-            victim.write_bytes(bytes(data[: len(data) // 3]))
+            victim.write_bytes(bytes(data[: shard.offset + shard.size // 3]))
         node = RelayNode([bad.url], node_dir, workers=2, attempts=2, retry_wait=0.05)
         with pytest.raises(RelayError, match=f"shard {manifest.shards[3].name} could not be verified"):
             node.pull_once()
         assert visible_steps(node_dir) == []
-        assert manifest.shards[3].name not in [p.name for p in staged_shards(node_dir)]
+        assert manifest.shards[3].name not in staged_shards(node_dir)
 
         # with a healthy second server the bad copy is routed around
         with RelayOrigin(origin_dir, tmp_path / "data-b", shard_size=shard_size) as good:
@@ -93,30 +92,33 @@ def test_damaged_shard_is_never_published(tmp_path: Path, origin_dir: Path, dama
 
 
 def test_client_killed_mid_download_resumes(tmp_path: Path, origin_dir: Path) -> None:
-    server = ServerProcess(origin_dir, tmp_path / "data", tmp_path, SHARD_MB)
+    reached, release = threading.Event(), threading.Event()
+    requests: list[tuple[str, int]] = []
+
+    def hold_fourth_shard(version: str, path: str, offset: int, length: int) -> None:
+        requests.append((path, offset))
+        if len(requests) == 4:  # the client is now inside its fourth shard download, three are verified
+            reached.set()
+            release.wait(timeout=120)
+
     node_dir = tmp_path / "node" / "broadcasts"
-    argv = [sys.executable, "-m", "crf_prime.cli", "relay", "pull", "--server", server.url]
-    argv += ["--broadcast-dir", str(node_dir), "--once", "--workers", "1", "--timeout", "60"]
-    try:
-        total = len(server.wait_published(7).get(7).shards)
+    with RelayOrigin(origin_dir, tmp_path / "data", shard_size=int(SHARD_MB * 1e6), on_request=hold_fourth_shard) as s:
+        total = len(s.poll_once().shards)
+        argv = [sys.executable, "-m", "crf_prime.cli", "relay", "pull", "--server", s.url]
+        argv += ["--broadcast-dir", str(node_dir), "--once", "--workers", "1", "--timeout", "60"]
         client = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while len(staged_shards(node_dir)) < 3 and time.monotonic() < deadline and client.poll() is None:
-            time.sleep(0.002)
-        server.signal(signal.SIGSTOP)  # freeze the server so the client hangs inside a shard download
         try:
+            assert reached.wait(timeout=120), "the client never asked for a fourth shard"
             assert client.poll() is None, "client finished before it could be interrupted"
-            client.send_signal(signal.SIGKILL)
+            client.kill()
             client.wait(timeout=30)
         finally:
-            server.signal(signal.SIGCONT)
+            release.set()
         assert visible_steps(node_dir) == []
         partial = staged_shards(node_dir)
         assert 3 <= len(partial) < total
 
         restarted = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
-    finally:
-        server.kill()
     assert restarted.returncode == 0, restarted.stderr
     assert visible_steps(node_dir) == ["step_7"]
     assert same_tree(origin_dir / "step_7", node_dir / "step_7")

@@ -21,8 +21,6 @@ from crf_prime.relay.gate import AdminGate
 from crf_prime.relay.node import RelayNode
 from crf_prime.relay.origin import RelayOrigin
 
-pytestmark = pytest.mark.shardcast
-
 
 class AdminRecorder:
     """Loopback stand-in for the inference server's admin routes (``/health``, ``/update_weights``, ...)."""

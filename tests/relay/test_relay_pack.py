@@ -1,61 +1,61 @@
-"""Packing, safetensors checks and verified assembly of one step archive (no network)."""
+"""A step's files, safetensors checks, per-shard hashing and the manifest's own consistency rules (no network)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import blake3
 import pytest
-from relay_testkit import same_tree, write_checkpoint
+from pydantic import ValidationError
+from relay_testkit import write_checkpoint
 
 from crf_prime.relay.layout import NCCL_READY, RELAY_DIR, local_stable_steps, parse_step
-from crf_prime.relay.manifest import RelayError, ShardEntry, StepManifest
-from crf_prime.relay.pack import assemble_step, check_safetensors, checkpoint_files, pack_step
-
-pytestmark = pytest.mark.shardcast  # blake3 comes with shardcast
+from crf_prime.relay.manifest import RelayError, StepManifest
+from crf_prime.relay.pack import check_files, check_safetensors, checkpoint_files, hash_shards, link_files
 
 
-def _manifest(archive: Path, files, shard_paths: list[Path], step: int = 1) -> StepManifest:
-    from shardcast.utils import compute_checksum
-
-    return StepManifest(
-        step=step,
-        version="v1",
-        archive_size=archive.stat().st_size,
-        archive_blake3=compute_checksum(str(archive)),
-        shard_size=1,
-        shards=tuple(
-            ShardEntry(name=p.name, size=p.stat().st_size, blake3=compute_checksum(str(p))) for p in shard_paths
-        ),
-        files=files,
-        published_at=0.0,
-    )
-
-
-def _split(archive: Path, out: Path, size: int) -> list[Path]:
-    out.mkdir()
-    data = archive.read_bytes()
-    paths = []
-    for i in range(0, len(data), size):
-        path = out / f"shard_{i // size + 1:05d}.bin"
-        path.write_bytes(data[i : i + size])
-        paths.append(path)
-    return paths
-
-
-def test_pack_is_deterministic_and_skips_markers(tmp_path: Path) -> None:
+def test_files_skip_markers_and_shards_tile_each_file(tmp_path: Path) -> None:
     step = write_checkpoint(tmp_path / "b" / "step_4", total_mb=1, n_files=2, seed=0)
     (step / NCCL_READY).touch()
     (step / ".hidden").write_text("x")
-    assert checkpoint_files(step) == [
+    (step / "empty.json").write_bytes(b"")
+    files = checkpoint_files(step)
+    assert files == [
+        "empty.json",
         "model-00001-of-00002.safetensors",
         "model-00002-of-00002.safetensors",
         "model.safetensors.index.json",
     ]
-    files_a = pack_step(step, tmp_path / "a.tar")
-    files_b = pack_step(step, tmp_path / "b.tar")
-    assert files_a == files_b
-    assert (tmp_path / "a.tar").read_bytes() == (tmp_path / "b.tar").read_bytes()
+    entries, shards = hash_shards(step, files, 200_000)
+    assert [(e.path, e.size) for e in entries] == [(f, (step / f).stat().st_size) for f in files]
+    for shard in shards:
+        data = (step / shard.path).read_bytes()[shard.offset : shard.offset + shard.size]
+        assert len(data) == shard.size and blake3.blake3(data).hexdigest() == shard.blake3
+    assert [s.name for s in shards] == [f"shard_{i:05d}" for i in range(1, len(shards) + 1)]
+    assert [s.size for s in shards if s.path == "empty.json"] == [0]  # an empty file still travels
+    manifest = StepManifest(step=4, version="v1", shard_size=200_000, files=entries, shards=shards, published_at=0)
+    assert manifest.total_size == sum(e.size for e in entries)
+    # the same bytes give the same shards (and so the same content id) wherever they are hashed
+    link_files(step, tmp_path / "linked", files)
+    assert hash_shards(tmp_path / "linked", files, 200_000) == (entries, shards)
+
+
+def test_manifest_rejects_shards_that_do_not_tile_files(tmp_path: Path) -> None:
+    step = write_checkpoint(tmp_path / "step_1", total_mb=1, n_files=1, seed=1)
+    entries, shards = hash_shards(step, checkpoint_files(step), 300_000)
+    good = {"step": 1, "version": "v1", "shard_size": 300_000, "files": entries, "published_at": 0}
+    StepManifest(**good, shards=shards)
+    with pytest.raises(ValidationError, match="does not continue"):
+        StepManifest(**good, shards=(shards[0], *shards[2:]))  # a gap
+    with pytest.raises(ValidationError, match="do not cover"):
+        StepManifest(**good, shards=shards[:-1])  # the end of the last file is missing
+    with pytest.raises(ValidationError, match="not a file of the step"):
+        StepManifest(**good, shards=(*shards, shards[0].model_copy(update={"path": "other.bin"})))
+    with pytest.raises(ValidationError, match="not a safe relative path"):
+        StepManifest.model_validate(
+            {**good, "files": [{"path": "../x", "size": 1}], "shards": [], "step": 1}, strict=False
+        )
 
 
 def test_truncated_safetensors_is_refused(tmp_path: Path) -> None:
@@ -68,31 +68,9 @@ def test_truncated_safetensors_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RelayError, match=f"describes {size} bytes but the file has {size - 100}"):
         check_safetensors(target)
     with pytest.raises(RelayError, match=re.escape("model-00001-of-00001.safetensors")):
-        pack_step(step, tmp_path / "a.tar")
-
-
-def test_assemble_roundtrip_and_tamper_detection(tmp_path: Path) -> None:
-    step = write_checkpoint(tmp_path / "step_2", total_mb=2, n_files=2, seed=2)
-    archive = tmp_path / "a.tar"
-    files = pack_step(step, archive)
-    shards = _split(archive, tmp_path / "shards", 300_000)
-    manifest = _manifest(archive, files, shards, step=2)
-    assemble_step(shards, manifest, tmp_path / "out")
-    (tmp_path / "out" / "STABLE").touch()
-    assert same_tree(step, tmp_path / "out")
-
-    # a shard altered after the manifest was made: the file checksum catches it
-    data = bytearray(shards[1].read_bytes())
-    data[1000] ^= 0xFF
-    shards[1].write_bytes(bytes(data))
-    with pytest.raises(RelayError, match="does not match its manifest checksum"):
-        assemble_step(shards, manifest, tmp_path / "out2")
-
-    # a manifest listing a file the archive lacks
-    missing = manifest.model_copy(update={"files": (*files, files[0].model_copy(update={"path": "extra.bin"}))})
-    shards = _split(archive, tmp_path / "shards3", 300_000)
-    with pytest.raises(RelayError, match=re.escape("archive ends before extra.bin")):
-        assemble_step(shards, missing, tmp_path / "out3")
+        check_files(step, checkpoint_files(step))
+    with pytest.raises(RelayError, match="no checkpoint files"):
+        check_files(step, [])
 
 
 def test_layout_matches_prime_rl_glob(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -13,8 +15,7 @@ from crf_prime.relay.layout import STABLE
 from crf_prime.relay.manifest import INDEX_NAME, RelayError, RelayIndex
 from crf_prime.relay.node import RelayNode
 from crf_prime.relay.origin import RelayOrigin
-
-pytestmark = pytest.mark.shardcast
+from crf_prime.relay.transport import ServerConnection
 
 
 @pytest.mark.slow
@@ -25,14 +26,16 @@ def test_origin_and_three_nodes_get_identical_checkpoint(tmp_path: Path) -> None
     assert size > 250e6
     with RelayOrigin(broadcasts, tmp_path / "data", shard_size=32_000_000) as origin:
         manifest = origin.poll_once()
-        assert manifest is not None and manifest.step == 12 and len(manifest.shards) == 9
+        sizes = [p.stat().st_size for p in sorted(source.iterdir()) if p.name != STABLE]
+        assert manifest is not None and manifest.step == 12
+        assert len(manifest.shards) == sum(math.ceil(size / 32_000_000) for size in sizes) == 13
         nodes = [RelayNode([origin.url], tmp_path / f"node{i}" / "broadcasts", keep=1) for i in range(3)]
         with ThreadPoolExecutor(max_workers=3) as pool:
             results = list(pool.map(lambda node: node.pull_once(), nodes))
     for i, result in enumerate(results):
         node_dir = tmp_path / f"node{i}" / "broadcasts"
         assert result is not None and result.step == 12
-        assert result.downloaded_bytes == manifest.archive_size and result.reused_shards == 0
+        assert result.downloaded_bytes == manifest.total_size == sum(sizes) and result.reused_shards == 0
         assert visible_steps(node_dir) == ["step_12"]
         assert same_tree(source, node_dir / "step_12")
 
@@ -58,7 +61,7 @@ def test_newest_step_published_and_retention(tmp_path: Path) -> None:
         assert origin.poll_once().step == 5
         index = RelayIndex.model_validate_json((tmp_path / "data" / INDEX_NAME).read_text())
         assert [m.step for m in index.steps] == [4, 5]  # keep=2 on the server
-        assert sorted(p.name for p in (tmp_path / "data").glob("v*")) == ["v2", "v3"]  # shardcast pruned v1
+        assert sorted(p.name for p in (tmp_path / "data").glob("v*")) == ["v2", "v3"]  # v1 (step 2) pruned
 
         assert node.pull_once().step == 5
     assert visible_steps(node_dir) == ["step_5"]  # keep=1 on the node
@@ -70,8 +73,6 @@ def test_unverifiable_step_is_not_advertised(tmp_path: Path) -> None:
     step = write_checkpoint(broadcasts / "step_1", total_mb=1, n_files=1, seed=1)
     shard = step / "model-00001-of-00001.safetensors"
     shard.write_bytes(shard.read_bytes()[:-10])  # truncated after STABLE: refuse to publish it
-    import threading
-
     errors: list[tuple[int, str]] = []
     with RelayOrigin(broadcasts, tmp_path / "data", shard_size=300_000) as origin:
         stop = threading.Event()
@@ -97,16 +98,20 @@ def test_second_concurrent_pull_is_refused(tmp_path: Path) -> None:
         origin.poll_once()
         first, second = RelayNode([origin.url], node_dir), RelayNode([origin.url], node_dir)
         refused: list[str] = []
+        once = threading.Lock()  # the hook runs on several download threads: only the first one tries
 
         def try_second(manifest, shard, reused) -> None:
-            if not refused:
-                with pytest.raises(RelayError, match="another relay pull is running") as info:
+            if once.acquire(blocking=False):
+                try:
                     second.pull_once()
-                refused.append(str(info.value))
+                except RelayError as e:
+                    refused.append(str(e))
+                else:
+                    refused.append("not refused")
 
         assert first.pull_once(try_second).step == 1
         assert second.pull_once() is None  # lock released: up to date
-    assert len(refused) == 1
+    assert refused == [f"another relay pull is running on {node_dir}"]
     assert same_tree(broadcasts / "step_1", node_dir / "step_1")
 
 
@@ -119,15 +124,61 @@ def test_servers_with_other_shard_sizes_and_bad_indices_are_kept_apart(tmp_path:
         RelayOrigin(broadcasts, tmp_path / "b", shard_size=700_000) as b,
     ):
         ma, mb = a.poll_once(), b.poll_once()
-        assert ma.archive_blake3 == mb.archive_blake3 and ma.content_id != mb.content_id
+        assert ma.files == mb.files and ma.content_id != mb.content_id
         result = RelayNode([a.url, b.url], node_dir, attempts=1).pull_once()
         assert result is not None and result.downloaded_shards == len(mb.shards)  # b published last: its shards
         assert same_tree(broadcasts / "step_1", node_dir / "step_1")
 
-        # an index whose shard name escapes the staging directory is rejected as a whole
-        tampered = (tmp_path / "a" / INDEX_NAME).read_text().replace("shard_00001.bin", "../../shard_00001.bin")
+        # an index whose file path escapes the staging directory is rejected as a whole
+        name = "model-00001-of-00001.safetensors"
+        tampered = (tmp_path / "a" / INDEX_NAME).read_text().replace(f'"{name}"', f'"../../{name}"')
+        assert tampered.count("../../") == 1 + sum(s.path == name for s in ma.shards)
         (tmp_path / "a" / INDEX_NAME).write_text(tampered)
         node = RelayNode([a.url], tmp_path / "other")
         with pytest.raises(RelayError, match=r"no relay server gave a valid index: invalid relay index from http"):
             node.pull_once()
     assert visible_steps(tmp_path / "other") == []
+
+
+def test_serve_refuses_a_data_dir_it_cannot_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / INDEX_NAME).write_text('{"format": 1, "steps": []}')  # written by the shardcast-based relay
+    argv = ["relay", "serve", "--broadcast-dir", str(tmp_path / "b"), "--data-dir", str(data), "--port", "0"]
+    assert main(argv) == 2
+    err = "".join(capsys.readouterr().err.split())  # rich wraps long lines anywhere
+    assert f"{data / INDEX_NAME}isnotanindexthisrelayversioncanread" in err and f"remove{data}andstartagain" in err
+
+
+def _get(url: str, path: str) -> tuple[int, bytes]:
+    conn = ServerConnection(url, timeout=90)
+    try:
+        status, length = conn.request(path)
+        return status, conn.read_body(length)
+    finally:
+        conn.close()
+
+
+def test_index_long_poll_answers_when_a_step_is_published(tmp_path: Path) -> None:
+    broadcasts = tmp_path / "trainer" / "broadcasts"
+    write_checkpoint(broadcasts / "step_1", total_mb=1, n_files=1, seed=1)
+    with RelayOrigin(broadcasts, tmp_path / "data", shard_size=300_000) as origin:
+        answers: list[tuple[int, bytes]] = []
+        poll = threading.Thread(target=lambda: answers.append(_get(origin.url, f"/{INDEX_NAME}?after=-1&wait=60")))
+        poll.start()
+        origin.poll_once()
+        poll.join(timeout=60)
+        assert not poll.is_alive() and answers[0][0] == 200
+        assert RelayIndex.model_validate_json(answers[0][1]).newest().step == 1
+        # nothing newer than step 1: the answer comes after the wait, with the same index
+        status, body = _get(origin.url, f"/{INDEX_NAME}?after=1&wait=0.05")
+        assert status == 200 and RelayIndex.model_validate_json(body).newest().step == 1
+        assert _get(origin.url, f"/{INDEX_NAME}?after=x")[0] == 400
+        # only the index and files of published versions are served
+        name = origin.index.newest().files[0].path
+        assert _get(origin.url, f"/v1/{name}")[0] == 200
+        assert [_get(origin.url, p)[0] for p in (f"/v1/../v1/{name}", "/v1/%2e%2e/crf-relay.json", "/etc/passwd")] == [
+            404,
+            404,
+            404,
+        ]
