@@ -1,6 +1,6 @@
 """Opt-in markers: each optional host is skipped with a reason that says how to enable it.
 
-On CI (``CI=true``) the hosts that .ci/run installs (bubblewrap, ray, shardcast) must be present: a missing one fails
+On CI (``CI=true``) the hosts that .ci/run installs (bubblewrap, ray) must be present: a missing one fails
 the run instead of silently skipping the tests that cover it.
 """
 
@@ -33,7 +33,6 @@ _HOSTS: dict[str, tuple[bool, str, bool]] = {
         False,
     ),
     "ray": (importlib.util.find_spec("ray") is not None, "pip install 'crf-prime[ray]'", True),
-    "shardcast": (importlib.util.find_spec("shardcast") is not None, "pip install 'crf-prime[shardcast]'", True),
     "bwrap": (shutil.which("bwrap") is not None, "apt-get install bubblewrap", True),
 }
 
