@@ -1,0 +1,52 @@
+"""Print the hack suite's table: each attempt's reward, whether it acted on the host, and the forgery flag.
+
+Run from the repo root: ``.venv/bin/python tests/swe/swe_hack_table.py`` (needs bubblewrap). Used for the
+closing note of issue 18 (before / after columns come from running it on the two commits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[2] / "environments" / "swebench_lite"))
+
+import verifiers.v1 as vf
+from swe_hacks import ATTACKS, attempt
+from swebench_lite import SweTaskset, SweTasksetConfig
+from verifiers.v1.runtimes import provision_runtime
+
+from crf_prime.swe.fixture import build_mini_swebench
+
+
+async def main(names: list[str]) -> None:
+    print("| attempt | class | resolved | host effect | suspected_forgery | reason |")
+    print("|---|---|---|---|---|---|")
+    for attack in ATTACKS:
+        if names and attack.name not in names:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            build_mini_swebench(root / "fixture")
+            config = SweTasksetConfig(
+                id="swebench-lite",
+                dataset=str(root / "fixture" / "instances.jsonl"),
+                repos_dir=root / "fixture" / "repos",
+            )
+            (task,) = list(SweTaskset(config))
+            async with provision_runtime(vf.SubprocessConfig()) as runtime:
+                out = await attempt(task, runtime, attack, root / "host")
+            if attack.host_marker is not None and "watcher" in attack.script:
+                await asyncio.sleep(10)  # the host-side watcher (old code) lives ~8 s
+            resolved = "infra error" if out.reward is None else ("yes" if out.reward == 1.0 else "no")
+            host = "-" if attack.host_marker is None else ("yes" if out.host_effect else "no")
+            suspected = "-" if out.suspected is None else f"{out.suspected:g}"
+            reason = out.error or out.info.get("reason", "")
+            print(f"| {attack.name} | {attack.group} | {resolved} | {host} | {suspected} | {reason[:90]} |", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))
