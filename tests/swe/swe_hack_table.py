@@ -42,7 +42,11 @@ async def main(names: list[str]) -> None:
             if attack.host_marker is not None and "watcher" in attack.script:
                 await asyncio.sleep(10)  # the host-side watcher (old code) lives ~8 s
             resolved = "infra error" if out.reward is None else ("yes" if out.reward == 1.0 else "no")
-            host = "-" if attack.host_marker is None else ("yes" if out.host_effect else "no")
+            host = (
+                "-"
+                if attack.host_marker is None and attack.host_must_survive is None
+                else ("yes" if out.host_effect else "no")
+            )
             suspected = "-" if out.suspected is None else f"{out.suspected:g}"
             reason = out.error or out.info.get("reason", "")
             print(f"| {attack.name} | {attack.group} | {resolved} | {host} | {suspected} | {reason[:90]} |", flush=True)

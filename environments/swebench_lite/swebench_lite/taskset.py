@@ -63,6 +63,9 @@ class SweTaskConfig(vf.TaskConfig):
     hide_future_commits: bool = True
     """In setup, delete refs that are not ancestors of base_commit and expire reflogs, so git history does not hold
     the upstream fix."""
+    reject_suspected_forgery: bool = False
+    """Score unresolved when the fix's added code is outside the forgery policy's allow-list (``suspected_forgery``
+    = 1; crf_prime.swe.forgery), not only when it is a certain forgery. Stricter: some honest fixes are refused."""
     hints: bool = True
     """Write a channel-2 hint from the failing FAIL_TO_PASS tests into ``trace.info["hint"]`` after scoring."""
     hint_writer: HintWriterConfig | None = None
@@ -102,6 +105,7 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
             reinstall=self.config.reinstall,
             local_python=(self.config.python or sys.executable) if local else None,
             unsandboxed=self.config.unsandboxed_tests,
+            mirror=Path(self.data.mirror) if local and self.data.mirror else None,
         )
 
     def runtime_env(self) -> dict[str, str]:
@@ -143,6 +147,11 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
         """Share of PASS_TO_PASS tests that still pass after the agent's change."""
         return (await self._evaluation(trace, runtime)).report.p2p_fraction
 
+    @vf.metric
+    async def suspected_forgery(self, trace: vf.Trace, runtime: vf.Runtime) -> float:
+        """1.0 when the fix's added code uses constructs outside the forgery policy's allow-list (crf_prime.swe.forgery)."""
+        return 1.0 if (await self._evaluation(trace, runtime)).suspected_forgery else 0.0
+
     @vf.reward(weight=1.0)
     async def resolved(self, trace: vf.Trace, runtime: vf.Runtime) -> float:
         """1.0 when every FAIL_TO_PASS and every PASS_TO_PASS test passes (swebench ``RESOLVED_FULL``), else 0.0."""
@@ -162,11 +171,17 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
             "p2p_failure": list(report.p2p_failure),
             "model_patch": run.model_patch[:MAX_INFO_PATCH_CHARS],
             "model_patch_chars": len(run.model_patch),
+            "dropped": dict(list(run.dropped.items())[:200]),
+            "forgery": run.forgery,
         }
         if self.config.hints:
             messages = failure_messages(run.log)
             failing = [FailingTest(name=t, message=messages.get(t, report.reason)) for t in report.f2p_failure]
             await attach_hint_async(trace, failing_tests=failing, writer=hint_writer(self.config.hint_writer))
+        if run.suspected_forgery and self.config.reject_suspected_forgery:
+            trace.info["swebench"]["resolution"] = "RESOLVED_NO"
+            trace.info["swebench"]["reason"] = f"suspected forgery: {run.forgery}"
+            return 0.0
         return 1.0 if report.resolved else 0.0
 
 
