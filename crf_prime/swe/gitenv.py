@@ -39,10 +39,16 @@ GIT_OVERRIDES = (
 
 
 def git_argv(*args: str, git_dir: str | None = None, work_tree: str | None = None) -> list[str]:
-    """``git -c ... [--git-dir D] [--work-tree W] args`` with every override."""
+    """``git -c ... [--git-dir D] [--work-tree W] args`` with every override.
+
+    With a work tree, ``safe.directory`` names exactly that tree (command-line config is trusted for it), so a
+    container whose ``/testbed`` belongs to another uid still works without touching any global config.
+    """
     argv = ["git"]
     for setting in GIT_OVERRIDES:
         argv += ["-c", setting]
+    if work_tree is not None:
+        argv += ["-c", f"safe.directory={work_tree}"]
     if git_dir is not None:
         argv.append(f"--git-dir={git_dir}")
     if work_tree is not None:

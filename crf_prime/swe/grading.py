@@ -86,6 +86,8 @@ class GradeReport(BaseModel):
     p2p_failure: tuple[str, ...] = ()
     resolution: str = RESOLVED_NO
     """RESOLVED_FULL / RESOLVED_PARTIAL / RESOLVED_NO (swebench ``get_resolution_status``)."""
+    f2p_xfail: tuple[str, ...] = ()
+    """FAIL_TO_PASS tests that ended XFAIL (they pass only when listed in the instance's ``GOLD_XFAIL``)."""
 
     @property
     def resolved(self) -> bool:
@@ -272,7 +274,8 @@ def grade_run(
     if exit_code != 0 and status and not any(s in (FAILED, ERROR) for s in status.values()):
         return rejected(f"test command exited {exit_code} but the output shows no failure (forged output)")
     report = grade_status(instance_id, status, fail_to_pass, pass_to_pass, xfail_ok=xfail_ok)
-    return report.model_copy(update={"exit_code": exit_code})
+    xfailed = tuple(t for t in fail_to_pass if (key := _lookup(t, status)) is not None and status[key] == XFAIL)
+    return report.model_copy(update={"exit_code": exit_code, "f2p_xfail": xfailed})
 
 
 def frame_log(prepare: str, output: str, exit_code: int | None, note: str = "") -> str:

@@ -21,6 +21,8 @@ MAX_FILE_BYTES = 8 << 20
 """Files larger than this are recorded as ``large`` without their content (a source fix is never that big)."""
 MAX_ENTRIES = 200_000
 """A tree with more entries than this is refused (:class:`TreeTooLarge`), so a flood of files cannot stall grading."""
+MAX_TOTAL_BYTES = 1 << 30
+"""A tree whose readable files hold more than this is refused (:class:`TreeTooLarge`): bounded grader memory."""
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -29,7 +31,7 @@ Kind = Literal["file", "link", "large", "other"]
 
 
 class TreeTooLarge(ValueError):
-    """The tree holds more than :data:`MAX_ENTRIES` entries."""
+    """The tree holds more than :data:`MAX_ENTRIES` entries or :data:`MAX_TOTAL_BYTES` bytes."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def _read_file(dir_fd: int, name: str) -> Entry:
         os.close(fd)
 
 
-def _walk(dir_fd: int, prefix: str, out: dict[str, Entry]) -> None:
+def _walk(dir_fd: int, prefix: str, out: dict[str, Entry], total: list[int]) -> None:
     with os.scandir(dir_fd) as it:
         entries = sorted(it, key=lambda e: e.name)
     for entry in entries:
@@ -86,11 +88,14 @@ def _walk(dir_fd: int, prefix: str, out: dict[str, Entry]) -> None:
                 out[rel] = Entry("other")
                 continue
             try:
-                _walk(sub, rel + "/", out)
+                _walk(sub, rel + "/", out, total)
             finally:
                 os.close(sub)
         elif entry.is_file(follow_symlinks=False):
             out[rel] = _read_file(dir_fd, entry.name)
+            total[0] += len(out[rel].data)
+            if total[0] > MAX_TOTAL_BYTES:
+                raise TreeTooLarge(f"more than {MAX_TOTAL_BYTES} bytes in files")
         else:
             out[rel] = Entry("other")
 
@@ -100,7 +105,7 @@ def read_tree(root: Path) -> dict[str, Entry]:
     fd = os.open(root, _DIR_FLAGS)
     out: dict[str, Entry] = {}
     try:
-        _walk(fd, "", out)
+        _walk(fd, "", out, [0])
     finally:
         os.close(fd)
     return out

@@ -273,15 +273,17 @@ async def agent_runs(task: SweTask, runtime: vf.Runtime, script: str) -> None:
         raise AssertionError(f"the attack script failed in the box: {outcome}")
 
 
-async def attempt(task: SweTask, runtime: vf.Runtime, attack: Attack, host: Path) -> Outcome:
-    """Set up, let the agent run ``attack``, score; report the reward and whether the host was touched."""
+async def attempt(task: SweTask, runtime: vf.Runtime, attack: Attack, host: Path, *, subdir: str = "") -> Outcome:
+    """Set up, let the agent run ``attack`` (in ``subdir`` of the runtime's dir), score; report the reward and
+    whether the host was touched."""
     host.mkdir(parents=True, exist_ok=True)
     for rel, text in attack.host_files:
         (host / rel).parent.mkdir(parents=True, exist_ok=True)
         (host / rel).write_text(text)
     trace = trace_for(task)
     await task.setup(trace, runtime)
-    await agent_runs(task, runtime, attack.script.replace("{host}", str(host)).replace("{py}", sys.executable))
+    script = attack.script.replace("{host}", str(host)).replace("{py}", sys.executable)
+    await agent_runs(task, runtime, f"cd {subdir}\n{script}" if subdir else script)
     reward: float | None
     error = ""
     try:

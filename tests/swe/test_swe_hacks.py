@@ -7,6 +7,9 @@ isolation cannot close are flagged (``suspected_forgery``) and rejected with ``r
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -59,3 +62,59 @@ async def test_flagged_forgery_keeps_swebench_verdict_by_default(tmp_path: Path,
     out = await attempt(_task(tmp_path / "fixture"), runtime, attack, tmp_path / "host")
     assert out.reward == 1.0 and out.suspected == 1.0
     assert "ministats/stats.py: defines __eq__ (always-equal values)" in out.info["forgery"]
+
+
+IMAGE_PATH_ATTACKS = [
+    a
+    for a in ATTACKS
+    if a.group in ("security", "workspace") and a.name != "tested_code_plants_symlink_for_the_grader_cleanup"
+]
+
+
+@pytest.mark.parametrize("attack", IMAGE_PATH_ATTACKS, ids=[a.name for a in IMAGE_PATH_ATTACKS])
+async def test_container_placement_resists_the_git_and_workspace_attacks(
+    attack: Attack, tmp_path: Path, runtime: vf.Runtime
+) -> None:
+    """The docker/prime code path (git on ``/testbed`` through ``runtime.run``), on a checkout in the runtime dir:
+    hardened git ignores the agent's fsmonitor, excludes, replace refs and core.worktree; scratch is a fresh mktemp
+    dir; a symlinked ``tests/`` is reset, not an infrastructure error."""
+    local = _task(tmp_path / "fixture")
+    checkout = Path(runtime.workdir) / "testbed"  # type: ignore[attr-defined]
+    subprocess.run(["git", "clone", "-q", local.data.mirror or "", str(checkout)], check=True)
+    data = local.data.model_copy(update={"mirror": None, "workdir": str(checkout)})
+    task = SweTask(data, SweTaskConfig(hints=False))
+    on_path = runtime.with_env({"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    out = await attempt(task, on_path, attack, tmp_path / "host", subdir="testbed")
+    assert out.error == "" and out.reward == 0.0, out.info
+    assert out.host_effect is False
+
+
+class _DivergingRuntime:
+    """The real runtime, except that the file the agent changed differs from base right before the re-apply (as
+    when an image's ``/testbed`` drifted from ``base_commit``), so the agent's patch does not apply."""
+
+    def __init__(self, inner: vf.Runtime, target: Path) -> None:
+        self.inner, self.target = inner, target
+
+    async def run(self, argv: list[str], env: dict[str, str]):  # -> ProgramResult
+        if "model.patch" in argv[-1] and "apply" in argv[-1]:
+            self.target.write_text("drifted\n")
+        return await self.inner.run(argv, env)
+
+    async def write(self, path: str, data: bytes) -> None:
+        await self.inner.write(path, data)
+
+
+async def test_patch_that_does_not_apply_is_unresolved_not_an_infra_error(tmp_path: Path, runtime: vf.Runtime) -> None:
+    from crf_prime.swe.runner import SweRunner
+
+    local = _task(tmp_path / "fixture")
+    checkout = Path(runtime.workdir) / "testbed"  # type: ignore[attr-defined]
+    subprocess.run(["git", "clone", "-q", local.data.mirror or "", str(checkout)], check=True)
+    runner = SweRunner(local.data.instance, repo_dir=str(checkout), reinstall=False)
+    await runner.prepare(runtime)
+    stats = checkout / "ministats" / "stats.py"
+    stats.write_text(stats.read_text().replace("s[len(s) // 2]", "s[len(s) // 2 - 1]"))
+    run = await runner.evaluate(_DivergingRuntime(runtime, stats))
+    assert not run.report.resolved and run.report.reason.startswith(">>>>> Patch Apply Failed: ")
+    assert "diff --git a/ministats/stats.py" in run.model_patch
