@@ -16,10 +16,23 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "environments" / "swebench_li
 
 import verifiers.v1 as vf
 from swe_hacks import ATTACKS, attempt
-from swebench_lite import SweTaskset, SweTasksetConfig
+from swebench_lite import SweTaskConfig, SweTaskset, SweTasksetConfig
 from verifiers.v1.runtimes import provision_runtime
 
 from crf_prime.swe.fixture import build_mini_swebench
+
+
+async def _run(attack, root: Path, **task: object):
+    build_mini_swebench(root / "fixture")
+    config = SweTasksetConfig(
+        id="swebench-lite",
+        dataset=str(root / "fixture" / "instances.jsonl"),
+        repos_dir=root / "fixture" / "repos",
+        task=SweTaskConfig(**task),
+    )
+    (task_,) = list(SweTaskset(config))
+    async with provision_runtime(vf.SubprocessConfig()) as runtime:
+        return await attempt(task_, runtime, attack, root / "host")
 
 
 async def main(names: list[str]) -> None:
@@ -29,19 +42,14 @@ async def main(names: list[str]) -> None:
         if names and attack.name not in names:
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            root = Path(tmp)
-            build_mini_swebench(root / "fixture")
-            config = SweTasksetConfig(
-                id="swebench-lite",
-                dataset=str(root / "fixture" / "instances.jsonl"),
-                repos_dir=root / "fixture" / "repos",
-            )
-            (task,) = list(SweTaskset(config))
-            async with provision_runtime(vf.SubprocessConfig()) as runtime:
-                out = await attempt(task, runtime, attack, root / "host")
+            out = await _run(attack, Path(tmp))
             if attack.host_marker is not None and "watcher" in attack.script:
                 await asyncio.sleep(10)  # the host-side watcher (old code) lives ~8 s
             resolved = "infra error" if out.reward is None else ("yes" if out.reward == 1.0 else "no")
+            if getattr(attack, "remaining", False) and out.suspected is not None:
+                with tempfile.TemporaryDirectory() as tmp:
+                    strict = await _run(attack, Path(tmp), reject_suspected_forgery=True)
+                resolved += f" ({'yes' if strict.reward == 1.0 else 'no'} with reject_suspected_forgery)"
             host = (
                 "-"
                 if attack.host_marker is None and attack.host_must_survive is None
