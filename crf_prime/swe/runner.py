@@ -218,8 +218,9 @@ class SweRunner:
             return
         scratch = (await _must(runtime, "mktemp -d /tmp/crf-swe.XXXXXXXX", "creating a scratch dir")).strip()
         await runtime.write(f"{scratch}/gold.patch", self.instance.patch.encode())
-        git = git_shell("apply", "--binary", f"{scratch}/gold.patch", git_dir=f"{self.repo_dir}/.git", work_tree=".")
-        await _must(runtime, f"cd {self._q} && {git}", "applying the gold patch")
+        await _must(
+            runtime, f"cd {self._q} && {self._git('apply', '--binary', f'{scratch}/gold.patch')}", "applying gold"
+        )
 
     def _apply_gold_local(self) -> None:
         with tempfile.TemporaryDirectory(prefix="crf-swe-gold-") as tmp:
@@ -227,13 +228,27 @@ class SweRunner:
             patch.write_text(self.instance.patch)
             _host_git(Path(self.repo_dir), "apply", "--binary", str(patch), what="applying the gold patch")
 
-    async def evaluate(self, runtime: RuntimeLike) -> EvalRun:
-        """Grade the agent's change on a fresh tree at ``base_commit`` (see the module docstring)."""
+    async def evaluate(self, runtime: RuntimeLike, *, baseline: dict[str, str] | None = None) -> EvalRun:
+        """Grade the agent's change on a fresh tree at ``base_commit`` (see the module docstring).
+
+        ``baseline``: container placement, :meth:`untracked` as taken after setup (None: every untracked file,
+        ignored build outputs included, is removed before the tests, so compiled repos rebuild in the install step).
+        """
         if self.local_python is not None:
             return await self._evaluate_local()
-        return await self._evaluate_in_runtime(runtime)
+        return await self._evaluate_in_runtime(runtime, baseline)
 
-    def _grade(self, output: str, exit_code: int | None, timed_out: bool, prepare: str = "", **run) -> EvalRun:
+    def _grade(
+        self,
+        output: str,
+        exit_code: int | None,
+        timed_out: bool,
+        *,
+        prepare: str,
+        model_patch: str,
+        dropped: dict[str, str],
+        check: ForgeryCheck,
+    ) -> EvalRun:
         report = grade_run(
             self.instance.instance_id,
             output,
@@ -244,13 +259,18 @@ class SweRunner:
             xfail_ok=self.instance.GOLD_XFAIL,
             timed_out=timed_out,
         )
-        forgery: ForgeryCheck | None = run.pop("check", None)
-        if forgery is not None and forgery.certain:
-            report = self._unresolved(f"the fix imports the test runner (certain forgery): {forgery.detail}")
+        if check.certain:
+            report = self._unresolved(f"the fix imports the test runner (certain forgery): {check.detail}")
         log = frame_log(prepare, output, exit_code, f"{TESTS_TIMEOUT_NOTE} {self.test_timeout:g}s" if timed_out else "")
-        if forgery is not None:
-            run |= {"forgery": forgery.detail, "suspected_forgery": forgery.suspected}
-        return EvalRun(log=log, report=report, timed_out=timed_out, **run)
+        return EvalRun(
+            model_patch=model_patch,
+            log=log,
+            report=report,
+            timed_out=timed_out,
+            dropped=dropped,
+            forgery=check.detail,
+            suspected_forgery=check.suspected,
+        )
 
     def _unresolved(self, reason: str) -> GradeReport:
         return GradeReport(
@@ -273,7 +293,7 @@ class SweRunner:
             model_patch, selection, check = prepared
             out, err, code, timed_out = await self._run_sandboxed(scratch)
             return self._grade(
-                out, code, timed_out, err, model_patch=model_patch, dropped=selection.dropped, check=check
+                out, code, timed_out, prepare=err, model_patch=model_patch, dropped=selection.dropped, check=check
             )
         finally:
             await asyncio.to_thread(shutil.rmtree, scratch, True)
@@ -345,13 +365,39 @@ class SweRunner:
     def _git(self, *args: str) -> str:
         return git_shell(*args, git_dir=f"{self.repo_dir}/.git", work_tree=self.repo_dir)
 
-    async def _evaluate_in_runtime(self, runtime: RuntimeLike) -> EvalRun:
+    async def untracked(self, runtime: RuntimeLike) -> dict[str, str]:
+        """Container placement: every untracked path (ignored ones included: build outputs) -> its SHA-1, ``link:``
+        + target for a symlink, '' for anything else; taken right after :meth:`prepare`. Grading keeps exactly these
+        (unchanged) and removes every other untracked path. Nothing but regular files is opened (``find -type``)."""
+        listed = f"cd {self._q} && {self._git('ls-files', '-o', '-z')}"
+        files = "xargs -0 -r sh -c 'find \"$@\" -maxdepth 0 -type f -print0' sh | xargs -0 -r sha1sum -z --"
+        links = 'xargs -0 -r sh -c \'find "$@" -maxdepth 0 -type l -printf "link:%l  %p\\0"\' sh'
+        out = {p: "" for p in (await _must(runtime, listed, "listing untracked files")).split("\0") if p}
+        for pipeline in (files, links):
+            for record in (await _must(runtime, f"{listed} | {pipeline}", "hashing untracked files")).split("\0"):
+                digest, sep, path = record.partition("  ")
+                if sep and path in out:
+                    out[path] = digest
+        return out
+
+    async def _evaluate_in_runtime(self, runtime: RuntimeLike, baseline: dict[str, str] | None) -> EvalRun:
         base = self.instance.base_commit
-        scratch = (await _must(runtime, "mktemp -d /tmp/crf-swe.XXXXXXXX", "creating a scratch dir")).strip()
         q = shlex.quote
+        scratch = (await _must(runtime, "mktemp -d /tmp/crf-swe.XXXXXXXX", "creating a scratch dir")).strip()
+        # untracked files the agent made or changed (ignored or excluded ones too) are part of its change
+        now = await self.untracked(runtime)
+        extra = sorted(p for p, d in now.items() if baseline is None or p not in baseline or baseline[p] != d)
+        regular = [p for p in extra if now[p] and not now[p].startswith("link:")]
+        await runtime.write(f"{scratch}/extra", "".join(f"{p}\0" for p in extra).encode())
+        await runtime.write(f"{scratch}/regular", "".join(f"{p}\0" for p in regular).encode())
+        add_regular = self._git(
+            "add", "-f", "--ignore-errors", f"--pathspec-from-file={scratch}/regular", "--pathspec-file-nul"
+        )
+        # --ignore-errors: an entry git cannot index (a nested repo without a commit) is left out, not fatal;
+        # whatever is left out is not graded and is removed below
         diff = await _must(
             runtime,
-            f"cd {self._q} && {self._git('add', '-A', '-f')} >/dev/null && "
+            f"cd {self._q} && {{ {self._git('add', '-A', '--ignore-errors')}; {add_regular}; }} >/dev/null 2>&1; "
             f"{self._git('diff', '--cached', '--binary', '--no-color', '--no-renames', '--no-ext-diff', '--no-textconv', base)}"
             f" && {self._git('reset', '-q')}",
             "capturing the agent's diff",
@@ -362,11 +408,13 @@ class SweRunner:
         base_paths = {p for p in listing.split("\0") if p}
         model_patch, dropped = filter_diff(diff, base_paths=base_paths, test_paths=self._test_paths)
         originals = {}
-        for path in {p for p in patch_files(model_patch) if p.endswith(".py") and p in base_paths}:
-            originals[path] = await _must(
-                runtime, f"cd {self._q} && {self._git('show', f'{base}:{path}')}", "reading base"
-            )
-        reset = f"cd {self._q} && {self._git('reset', '-q', '--hard', base)} && {self._git('clean', '-q', '-ffdx')}"
+        for path in sorted(p for p in patch_files(model_patch) if p.endswith(".py") and p in base_paths):
+            show = self._git("show", f"{base}:{path}")
+            originals[path] = await _must(runtime, f"cd {self._q} && {show}", "reading a base file")
+        # back to base: tracked files reset, untracked ones removed unless they are setup's (build outputs)
+        clean = self._git("clean", "-q", "-ffdx") if baseline is None else self._git("clean", "-q", "-ffd")
+        remove = f"xargs -0 -r rm -rf -- < {q(scratch + '/extra')}"
+        reset = f"cd {self._q} && {remove} && {self._git('reset', '-q', '--hard', base)} && {clean}"
         await _must(runtime, reset, "resetting to base")
         if model_patch.strip():
             await runtime.write(f"{scratch}/model.patch", model_patch.encode())
@@ -375,23 +423,19 @@ class SweRunner:
                 report = self._unresolved(f"{APPLY_PATCH_FAIL}: {(applied.stderr or applied.stdout).strip()[-500:]}")
                 return EvalRun(model_patch=model_patch, log="", report=report, dropped=dropped)
         changed = {}
-        for path in {p for p in patch_files(model_patch) if p.endswith(".py")}:
+        for path in sorted(p for p in patch_files(model_patch) if p.endswith(".py")):
             probe = await _run(runtime, f"cat {q(f'{self.repo_dir}/{path}')}")
             if probe.exit_code == 0:
                 changed[path] = probe.stdout
         check = check_forgery(originals, changed, base_paths)
         await runtime.write(f"{scratch}/test.patch", self.instance.test_patch.encode())
-        await _must(
-            runtime,
-            f"cd {self._q} && {self._git('apply', '--binary', f'{scratch}/test.patch')}",
-            "applying the test patch",
-        )
+        apply_tests = self._git("apply", "--binary", f"{scratch}/test.patch")
+        await _must(runtime, f"cd {self._q} && {apply_tests}", "applying the test patch")
         script = eval_script(self.instance, repo_dir=self.repo_dir, reinstall=self.reinstall, spec=self.spec)
         await runtime.write(f"{scratch}/eval.sh", script.encode())
-        t = f"{self.test_timeout:g}"
         result = await _run(
             runtime,
-            f"timeout --kill-after=10 {t} bash {q(scratch + '/eval.sh')}",
+            f"timeout --kill-after=10 {self.test_timeout:g} bash {q(scratch + '/eval.sh')}",
             timeout=self.test_timeout + HARNESS_MARGIN_S,
         )
         timed_out = result.exit_code in (124, 137)
@@ -399,7 +443,7 @@ class SweRunner:
             result.stdout,
             result.exit_code,
             timed_out,
-            result.stderr or "",
+            prepare=result.stderr or "",
             model_patch=model_patch,
             dropped=dropped,
             check=check,

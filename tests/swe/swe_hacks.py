@@ -138,6 +138,17 @@ ATTACKS: tuple[Attack, ...] = (
         "mv tests .real_tests && ln -s .real_tests tests\n",
     ),
     Attack(
+        "ignored_conftest_symlink_to_an_allowed_module",
+        "workspace",
+        _write("ministats/forge.py", FORGE_PLUGIN)
+        + "ln -s ministats/forge.py conftest.py && printf 'conftest.py\\n.gitignore\\n' > .gitignore\n",
+    ),
+    Attack(
+        "nested_repo_without_commit_turns_failure_into_infra_error",
+        "workspace",
+        "mkdir -p ministats/vendored && git -C ministats/vendored init -q && echo 'x = 1' > ministats/vendored/x.py\n",
+    ),
+    Attack(
         "plugin_via_pytest_ini_addopts",
         "config",
         _write("ministats/forge.py", FORGE_PLUGIN)

@@ -83,6 +83,8 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
     def __init__(self, data: SweData, config: SweTaskConfig | None = None) -> None:
         super().__init__(data, config)
         self._runs: dict[str, asyncio.Future[EvalRun]] = {}
+        self._untracked: dict[str, dict[str, str]] = {}
+        """Container placement: untracked files (build outputs) per trace right after setup, kept by grading."""
 
     @property
     def key(self) -> str:
@@ -123,12 +125,15 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
         if self.data.mirror is not None:
             await runner.clone_local(runtime, Path(self.data.mirror))
         await runner.prepare(runtime, hide_future=self.config.hide_future_commits)
+        if self.data.mirror is None:
+            self._untracked[trace.id] = await runner.untracked(runtime)
 
     async def validate(self, runtime: vf.Runtime) -> bool | None:
         """Gold check: the gold patch applied to the set-up repo must resolve the instance."""
         runner = self._runner(runtime)
+        baseline = await runner.untracked(runtime) if self.data.mirror is None else None
         await runner.apply_gold(runtime)
-        run = await runner.evaluate(runtime)
+        run = await runner.evaluate(runtime, baseline=baseline)
         unlisted = sorted(set(run.report.f2p_xfail) - set(self.data.instance.GOLD_XFAIL))
         if unlisted:
             logger.warning(
@@ -144,7 +149,8 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
         """One grading run per trace, shared by the metrics and the reward (metrics are scored first)."""
         future = self._runs.get(trace.id)
         if future is None:
-            future = asyncio.ensure_future(self._runner(runtime).evaluate(runtime))
+            baseline = self._untracked.pop(trace.id, None)
+            future = asyncio.ensure_future(self._runner(runtime).evaluate(runtime, baseline=baseline))
             self._runs[trace.id] = future
         return await asyncio.shield(future)
 
