@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import verifiers.v1 as vf
-from swe_hacks import ATTACKS, Attack, attempt
+from swe_hacks import ATTACKS, Attack, attempt, trace_for
 from swebench_lite import SweTask, SweTaskConfig, SweTaskset, SweTasksetConfig
 from verifiers.v1.runtimes import provision_runtime
 
@@ -118,3 +118,33 @@ async def test_patch_that_does_not_apply_is_unresolved_not_an_infra_error(tmp_pa
     run = await runner.evaluate(_DivergingRuntime(runtime, stats))
     assert not run.report.resolved and run.report.reason.startswith(">>>>> Patch Apply Failed: ")
     assert "diff --git a/ministats/stats.py" in run.model_patch
+
+
+async def test_container_placement_keeps_setup_build_outputs_and_removes_the_agents(
+    tmp_path: Path, runtime: vf.Runtime
+) -> None:
+    """Ignored build outputs present at setup (compiled extensions in sweb.eval images) survive grading unchanged;
+    ones the agent adds or changes are captured, filtered out and removed."""
+    local = _task(tmp_path / "fixture")
+    checkout = Path(runtime.workdir) / "testbed"  # type: ignore[attr-defined]
+    subprocess.run(["git", "clone", "-q", local.data.mirror or "", str(checkout)], check=True)
+    (checkout / ".git" / "info" / "exclude").write_text("*.so\nbuild/\n")
+    (checkout / "ministats" / "_fast.so").write_bytes(b"\x7fELF built at image time")
+    (checkout / "build").mkdir()
+    (checkout / "build" / "lib.txt").write_text("built\n")
+    data = local.data.model_copy(update={"mirror": None, "workdir": str(checkout)})
+    task = SweTask(data, SweTaskConfig(hints=False))
+    on_path = runtime.with_env({"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    trace = trace_for(task)
+    await task.setup(trace, on_path)
+    (checkout / "build" / "lib.txt").write_text("changed by the agent\n")
+    (checkout / "ministats" / "stats.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF planted")
+    await task.score(trace, on_path)
+    assert trace.reward == 0.0
+    assert (checkout / "ministats" / "_fast.so").read_bytes() == b"\x7fELF built at image time"
+    assert not (checkout / "build" / "lib.txt").exists()
+    assert not (checkout / "ministats" / "stats.cpython-311-x86_64-linux-gnu.so").exists()
+    assert trace.info["swebench"]["dropped"] == {
+        "build/lib.txt": "new file that is not Python source",
+        "ministats/stats.cpython-311-x86_64-linux-gnu.so": "compiled file",
+    }
