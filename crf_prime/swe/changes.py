@@ -27,6 +27,11 @@ METADATA_SUFFIXES = (".dist-info", ".egg-info", ".egg-link", ".pth")
 COMPILED_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib", ".o", ".a", ".whl", ".egg", ".zip", ".exe")
 
 
+def never_graded_dir(name: str) -> bool:
+    """Directories whose whole content is graded at base (hidden, caches, metadata): not even read."""
+    return name.startswith(".") or name == "__pycache__" or name.endswith(METADATA_SUFFIXES)
+
+
 @dataclass(frozen=True)
 class Selection:
     """The agent's change split into what is graded and what is restored to base."""

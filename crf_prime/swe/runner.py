@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from crf_prime.swe.changes import Selection, path_problem, select_changes
+from crf_prime.swe.changes import Selection, never_graded_dir, path_problem, select_changes
 from crf_prime.swe.directives import is_test_path, patch_files
 from crf_prime.swe.evalscript import eval_script
 from crf_prime.swe.forgery import ForgeryCheck, check_forgery
@@ -305,9 +305,9 @@ class SweRunner:
         base = self.instance.base_commit
         _host_git(None, "clone", "-q", "--no-hardlinks", "--no-checkout", str(self.mirror), str(fresh), what="cloning")
         _host_git(fresh, "checkout", "-q", "--detach", base, what="checking out base_commit")
-        base_tree = read_tree(fresh)
+        base_tree = read_tree(fresh, never_graded_dir)
         try:
-            agent_tree = read_tree(Path(self.repo_dir))
+            agent_tree = read_tree(Path(self.repo_dir), never_graded_dir)
         except TreeTooLarge as e:
             return EvalRun(model_patch="", log="", report=self._unresolved(f"workspace refused: {e}"))
         selection = select_changes(base_tree, agent_tree, self._test_paths)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -70,12 +70,14 @@ def _read_file(dir_fd: int, name: str) -> Entry:
         os.close(fd)
 
 
-def _walk(dir_fd: int, prefix: str, out: dict[str, Entry], total: list[int]) -> None:
+def _walk(dir_fd: int, prefix: str, out: dict[str, Entry], total: list[int], skip_dir: Callable[[str], bool]) -> None:
     with os.scandir(dir_fd) as it:
         entries = sorted(it, key=lambda e: e.name)
     for entry in entries:
         if entry.name == ".git":
             continue  # git metadata (a dir, or a gitfile pointing elsewhere): never read, never graded
+        if skip_dir(entry.name) and entry.is_dir(follow_symlinks=False):
+            continue
         rel = f"{prefix}{entry.name}"
         if len(out) >= MAX_ENTRIES:
             raise TreeTooLarge(f"more than {MAX_ENTRIES} files")
@@ -88,7 +90,7 @@ def _walk(dir_fd: int, prefix: str, out: dict[str, Entry], total: list[int]) -> 
                 out[rel] = Entry("other")
                 continue
             try:
-                _walk(sub, rel + "/", out, total)
+                _walk(sub, rel + "/", out, total, skip_dir)
             finally:
                 os.close(sub)
         elif entry.is_file(follow_symlinks=False):
@@ -100,12 +102,13 @@ def _walk(dir_fd: int, prefix: str, out: dict[str, Entry], total: list[int]) -> 
             out[rel] = Entry("other")
 
 
-def read_tree(root: Path) -> dict[str, Entry]:
-    """Every non-directory entry under ``root`` (posix relative path -> :class:`Entry`), ``.git`` skipped."""
+def read_tree(root: Path, skip_dir: Callable[[str], bool] = lambda name: False) -> dict[str, Entry]:
+    """Every non-directory entry under ``root`` (posix relative path -> :class:`Entry`); ``.git`` and directories
+    whose name ``skip_dir`` accepts are not entered."""
     fd = os.open(root, _DIR_FLAGS)
     out: dict[str, Entry] = {}
     try:
-        _walk(fd, "", out, [0])
+        _walk(fd, "", out, [0], skip_dir)
     finally:
         os.close(fd)
     return out

@@ -203,3 +203,20 @@ def test_forgery_adapter_flags_and_rejects_runner_imports() -> None:
     # the runner's own repository may import itself
     own = check_forgery({"src/_pytest/x.py": "X = 1\n"}, {"src/_pytest/x.py": "import _pytest.nodes\n"}, base)
     assert own.suspected and not own.certain
+
+
+def test_never_graded_directories_are_not_read(tmp_path: Path) -> None:
+    from crf_prime.swe.changes import never_graded_dir
+
+    (tmp_path / ".venv" / "lib").mkdir(parents=True)
+    (tmp_path / ".venv" / "lib" / "big.py").write_text("x\n")
+    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "pkg" / "__pycache__" / "m.pyc").write_bytes(b"\0")
+    (tmp_path / "forge-1.dist-info").mkdir()
+    (tmp_path / "forge-1.dist-info" / "METADATA").write_text("Name: forge\n")
+    (tmp_path / "pkg" / "m.py").write_text("m\n")
+    (tmp_path / ".hidden.py").write_text("h\n")  # a hidden file is read (and dropped by the allow-list)
+    assert read_tree(tmp_path, never_graded_dir) == {
+        ".hidden.py": Entry("file", b"h\n"),
+        "pkg/m.py": Entry("file", b"m\n"),
+    }
