@@ -196,8 +196,9 @@ class SweRunner:
                 f"instance {self.instance.instance_id!r}: {self.repo_dir} is not a git repo holding base_commit "
                 f"{self.instance.base_commit} (wrong or missing image?): {(probe.stderr or probe.stdout).strip()[-500:]}"
             )
-        trust = "" if self.local_python is not None else f"git config --global --add safe.directory {self._q}; "
-        script = f"cd {self._q} && {trust}git -c advice.detachedHead=false checkout -q -f {base} && git clean -q -fd"
+        # the image's /testbed may belong to another uid: trust exactly this repo, for these commands only
+        trust = f"export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0={self._q}; "
+        script = f"{trust}cd {self._q} && git -c advice.detachedHead=false checkout -q -f {base} && git clean -q -fd"
         if hide_future:
             script += (
                 " && git for-each-ref --format='%(refname)' | while read -r ref; do "
