@@ -1,11 +1,12 @@
-"""The shell script that runs an instance's tests and frames its output for grading.
+"""The shell script that runs an instance's tests.
 
-Same shape as the swebench harness's ``eval.sh`` test section: activate the image's conda env, run the repo's
-``eval_commands`` and re-``install`` step, echo ``>>>>> Start Test Output``, run ``test_cmd`` + directives, record
-the command's own exit status, echo ``>>>>> End Test Output`` and then ``>>>>> Test Exit Code: N`` (after the end
-marker, outside the parsed region, as in swebench 5.x ``record_test_exit_code``). Resetting test files and
-applying the test patch are done by the caller with separate git commands so a failure there is an
-infrastructure error, not a test result.
+Same steps as the swebench harness's ``eval.sh`` test section: activate the image's conda env, run the repo's
+``eval_commands`` and re-``install`` step, then ``test_cmd`` + directives. Unlike swebench, the script prints no
+markers: the preparation steps write to stderr, the test command replaces the shell (``exec``) with its stderr
+merged into stdout, so stdout is exactly the test output and the script's exit status is the test command's.
+The grader frames the log itself (:func:`crf_prime.swe.grading.frame_log`), so nothing the tested code prints can
+pass for a marker or an exit code. Resetting files and applying patches are separate grader steps, so a failure
+there is an infrastructure error or an unapplied patch, never a test result.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import shlex
 
 from crf_prime.swe.directives import get_test_directives
-from crf_prime.swe.grading import END_TEST_OUTPUT, START_TEST_OUTPUT, TEST_EXIT_CODE
 from crf_prime.swe.instance import SweInstance
 from crf_prime.swe.specs import RepoSpec, repo_spec
 
@@ -28,19 +28,14 @@ def build_test_command(instance: SweInstance, spec: RepoSpec | None = None) -> s
 
 
 def eval_script(instance: SweInstance, *, repo_dir: str, reinstall: bool = True, spec: RepoSpec | None = None) -> str:
-    """Bash script (run with stderr merged into stdout) whose output :func:`crf_prime.swe.grading.read_log` grades."""
+    """Bash script: preparation output on stderr, then the test command's output (stderr merged) on stdout."""
     spec = spec or repo_spec(instance)
-    lines = ["#!/bin/bash", "set -uo pipefail", "exec 2>&1", f"cd {shlex.quote(repo_dir)}"]
+    prepare = [f"cd {shlex.quote(repo_dir)}"]
     if spec.conda_env is not None:
-        lines += [CONDA_ACTIVATE, f"conda activate {shlex.quote(spec.conda_env)}"]
-    lines += list(spec.eval_commands)
+        prepare += [CONDA_ACTIVATE, f"conda activate {shlex.quote(spec.conda_env)}"]
+    prepare += list(spec.eval_commands)
     if reinstall and spec.install:
-        lines.append(spec.install)
-    lines += [
-        f"echo {shlex.quote(START_TEST_OUTPUT)}",
-        build_test_command(instance, spec),
-        "CRF_SWE_TEST_EXIT_CODE=$?",
-        f"echo {shlex.quote(END_TEST_OUTPUT)}",
-        f'echo "{TEST_EXIT_CODE}: $CRF_SWE_TEST_EXIT_CODE"',
-    ]
+        prepare.append(spec.install)
+    lines = ["#!/bin/bash", "set -uo pipefail", "exec 3>&1 1>&2", *prepare, "exec 1>&3 3>&- 2>&1"]
+    lines.append(f"exec {build_test_command(instance, spec)}")
     return "\n".join(lines) + "\n"

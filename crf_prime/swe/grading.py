@@ -10,12 +10,17 @@ Follows swebench 5.0.2 ``harness/grading.py`` (``get_logs_eval``, ``get_eval_tes
   the log does not describe the run (e.g. a ``conftest.py`` printing fake ``PASSED`` lines) -> no results;
 * F2P passes on PASSED/XFAIL; P2P additionally accepts SKIPPED; a missing test fails;
 * resolved = every F2P and every P2P test succeeds.
+
+:func:`grade_run` grades our own runs, where the log cannot be trusted to frame itself: it reads the test
+command's output and the exit status the sandbox or runtime reported (no marker is ever parsed), a test reported
+with conflicting statuses takes the worst one (a forged ``PASSED`` line cannot overrule pytest's ``FAILED``), and
+a FAIL_TO_PASS test passes only as PASSED, or as XFAIL when the gold run itself ends XFAIL.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -81,6 +86,8 @@ class GradeReport(BaseModel):
     p2p_failure: tuple[str, ...] = ()
     resolution: str = RESOLVED_NO
     """RESOLVED_FULL / RESOLVED_PARTIAL / RESOLVED_NO (swebench ``get_resolution_status``)."""
+    f2p_xfail: tuple[str, ...] = ()
+    """FAIL_TO_PASS tests that ended XFAIL (they pass only when listed in the instance's ``GOLD_XFAIL``)."""
 
     @property
     def resolved(self) -> bool:
@@ -142,14 +149,18 @@ def _lookup(test: str, status: StatusMap) -> str | None:
     return None
 
 
-def _passed(test: str, status: StatusMap) -> bool:
+def _passed(test: str, status: StatusMap, xfail_ok: Collection[str] | None = None) -> bool:
     key = _lookup(test, status)
-    return key is not None and status[key] in (PASSED, XFAIL)
+    if key is None:
+        return False
+    if status[key] == XFAIL:
+        return xfail_ok is None or test in xfail_ok
+    return status[key] == PASSED
 
 
-def _failed(test: str, status: StatusMap) -> bool:
+def _failed(test: str, status: StatusMap, xfail_ok: Collection[str] | None = None) -> bool:
     key = _lookup(test, status)
-    return key is None or status[key] in (FAILED, ERROR, SKIPPED)
+    return key is None or status[key] in (FAILED, ERROR, SKIPPED) or not _passed(test, status, xfail_ok)
 
 
 def _maintained(test: str, status: StatusMap) -> bool:
@@ -158,12 +169,17 @@ def _maintained(test: str, status: StatusMap) -> bool:
 
 
 def grade_status(
-    instance_id: str, status: Mapping[str, str], fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
+    instance_id: str,
+    status: Mapping[str, str],
+    fail_to_pass: Sequence[str],
+    pass_to_pass: Sequence[str],
+    *,
+    xfail_ok: Collection[str] | None = None,
 ) -> GradeReport:
-    """Grade a trusted status map."""
+    """Grade a trusted status map. ``xfail_ok``: the F2P tests that may pass as XFAIL (None: any, as swebench)."""
     sm = dict(status)
-    f2p_ok = [t for t in fail_to_pass if _passed(t, sm)]
-    f2p_bad = [t for t in fail_to_pass if not _passed(t, sm) and _failed(t, sm)]
+    f2p_ok = [t for t in fail_to_pass if _passed(t, sm, xfail_ok)]
+    f2p_bad = [t for t in fail_to_pass if not _passed(t, sm, xfail_ok) and _failed(t, sm, xfail_ok)]
     p2p_ok = [t for t in pass_to_pass if _maintained(t, sm)]
     p2p_bad = [t for t in pass_to_pass if not _maintained(t, sm) and _failed(t, sm)]
     f2p, p2p = _fraction(f2p_ok, f2p_bad), _fraction(p2p_ok, p2p_bad)
@@ -209,3 +225,61 @@ def grade_instance_log(instance, log: str) -> GradeReport:
     return grade_log(
         instance.instance_id, log, repo_spec(instance).log_parser, instance.FAIL_TO_PASS, instance.PASS_TO_PASS
     )
+
+
+_BAD = {FAILED: 2, ERROR: 2, SKIPPED: 1, XFAIL: 1, PASSED: 0}
+
+
+def worst_status(output: str, parser: str) -> StatusMap:
+    """``output`` parsed with ``parser``; a test that also appears with a worse status on any single line gets it."""
+    parse = get_parser(parser)
+    status = parse(output)
+    for line in output.split("\n"):
+        if not line.strip():
+            continue
+        for test, value in parse(line).items():
+            if test in status and _BAD.get(value, 2) > _BAD.get(status[test], 2):
+                status[test] = value
+    return status
+
+
+def grade_run(
+    instance_id: str,
+    output: str,
+    exit_code: int | None,
+    parser: str,
+    fail_to_pass: Sequence[str],
+    pass_to_pass: Sequence[str],
+    *,
+    xfail_ok: Collection[str] = (),
+    timed_out: bool = False,
+) -> GradeReport:
+    """Grade one of our own test runs: the test command's ``output`` and the ``exit_code`` its box reported."""
+
+    def rejected(reason: str) -> GradeReport:
+        return GradeReport(
+            instance_id=instance_id,
+            found=False,
+            reason=reason,
+            exit_code=exit_code,
+            f2p_failure=tuple(fail_to_pass),
+            p2p_failure=tuple(pass_to_pass),
+        )
+
+    if timed_out or exit_code is None:
+        return rejected(TESTS_TIMEOUT if timed_out else "the test run was killed by a resource limit")
+    status = worst_status(output, parser)
+    if not status and not _SUITE_RAN.search(output):
+        return rejected("no test results in the output")
+    if exit_code != 0 and status and not any(s in (FAILED, ERROR) for s in status.values()):
+        return rejected(f"test command exited {exit_code} but the output shows no failure (forged output)")
+    report = grade_status(instance_id, status, fail_to_pass, pass_to_pass, xfail_ok=xfail_ok)
+    xfailed = tuple(t for t in fail_to_pass if (key := _lookup(t, status)) is not None and status[key] == XFAIL)
+    return report.model_copy(update={"exit_code": exit_code, "f2p_xfail": xfailed})
+
+
+def frame_log(prepare: str, output: str, exit_code: int | None, note: str = "") -> str:
+    """The run as a swebench-shaped log for traces and hints, framed by the grader (never parsed for a verdict)."""
+    code = "killed" if exit_code is None else str(exit_code)
+    tail = f"{note}\n" if note else ""
+    return f"{prepare}{START_TEST_OUTPUT}\n{output}\n{END_TEST_OUTPUT}\n{TEST_EXIT_CODE}: {code}\n{tail}"

@@ -8,31 +8,41 @@ The runtime is anything with verifiers' ``async run(argv, env) -> ProgramResult`
 * local (verifiers' subprocess runtime): the repo is cloned from a local mirror into the runtime's directory and
   the test command runs in crf-prime's bubblewrap sandbox (:class:`crf_prime.sandbox.Sandbox`), never bare.
 
-Grading re-materialises the tree instead of trusting it: the agent's change is captured as a diff of non-test
-files, the repo is reset to ``base_commit`` (dropping edited tests and added ``conftest.py`` files), that diff
-and then the test patch are applied, and the test command restricted to the directives runs under a timeout.
-Git or runtime failures raise :class:`SweInfraError`: they are never scored as a wrong answer.
+Grading never trusts the agent's tree. Local placement (the grader runs on the host): the agent's files are read
+without following symlinks and without git (:mod:`crf_prime.swe.workspace`), the allowed source changes
+(:mod:`crf_prime.swe.changes`) are written into a fresh clone of the mirror at ``base_commit`` in a grader-owned
+temp dir, the test patch is applied there with grader-owned git (:mod:`crf_prime.swe.gitenv`), and the tests run in
+the box on that tree with the eval script bound read-only. Container placement: the same steps run in the
+instance's container with hardened git (no hooks, fsmonitor, replace objects, excludes or ``core.worktree``) and
+scratch files in a fresh ``mktemp`` dir. Either way the verdict comes from the test command's output and the exit
+status the box or runtime reported (:func:`crf_prime.swe.grading.grade_run`); a change that does not apply is
+unresolved (swebench's "Patch Apply Failed"); git or runtime failures raise :class:`SweInfraError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from crf_prime.swe.changes import Selection, never_graded_dir, path_problem, select_changes
 from crf_prime.swe.directives import is_test_path, patch_files
 from crf_prime.swe.evalscript import eval_script
-from crf_prime.swe.grading import TESTS_TIMEOUT, GradeReport, grade_log
+from crf_prime.swe.forgery import ForgeryCheck, check_forgery
+from crf_prime.swe.gitenv import GIT_ENV, git_argv, git_shell
+from crf_prime.swe.grading import APPLY_PATCH_FAIL, GradeReport, frame_log, grade_run
 from crf_prime.swe.instance import SweInstance
 from crf_prime.swe.specs import repo_spec
-
-WORK = ".git/crf-swe"
-"""Scratch dir for patches and the eval script, inside ``.git`` so it never shows up in a diff."""
+from crf_prime.swe.workspace import Entry, TreeTooLarge, read_tree, remove_file, write_file
 
 HARNESS_MARGIN_S = 120.0
 """Extra seconds the harness itself may take beyond the test timeout before it counts as an infra failure."""
@@ -53,12 +63,18 @@ class EvalRun(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     model_patch: str
-    """The agent's change as graded (non-test files only)."""
+    """The agent's change as graded (allowed source changes only)."""
     log: str
-    """Test output with the start/end markers and the recorded exit code."""
+    """Test output framed by the grader with start/end markers and the exit status the box reported."""
     report: GradeReport
     timed_out: bool = False
     """Whether the test command hit its timeout (graded as unresolved, like swebench)."""
+    dropped: dict[str, str] = {}
+    """Paths the agent changed that were graded at their base state, with why (:mod:`crf_prime.swe.changes`)."""
+    forgery: str = ""
+    """The forgery policy's findings on the added code (empty: none)."""
+    suspected_forgery: bool = False
+    """Whether added code uses constructs outside the forgery policy's allow-list."""
 
 
 _DIFF_START = re.compile(r"^diff --git ", re.M)
@@ -80,6 +96,32 @@ def drop_test_files(diff: str, also: set[str] | frozenset[str] = frozenset()) ->
             continue
         kept.append(chunk)
     return "".join(kept)
+
+
+_NEW_MODE = re.compile(r"^new (?:file )?mode (\d+)$", re.M)
+
+
+def filter_diff(diff: str, *, base_paths: set[str], test_paths: set[str]) -> tuple[str, dict[str, str]]:
+    """``diff`` (``--no-renames``) restricted to allowed source changes; all chunks of a path go together."""
+    base_dirs = {p.split("/", 1)[0] for p in base_paths if "/" in p}
+    by_path: dict[str, list[str]] = {}
+    for chunk in split_diff(diff):
+        paths = patch_files(chunk.split("\n", 1)[0])
+        by_path.setdefault(paths[0] if paths else "", []).append(chunk)
+    kept, dropped = [], {}
+    for path, chunks in by_path.items():
+        text = "".join(chunks)
+        why = path_problem(path, tracked=path in base_paths, base_dirs=base_dirs, test_paths=test_paths)
+        modes = _NEW_MODE.findall(text)
+        if not why and any(m not in ("100644", "100755") for m in modes):
+            why = "symlink or submodule"
+        if not why and ("\nGIT binary patch\n" in text or "\nBinary files " in text):
+            why = "binary content"
+        if why:
+            dropped[path] = why
+        else:
+            kept.append(text)
+    return "".join(kept), dropped
 
 
 async def _run(runtime: RuntimeLike, script: str, *, timeout: float | None = None) -> Any:
@@ -109,6 +151,7 @@ class SweRunner:
         reinstall: bool = True,
         local_python: str | None = None,
         unsandboxed: bool = False,
+        mirror: Path | None = None,
     ) -> None:
         self.instance = instance
         self.repo_dir = repo_dir
@@ -117,15 +160,13 @@ class SweRunner:
         self.local_python = local_python
         """Set for the local placement: the interpreter whose bin dir leads PATH in the sandboxed test run."""
         self.unsandboxed = unsandboxed
+        self.mirror = mirror
+        """Local placement: the grader-owned git repository the fresh grading tree is cloned from."""
         self.spec = repo_spec(instance)
 
     @property
     def _q(self) -> str:
         return shlex.quote(self.repo_dir)
-
-    @property
-    def _work(self) -> str:
-        return f"{self.repo_dir}/{WORK}"
 
     # ---- setup ---------------------------------------------------------------------------------------------
     async def clone_local(self, runtime: RuntimeLike, mirror: Path) -> None:
@@ -155,8 +196,9 @@ class SweRunner:
                 f"instance {self.instance.instance_id!r}: {self.repo_dir} is not a git repo holding base_commit "
                 f"{self.instance.base_commit} (wrong or missing image?): {(probe.stderr or probe.stdout).strip()[-500:]}"
             )
-        trust = "" if self.local_python is not None else f"git config --global --add safe.directory {self._q}; "
-        script = f"cd {self._q} && {trust}git -c advice.detachedHead=false checkout -q -f {base} && git clean -q -fd"
+        # the image's /testbed may belong to another uid: trust exactly this repo, for these commands only
+        trust = f"export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0={self._q}; "
+        script = f"{trust}cd {self._q} && git -c advice.detachedHead=false checkout -q -f {base} && git clean -q -fd"
         if hide_future:
             script += (
                 " && git for-each-ref --format='%(refname)' | while read -r ref; do "
@@ -166,59 +208,137 @@ class SweRunner:
         await _must(runtime, script, "checking out base_commit")
 
     # ---- grading -------------------------------------------------------------------------------------------
-    async def capture_patch(self, runtime: RuntimeLike) -> str:
-        """The agent's change against ``base_commit`` (new files included), test files removed."""
-        base = shlex.quote(self.instance.base_commit)
-        diff = await _must(
-            runtime,
-            f"cd {self._q} && git add -A >/dev/null && git -c core.fileMode=false diff --cached --binary --no-color "
-            f"--no-ext-diff {base} && git reset -q",
-            "capturing the agent's diff",
-        )
-        return drop_test_files(diff, also=set(patch_files(self.instance.test_patch)))
-
-    async def _apply(self, runtime: RuntimeLike, patch: str, name: str, what: str) -> None:
-        path = f"{self._work}/{name}"
-        await _must(runtime, f"mkdir -p {shlex.quote(self._work)}", "creating the scratch dir")
-        await runtime.write(path, patch.encode())
-        await _must(runtime, f"cd {self._q} && git apply --binary -v {shlex.quote(path)}", what)
+    @property
+    def _test_paths(self) -> set[str]:
+        return set(patch_files(self.instance.test_patch))
 
     async def apply_gold(self, runtime: RuntimeLike) -> None:
-        """Apply the instance's gold patch to the working tree (for ``validate()``)."""
-        await self._apply(runtime, self.instance.patch, "gold.patch", "applying the gold patch")
-
-    async def evaluate(self, runtime: RuntimeLike) -> EvalRun:
-        """Grade the current working tree: capture, reset, re-apply, add the test patch, run, grade."""
-        model_patch = await self.capture_patch(runtime)
-        base = shlex.quote(self.instance.base_commit)
-        await _must(runtime, f"cd {self._q} && git reset -q --hard {base} && git clean -q -fd", "resetting to base")
-        if model_patch.strip():
-            await self._apply(runtime, model_patch, "model.patch", "re-applying the agent's diff")
-        await self._apply(runtime, self.instance.test_patch, "test.patch", "applying the test patch")
-        script = eval_script(self.instance, repo_dir=self.repo_dir, reinstall=self.reinstall, spec=self.spec)
-        await runtime.write(f"{self._work}/eval.sh", script.encode())
+        """Apply the instance's gold patch to the freshly set-up working tree (for ``validate()``)."""
         if self.local_python is not None:
-            log, timed_out = await self._run_sandboxed()
-        else:
-            log, timed_out = await self._run_in_runtime(runtime)
-        if timed_out:
-            log += f"\n{TESTS_TIMEOUT}: after {self.test_timeout:g}s\n"
-        report = grade_log(
-            self.instance.instance_id, log, self.spec.log_parser, self.instance.FAIL_TO_PASS, self.instance.PASS_TO_PASS
+            await asyncio.to_thread(self._apply_gold_local)
+            return
+        scratch = (await _must(runtime, "mktemp -d /tmp/crf-swe.XXXXXXXX", "creating a scratch dir")).strip()
+        await runtime.write(f"{scratch}/gold.patch", self.instance.patch.encode())
+        await _must(
+            runtime, f"cd {self._q} && {self._git('apply', '--binary', f'{scratch}/gold.patch')}", "applying gold"
         )
-        return EvalRun(model_patch=model_patch, log=log, report=report, timed_out=timed_out)
 
-    async def _run_in_runtime(self, runtime: RuntimeLike) -> tuple[str, bool]:
-        t = f"{self.test_timeout:g}"
-        script = shlex.quote(f"{self._work}/eval.sh")
-        result = await _run(
-            runtime,
-            f"timeout --kill-after=10 {t} bash {script} 2>&1",
-            timeout=self.test_timeout + HARNESS_MARGIN_S,
+    def _apply_gold_local(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="crf-swe-gold-") as tmp:
+            patch = Path(tmp) / "gold.patch"
+            patch.write_text(self.instance.patch)
+            _host_git(Path(self.repo_dir), "apply", "--binary", str(patch), what="applying the gold patch")
+
+    async def evaluate(self, runtime: RuntimeLike, *, baseline: dict[str, str] | None = None) -> EvalRun:
+        """Grade the agent's change on a fresh tree at ``base_commit`` (see the module docstring).
+
+        ``baseline``: container placement, :meth:`untracked` as taken after setup (None: every untracked file,
+        ignored build outputs included, is removed before the tests, so compiled repos rebuild in the install step).
+        """
+        if self.local_python is not None:
+            return await self._evaluate_local()
+        return await self._evaluate_in_runtime(runtime, baseline)
+
+    def _grade(
+        self,
+        output: str,
+        exit_code: int | None,
+        timed_out: bool,
+        *,
+        prepare: str,
+        model_patch: str,
+        dropped: dict[str, str],
+        check: ForgeryCheck,
+    ) -> EvalRun:
+        report = grade_run(
+            self.instance.instance_id,
+            output,
+            exit_code,
+            self.spec.log_parser,
+            self.instance.FAIL_TO_PASS,
+            self.instance.PASS_TO_PASS,
+            xfail_ok=self.instance.GOLD_XFAIL,
+            timed_out=timed_out,
         )
-        return result.stdout, result.exit_code in (124, 137)
+        if check.certain:
+            report = self._unresolved(f"the fix imports the test runner (certain forgery): {check.detail}")
+        log = frame_log(prepare, output, exit_code, f"{TESTS_TIMEOUT_NOTE} {self.test_timeout:g}s" if timed_out else "")
+        return EvalRun(
+            model_patch=model_patch,
+            log=log,
+            report=report,
+            timed_out=timed_out,
+            dropped=dropped,
+            forgery=check.detail,
+            suspected_forgery=check.suspected,
+        )
 
-    async def _run_sandboxed(self) -> tuple[str, bool]:
+    def _unresolved(self, reason: str) -> GradeReport:
+        return GradeReport(
+            instance_id=self.instance.instance_id,
+            found=False,
+            reason=reason,
+            f2p_failure=self.instance.FAIL_TO_PASS,
+            p2p_failure=self.instance.PASS_TO_PASS,
+        )
+
+    # ---- local placement: a fresh tree in a grader-owned dir, tests in the box ----------------------------------
+    async def _evaluate_local(self) -> EvalRun:
+        if self.mirror is None:
+            raise SweInfraError(f"instance {self.instance.instance_id!r}: local grading needs the mirror path")
+        scratch = Path(tempfile.mkdtemp(prefix="crf-swe-"))
+        try:
+            prepared = await asyncio.to_thread(self._materialise, scratch)
+            if isinstance(prepared, EvalRun):
+                return prepared
+            model_patch, selection, check = prepared
+            out, err, code, timed_out = await self._run_sandboxed(scratch)
+            return self._grade(
+                out, code, timed_out, prepare=err, model_patch=model_patch, dropped=selection.dropped, check=check
+            )
+        finally:
+            await asyncio.to_thread(shutil.rmtree, scratch, True)
+
+    def _materialise(self, scratch: Path) -> tuple[str, Selection, ForgeryCheck] | EvalRun:
+        """Clone the mirror at ``base_commit`` into ``scratch/repo``, write the allowed changes, apply the test patch."""
+        assert self.mirror is not None
+        fresh = scratch / "repo"
+        base = self.instance.base_commit
+        _host_git(None, "clone", "-q", "--no-hardlinks", "--no-checkout", str(self.mirror), str(fresh), what="cloning")
+        _host_git(fresh, "checkout", "-q", "--detach", base, what="checking out base_commit")
+        base_tree = read_tree(fresh, never_graded_dir)
+        try:
+            agent_tree = read_tree(Path(self.repo_dir), never_graded_dir)
+        except TreeTooLarge as e:
+            return EvalRun(model_patch="", log="", report=self._unresolved(f"workspace refused: {e}"))
+        selection = select_changes(base_tree, agent_tree, self._test_paths)
+        check = check_forgery(
+            {p: _text(base_tree.get(p)) for p in selection.kept},
+            {p: _text(e) for p, e in selection.kept.items() if e is not None},
+            base_tree,
+        )
+        try:
+            for path, entry in selection.kept.items():
+                if entry is None:
+                    remove_file(fresh, path)
+            for path, entry in selection.kept.items():
+                if entry is not None:
+                    write_file(fresh, path, entry.data, executable=entry.executable)
+        except OSError as e:
+            report = self._unresolved(f"{APPLY_PATCH_FAIL}: {e}")
+            return EvalRun(model_patch="", log="", report=report, dropped=selection.dropped)
+        _host_git(fresh, "add", "-A", what="recording the graded change")
+        model_patch = _host_git(
+            fresh, "diff", "--cached", "--binary", "--no-color", "--no-renames", "--no-ext-diff", base, what="diffing"
+        )
+        (scratch / "test.patch").write_text(self.instance.test_patch)
+        _host_git(fresh, "apply", "--binary", str(scratch / "test.patch"), what="applying the test patch")
+        (scratch / "bin").mkdir()
+        script = eval_script(self.instance, repo_dir=str(fresh), reinstall=self.reinstall, spec=self.spec)
+        (scratch / "bin" / "eval.sh").write_text(script)
+        return model_patch, selection, check
+
+    async def _run_sandboxed(self, scratch: Path) -> tuple[str, str, int | None, bool]:
         from crf_prime.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 
         assert self.local_python is not None
@@ -229,9 +349,9 @@ class SweRunner:
             sandbox = Sandbox(limits, unsandboxed=self.unsandboxed)
             result = await asyncio.wait_for(
                 sandbox.arun(
-                    ["bash", f"{self._work}/eval.sh"],
-                    workdir=Path(self.repo_dir),
-                    ro_binds=[prefix],
+                    ["bash", str(scratch / "bin" / "eval.sh")],
+                    workdir=scratch / "repo",
+                    ro_binds=[prefix, scratch / "bin"],
                     env={"PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin"},
                 ),
                 self.test_timeout + HARNESS_MARGIN_S,
@@ -240,4 +360,117 @@ class SweRunner:
             raise SweInfraError(f"cannot run the tests sandboxed: {e}") from e
         except TimeoutError as e:
             raise SweInfraError(f"the sandboxed test run did not return within {self.test_timeout}s + margin") from e
-        return result.stdout + result.stderr, result.limit_hit == "wall"
+        return result.stdout, result.stderr, result.exit_code, result.limit_hit == "wall"
+
+    # ---- container placement: the same steps inside the instance's container -----------------------------------
+    def _git(self, *args: str) -> str:
+        return git_shell(*args, git_dir=f"{self.repo_dir}/.git", work_tree=self.repo_dir)
+
+    async def untracked(self, runtime: RuntimeLike) -> dict[str, str]:
+        """Container placement: every untracked path (ignored ones included: build outputs) -> its SHA-1, ``link:``
+        + target for a symlink, '' for anything else; taken right after :meth:`prepare`. Grading keeps exactly these
+        (unchanged) and removes every other untracked path. Nothing but regular files is opened (``find -type``)."""
+        listed = f"cd {self._q} && {self._git('ls-files', '-o', '-z')}"
+        files = "xargs -0 -r sh -c 'find \"$@\" -maxdepth 0 -type f -print0' sh | xargs -0 -r sha1sum -z --"
+        links = 'xargs -0 -r sh -c \'find "$@" -maxdepth 0 -type l -printf "link:%l  %p\\0"\' sh'
+        out = {p: "" for p in (await _must(runtime, listed, "listing untracked files")).split("\0") if p}
+        for pipeline in (files, links):
+            for record in (await _must(runtime, f"{listed} | {pipeline}", "hashing untracked files")).split("\0"):
+                digest, sep, path = record.partition("  ")
+                if sep and path in out:
+                    out[path] = digest
+        return out
+
+    async def _evaluate_in_runtime(self, runtime: RuntimeLike, baseline: dict[str, str] | None) -> EvalRun:
+        base = self.instance.base_commit
+        q = shlex.quote
+        scratch = (await _must(runtime, "mktemp -d /tmp/crf-swe.XXXXXXXX", "creating a scratch dir")).strip()
+        # untracked files the agent made or changed (ignored or excluded ones too) are part of its change
+        now = await self.untracked(runtime)
+        extra = sorted(p for p, d in now.items() if baseline is None or p not in baseline or baseline[p] != d)
+        regular = [p for p in extra if now[p] and not now[p].startswith("link:")]
+        await runtime.write(f"{scratch}/extra", "".join(f"{p}\0" for p in extra).encode())
+        await runtime.write(f"{scratch}/regular", "".join(f"{p}\0" for p in regular).encode())
+        add_regular = self._git(
+            "add", "-f", "--ignore-errors", f"--pathspec-from-file={scratch}/regular", "--pathspec-file-nul"
+        )
+        # --ignore-errors: an entry git cannot index (a nested repo without a commit) is left out, not fatal;
+        # whatever is left out is not graded and is removed below
+        diff = await _must(
+            runtime,
+            f"cd {self._q} && {{ {self._git('add', '-A', '--ignore-errors')}; {add_regular}; }} >/dev/null 2>&1; "
+            f"{self._git('diff', '--cached', '--binary', '--no-color', '--no-renames', '--no-ext-diff', '--no-textconv', base)}"
+            f" && {self._git('reset', '-q')}",
+            "capturing the agent's diff",
+        )
+        listing = await _must(
+            runtime, f"cd {self._q} && {self._git('ls-tree', '-r', '--name-only', '-z', base)}", "listing base"
+        )
+        base_paths = {p for p in listing.split("\0") if p}
+        model_patch, dropped = filter_diff(diff, base_paths=base_paths, test_paths=self._test_paths)
+        originals = {}
+        for path in sorted(p for p in patch_files(model_patch) if p.endswith(".py") and p in base_paths):
+            show = self._git("show", f"{base}:{path}")
+            originals[path] = await _must(runtime, f"cd {self._q} && {show}", "reading a base file")
+        # back to base: tracked files reset, untracked ones removed unless they are setup's (build outputs)
+        clean = self._git("clean", "-q", "-ffdx") if baseline is None else self._git("clean", "-q", "-ffd")
+        remove = f"xargs -0 -r rm -rf -- < {q(scratch + '/extra')}"
+        reset = f"cd {self._q} && {remove} && {self._git('reset', '-q', '--hard', base)} && {clean}"
+        await _must(runtime, reset, "resetting to base")
+        if model_patch.strip():
+            await runtime.write(f"{scratch}/model.patch", model_patch.encode())
+            applied = await _run(runtime, f"cd {self._q} && {self._git('apply', '--binary', f'{scratch}/model.patch')}")
+            if applied.exit_code != 0:
+                report = self._unresolved(f"{APPLY_PATCH_FAIL}: {(applied.stderr or applied.stdout).strip()[-500:]}")
+                return EvalRun(model_patch=model_patch, log="", report=report, dropped=dropped)
+        changed = {}
+        for path in sorted(p for p in patch_files(model_patch) if p.endswith(".py")):
+            probe = await _run(runtime, f"cat {q(f'{self.repo_dir}/{path}')}")
+            if probe.exit_code == 0:
+                changed[path] = probe.stdout
+        check = check_forgery(originals, changed, base_paths)
+        await runtime.write(f"{scratch}/test.patch", self.instance.test_patch.encode())
+        apply_tests = self._git("apply", "--binary", f"{scratch}/test.patch")
+        await _must(runtime, f"cd {self._q} && {apply_tests}", "applying the test patch")
+        script = eval_script(self.instance, repo_dir=self.repo_dir, reinstall=self.reinstall, spec=self.spec)
+        await runtime.write(f"{scratch}/eval.sh", script.encode())
+        result = await _run(
+            runtime,
+            f"timeout --kill-after=10 {self.test_timeout:g} bash {q(scratch + '/eval.sh')}",
+            timeout=self.test_timeout + HARNESS_MARGIN_S,
+        )
+        timed_out = result.exit_code in (124, 137)
+        return self._grade(
+            result.stdout,
+            result.exit_code,
+            timed_out,
+            prepare=result.stderr or "",
+            model_patch=model_patch,
+            dropped=dropped,
+            check=check,
+        )
+
+
+TESTS_TIMEOUT_NOTE = ">>>>> Tests Timed Out: after"
+
+
+def _text(entry: Entry | None) -> str:
+    return entry.data.decode("utf-8", errors="replace") if entry is not None and entry.kind == "file" else ""
+
+
+def _host_git(repo: Path | None, *args: str, what: str) -> str:
+    """Grader-owned git on the host: only on trees the grader created, with :mod:`crf_prime.swe.gitenv` settings."""
+    argv = git_argv(*args) if repo is None else git_argv(*args, git_dir=str(repo / ".git"), work_tree=str(repo))
+    env = {**os.environ, **GIT_ENV}
+    for key in (
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    ):
+        env.pop(key, None)
+    result = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, errors="replace", check=False)
+    if result.returncode != 0:
+        raise SweInfraError(f"{what} failed (exit {result.returncode}): {result.stderr.strip()[-2000:]}")
+    return result.stdout

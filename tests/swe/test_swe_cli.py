@@ -46,4 +46,4 @@ def test_test_cmd_prints_the_eval_script(mini: Path, capsys: pytest.CaptureFixtu
     assert main([*args, "--repo-dir", "/work/repo"]) == 0
     out = capsys.readouterr().out
     assert "cd /work/repo\n" in out
-    assert "\npython -m pytest -rA -p no:cacheprovider tests/test_stats.py\n" in out
+    assert "\nexec python -m pytest -rA -p no:cacheprovider tests/test_stats.py\n" in out

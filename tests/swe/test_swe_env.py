@@ -103,7 +103,7 @@ async def test_gold_resolves_and_untouched_repo_scores_zero_with_hint(mini: Path
     assert "test_median_even" not in (repo / "tests" / "test_stats.py").read_text()  # test patch withheld
     await task.score(trace, runtime)
     assert trace.reward == 0.0
-    assert trace.metrics == {"f2p_pass": 0.0, "p2p_pass": 1.0}
+    assert trace.metrics == {"f2p_pass": 0.0, "p2p_pass": 1.0, "suspected_forgery": 0.0}
     info = trace.info["swebench"]
     assert info["resolution"] == "RESOLVED_NO" and info["f2p_failure"] == FAIL_TO_PASS and info["model_patch"] == ""
     assert "tests/test_stats.py::test_median_even" in trace.info["hint"]
@@ -123,7 +123,7 @@ async def test_agent_fix_resolves(mini: Path, runtime: vf.Runtime) -> None:
     (_workdir(runtime) / "ministats" / "notes.py").write_text("NOTE = 1\n")  # new files are part of the change
     await task.score(trace, runtime)
     assert trace.reward == 1.0
-    assert trace.metrics == {"f2p_pass": 1.0, "p2p_pass": 1.0}
+    assert trace.metrics == {"f2p_pass": 1.0, "p2p_pass": 1.0, "suspected_forgery": 0.0}
     info = trace.info["swebench"]
     assert info["resolution"] == "RESOLVED_FULL" and info["test_exit_code"] == 0
     assert "diff --git a/ministats/stats.py" in info["model_patch"]

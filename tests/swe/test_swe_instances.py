@@ -208,29 +208,26 @@ def test_repo_specs_for_lite_repos() -> None:
         repo_spec(parse_instance(_row(repo="acme/widgets", instance_id="acme__widgets-1"), where="r"))
 
 
-def test_eval_script_frames_the_test_command() -> None:
+def test_eval_script_prepares_on_stderr_and_execs_the_test_command() -> None:
     inst = parse_instance(_row(test_patch=DJANGO_TEST_PATCH), where="r")
     script = eval_script(inst, repo_dir="/testbed")
-    lines = script.splitlines()
-    assert lines[:6] == [
+    assert script.splitlines() == [
         "#!/bin/bash",
         "set -uo pipefail",
-        "exec 2>&1",
+        "exec 3>&1 1>&2",
         "cd /testbed",
         "source /opt/miniconda3/bin/activate",
         "conda activate testbed",
+        "sed -i '/en_US.UTF-8/s/^# //g' /etc/locale.gen && locale-gen",
+        "export LANG=en_US.UTF-8",
+        "export LANGUAGE=en_US:en",
+        "export LC_ALL=en_US.UTF-8",
+        "python -m pip install -e .",
+        "exec 1>&3 3>&- 2>&1",
+        "exec ./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 auth_tests.test_validators "
+        "i18n.sampleproject.locale.fr.LC_MESSAGES.django.po forms_tests.field_tests.test_urlfield",
     ]
-    start = lines.index("echo '>>>>> Start Test Output'")
-    assert lines[start - 1] == "python -m pip install -e ."
-    assert lines[start + 1] == (
-        "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 auth_tests.test_validators "
-        "i18n.sampleproject.locale.fr.LC_MESSAGES.django.po forms_tests.field_tests.test_urlfield"
-    )
-    assert lines[start + 2 :] == [
-        "CRF_SWE_TEST_EXIT_CODE=$?",
-        "echo '>>>>> End Test Output'",
-        'echo ">>>>> Test Exit Code: $CRF_SWE_TEST_EXIT_CODE"',
-    ]
+    assert ">>>>>" not in script  # the grader frames the log itself
     assert "pip install" not in eval_script(inst, repo_dir="/testbed", reinstall=False)
 
 

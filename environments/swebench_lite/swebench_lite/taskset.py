@@ -14,6 +14,7 @@ the tests run in crf-prime's bubblewrap sandbox (how the offline mini SWE-bench 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from crf_prime.swe.dataset import LITE, load_instances
 from crf_prime.swe.instance import SweInstance
 from crf_prime.swe.logparse import failure_messages
 from crf_prime.swe.runner import EvalRun, SweInfraError, SweRunner
+
+logger = logging.getLogger(__name__)
 
 TESTBED = "/testbed"
 MAX_INFO_PATCH_CHARS = 200_000
@@ -63,6 +66,9 @@ class SweTaskConfig(vf.TaskConfig):
     hide_future_commits: bool = True
     """In setup, delete refs that are not ancestors of base_commit and expire reflogs, so git history does not hold
     the upstream fix."""
+    reject_suspected_forgery: bool = False
+    """Score unresolved when the fix's added code is outside the forgery policy's allow-list (``suspected_forgery``
+    = 1; crf_prime.swe.forgery), not only when it is a certain forgery. Stricter: some honest fixes are refused."""
     hints: bool = True
     """Write a channel-2 hint from the failing FAIL_TO_PASS tests into ``trace.info["hint"]`` after scoring."""
     hint_writer: HintWriterConfig | None = None
@@ -77,6 +83,8 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
     def __init__(self, data: SweData, config: SweTaskConfig | None = None) -> None:
         super().__init__(data, config)
         self._runs: dict[str, asyncio.Future[EvalRun]] = {}
+        self._untracked: dict[str, dict[str, str]] = {}
+        """Container placement: untracked files (build outputs) per trace right after setup, kept by grading."""
 
     @property
     def key(self) -> str:
@@ -102,6 +110,7 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
             reinstall=self.config.reinstall,
             local_python=(self.config.python or sys.executable) if local else None,
             unsandboxed=self.config.unsandboxed_tests,
+            mirror=Path(self.data.mirror) if local and self.data.mirror else None,
         )
 
     def runtime_env(self) -> dict[str, str]:
@@ -116,12 +125,23 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
         if self.data.mirror is not None:
             await runner.clone_local(runtime, Path(self.data.mirror))
         await runner.prepare(runtime, hide_future=self.config.hide_future_commits)
+        if self.data.mirror is None:
+            self._untracked[trace.id] = await runner.untracked(runtime)
 
     async def validate(self, runtime: vf.Runtime) -> bool | None:
         """Gold check: the gold patch applied to the set-up repo must resolve the instance."""
         runner = self._runner(runtime)
+        baseline = await runner.untracked(runtime) if self.data.mirror is None else None
         await runner.apply_gold(runtime)
-        run = await runner.evaluate(runtime)
+        run = await runner.evaluate(runtime, baseline=baseline)
+        unlisted = sorted(set(run.report.f2p_xfail) - set(self.data.instance.GOLD_XFAIL))
+        if unlisted:
+            logger.warning(
+                "instance %s: the gold patch leaves FAIL_TO_PASS tests XFAIL %s; list them in the row's GOLD_XFAIL "
+                "column, or XFAIL is not accepted as a pass",
+                self.key,
+                unlisted,
+            )
         return run.report.resolved
 
     # ---- scoring ---------------------------------------------------------------------------------------------
@@ -129,7 +149,8 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
         """One grading run per trace, shared by the metrics and the reward (metrics are scored first)."""
         future = self._runs.get(trace.id)
         if future is None:
-            future = asyncio.ensure_future(self._runner(runtime).evaluate(runtime))
+            baseline = self._untracked.pop(trace.id, None)
+            future = asyncio.ensure_future(self._runner(runtime).evaluate(runtime, baseline=baseline))
             self._runs[trace.id] = future
         return await asyncio.shield(future)
 
@@ -142,6 +163,11 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
     async def p2p_pass(self, trace: vf.Trace, runtime: vf.Runtime) -> float:
         """Share of PASS_TO_PASS tests that still pass after the agent's change."""
         return (await self._evaluation(trace, runtime)).report.p2p_fraction
+
+    @vf.metric
+    async def suspected_forgery(self, trace: vf.Trace, runtime: vf.Runtime) -> float:
+        """1.0 when the fix's added code uses constructs outside the forgery policy's allow-list (crf_prime.swe.forgery)."""
+        return 1.0 if (await self._evaluation(trace, runtime)).suspected_forgery else 0.0
 
     @vf.reward(weight=1.0)
     async def resolved(self, trace: vf.Trace, runtime: vf.Runtime) -> float:
@@ -162,11 +188,17 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
             "p2p_failure": list(report.p2p_failure),
             "model_patch": run.model_patch[:MAX_INFO_PATCH_CHARS],
             "model_patch_chars": len(run.model_patch),
+            "dropped": dict(list(run.dropped.items())[:200]),
+            "forgery": run.forgery,
         }
         if self.config.hints:
             messages = failure_messages(run.log)
             failing = [FailingTest(name=t, message=messages.get(t, report.reason)) for t in report.f2p_failure]
             await attach_hint_async(trace, failing_tests=failing, writer=hint_writer(self.config.hint_writer))
+        if run.suspected_forgery and self.config.reject_suspected_forgery:
+            trace.info["swebench"]["resolution"] = "RESOLVED_NO"
+            trace.info["swebench"]["reason"] = f"suspected forgery: {run.forgery}"
+            return 0.0
         return 1.0 if report.resolved else 0.0
 
 

@@ -1,0 +1,150 @@
+"""The hack suite (``swe_hacks.py``): every attempt that fixes nothing scores 0 and nothing acts on the host.
+
+Each runs through the environment's own path: ``SweTask.setup``, the agent's script in the crf-sandbox harness box
+with the harness's default limits, ``SweTask.score``, on the offline mini fixture. The in-process forgeries that
+isolation cannot close are flagged (``suspected_forgery``) and rejected with ``reject_suspected_forgery``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import verifiers.v1 as vf
+from swe_hacks import ATTACKS, Attack, attempt, trace_for
+from swebench_lite import SweTask, SweTaskConfig, SweTaskset, SweTasksetConfig
+from verifiers.v1.runtimes import provision_runtime
+
+from crf_prime.swe.fixture import FAIL_TO_PASS, build_mini_swebench
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
+
+
+@pytest.fixture
+async def runtime() -> AsyncIterator[vf.Runtime]:
+    async with provision_runtime(vf.SubprocessConfig()) as rt:
+        yield rt
+
+
+def _task(root: Path, **task: object) -> SweTask:
+    build_mini_swebench(root)
+    config = SweTasksetConfig(
+        id="swebench-lite",
+        dataset=str(root / "instances.jsonl"),
+        repos_dir=root / "repos",
+        task=SweTaskConfig(hints=False, **task),
+    )
+    (only,) = list(SweTaskset(config))
+    return only
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+async def test_attempt_scores_zero_without_host_effect(attack: Attack, tmp_path: Path, runtime: vf.Runtime) -> None:
+    task = _task(tmp_path / "fixture", reject_suspected_forgery=attack.remaining)
+    out = await attempt(task, runtime, attack, tmp_path / "host")
+    assert out.error == ""  # graded, not an infrastructure error
+    assert out.reward == 0.0, out.info
+    assert out.host_effect is False
+    assert out.suspected == (1.0 if attack.suspected else 0.0), out.info["forgery"]
+    if attack.remaining:  # the forgery does pass the test in-process; the policy's flag is what rejects it
+        assert out.info["f2p_failure"] == [] and out.info["reason"].startswith("suspected forgery: ")
+    else:
+        assert out.info["f2p_failure"] == FAIL_TO_PASS
+
+
+async def test_flagged_forgery_keeps_swebench_verdict_by_default(tmp_path: Path, runtime: vf.Runtime) -> None:
+    """Without ``reject_suspected_forgery`` an always-equal value passes the test: flagged, documented, not closed."""
+    (attack,) = [a for a in ATTACKS if a.name == "always_equal_return_value"]
+    out = await attempt(_task(tmp_path / "fixture"), runtime, attack, tmp_path / "host")
+    assert out.reward == 1.0 and out.suspected == 1.0
+    assert "ministats/stats.py: defines __eq__ (always-equal values)" in out.info["forgery"]
+
+
+IMAGE_PATH_ATTACKS = [
+    a
+    for a in ATTACKS
+    if a.group in ("security", "workspace") and a.name != "tested_code_plants_symlink_for_the_grader_cleanup"
+]
+
+
+@pytest.mark.parametrize("attack", IMAGE_PATH_ATTACKS, ids=[a.name for a in IMAGE_PATH_ATTACKS])
+async def test_container_placement_resists_the_git_and_workspace_attacks(
+    attack: Attack, tmp_path: Path, runtime: vf.Runtime
+) -> None:
+    """The docker/prime code path (git on ``/testbed`` through ``runtime.run``), on a checkout in the runtime dir:
+    hardened git ignores the agent's fsmonitor, excludes, replace refs and core.worktree; scratch is a fresh mktemp
+    dir; a symlinked ``tests/`` is reset, not an infrastructure error."""
+    local = _task(tmp_path / "fixture")
+    checkout = Path(runtime.workdir) / "testbed"  # type: ignore[attr-defined]
+    subprocess.run(["git", "clone", "-q", local.data.mirror or "", str(checkout)], check=True)
+    data = local.data.model_copy(update={"mirror": None, "workdir": str(checkout)})
+    task = SweTask(data, SweTaskConfig(hints=False))
+    on_path = runtime.with_env({"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    out = await attempt(task, on_path, attack, tmp_path / "host", subdir="testbed")
+    assert out.error == "" and out.reward == 0.0, out.info
+    assert out.host_effect is False
+
+
+class _DivergingRuntime:
+    """The real runtime, except that the file the agent changed differs from base right before the re-apply (as
+    when an image's ``/testbed`` drifted from ``base_commit``), so the agent's patch does not apply."""
+
+    def __init__(self, inner: vf.Runtime, target: Path) -> None:
+        self.inner, self.target = inner, target
+
+    async def run(self, argv: list[str], env: dict[str, str]):  # -> ProgramResult
+        if "model.patch" in argv[-1] and "apply" in argv[-1]:
+            self.target.write_text("drifted\n")
+        return await self.inner.run(argv, env)
+
+    async def write(self, path: str, data: bytes) -> None:
+        await self.inner.write(path, data)
+
+
+async def test_patch_that_does_not_apply_is_unresolved_not_an_infra_error(tmp_path: Path, runtime: vf.Runtime) -> None:
+    from crf_prime.swe.runner import SweRunner
+
+    local = _task(tmp_path / "fixture")
+    checkout = Path(runtime.workdir) / "testbed"  # type: ignore[attr-defined]
+    subprocess.run(["git", "clone", "-q", local.data.mirror or "", str(checkout)], check=True)
+    runner = SweRunner(local.data.instance, repo_dir=str(checkout), reinstall=False)
+    await runner.prepare(runtime)
+    stats = checkout / "ministats" / "stats.py"
+    stats.write_text(stats.read_text().replace("s[len(s) // 2]", "s[len(s) // 2 - 1]"))
+    run = await runner.evaluate(_DivergingRuntime(runtime, stats))
+    assert not run.report.resolved and run.report.reason.startswith(">>>>> Patch Apply Failed: ")
+    assert "diff --git a/ministats/stats.py" in run.model_patch
+
+
+async def test_container_placement_keeps_setup_build_outputs_and_removes_the_agents(
+    tmp_path: Path, runtime: vf.Runtime
+) -> None:
+    """Ignored build outputs present at setup (compiled extensions in sweb.eval images) survive grading unchanged;
+    ones the agent adds or changes are captured, filtered out and removed."""
+    local = _task(tmp_path / "fixture")
+    checkout = Path(runtime.workdir) / "testbed"  # type: ignore[attr-defined]
+    subprocess.run(["git", "clone", "-q", local.data.mirror or "", str(checkout)], check=True)
+    (checkout / ".git" / "info" / "exclude").write_text("*.so\nbuild/\n")
+    (checkout / "ministats" / "_fast.so").write_bytes(b"\x7fELF built at image time")
+    (checkout / "build").mkdir()
+    (checkout / "build" / "lib.txt").write_text("built\n")
+    data = local.data.model_copy(update={"mirror": None, "workdir": str(checkout)})
+    task = SweTask(data, SweTaskConfig(hints=False))
+    on_path = runtime.with_env({"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    trace = trace_for(task)
+    await task.setup(trace, on_path)
+    (checkout / "build" / "lib.txt").write_text("changed by the agent\n")
+    (checkout / "ministats" / "stats.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF planted")
+    await task.score(trace, on_path)
+    assert trace.reward == 0.0
+    assert (checkout / "ministats" / "_fast.so").read_bytes() == b"\x7fELF built at image time"
+    assert not (checkout / "build" / "lib.txt").exists()
+    assert not (checkout / "ministats" / "stats.cpython-311-x86_64-linux-gnu.so").exists()
+    assert trace.info["swebench"]["dropped"] == {
+        "build/lib.txt": "new file that is not Python source",
+        "ministats/stats.cpython-311-x86_64-linux-gnu.so": "compiled file",
+    }
