@@ -109,6 +109,7 @@ def run_driver(
     seed: int = 0,
     hash_seed: int = 0,
     per_call: int = 4,
+    call_timeout_s: float = CALL_TIMEOUT_S,
 ) -> object:
     """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none."""
     from crf_prime.sandbox import SandboxLimits
@@ -134,13 +135,13 @@ def run_driver(
         "targets": targets_of(task),
         "calls": str(inputs / "calls.pkl"),
         "out": str(result_path),
-        "timeout_s": CALL_TIMEOUT_S,
+        "timeout_s": call_timeout_s,
         "seed": seed,
         "per_call": per_call,
     }
     (inputs / "config.json").write_text(json.dumps(cfg))
     base = sandbox.limits if hasattr(sandbox, "limits") else SandboxLimits()
-    wall = 30.0 + (CALL_TIMEOUT_S + 0.5) * len(calls) if mode == "run" else 60.0
+    wall = 30.0 + min(call_timeout_s + 0.5 * len(calls), 270.0) if mode == "run" else 60.0
     sandbox.run(
         [str(interpreter(env)), "-S", "-E", "-s", str(lib / "replay_box.py"), str(inputs / "config.json")],
         workdir=run_dir,
@@ -185,16 +186,27 @@ def compare(expected: dict[str, object], got: object) -> tuple[tuple[str, ...], 
     bad = tuple(sorted(i for i, want in expected.items() if got.get(i) != want))
     if not bad:
         return (), ""
-    have = got.get(bad[0])
-    kind = next(iter(have), "missing") if isinstance(have, dict) else "missing"
-    want_kind = next(iter(k for k in expected[bad[0]] if k != "args_after"), "?")  # type: ignore[union-attr]
-    return bad, f"call {bad[0]}: the original {want_kind}, this tree {kind}" + (
-        " (same kind, different value or state)" if kind == want_kind else ""
-    )
+    first = next((i for i in bad if i in got), bad[0])  # calls after a timeout are never run: show the timeout
+    kind, want_kind = _kind(got.get(first)), _kind(expected[first])
+    same = " (same kind, different value or state)" if kind == want_kind else ""
+    return bad, f"call {first}: the original {want_kind}, this tree {kind}{same}"
+
+
+def _kind(outcome: object) -> str:
+    """What a call's outcome was (returned, raised, callable, timeout, crashed, no_result, ...), without values."""
+    if not isinstance(outcome, dict):
+        return "missing"
+    return next((k for k in sorted(outcome) if k != "args_after"), "missing")
 
 
 def replay_changes(
-    sandbox, env: TestEnv, task: FeatdelTask, task_dir: Path, changes: dict[str, str | None]
+    sandbox,
+    env: TestEnv,
+    task: FeatdelTask,
+    task_dir: Path,
+    changes: dict[str, str | None],
+    *,
+    call_timeout_s: float = CALL_TIMEOUT_S,
 ) -> ReplayVerdict:
     """Replay the task's calls on a fresh build of the agent's allow-listed changes (never the tree a test run
     could have written into), tests stripped, and compare with gold's outcomes here on the host."""
@@ -206,7 +218,7 @@ def replay_changes(
         build_grading_tree(task, task_dir, changes, run_dir / "repo")
         strip_tests(task, run_dir / "repo")
         seed = int.from_bytes(os.urandom(4), "little")
-        got = run_driver(sandbox, env, task, run_dir, calls, seed=seed, hash_seed=seed)
+        got = run_driver(sandbox, env, task, run_dir, calls, seed=seed, hash_seed=seed, call_timeout_s=call_timeout_s)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     bad, detail = compare(expected, got)
