@@ -107,8 +107,41 @@ def _is_iterator(t: type) -> bool:
     return hasattr(t, "__next__") and hasattr(t, "__iter__")
 
 
+_BASES = (str, bytes, bool, int, float, complex, tuple, list, dict, set, frozenset)
+
+
+def _base_view(v):
+    """The builtin content of an instance of a builtin's subclass, read with the builtin's own (C) methods."""
+    for base in _BASES:
+        if isinstance(v, base):
+            break
+    else:
+        return None
+    if base is str:
+        return str.__str__(v)
+    if base is bytes:
+        return bytes(memoryview(v))
+    if base in (bool, int):
+        return int.__index__(v)
+    if base is float:
+        return float.__float__(v)
+    if base is complex:
+        return complex.__complex__(v)
+    if base is dict:
+        return dict(
+            dict.items(v)
+        )  # an exact dict: compared like one (order-free); OrderedDict order is in its reduction
+    return base(base.__iter__(v))  # tuple/list/set/frozenset: the builtin's iterator, not an override
+
+
+def _stdlib(t: type) -> bool:
+    module = t.__module__.split(".")[0]
+    return module in sys.stdlib_module_names or module == "builtins"
+
+
 def _state(v, rec):
-    """An object's own state, read without calling its methods (``__dict__`` and ``__slots__``), else its reduction."""
+    """An object's own state, read without calling its methods: ``__dict__``, ``__slots__``, the builtin content of
+    a builtin's subclass, and for standard-library types their reduction (OrderedDict order, defaultdict factory)."""
     state = []
     try:
         d = object.__getattribute__(v, "__dict__")
@@ -124,11 +157,12 @@ def _state(v, rec):
             state.append(["slot", name, rec(object.__getattribute__(v, name))])
         except AttributeError:
             state.append(["slot", name, None])
-    if not state:  # a C object (OrderedDict, deque, partial, ...): its own reduction
+    base = _base_view(v)
+    if base is not None:
+        state.append(["base", rec(base)])
+    if _stdlib(type(v)) or not state:
         try:
-            reduced = (
-                object.__reduce_ex__(v, 4) if type(v).__reduce_ex__ is object.__reduce_ex__ else v.__reduce_ex__(4)
-            )
+            reduced = v.__reduce_ex__(4) if _stdlib(type(v)) else object.__reduce_ex__(v, 4)
             state.append(["reduce", rec(tuple(reduced[1:]) if isinstance(reduced, tuple) else reduced)])
         except Exception as e:
             state.append(["unreducible", _qual(type(e))])
