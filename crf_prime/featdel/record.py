@@ -23,7 +23,7 @@ from pathlib import Path
 
 from crf_prime.featdel.grade import materialise
 from crf_prime.featdel.models import FeatdelTask, ReplayInfo
-from crf_prime.featdel.replay import lib_dir, run_driver, strip_tests, targets_of
+from crf_prime.featdel.replay import CALL_TIMEOUT_S, lib_dir, run_driver, strip_tests, targets_of
 from crf_prime.featdel.runner import run_pytest
 from crf_prime.featdel.source import strip_tree
 from crf_prime.featdel.testenv import TestEnv
@@ -32,7 +32,11 @@ MAX_CALLS_PER_TARGET = 40
 """Distinct recorded calls kept per target (the first ones the tests make)."""
 MAX_FOLLOWUPS = 5
 """Follow-up inputs kept per callable result."""
+MAX_INPUT_BYTES = 256 * 1024
+"""Larger pickled inputs are left out (counted as too-large)."""
 DERIVED_PER_CALL = 3
+GOLD_CALL_TIMEOUT_S = 4 * CALL_TIMEOUT_S
+"""Gold's own limit per call at generation: generous, so that a loaded machine does not decide which calls are kept."""
 """Fresh calls derived from each recorded one."""
 _FAILED = ("load_error", "timeout", "crashed", "no_result", "unresolvable", "driver_error")
 
@@ -60,6 +64,7 @@ def record_calls(
         "out": str(out),
         "max_calls": MAX_CALLS_PER_TARGET,
         "max_followups": MAX_FOLLOWUPS,
+        "max_bytes": MAX_INPUT_BYTES,
     }
     (lib / "record.json").write_text(json.dumps(cfg))
     run = run_pytest(
@@ -87,7 +92,11 @@ def record_replay(
     work = Path(tempfile.mkdtemp(prefix="crf-featdel-record-"))
     try:
         report = record_calls(task, task_dir, original, sandbox=sandbox, env=env, run_dir=work / "rec")
-        dropped["unpicklable"] += report["unpicklable"]
+        for reason in ("unpicklable", "too_large"):
+            if report[reason]:
+                dropped[reason.replace("_", "-")] += report[reason]
+        if report["unresolved"]:
+            raise RuntimeError(f"task {task.task_id}: the recorder cannot find {'; '.join(report['unresolved'])}")
         recorded: list[dict] = report["calls"]
         if not recorded:
             return None, dropped
@@ -97,8 +106,9 @@ def record_replay(
         plain = [{k: v for k, v in c.items() if k not in ("in_test", "in_test_error", "test")} for c in recorded]
         derived = run_driver(sandbox, env, task, gold, plain, mode="derive", seed=task.seed, per_call=DERIVED_PER_CALL)
         calls = plain + list(derived or [])
-        first = run_driver(sandbox, env, task, gold, calls, seed=1, hash_seed=1)
-        second = run_driver(sandbox, env, task, gold, calls, seed=2, hash_seed=2)
+        limit = GOLD_CALL_TIMEOUT_S
+        first = run_driver(sandbox, env, task, gold, calls, seed=1, hash_seed=1, call_timeout_s=limit)
+        second = run_driver(sandbox, env, task, gold, calls, seed=2, hash_seed=2, call_timeout_s=limit)
         if not isinstance(first, dict) or not isinstance(second, dict):
             raise RuntimeError(f"task {task.task_id}: the gold replay produced no result")
         in_test = {c["id"]: c for c in recorded}

@@ -58,6 +58,7 @@ class Recorder:
         self.open: dict[int, int] = {}
         self.watch: dict[types.CodeType, list[tuple[object, int, bool]]] = {}
         self.unpicklable = 0
+        self.too_large = 0
         self.unresolved: list[str] = []
         self.busy = False
         self.by_value: set[str] = set()
@@ -126,6 +127,9 @@ class Recorder:
         except Exception:
             self.unpicklable += 1
             return
+        if len(data) > self.cfg["max_bytes"]:
+            self.too_large += 1
+            return
         digest = hashlib.sha256(data).hexdigest()
         if digest in self.seen:
             return
@@ -183,7 +187,12 @@ class Recorder:
 
     def dump(self) -> None:
         out = self.cfg["out"]
-        report = {"calls": self.calls, "unpicklable": self.unpicklable, "unresolved": self.unresolved}
+        report = {
+            "calls": self.calls,
+            "unpicklable": self.unpicklable,
+            "too_large": self.too_large,
+            "unresolved": self.unresolved,
+        }
         with open(out + ".tmp", "wb") as fh:
             pickle.dump(report, fh, protocol=4)
         os.replace(out + ".tmp", out)

@@ -141,7 +141,7 @@ def run_driver(
     }
     (inputs / "config.json").write_text(json.dumps(cfg))
     base = sandbox.limits if hasattr(sandbox, "limits") else SandboxLimits()
-    wall = 30.0 + min(call_timeout_s + 0.5 * len(calls), 270.0) if mode == "run" else 60.0
+    wall = 30.0 + min(call_timeout_s + 0.5 * len(calls), 270.0) if mode == "run" else 120.0
     sandbox.run(
         [str(interpreter(env)), "-S", "-E", "-s", str(lib / "replay_box.py"), str(inputs / "config.json")],
         workdir=run_dir,
