@@ -492,7 +492,8 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                     if rej is not None:
                         rejections.append(rej)
                     elif task is not None and len(covered) < cfg.max_tasks:
-                        (covered if task.replay is not None else uncovered).append(task)
+                        preferred = task.replay is not None or not cfg.replay  # without the replay: first found
+                        (covered if preferred else uncovered).append(task)
                         lost[task.task_id] = dropped
                 progress("validate", min(len(covered) + len(uncovered), cfg.max_tasks), cfg.max_tasks)
         valid = (covered + uncovered)[: cfg.max_tasks]
