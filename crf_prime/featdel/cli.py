@@ -41,6 +41,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     gen.add_argument("--max-target-tests", type=int, default=40, help="skip functions covered by more tests")
     gen.add_argument(
+        "--no-replay",
+        action="store_true",
+        help="do not record gold's calls for the replay verdict (tasks are then graded by their tests alone)",
+    )
+    gen.add_argument(
         "--unsandboxed", action="store_true", help="run WITHOUT bubblewrap isolation (explicit opt-in, unsafe)"
     )
     gen.set_defaults(func=_generate)
@@ -82,6 +87,7 @@ def _generate(args: argparse.Namespace) -> int:
         extra_requirements=tuple(args.extra_requirement),
         max_target_tests=args.max_target_tests,
         unsandboxed=args.unsandboxed,
+        replay=not args.no_replay,
     )
     labels = {
         "source": "fetching source",
@@ -121,6 +127,11 @@ def _generate(args: argparse.Namespace) -> int:
     table.add_row("[green]valid tasks[/green]", str(summary.valid))
     for reason, n in summary.rejected.items():
         table.add_row(f"  rejected: {reason}", str(n))
+    if cfg.replay:
+        share = summary.replay_covered / summary.valid if summary.valid else 0.0
+        table.add_row("covered by the replay", f"{summary.replay_covered}/{summary.valid} ({share:.0%})")
+        for reason, n in summary.replay_dropped.items():
+            table.add_row(f"  replay calls dropped: {reason}", str(n))
     for phase, s in summary.seconds.items():
         table.add_row(f"time {phase} (s)", f"{s:.1f}")
     Console().print(table)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import re
@@ -53,6 +54,7 @@ from crf_prime.featdel.source import (
 from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env, visible_copies
 
 DEFAULT_SOURCE = "pypi:toolz==1.2.0"
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,11 @@ class GenerateConfig:
     unsandboxed: bool = False
     """Explicit opt-in to run without bubblewrap isolation."""
     suite_timeout_s: float = 600.0
+    replay: bool = True
+    """Record gold's calls for the out-of-process replay check (crf_prime/featdel/record.py)."""
+    replay_search: float = 2.0
+    """Validate up to this many times ``max_tasks`` candidates looking for tasks the replay covers; uncovered valid
+    tasks only fill the places left."""
 
 
 @dataclass(frozen=True)
@@ -447,31 +454,50 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
 
         t = time.perf_counter()
         workers = cfg.workers or os.cpu_count() or 1
-        valid: list[FeatdelTask] = []
+        covered: list[FeatdelTask] = []
+        uncovered: list[FeatdelTask] = []
         rejections: list[Rejection] = []
+        lost: dict[str, Counter[str]] = {}
         checked = 0
         pos = 0
+        budget = max(cfg.max_tasks, int(cfg.replay_search * cfg.max_tasks))
         progress("validate", 0, cfg.max_tasks)
 
-        def check(c: Candidate) -> tuple[FeatdelTask | None, Rejection | None]:
+        def check(c: Candidate) -> tuple[FeatdelTask | None, Rejection | None, Counter[str]]:
             try:
                 task = build_task(baseline, c, cfg, base_rel, base_sha)
             except Exception as e:
-                return None, Rejection(candidate=c.key, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
-            return task, validate_task(task, staging, sandbox=sandbox, env=env)
+                return (
+                    None,
+                    Rejection(candidate=c.key, reason="error", detail=f"{type(e).__name__}: {e}"[:500]),
+                    Counter(),
+                )
+            rej = validate_task(task, staging, sandbox=sandbox, env=env)
+            if rej is not None or not cfg.replay:
+                return task, rej, Counter()
+            return _with_replay(task, staging, sandbox, env)
+
+        def more() -> bool:
+            if len(covered) >= cfg.max_tasks or pos >= len(cands):
+                return False
+            return len(covered) + len(uncovered) < cfg.max_tasks or checked < budget
 
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            while len(valid) < cfg.max_tasks and pos < len(cands):
-                need = cfg.max_tasks - len(valid)
+            while more():
+                need = cfg.max_tasks - len(covered)
                 batch = cands[pos : pos + max(workers, min(need, workers * 2))]
                 pos += len(batch)
-                for task, rej in pool.map(check, batch):  # results in candidate order -> deterministic
+                for task, rej, dropped in pool.map(check, batch):  # results in candidate order -> deterministic
                     checked += 1
                     if rej is not None:
                         rejections.append(rej)
-                    elif task is not None and len(valid) < cfg.max_tasks:
-                        valid.append(task)
-                progress("validate", len(valid), cfg.max_tasks)
+                    elif task is not None and len(covered) < cfg.max_tasks:
+                        preferred = task.replay is not None or not cfg.replay  # without the replay: first found
+                        (covered if preferred else uncovered).append(task)
+                        lost[task.task_id] = dropped
+                progress("validate", min(len(covered) + len(uncovered), cfg.max_tasks), cfg.max_tasks)
+        valid = (covered + uncovered)[: cfg.max_tasks]
+        _remove_unused_replays(staging, valid)
         seconds["validate"] = time.perf_counter() - t
         seconds["total"] = time.perf_counter() - t0
         summary = GenerateSummary(
@@ -487,6 +513,9 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             filtered=dict(sorted(filtered.items())),
             rejections=tuple(rejections),
             seconds={k: round(v, 2) for k, v in seconds.items()},
+            replay_covered=sum(1 for t in valid if t.replay is not None),
+            replay_checked=len(covered) + len(uncovered),
+            replay_dropped=dict(sorted(sum((lost[t.task_id] for t in valid), Counter()).items())),
         )
         with open(staging / "tasks.jsonl", "w") as fh:
             for task in valid:
@@ -496,6 +525,27 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         return valid, summary
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
+
+
+def _with_replay(task: FeatdelTask, task_dir: Path, sandbox, env: TestEnv) -> tuple[FeatdelTask, None, Counter[str]]:
+    """The task with its replay recorded (None when gold made no replayable call) and the calls dropped by reason."""
+    from crf_prime.featdel.record import record_replay
+
+    original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
+    try:
+        info, dropped = record_replay(task, task_dir, original, sandbox=sandbox, env=env)
+    except Exception as e:  # a recording failure leaves the task graded by its tests alone, and says why
+        logger.warning("featdel: recording the replay of %s failed: %s: %s", task.task_id, type(e).__name__, e)
+        return task, None, Counter({"record-error": 1})
+    return task.model_copy(update={"replay": info}), None, dropped
+
+
+def _remove_unused_replays(task_dir: Path, kept: list[FeatdelTask]) -> None:
+    """Delete replay files of valid tasks that were not written (only covered-first places are kept)."""
+    wanted = {name for t in kept if t.replay for name in (t.replay.calls_file, t.replay.expected_file)}
+    for p in sorted((task_dir / "replay").glob("*")) if (task_dir / "replay").is_dir() else []:
+        if f"replay/{p.name}" not in wanted:
+            p.unlink()
 
 
 def _parent(out: Path) -> Path:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from crf_prime.featdel.models import FailedTest, FeatdelTask, GradeResult
 from crf_prime.featdel.policy import added_violations, describe, project_gadgets, project_modules
+from crf_prime.featdel.replay import ReplayVerdict, replay_changes
 from crf_prime.featdel.runner import PytestRun, make_sandbox, run_pytest
 from crf_prime.featdel.source import extract_archive, is_test_path, strip_tree
 from crf_prime.featdel.testenv import TestEnv, ensure_test_env
@@ -208,10 +209,13 @@ def grade_changes(
     env: TestEnv | None = None,
     wall_seconds: float = 300.0,
     scan: bool = True,
+    replay: bool = True,
 ) -> GradeResult:
-    """Grade the agent's source edits: 1.0 only when every target test passes in a fresh, pristine copy.
+    """Grade the agent's source edits: 1.0 only when every target test passes in a fresh, pristine copy and the
+    agent's code reproduces gold's outcomes on the task's replayed calls (crf_prime/featdel/replay.py).
 
-    ``scan=False`` skips the static hack scan (tests use it to show the sandbox layer holds on its own).
+    ``scan=False`` skips the static hack scan, ``replay=False`` the replay (tests use them to show each layer holds
+    on its own).
     """
     hack = detect_hack(task, task_dir, changes) if scan else ""
     if hack:
@@ -233,7 +237,23 @@ def grade_changes(
         )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    return result_from_run(task, run, changes)
+    result = result_from_run(task, run, changes)
+    if replay and result.score == 1.0 and task.replay is not None:
+        result = with_replay(result, replay_changes(sandbox, env, task, task_dir, changes))
+    return result
+
+
+def with_replay(result: GradeResult, verdict: ReplayVerdict) -> GradeResult:
+    """Reward 1.0 needs the tests and the replay: any replayed call that differs from gold's outcome scores 0."""
+    update: dict[str, object] = {"replay_calls": verdict.calls, "replay_mismatches": len(verdict.mismatches)}
+    if not verdict.ok:
+        failed = FailedTest(
+            name="replay",
+            message=f"{len(verdict.mismatches)} of {verdict.calls} replayed calls differ from the original "
+            f"implementation; {verdict.detail}",
+        )
+        update |= {"score": 0.0, "failed": (*result.failed, failed)}
+    return result.model_copy(update=update)
 
 
 def grade_tree(task: FeatdelTask, task_dir: Path, agent_root: Path, **kwargs) -> GradeResult:

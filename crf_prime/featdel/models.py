@@ -54,6 +54,25 @@ class Target(BaseModel):
     """1-based line of the ``def`` keyword in the original file."""
 
 
+class ReplayInfo(BaseModel):
+    """The task's replay check: call inputs and gold's outcomes on them, kept in the task directory on the host."""
+
+    model_config = ConfigDict(frozen=True)
+
+    calls_file: str
+    """Pickled call inputs (recorded + derived), relative to the task directory; the only input the box gets."""
+    calls_sha256: str
+    expected_file: str
+    """Gold's canonical outcomes (JSON), relative to the task directory; never enters any box."""
+    expected_sha256: str
+    recorded: int
+    """Kept calls recorded from the gold run of the target tests."""
+    derived: int
+    """Kept fresh calls derived from recorded ones (type-preserving variations of their arguments)."""
+    dropped: dict[str, int] = Field(default_factory=dict)
+    """Calls left out at generation, by reason (unpicklable, gold cannot load or finish it, non-deterministic, ...)."""
+
+
 class FeatdelTask(BaseModel):
     """One validated Feature Deletion task (a JSONL row)."""
 
@@ -93,6 +112,8 @@ class FeatdelTask(BaseModel):
     test_env: TestEnvSpec
     seed: int
     """Seed the generator ran with."""
+    replay: ReplayInfo | None = None
+    """Out-of-process check against gold's recorded behaviour; None = no replayable call (the replay is vacuous)."""
 
 
 class FailedTest(BaseModel):
@@ -125,6 +146,10 @@ class GradeResult(BaseModel):
     """Wall time of the grading run (seconds)."""
     changed_files: tuple[str, ...] = ()
     """Source files taken from the agent's tree because they differ from the snapshot."""
+    replay_calls: int = 0
+    """Calls replayed against gold's outcomes (0 when the tests failed, the task has no replay, or it was skipped)."""
+    replay_mismatches: int = 0
+    """Replayed calls whose outcome differs from gold's (any makes the score 0)."""
 
 
 RejectReason = Literal[
@@ -176,3 +201,9 @@ class GenerateSummary(BaseModel):
     rejections: tuple[Rejection, ...] = ()
     seconds: dict[str, float] = Field(default_factory=dict)
     """Wall time per phase (source, venv, coverage, validate, total)."""
+    replay_covered: int = 0
+    """Valid tasks with at least one replayable call (the rest are graded by their tests alone)."""
+    replay_checked: int = 0
+    """Valid tasks found before preferring covered ones (covered + uncovered)."""
+    replay_dropped: dict[str, int] = Field(default_factory=dict)
+    """Calls left out of the written tasks' replays, by reason."""

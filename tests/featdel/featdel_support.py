@@ -31,9 +31,13 @@ _OUT = Path(tempfile.mkdtemp(prefix="crf-featdel-test-out-"))
 atexit.register(shutil.rmtree, _OUT, True)
 
 
-@functools.cache
 def generated(source: str, max_tasks: int = 3, seed: int = 0) -> tuple[Path, tuple[FeatdelTask, ...], GenerateSummary]:
-    """Generate (once per session) and return (task dir, tasks, summary)."""
+    """Generate (once per session, however the arguments are spelled) and return (task dir, tasks, summary)."""
+    return _generated(source, max_tasks, seed)
+
+
+@functools.cache
+def _generated(source: str, max_tasks: int, seed: int) -> tuple[Path, tuple[FeatdelTask, ...], GenerateSummary]:
     name = source.split(":", 1)[1].replace("==", "-")
     out = _OUT / f"{name}-n{max_tasks}-s{seed}"
     tasks, summary = generate(GenerateConfig(source=source, out=out, max_tasks=max_tasks, seed=seed))

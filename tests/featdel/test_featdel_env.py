@@ -221,5 +221,6 @@ async def test_grading_through_the_runtime_api(task_dir: Path, runtime: vf.Runti
     solved = _trace(task)
     await task.score(solved, remote)  # type: ignore[arg-type]
     assert solved.rewards["tests_pass"].score == 1.0 and solved.info["featdel_grade"]["exit_code"] == 0
+    assert solved.info["featdel_grade"]["replay_calls"] > 0  # the replay verdict ran on this host
     assert solved.info["featdel_grade"]["changed_files"] == list(row.broken_files)
     assert not list(Path("/tmp").glob("crf-featdel-grade-*/junit.xml"))  # the grading directory was removed

@@ -209,8 +209,10 @@ def test_audit_obfuscated_forge_scores_zero_and_works_without_the_policy(toolz_c
     assert scanned.hack.startswith("toolz/functoolz.py:")
     assert "forbidden attribute 'import_module': _il.import_module" in scanned.hack
     # the forge really works in-process: without the policy the grader's fresh copy scores it 1.0
-    unscanned = grade_tree(task, task_dir, tree, scan=False)
+    unscanned = grade_tree(task, task_dir, tree, scan=False, replay=False)
     assert unscanned.score == 1.0 and unscanned.hack == ""
+    # the forged reports do not fool the replay verdict either (it compares behaviour out of process)
+    assert grade_tree(task, task_dir, tree, scan=False).replay_mismatches > 0
 
 
 @pytest.mark.bwrap
@@ -223,8 +225,9 @@ def test_gadget_forge_scores_zero_and_works_without_the_policy(toolz_case, tmp_p
     scanned = grade_tree(task, task_dir, tree)
     assert scanned.score == 0.0
     assert "reference to project function '_restore_curry' that imports or looks up by name" in scanned.hack
-    unscanned = grade_tree(task, task_dir, tree, scan=False)
+    unscanned = grade_tree(task, task_dir, tree, scan=False, replay=False)
     assert unscanned.score == 1.0
+    assert grade_tree(task, task_dir, tree, scan=False).replay_mismatches > 0
 
 
 @pytest.mark.bwrap

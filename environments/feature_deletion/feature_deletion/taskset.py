@@ -192,7 +192,23 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
             stdout=result.stdout,
             stderr=result.stderr,
         )
-        return result_from_run(self.row, run, changes)
+        graded = result_from_run(self.row, run, changes)
+        if graded.score == 1.0 and self.row.replay is not None:
+            graded = await self._replay_here(graded, changes)
+        return graded
+
+    async def _replay_here(self, graded: GradeResult, changes: dict[str, str | None]) -> GradeResult:
+        """The replay verdict runs in crf-prime's sandbox on this host even when the tests ran in the runtime: it
+        needs only the project's source, and gold's outcomes never leave the host."""
+        from crf_prime.featdel.grade import with_replay
+        from crf_prime.featdel.replay import replay_changes
+        from crf_prime.featdel.runner import make_sandbox
+        from crf_prime.featdel.testenv import ensure_test_env
+
+        sandbox = make_sandbox(unsandboxed=self.config.unsandboxed, wall_seconds=self.config.grade_timeout_s)
+        env = await asyncio.to_thread(ensure_test_env, self.row.test_env)
+        verdict = await asyncio.to_thread(replay_changes, sandbox, env, self.row, Path(self.data.task_dir), changes)
+        return with_replay(graded, verdict)
 
     async def _collect(self, runtime: Runtime) -> dict[str, str | None]:
         from crf_prime.featdel.grade import allowed_new_file, collect_changes, snapshot_files

@@ -1,0 +1,167 @@
+"""Recording gold's behaviour at generation: the inputs and expected outcomes of a task's replay check.
+
+1. Run the target tests on the original tree in the sandbox with the recorder plugin (``record_plugin.py``): every
+   call of a target during a test, pickled at call time (receiver included), plus follow-up inputs of callable
+   results and the in-test return values.
+2. Derive fresh calls the tests never made (``replay_box.derive``: type-preserving variations of one argument).
+3. Replay all calls on the original tree, tests stripped, twice (different hash seeds, separate processes).
+4. Keep a call only when gold reproduces it outside the test process: it loads, finishes in time, gives the same
+   outcome on both runs and, when the test saw a plain return value, the same one. The rest is dropped by reason.
+
+Inputs and outcomes are written into the task directory; the row gets a :class:`ReplayInfo` pointing at them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from crf_prime.featdel.grade import materialise
+from crf_prime.featdel.models import FeatdelTask, ReplayInfo
+from crf_prime.featdel.replay import CALL_TIMEOUT_S, lib_dir, run_driver, strip_tests, targets_of
+from crf_prime.featdel.runner import run_pytest
+from crf_prime.featdel.source import strip_tree
+from crf_prime.featdel.testenv import TestEnv
+
+MAX_CALLS_PER_TARGET = 40
+"""Distinct recorded calls kept per target (the first ones the tests make)."""
+MAX_FOLLOWUPS = 5
+"""Follow-up inputs kept per callable result."""
+MAX_INPUT_BYTES = 256 * 1024
+"""Larger pickled inputs are left out (counted as too-large)."""
+DERIVED_PER_CALL = 3
+GOLD_CALL_TIMEOUT_S = 4 * CALL_TIMEOUT_S
+"""Gold's own limit per call at generation: generous, so that a loaded machine does not decide which calls are kept."""
+"""Fresh calls derived from each recorded one."""
+_FAILED = ("load_error", "timeout", "crashed", "no_result", "unresolvable", "driver_error")
+
+
+def replay_name(task: FeatdelTask) -> str:
+    return "replay/" + hashlib.sha256(task.task_id.encode()).hexdigest()[:20]
+
+
+def record_calls(
+    task: FeatdelTask, task_dir: Path, original: dict[str, str], *, sandbox, env: TestEnv, run_dir: Path
+) -> dict:
+    """Run the target tests on the original tree with the recorder; return its report (calls, unpicklable)."""
+    repo = run_dir / "repo"
+    materialise(task, task_dir, repo, hidden=True)
+    for rel, text in original.items():
+        (repo / rel).write_text(text)
+    strip_tree(repo)
+    lib = lib_dir(run_dir / "lib", plugin=True)
+    out = run_dir / "out" / "recorded.pkl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cfg = {
+        "targets": targets_of(task),
+        "root": str(repo.resolve()),
+        "source_files": list(task.source_files),
+        "out": str(out),
+        "max_calls": MAX_CALLS_PER_TARGET,
+        "max_followups": MAX_FOLLOWUPS,
+        "max_bytes": MAX_INPUT_BYTES,
+    }
+    (lib / "record.json").write_text(json.dumps(cfg))
+    run = run_pytest(
+        sandbox,
+        env,
+        run_dir,
+        pythonpath=(*task.pythonpath, str(lib)),
+        pytest_args=(*task.pytest_args, "-p", "crf_featdel_record"),
+        node_ids=task.target_tests,
+        protected=tuple(task.protected_files),
+    )
+    if not out.is_file():
+        raise RuntimeError(
+            f"task {task.task_id}: the recording run wrote nothing (pytest exit {run.exit_code}):\n{run.tail(800)}"
+        )
+    with open(out, "rb") as fh:
+        return pickle.load(fh)
+
+
+def record_replay(
+    task: FeatdelTask, task_dir: Path, original: dict[str, str], *, sandbox, env: TestEnv
+) -> tuple[ReplayInfo | None, Counter[str]]:
+    """Record, derive and check gold's calls for ``task``; write the replay files under ``task_dir``."""
+    dropped: Counter[str] = Counter()
+    work = Path(tempfile.mkdtemp(prefix="crf-featdel-record-"))
+    try:
+        report = record_calls(task, task_dir, original, sandbox=sandbox, env=env, run_dir=work / "rec")
+        for reason in ("unpicklable", "too_large"):
+            if report[reason]:
+                dropped[reason.replace("_", "-")] += report[reason]
+        if report["unresolved"]:
+            raise RuntimeError(f"task {task.task_id}: the recorder cannot find {'; '.join(report['unresolved'])}")
+        recorded: list[dict] = report["calls"]
+        if not recorded:
+            return None, dropped
+        gold = work / "gold"
+        shutil.copytree(work / "rec" / "repo", gold / "repo", symlinks=True)
+        strip_tests(task, gold / "repo")
+        plain = [{k: v for k, v in c.items() if k not in ("in_test", "in_test_error", "test")} for c in recorded]
+        derived = run_driver(sandbox, env, task, gold, plain, mode="derive", seed=task.seed, per_call=DERIVED_PER_CALL)
+        calls = plain + list(derived or [])
+        limit = GOLD_CALL_TIMEOUT_S
+        first = run_driver(sandbox, env, task, gold, calls, seed=1, hash_seed=1, call_timeout_s=limit)
+        second = run_driver(sandbox, env, task, gold, calls, seed=2, hash_seed=2, call_timeout_s=limit)
+        if not isinstance(first, dict) or not isinstance(second, dict):
+            raise RuntimeError(f"task {task.task_id}: the gold replay produced no result")
+        in_test = {c["id"]: c for c in recorded}
+        keep: list[dict] = []
+        expected: dict[str, object] = {}
+        lost: set[str] = set()
+        for call in calls:  # recorded calls come first: a derived call goes with its parent
+            parent = call["id"].split("~", 1)[0]
+            reason = _drop_reason(first.get(call["id"]), second.get(call["id"]), in_test.get(call["id"]))
+            if not reason and call.get("derived") and parent in lost:
+                reason = "parent-dropped"  # what made gold's recorded call unreproducible applies to its variants
+            if reason:
+                lost.add(call["id"])
+                dropped[reason] += 1
+                continue
+            keep.append(call)
+            expected[call["id"]] = first[call["id"]]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if not keep:
+        return None, dropped
+    name = replay_name(task)
+    calls_bytes = pickle.dumps(keep, protocol=4)
+    expected_bytes = json.dumps(expected, sort_keys=True).encode()
+    (task_dir / "replay").mkdir(parents=True, exist_ok=True)
+    (task_dir / f"{name}.calls.pkl").write_bytes(calls_bytes)
+    (task_dir / f"{name}.expected.json").write_bytes(expected_bytes)
+    n_derived = sum(1 for c in keep if c.get("derived"))
+    info = ReplayInfo(
+        calls_file=f"{name}.calls.pkl",
+        calls_sha256=hashlib.sha256(calls_bytes).hexdigest(),
+        expected_file=f"{name}.expected.json",
+        expected_sha256=hashlib.sha256(expected_bytes).hexdigest(),
+        recorded=len(keep) - n_derived,
+        derived=n_derived,
+        dropped=dict(sorted(dropped.items())),
+    )
+    return info, dropped
+
+
+def _drop_reason(first, second, recorded: dict | None) -> str:
+    """Why gold cannot serve as the reference for this call ("" = keep it)."""
+    if not isinstance(first, dict) or not isinstance(second, dict):
+        return "no-result"
+    failed = next((k for k in _FAILED if k in first or k in second), None)
+    if failed:
+        return f"gold-{failed.replace('_', '-')}"
+    if first != second:
+        return "non-deterministic"
+    if recorded is not None:
+        if recorded.get("in_test_error"):
+            return "uninspectable"
+        want = recorded.get("in_test")
+        if want is not None and first.get("returned") != want:
+            return "differs-from-test-run"
+    return ""

@@ -1,0 +1,242 @@
+"""The replay verdict: the agent's code on gold's recorded (and derived) calls, in a box with no tests and no answers.
+
+At grading the agent's tree (the same allow-listed changes the test run takes) is built again without any test file
+or test configuration, bound read-only into a fresh sandbox together with the driver (``replay_box.py``), cloudpickle
+and the call inputs; the interpreter runs with ``-S`` (no site-packages: no pytest). The driver forks one child per
+call, in a shuffled order, and writes each canonical outcome; the comparison with gold's outcomes, which stay in the
+task directory on the host, happens here, exact and type-strict. A missing, crashed, timed-out or unreadable result
+is a mismatch (score 0), never a skip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from crf_prime.extras import require
+from crf_prime.featdel.models import FeatdelTask
+from crf_prime.featdel.source import is_test_path
+from crf_prime.featdel.testenv import TestEnv
+
+CALL_TIMEOUT_S = 5.0
+"""Wall-clock limit of one replayed call (its forked child is killed after it)."""
+_DRIVER = Path(__file__).with_name("replay_box.py")
+
+
+class ReplayError(RuntimeError):
+    """Infrastructure failure of the replay (the task's replay files are missing or altered)."""
+
+
+@dataclass(frozen=True)
+class ReplayVerdict:
+    """Outcome of replaying one tree."""
+
+    calls: int
+    mismatches: tuple[str, ...]
+    """Ids of calls whose outcome differs from gold's (or is missing)."""
+    detail: str = ""
+    """First mismatch, described without gold's values."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+
+def module_of(path: str, pythonpath: tuple[str, ...]) -> str:
+    """Importable module name of a source file, given the directories the project puts on ``sys.path``."""
+    rel = path
+    for p in sorted((p for p in pythonpath if p not in (".", "")), key=len, reverse=True):
+        if path.startswith(p.rstrip("/") + "/"):
+            rel = path[len(p.rstrip("/")) + 1 :]
+            break
+    return rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+
+
+def targets_of(task: FeatdelTask) -> list[dict[str, str]]:
+    return [{"module": module_of(t.path, task.pythonpath), "qualname": t.qualname} for t in task.targets]
+
+
+def lib_dir(dest: Path, *, plugin: bool = False) -> Path:
+    """Copy the driver (and, for recording, the pytest plugin) plus cloudpickle into ``dest``."""
+    cloudpickle = require("cloudpickle", "featdel")
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(_DRIVER, dest / "replay_box.py")
+    if plugin:
+        shutil.copy2(_DRIVER.with_name("record_plugin.py"), dest / "crf_featdel_record.py")
+    shutil.copytree(
+        Path(cloudpickle.__file__).parent,
+        dest / "cloudpickle",
+        ignore=shutil.ignore_patterns("__pycache__"),
+        dirs_exist_ok=True,
+    )
+    return dest
+
+
+def strip_tests(task: FeatdelTask, repo: Path) -> None:
+    """Remove every test file and test configuration from a tree (the replay box holds no tests)."""
+    for rel in task.protected_files:
+        (repo / rel).unlink(missing_ok=True)
+    for p in sorted(repo.rglob("*"), reverse=True):
+        rel = p.relative_to(repo).as_posix()
+        if p.is_file() and (is_test_path(rel) or rel.endswith(".pyc")):
+            p.unlink()
+
+
+def interpreter(env: TestEnv) -> Path:
+    """The base interpreter behind the test venv (the box gets no venv, so no pytest)."""
+    return Path(os.path.realpath(env.python))
+
+
+def needs_site(task: FeatdelTask) -> bool:
+    """Projects with runtime dependencies need the test venv's site-packages (which also holds pytest)."""
+    return any(not r.startswith(("pytest==", "coverage==")) for r in task.test_env.requirements)
+
+
+def run_driver(
+    sandbox,
+    env: TestEnv,
+    task: FeatdelTask,
+    run_dir: Path,
+    calls: list[dict],
+    *,
+    mode: str = "run",
+    seed: int = 0,
+    hash_seed: int = 0,
+    per_call: int = 4,
+    call_timeout_s: float = CALL_TIMEOUT_S,
+) -> object:
+    """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none."""
+    from crf_prime.sandbox import SandboxLimits
+
+    repo = run_dir / "repo"
+    lib = lib_dir(run_dir / "lib")
+    inputs, out = run_dir / "in", run_dir / "out"
+    inputs.mkdir(exist_ok=True)
+    out.mkdir(exist_ok=True)
+    result_path = out / ("derived.pkl" if mode == "derive" else "results.json")
+    result_path.unlink(missing_ok=True)
+    with open(inputs / "calls.pkl", "wb") as fh:
+        pickle.dump(calls, fh, protocol=4)
+    paths = [str((repo / p).resolve()) for p in (task.pythonpath or (".",))]
+    ro_binds: list[Path] = []
+    if needs_site(task):
+        site = sorted((env.venv / "lib").glob("python3*/site-packages"))
+        paths += [str(p) for p in site]
+        ro_binds.append(env.venv)
+    cfg = {
+        "mode": mode,
+        "paths": paths,
+        "targets": targets_of(task),
+        "calls": str(inputs / "calls.pkl"),
+        "out": str(result_path),
+        "timeout_s": call_timeout_s,
+        "seed": seed,
+        "per_call": per_call,
+    }
+    (inputs / "config.json").write_text(json.dumps(cfg))
+    base = sandbox.limits if hasattr(sandbox, "limits") else SandboxLimits()
+    wall = 30.0 + min(call_timeout_s + 0.5 * len(calls), 270.0) if mode == "run" else 120.0
+    sandbox.run(
+        [str(interpreter(env)), "-S", "-E", "-s", str(lib / "replay_box.py"), str(inputs / "config.json")],
+        workdir=run_dir,
+        cwd=repo,
+        ro_binds=ro_binds,
+        protected=[repo, lib, inputs],
+        env={"PYTHONHASHSEED": str(hash_seed), "PYTHONDONTWRITEBYTECODE": "1"},
+        limits=base.model_copy(update={"wall_seconds": wall}),
+    )
+    if not result_path.is_file():
+        return None
+    if mode == "derive":
+        with open(result_path, "rb") as fh:
+            return pickle.load(fh)
+    try:
+        return json.loads(result_path.read_text())
+    except ValueError:
+        return None
+
+
+def load_replay(task: FeatdelTask, task_dir: Path) -> tuple[list[dict], dict[str, object]]:
+    """(call inputs, gold's outcomes) of a task, checked against their recorded SHA-256."""
+    info = task.replay
+    assert info is not None
+    blobs = {}
+    for name, digest in ((info.calls_file, info.calls_sha256), (info.expected_file, info.expected_sha256)):
+        path = task_dir / name
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError as e:
+            raise ReplayError(f"task {task.task_id}: replay file {path} is missing") from e
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise ReplayError(f"task {task.task_id}: replay file {path} does not match its recorded hash")
+        blobs[name] = data
+    return pickle.loads(blobs[info.calls_file]), json.loads(blobs[info.expected_file])
+
+
+def compare(expected: dict[str, object], got: object) -> tuple[tuple[str, ...], str]:
+    """Ids whose outcome differs from gold's (exact, type-strict JSON trees) and a description of the first."""
+    if not isinstance(got, dict):
+        return tuple(sorted(expected)), "the replay produced no result (crashed, exited early or ran out of time)"
+    bad = tuple(sorted(i for i, want in expected.items() if got.get(i) != want))
+    if not bad:
+        return (), ""
+    first = next((i for i in bad if i in got), bad[0])  # calls after a timeout are never run: show the timeout
+    kind, want_kind = _kind(got.get(first)), _kind(expected[first])
+    same = " (same kind, different value or state)" if kind == want_kind else ""
+    return bad, f"call {first}: the original {want_kind}, this tree {kind}{same}"
+
+
+def _kind(outcome: object) -> str:
+    """What a call's outcome was (returned, raised, callable, timeout, crashed, no_result, ...), without values."""
+    if not isinstance(outcome, dict):
+        return "missing"
+    return next((k for k in sorted(outcome) if k != "args_after"), "missing")
+
+
+def replay_changes(
+    sandbox,
+    env: TestEnv,
+    task: FeatdelTask,
+    task_dir: Path,
+    changes: dict[str, str | None],
+    *,
+    call_timeout_s: float = CALL_TIMEOUT_S,
+) -> ReplayVerdict:
+    """Replay the task's calls on a fresh build of the agent's allow-listed changes (never the tree a test run
+    could have written into), tests stripped, and compare with gold's outcomes here on the host."""
+    from crf_prime.featdel.grade import build_grading_tree
+
+    calls, expected = load_replay(task, task_dir)
+    run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-replay-"))
+    try:
+        build_grading_tree(task, task_dir, changes, run_dir / "repo")
+        strip_tests(task, run_dir / "repo")
+        seed = int.from_bytes(os.urandom(4), "little")
+        got = run_driver(sandbox, env, task, run_dir, calls, seed=seed, hash_seed=seed, call_timeout_s=call_timeout_s)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    bad, detail = compare(expected, got)
+    return ReplayVerdict(calls=len(expected), mismatches=bad, detail=detail)
+
+
+def describe_targets(task: FeatdelTask) -> str:
+    return ", ".join(f"{m['module']}.{m['qualname']}" for m in targets_of(task))
+
+
+__all__ = [
+    "CALL_TIMEOUT_S",
+    "ReplayError",
+    "ReplayVerdict",
+    "compare",
+    "load_replay",
+    "module_of",
+    "replay_changes",
+    "run_driver",
+    "strip_tests",
+]

@@ -1,0 +1,214 @@
+"""The replay verdict (crf_prime/featdel/record.py, replay.py, replay_box.py): canonical trees, derived calls, the
+recording at generation (what is kept, what is dropped and why, covered tasks first) and gold/snapshot grading on
+the curated sources."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+from featdel_support import INFLECTION, TOOLZ, agent_tree, generated
+
+from crf_prime.featdel.deletion import apply_unified_diff
+from crf_prime.featdel.generate import GenerateConfig, generate
+from crf_prime.featdel.grade import grade_tree
+from crf_prime.featdel.replay import compare, load_replay, module_of
+from crf_prime.featdel.replay_box import Opaque, canonical, derive, variations
+
+
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+    __hash__ = None
+
+
+class Point:
+    __slots__ = ("x", "y")
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __eq__(self, other):
+        raise AssertionError("canonical() must never call __eq__")
+
+
+def test_canonical_is_type_strict() -> None:
+    trees = [canonical(v) for v in (1, True, 1.0, "1", b"1", (1,), [1], {1}, frozenset({1}), None)]
+    assert len({json.dumps(t) for t in trees}) == len(trees)
+    assert canonical("product") != canonical(AlwaysEqual())
+    assert canonical(AlwaysEqual()) == ["object", [f"{__name__}.AlwaysEqual", [["dict", []]]]]
+    assert canonical(Point(1, 2)) == [
+        "object",
+        [f"{__name__}.Point", [["slot", "x", ["int", 1]], ["slot", "y", ["int", 2]]]],
+    ]
+    assert canonical(float("nan")) == ["float", "nan"]
+
+
+def test_canonical_orders_sets_and_dicts_but_not_sequences() -> None:
+    assert (
+        canonical({"b", "a", "c"}) == canonical({"c", "a", "b"}) == ["set", [["str", "a"], ["str", "b"], ["str", "c"]]]
+    )
+    assert canonical({"b": 1, "a": 2}) == canonical({"a": 2, "b": 1})
+    assert canonical([1, 2]) != canonical([2, 1])
+    # an OrderedDict is compared by its reduction, which keeps the order
+    assert canonical(OrderedDict(a=1, b=2)) != canonical(OrderedDict(b=2, a=1))
+
+
+def test_canonical_consumes_iterators_whatever_their_type() -> None:
+    def gen():
+        yield from (1, 2)
+
+    assert canonical(map(int, "12")) == canonical(gen()) == ["iterator", [[["int", 1], ["int", 2]], None]]
+    assert canonical(iter(range(10**9)))[1][0][-1] == ["int", 199]  # an endless one is cut
+    with pytest.raises(Opaque):
+        canonical([gen()], consume=False)
+    with pytest.raises(Opaque):
+        canonical({"f": len}, consume=False)
+    cyclic: list = [1]
+    cyclic.append(cyclic)
+    assert canonical(cyclic) == ["list", [["int", 1], ["cycle", 1]]]
+
+
+def test_variations_keep_the_exact_type() -> None:
+    import random
+
+    rng = random.Random(0)
+    for value in (3, 2.5, "word", b"ab", [1, 2, 3], (1, 2, 3), {"a": 1, "b": 2}, {1, 2}, frozenset({1, 2})):
+        out = variations(value, rng)
+        assert out and all(type(v) is type(value) for v in out) and value not in out[:1]
+    assert variations(True, rng) == [] and variations(None, rng) == []
+
+
+def test_derive_never_varies_the_receiver() -> None:
+    import random
+
+    receiver = object()
+    fresh = derive(((receiver, 5), {"k": "ab"}, True), random.Random(0), 10)
+    assert fresh and all(args[0] is receiver for args, _, _ in fresh)
+    assert {(args[1], kw["k"]) for args, kw, _ in fresh} >= {(6, "ab"), (5, "a")}
+
+
+def test_compare_counts_missing_and_altered_results() -> None:
+    want = {"c0": {"returned": ["int", 1], "args_after": []}, "c1": {"raised": "builtins.KeyError", "args_after": []}}
+    assert compare(want, dict(want)) == ((), "")
+    assert compare(want, None)[0] == ("c0", "c1")
+    bad, detail = compare(want, {"c0": {"returned": ["int", 2], "args_after": []}})
+    assert (
+        bad == ("c0", "c1")
+        and detail == "call c0: the original returned, this tree returned (same kind, different value or state)"
+    )
+    bad, detail = compare(want, {"c0": want["c0"], "c1": {"timeout": 5.0}})
+    assert bad == ("c1",) and detail == "call c1: the original raised, this tree timeout"
+
+
+def test_module_of() -> None:
+    assert module_of("toolz/itertoolz.py", (".",)) == "toolz.itertoolz"
+    assert module_of("src/pkg/__init__.py", ("src",)) == "pkg"
+    assert module_of("inflection/__init__.py", (".",)) == "inflection"
+
+
+# -- recording at generation on a tiny local project: what gold cannot reproduce is dropped, covered tasks first ---
+
+MINI = {
+    "minirep/__init__.py": '''
+        import random
+
+        PREFIX = "item-"
+
+
+        def scale(values, factor):
+            """Each value times ``factor``."""
+            out = []
+            for v in values:
+                out.append(v * factor)
+            return out
+
+
+        def noisy(values):
+            """Sum plus noise."""
+            total = sum(values)
+            return total + random.random()
+
+
+        def label(x):
+            """``PREFIX`` + x."""
+            prefix = PREFIX
+            return prefix + str(x)
+        ''',
+    "tests/test_minirep.py": """
+        import minirep
+
+
+        def test_scale():
+            assert minirep.scale([1, 2], 3) == [3, 6]
+            assert minirep.scale((), 2) == []
+
+
+        def test_noisy():
+            assert 3 <= minirep.noisy([1, 2]) < 4
+
+
+        def test_label(monkeypatch):
+            monkeypatch.setattr(minirep, "PREFIX", "x-")
+            assert minirep.label(7) == "x-7"
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("src") / "minirep"
+    for rel, text in MINI.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text).lstrip())
+    return root
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_generation_drops_what_gold_cannot_reproduce_and_prefers_covered_tasks(mini: Path, tmp_path: Path) -> None:
+    out = tmp_path / "all"
+    tasks, summary = generate(GenerateConfig(source=str(mini), out=out, max_tasks=3, workers=2))
+    by = {t.targets[0].qualname: t for t in tasks}
+    assert sorted(by) == ["label", "noisy", "scale"] and summary.replay_checked == 3
+    assert by["noisy"].replay is None  # random: two gold runs disagree
+    assert by["label"].replay is None  # the test's monkeypatch: gold outside the test process returns "item-7"
+    scale = by["scale"].replay
+    assert scale is not None and scale.recorded == 2 and scale.derived > 0
+    assert summary.replay_covered == 1
+    assert summary.replay_dropped["non-deterministic"] >= 1 and summary.replay_dropped["differs-from-test-run"] == 1
+    calls, expected = load_replay(by["scale"], out)
+    assert len(calls) == len(expected) == scale.recorded + scale.derived
+    assert expected["c0"]["returned"] == ["list", [["int", 3], ["int", 6]]]
+    assert not any("PREFIX" in p.name for p in out.rglob("*"))
+    # one place: the covered task wins over the uncovered ones, whatever the sampling order
+    one, summary1 = generate(
+        GenerateConfig(source=str(mini), out=tmp_path / "one", max_tasks=1, workers=2, replay_search=3.0)
+    )
+    assert [t.targets[0].qualname for t in one] == ["scale"] and summary1.replay_covered == 1
+    assert len(list((tmp_path / "one" / "replay").iterdir())) == 2  # only the written task's files
+
+
+# -- curated sources: gold scores 1.0 with the replay, the snapshot 0, and the replay covers every task ------------
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+@pytest.mark.parametrize("source", [INFLECTION, TOOLZ])
+def test_gold_passes_and_snapshot_fails_with_the_replay(source: str, tmp_path: Path) -> None:
+    task_dir, tasks, summary = generated(source, 2)
+    assert summary.replay_covered == summary.valid == len(tasks) == 2
+    for i, task in enumerate(tasks):
+        assert task.replay is not None and task.replay.recorded > 0
+        tree = agent_tree(task, task_dir, tmp_path / f"t{i}")
+        snapshot = grade_tree(task, task_dir, tree)
+        assert snapshot.score == 0.0 and snapshot.replay_calls == 0  # the tests already fail
+        for rel, text in apply_unified_diff(dict(task.broken_files), task.gold_patch).items():
+            (tree / rel).write_text(text)
+        gold = grade_tree(task, task_dir, tree)
+        assert gold.score == 1.0 and gold.replay_mismatches == 0, gold.failed
+        assert gold.replay_calls == task.replay.recorded + task.replay.derived
