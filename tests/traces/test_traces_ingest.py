@@ -271,3 +271,51 @@ def test_unanswered_calls_and_orphan_results_are_repaired(tmp_path: Path) -> Non
         {"role": "user", "content": "[interrupted]"},
         {"role": "user", "content": "Tool result:\nstray"},
     )
+
+
+def _as_session(lines: list[str], n: int) -> list[str]:
+    """The fixture session re-keyed as session ``n`` (fresh sessionId and uuids), as Claude Code writes another one."""
+    out = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            out.append(line)
+            continue
+        for key in ("uuid", "parentUuid", "logicalParentUuid", "leafUuid"):
+            if rec.get(key):
+                rec[key] = f"{rec[key]}-s{n}"
+        if "sessionId" in rec:
+            rec["sessionId"] = f"session-{n}"
+        out.append(json.dumps(rec))
+    return out
+
+
+def test_claude_code_concatenated_sessions_become_one_trace_each(tmp_path: Path) -> None:
+    """Session files concatenated into one JSONL: every session's main branch is ingested, none is lost."""
+    lines = (FIX / "claude_code_session.jsonl").read_text().splitlines()
+    path = tmp_path / "all_sessions.jsonl"
+    path.write_text("\n".join(line for n in range(3) for line in _as_session(lines, n)) + "\n")
+    states, report = run(path)
+    one, _ = run(FIX / "claude_code_session.jsonl")
+    assert [s.source.trace_id for s in states] == [f"session-{n}" for n in range(3) for _ in range(5)]
+    assert report.traces == 3 and report.states == 15
+    assert report.skipped["off_main_branch"] == 3  # one abandoned fork per session, as in the single file
+    for n in range(3):
+        got = [s for s in states if s.source.trace_id == f"session-{n}"]
+        assert [s.student_action for s in got] == [s.student_action for s in one]
+        assert [s.messages for s in got] == [s.messages for s in one]
+    assert len({s.state_id for s in states}) == 15
+
+
+def test_claude_code_compact_summary_kept_when_visible_in_transcript_only(tmp_path: Path) -> None:
+    """Claude Code marks the /compact summary isVisibleInTranscriptOnly: true; it is still the context after /compact."""
+    text = (FIX / "claude_code_session.jsonl").read_text()
+    assert text.count('"isVisibleInTranscriptOnly": false') == 1
+    path = tmp_path / "compacted.jsonl"
+    path.write_text(text.replace('"isVisibleInTranscriptOnly": false', '"isVisibleInTranscriptOnly": true'))
+    states, report = run(path)
+    s3 = states[3]
+    assert [m["role"] for m in s3.messages] == ["system", "user", "user"]
+    assert s3.messages[1]["content"].startswith("This session is being continued")
+    assert report.skipped["meta"] == 1  # only the isMeta caveat
