@@ -319,3 +319,34 @@ def test_claude_code_compact_summary_kept_when_visible_in_transcript_only(tmp_pa
     assert [m["role"] for m in s3.messages] == ["system", "user", "user"]
     assert s3.messages[1]["content"].startswith("This session is being continued")
     assert report.skipped["meta"] == 1  # only the isMeta caveat
+
+
+def test_swe_smith_tool_style_rows_get_the_schemas_their_calls_use() -> None:
+    states, _ = run(FIX / "swe_smith.jsonl")
+    # tool style: one schema per tool name called anywhere in the row, with the argument names its calls used
+    assert [s.tools for s in states[:2]] == [
+        (
+            {
+                "type": "function",
+                "function": {
+                    "name": "bash",
+                    "description": "Tool bash (schema not recorded in the trace; derived from its calls).",
+                    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+                },
+            },
+            {
+                "type": "function",
+                "function": {
+                    "name": "submit",
+                    "description": "Tool submit (schema not recorded in the trace; derived from its calls).",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            },
+        )
+    ] * 2
+    assert states[2].tools == states[3].tools == ()  # xml style: the actions are text, no tool is called
+
+
+def test_recorded_tool_schemas_win_over_derived_ones() -> None:
+    states, _ = run(FIX / "swe_gym.jsonl")
+    assert [t["function"]["name"] for t in states[0].tools] == ["execute_bash", "str_replace_editor", "finish"]
