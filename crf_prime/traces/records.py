@@ -40,6 +40,8 @@ class IngestReport:
     """``file:line: error`` of the first :data:`MAX_REPORTED_MALFORMED` malformed lines."""
     formats: Counter[str] = field(default_factory=Counter)
     """Files per detected format."""
+    unread: list[str] = field(default_factory=list)
+    """``file: reason`` of each input file skipped whole (empty, or of no known format)."""
 
     def skip(self, reason: str, n: int = 1) -> None:
         if n > 0:

@@ -10,7 +10,7 @@ import pytest
 
 from crf_prime.traces import IngestError, IngestReport, detect_format, ingest, read_states
 from crf_prime.traces.chat import SYNTHETIC_SYSTEM_PROMPT
-from crf_prime.traces.ingest import ingest_to_jsonl
+from crf_prime.traces.ingest import FormatSpec, ingest_to_jsonl
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -238,8 +238,8 @@ def test_ingest_to_jsonl_roundtrip_and_atomic(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text("}}}\n")
     out2 = tmp_path / "never.jsonl"
-    with pytest.raises(IngestError):
-        ingest_to_jsonl([FIX, bad], out2)
+    with pytest.raises(IngestError, match=r"bad\.jsonl: no parsable swe-gym record"):  # forced format, unreadable
+        ingest_to_jsonl([FIX, bad], out2, FormatSpec.parse(["*/bad.jsonl=swe-gym"]))
     assert not out2.exists() and not list(tmp_path.glob(".never*"))
 
 
@@ -350,3 +350,75 @@ def test_swe_smith_tool_style_rows_get_the_schemas_their_calls_use() -> None:
 def test_recorded_tool_schemas_win_over_derived_ones() -> None:
     states, _ = run(FIX / "swe_gym.jsonl")
     assert [t["function"]["name"] for t in states[0].tools] == ["execute_bash", "str_replace_editor", "finish"]
+
+
+OPENHANDS_METADATA = {
+    "agent_class": "CodeActAgent",
+    "llm_config": {"model": "litellm_proxy/claude-3-5-sonnet-20241022", "temperature": 0.0, "max_output_tokens": 4096},
+    "max_iterations": 30,
+    "eval_output_dir": "evaluation/evaluation_outputs/outputs/SWE-bench_Lite-test/CodeActAgent/run_1",
+    "start_time": "2026-10-01 10:00:00",
+    "git_commit": "3a4b5c6d",
+    "dataset": "princeton-nlp/SWE-bench_Lite",
+    "data_split": None,
+    "details": {},
+}
+
+
+def test_undetectable_file_beside_trajectories_is_skipped_and_counted(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run_1"
+    run_dir.mkdir()
+    shutil.copy(FIX / "openhands_v0_trajectory.json", run_dir / "trajectory.json")
+    (run_dir / "metadata.json").write_text(json.dumps(OPENHANDS_METADATA, indent=2))
+    out = tmp_path / "states.jsonl"
+    report = ingest_to_jsonl([run_dir], out)
+    assert report.states == len(list(read_states(out))) == 4
+    assert report.files == 1 and report.skipped["undetected_file"] == 1
+    meta = run_dir / "metadata.json"
+    assert report.unread == [
+        f"{meta}: cannot detect the trace format from its first records (pass --format "
+        f"claude-code|openhands|swe-smith|swe-gym|verifiers); first malformed line: {meta}:1: JSONDecodeError: "
+        "Expecting property name enclosed in double quotes: line 2 column 1 (char 2)"
+    ]
+    assert report.skipped["malformed_json"] == 0  # the detection peek is not counted as malformed trace lines
+
+
+def test_format_per_glob_reads_a_mixed_directory(tmp_path: Path) -> None:
+    """SWE-smith rows without traj_id/patch look like SWE-Gym rows; a GLOB=FORMAT rule reads them as swe-smith."""
+    (tmp_path / "smith").mkdir()
+    rows = [json.loads(line) for line in (FIX / "swe_smith.jsonl").read_text().splitlines() if line.startswith('{"')]
+    (tmp_path / "smith" / "rows.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k not in ("traj_id", "patch")}) + "\n" for r in rows)
+    )
+    shutil.copy(FIX / "claude_code_session.jsonl", tmp_path / "session.jsonl")
+    auto = IngestReport()
+    list(ingest([tmp_path], "auto", auto))
+    assert auto.formats == {"swe-gym": 1, "claude-code": 1}
+    spec = FormatSpec.parse(["smith/*.jsonl=swe-smith"])
+    report = IngestReport()
+    states = list(ingest([tmp_path], spec, report))
+    assert report.formats == {"swe-smith": 1, "claude-code": 1}
+    assert [s.source.format for s in states] == ["claude-code"] * 5 + ["swe-smith"] * 4
+
+
+def test_format_spec_parse() -> None:
+    assert FormatSpec.parse([]) == FormatSpec("auto", ())
+    assert FormatSpec.parse(["swe-gym", "a/*.json=openhands"]) == FormatSpec("swe-gym", (("a/*.json", "openhands"),))
+    with pytest.raises(ValueError, match="unknown trace format 'openhand'"):
+        FormatSpec.parse(["x=openhand"])
+    with pytest.raises(ValueError, match="already given"):
+        FormatSpec.parse(["swe-gym", "openhands"])
+
+
+def test_nothing_readable_is_an_error_and_writes_nothing(tmp_path: Path) -> None:
+    src = tmp_path / "run"
+    src.mkdir()
+    (src / "metadata.json").write_text(json.dumps(OPENHANDS_METADATA))
+    (src / "empty.jsonl").write_text("")
+    out = tmp_path / "new_dir" / "states.jsonl"
+    with pytest.raises(IngestError, match=r"nothing could be ingested from 2 file\(s\): .*empty\.jsonl: empty file; "):
+        ingest_to_jsonl([src], out)
+    assert not out.parent.exists()
+    (tmp_path / "no_traces").mkdir()
+    with pytest.raises(IngestError, match=r"no \*\.jsonl / \*\.json file"):
+        list(ingest([tmp_path / "no_traces"]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -207,3 +208,45 @@ def test_json_array_memory_bounded_by_one_element(tmp_path: Path) -> None:
     tracemalloc.stop()
     assert n == 2000
     assert peak < size / 10, (peak, size)
+
+
+def test_cli_ingest_mixed_directory_with_format_per_glob(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "metadata.json").write_text(json.dumps({"agent_class": "CodeActAgent", "max_iterations": 30}) + "\n")
+    (runs / "traj.json").write_text((FIX / "openhands_v0_trajectory.json").read_text())
+    (tmp_path / "session.jsonl").write_text((FIX / "claude_code_session.jsonl").read_text())
+    out = tmp_path / "out" / "states.jsonl"
+    glob = f"{runs}/traj*.json=openhands"
+    assert main(["ingest", str(tmp_path / "session.jsonl"), str(runs), "--format", glob, "--out", str(out)]) == 0
+    assert [r.source.format for r in read_states(out)] == ["claude-code"] * 5 + ["openhands"] * 4
+    err = " ".join(capsys.readouterr().err.split())
+    assert "skipped: undetected_file │ 1" in err
+    assert f"skipped file {runs / 'metadata.json'}: cannot detect the trace format" in err
+
+
+def test_cli_ingest_bad_format_fails_at_launch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["ingest", str(FIX), "--format", "runs/*.json=open-hands", "--out", str(tmp_path / "s.jsonl")])
+    assert exc.value.code == 2
+    assert "unknown trace format 'open-hands'" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_cli_ingest_nothing_readable_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "metadata.json").write_text(json.dumps({"agent_class": "CodeActAgent"}) + "\n")
+    out = tmp_path / "new" / "states.jsonl"
+    assert main(["ingest", str(tmp_path / "metadata.json"), "--out", str(out)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "nothing could be ingested from 1 file(s)" in err and "metadata.json: cannot detect" in err
+    assert not (tmp_path / "new").exists()
+
+
+def test_outputs_are_world_readable_whatever_the_umask(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b" / "states.jsonl"
+    old = os.umask(0o077)
+    try:
+        assert main(["ingest", str(FIX / "swe_gym.jsonl"), "--out", str(out)]) == 0
+    finally:
+        os.umask(old)
+    assert [oct(p.stat().st_mode & 0o777) for p in (tmp_path / "a", out.parent, out)] == ["0o755", "0o755", "0o644"]
