@@ -7,6 +7,7 @@ nothing half-written.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -145,6 +146,7 @@ def ingest_file(
     report: IngestReport,
     *,
     max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+    max_context_chars: int | None = None,
 ) -> Iterator[TraceState]:
     """States of one file. With ``fmt="auto"`` a file of no known format is skipped and counted
     (``undetected_file``, reason in ``report.unread``); a file forced to a format raises :class:`IngestError` when it
@@ -166,6 +168,9 @@ def ingest_file(
     report.formats[resolved] += 1
     records_before, malformed_before = report.records, report.skipped["malformed_json"]
     for state in INGESTERS[resolved](path, report, max_observation_chars=max_observation_chars):
+        if max_context_chars is not None and context_chars(state.messages) > max_context_chars:
+            state = state.model_copy(update={"messages": tuple(cap_context(state.messages, max_context_chars))})
+            report.capped += 1
         report.states += 1
         yield state
     if report.records == records_before:
@@ -188,6 +193,7 @@ def ingest(
     report: IngestReport | None = None,
     *,
     max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+    max_context_chars: int | None = None,
 ) -> Iterator[TraceState]:
     """Stream the states of every file under ``paths``; :class:`IngestError` when no file could be read."""
     report = report if report is not None else IngestReport()
@@ -195,7 +201,13 @@ def ingest(
     files = expand_paths(paths)
     files_before = report.files
     for path in files:
-        yield from ingest_file(path, spec.for_path(path), report, max_observation_chars=max_observation_chars)
+        yield from ingest_file(
+            path,
+            spec.for_path(path),
+            report,
+            max_observation_chars=max_observation_chars,
+            max_context_chars=max_context_chars,
+        )
     if report.files == files_before:
         raise nothing_read(files, report)
 
@@ -206,22 +218,28 @@ def ingest_to_jsonl(
     fmt: FormatChoice | FormatSpec = "auto",
     *,
     max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+    max_context_chars: int | None = None,
     on_file: Callable[[Path, IngestReport], None] | None = None,
+    report: IngestReport | None = None,
 ) -> IngestReport:
     """Ingest ``paths`` into ``out`` (JSONL of :class:`TraceState`), atomically; returns the report.
     :class:`IngestError` (and no output) when no file could be read."""
     out = Path(out)
     spec = _spec(fmt)
     files = expand_paths(paths)
-    report = IngestReport()
+    report = report if report is not None else IngestReport()
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     created = make_dirs(out.parent)
     done = False
     try:
-        with tmp.open("w", encoding="utf-8") as f:
+        with tmp.open("w", encoding="utf-8") as f:  # os.replace below is the commit point
             for path in files:
                 for state in ingest_file(
-                    path, spec.for_path(path), report, max_observation_chars=max_observation_chars
+                    path,
+                    spec.for_path(path),
+                    report,
+                    max_observation_chars=max_observation_chars,
+                    max_context_chars=max_context_chars,
                 ):
                     f.write(state.model_dump_json())
                     f.write("\n")
@@ -262,3 +280,65 @@ def read_states(path: str | Path) -> Iterator[TraceState]:
                 yield TraceState.model_validate_json(line)
             except ValueError as e:
                 raise IngestError(f"{path}:{line_no}: not a TraceState row: {e}") from e
+
+
+_MESSAGE_OVERHEAD = 40
+"""JSON punctuation and keys of one serialised message, roughly (``{"role": "tool", "content": ...}``)."""
+
+
+def message_chars(message: dict[str, object]) -> int:
+    """Approximate serialised size of one chat message: its text and tool-call arguments plus fixed overhead."""
+    n = _MESSAGE_OVERHEAD + len(str(message.get("content") or ""))
+    for call in message.get("tool_calls") or ():  # type: ignore[union-attr]
+        n += _MESSAGE_OVERHEAD + len(str(call.get("function", {}).get("arguments", "")))  # type: ignore[union-attr]
+    return n
+
+
+def context_chars(messages: Iterable[dict[str, object]]) -> int:
+    return sum(map(message_chars, messages))
+
+
+def cap_context(messages: tuple[dict[str, object], ...], limit: int) -> list[dict[str, object]]:
+    """The context cut to about ``limit`` characters: the system prompt and the first user message (the task) are
+    kept, then the most recent messages that fit, after a note saying how many were dropped. The kept tail never
+    starts with a tool result, so every result still follows its call."""
+    head = next((i + 1 for i, m in enumerate(messages) if m.get("role") == "user"), min(1, len(messages)))
+    budget = limit - context_chars(messages[:head])
+    start = len(messages)
+    while start > head and message_chars(messages[start - 1]) <= budget:
+        budget -= message_chars(messages[start - 1])
+        start -= 1
+    while start < len(messages) and messages[start].get("role") == "tool":
+        start += 1
+    note = {"role": "user", "content": f"[{start - head} earlier messages omitted: context capped at {limit} chars]"}
+    return [*messages[:head], note, *messages[start:]]
+
+
+def state_chars(state: TraceState) -> int:
+    """Approximate JSONL size of one state without serialising it (the sizing pass runs before anything is written)."""
+    tools = sum(len(json.dumps(t)) for t in state.tools)
+    action = state.student_action
+    return 400 + tools + context_chars(state.messages) + message_chars(action.to_message()) + len(action.reasoning)
+
+
+def estimate_output(
+    paths: Iterable[str | Path],
+    fmt: FormatChoice | FormatSpec = "auto",
+    *,
+    max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+    max_context_chars: int | None = None,
+    report: IngestReport | None = None,
+) -> tuple[int, int]:
+    """(states, approximate characters) that :func:`ingest_to_jsonl` would write, from a pass that writes nothing.
+    Recorded contexts repeat at every state, so the output can be many times its input; this is printed first."""
+    states = chars = 0
+    for state in ingest(
+        paths,
+        fmt,
+        report,
+        max_observation_chars=max_observation_chars,
+        max_context_chars=max_context_chars,
+    ):
+        states += 1
+        chars += state_chars(state)
+    return states, chars
