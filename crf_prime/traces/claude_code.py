@@ -20,6 +20,7 @@ summary, not the older turns.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -172,17 +173,16 @@ def ingest_claude_code(
             session = str(rec.get("sessionId") or "")
             leaves[session] = str(rec["uuid"])  # re-inserted keys keep first-seen order: sessions in file order
             main_records[session] = main_records.get(session, 0) + 1
+    branches = {session: _main_branch(index, leaf, report) for session, leaf in leaves.items()}
+    del index
+    on_branches = Counter(off for branch in branches.values() for off, _ in branch)
+    counted: set[int] = set()  # main-chain records ingested (offsets), once even when sessions share a prefix
     with path.open("rb") as f:
-        for session, leaf in leaves.items():
-            yield from _session_states(
-                f,
-                path,
-                session or path.stem,
-                _main_branch(index, leaf, report),
-                main_records[session],
-                report,
-                max_observation_chars,
-            )
+        for session, branch in branches.items():
+            if branch and on_branches[branch[-1][0]] > 1:
+                continue  # the whole session lies on a later one's branch (resumed, history copied): ingested there
+            yield from _session_states(f, path, session or path.stem, branch, counted, report, max_observation_chars)
+    report.skip("off_main_branch", sum(main_records.values()) - len(counted))
 
 
 def _main_branch(
@@ -208,14 +208,13 @@ def _session_states(
     path: Path,
     trace_id: str,
     offsets: list[tuple[int, int]],
-    main_records: int,
+    counted: set[int],
     report: IngestReport,
     max_observation_chars: int | None,
 ) -> Iterator[TraceState]:
     """Pass 2 for one session: build the conversation from its main-branch records only."""
     items: list[dict[str, Any] | _Turn | object] = []
     used_tools: dict[str, set[str]] = {}
-    on_path = 0
     for off, line_no in offsets:
         f.seek(off)
         rec = json.loads(f.readline())
@@ -226,7 +225,7 @@ def _session_states(
             continue  # other system records are local notices, not model messages
         if _hidden(rec):
             continue
-        on_path += 1
+        counted.add(off)
         msg = rec.get("message") or {}
         if kind == "user":
             items.extend(_user_messages(msg.get("content"), max_observation_chars))
@@ -247,8 +246,6 @@ def _session_states(
             turn = _Turn(mid, str(rec["uuid"]), line_no, model)
             turn.add(msg.get("content"), used_tools)
             items.append(turn)
-    report.skip("off_main_branch", main_records - on_path)
-
     tools = tool_schemas(used_tools)
     context: list[dict[str, Any]] = []
     step = 0

@@ -422,3 +422,43 @@ def test_nothing_readable_is_an_error_and_writes_nothing(tmp_path: Path) -> None
     (tmp_path / "no_traces").mkdir()
     with pytest.raises(IngestError, match=r"no \*\.jsonl / \*\.json file"):
         list(ingest([tmp_path / "no_traces"]))
+
+
+def test_claude_code_resumed_session_with_copied_history_is_one_trace(tmp_path: Path) -> None:
+    """``--resume`` copies the old session's records (old sessionId) before the new ones: one trace, no duplicates."""
+    lines = (FIX / "claude_code_session.jsonl").read_text().splitlines()
+    recs = [json.loads(line) for line in lines if line.startswith('{"sessionId"')]
+    leaf = [r for r in recs if r["type"] in ("user", "assistant") and not r["isSidechain"] and not r.get("isMeta")][-1]
+    new = {"sessionId": "resumed-B", "isSidechain": False, "cwd": "/home/dev/proj", "version": "2.0.14"}
+    resumed = [
+        {
+            **new,
+            "type": "user",
+            "uuid": "b-1",
+            "parentUuid": leaf["uuid"],
+            "message": {"role": "user", "content": "Commit it."},
+        },
+        {
+            **new,
+            "type": "assistant",
+            "uuid": "b-2",
+            "parentUuid": "b-1",
+            "message": {
+                "id": "msg_b1",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5-20250929",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_b1", "name": "Bash", "input": {"command": "git commit -am fix"}}
+                ],
+            },
+        },
+    ]
+    path = tmp_path / "resumed-B.jsonl"
+    path.write_text("\n".join(lines + [json.dumps(r) for r in resumed]) + "\n")
+    states, report = run(path)
+    one, _ = run(FIX / "claude_code_session.jsonl")
+    assert report.traces == 1 and {s.source.trace_id for s in states} == {"resumed-B"}
+    assert [s.student_action for s in states[:5]] == [s.student_action for s in one]
+    assert calls(states[5]) == [("Bash", {"command": "git commit -am fix"})]
+    assert states[5].messages[-1] == {"role": "user", "content": "Commit it."}
+    assert report.skipped["off_main_branch"] == 1
