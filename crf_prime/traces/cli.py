@@ -127,7 +127,7 @@ def run_ingest(args: argparse.Namespace) -> int:
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
 
 
 class _Interrupted(BaseException):
