@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -141,6 +142,9 @@ def _cleanup_on_signals() -> Iterator[None]:
     def interrupt(signum: int, frame: object) -> None:
         raise _Interrupted(signum)
 
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
