@@ -404,6 +404,11 @@ def test_format_per_glob_reads_a_mixed_directory(tmp_path: Path) -> None:
 def test_format_spec_parse() -> None:
     assert FormatSpec.parse([]) == FormatSpec("auto", ())
     assert FormatSpec.parse(["swe-gym", "a/*.json=openhands"]) == FormatSpec("swe-gym", (("a/*.json", "openhands"),))
+    spec = FormatSpec.parse(["runs/*.json=openhands", f"{FIX / 'swe_gym.jsonl'}=swe-smith", "swe-gym"])
+    assert spec.for_path(Path("runs/a/output.json")) == "openhands"  # '*' also matches '/'
+    assert spec.for_path(Path("/data/runs/traj.json")) == "openhands"  # matched from the right, like Path.match
+    assert spec.for_path(FIX / "swe_gym.jsonl") == "swe-smith"  # a plain path is a rule for that file
+    assert spec.for_path(Path("runs/a/output.jsonl")) == "swe-gym"  # no rule matches: the default
     with pytest.raises(ValueError, match="unknown trace format 'openhand'"):
         FormatSpec.parse(["x=openhand"])
     with pytest.raises(ValueError, match="already given"):
