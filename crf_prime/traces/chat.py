@@ -69,6 +69,52 @@ def tool_schema_from_any(tool: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": fn}
 
 
+_JSON_TYPES = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (dict, "object"),
+)
+
+
+def _json_type(value: Any) -> str | None:
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), None)
+
+
+def tool_schemas_from_calls(calls: Iterable[ToolCall]) -> list[dict[str, Any]]:
+    """Tool declarations derived from the calls of a trace that records none: per tool name, the argument names
+    seen, each typed when all its values share one JSON type. Teachers are then offered the tools the agent used."""
+    seen: dict[str, dict[str, set[str | None]]] = {}
+    for call in calls:
+        props = seen.setdefault(call.name, {})
+        try:
+            args = json.loads(call.arguments)
+        except ValueError:
+            continue
+        for key, value in args.items() if isinstance(args, dict) else ():
+            props.setdefault(key, set()).add(_json_type(value))
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"Tool {name} (schema not recorded in the trace; derived from its calls).",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        k: ({"type": next(iter(t))} if len(t) == 1 and None not in t else {})
+                        for k, t in sorted(seen[name].items())
+                    },
+                },
+            },
+        }
+        for name in sorted(seen)
+        if name
+    ]
+
+
 def action_from_openai(msg: dict[str, Any]) -> Action:
     """An OpenAI assistant message as an :class:`Action` (``reasoning_content``/``reasoning`` kept as reasoning)."""
     reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""

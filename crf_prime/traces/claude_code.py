@@ -8,9 +8,10 @@ new root (``system``/``compact_boundary``) followed by an ``isCompactSummary`` u
 ``file-history-snapshot`` lines are bookkeeping.
 
 Streaming with a bounded memory: pass 1 reads the file line by line and keeps, per record, only its uuid, parent
-uuid and byte offset (~150 bytes/record); the main branch is the parent chain of the last main-chain record
-(later forks win, abandoned branches are counted, not ingested). Pass 2 seeks to the main-branch records only and
-builds the conversation. Peak memory = the id map + one context (the messages of the last state), independent of
+uuid and byte offset (~150 bytes/record); each session's main branch is the parent chain of that session's last
+main-chain record (later forks win, abandoned branches are counted, not ingested). A file may hold many sessions
+(session files concatenated); records carry ``sessionId`` and each session becomes its own trace. Pass 2 seeks to
+each session's main-branch records only and builds its conversation. Peak memory = the id map + one context (the messages of the last state), independent of
 sidechains, snapshots and abandoned branches. A compact boundary is spliced to its ``logicalParentUuid`` so the
 turns before ``/compact`` are ingested too, and the context is reset there: after ``/compact`` the model saw the
 summary, not the older turns.
@@ -19,9 +20,10 @@ summary, not the older turns.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from crf_prime.traces.chat import content_text, make_state, tool_message
 from crf_prime.traces.models import Action, ToolCall, TraceState
@@ -134,17 +136,23 @@ def _user_messages(content: Any, limit: int | None) -> list[dict[str, Any]]:
     return out
 
 
+def _hidden(rec: dict[str, Any]) -> bool:
+    """Injected notices the model never saw. A compact summary is context whatever its visibility flag."""
+    if rec.get("isCompactSummary"):
+        return False
+    return bool(rec.get("isMeta") or rec.get("isVisibleInTranscriptOnly"))
+
+
 def ingest_claude_code(
     path: Path, report: IngestReport, *, max_observation_chars: int | None = None
 ) -> Iterator[TraceState]:
-    # pass 1: uuid -> (parentUuid, byte offset, line); skip reasons counted per record
+    """States of every session in ``path``: one trace per ``sessionId`` (concatenated session files included)."""
+    # pass 1: uuid -> (parentUuid, byte offset, line) over the whole file (a compact boundary or a resumed session
+    # may link across sessions); per session its last main-chain record and main-chain record count
     index: dict[str, tuple[str | None, int, int]] = {}
-    leaf: str | None = None
-    main_records = 0
-    session = ""
-    parsed_any = False
+    leaves: dict[str, str] = {}
+    main_records: dict[str, int] = {}
     for line_no, start, rec in iter_jsonl_offsets(path, report):
-        parsed_any = True
         if not isinstance(rec, dict):
             report.skip("unknown_record")
             continue
@@ -159,15 +167,28 @@ def ingest_claude_code(
         if kind == "system" and rec.get("subtype") == "compact_boundary":
             parent = rec.get("logicalParentUuid")  # splice: states before /compact keep their full context
         index[str(rec["uuid"])] = (parent, start, line_no)
-        if rec.get("isMeta") or rec.get("isVisibleInTranscriptOnly"):
+        if _hidden(rec):
             report.skip("meta")
         elif kind in ("user", "assistant"):
-            leaf = str(rec["uuid"])
-            main_records += 1
-            session = str(rec.get("sessionId") or session)
-    if not parsed_any or leaf is None:
-        return
-    # main branch: walk parents from the last main-chain record
+            session = str(rec.get("sessionId") or "")
+            leaves[session] = str(rec["uuid"])  # re-inserted keys keep first-seen order: sessions in file order
+            main_records[session] = main_records.get(session, 0) + 1
+    branches = {session: _main_branch(index, leaf, report) for session, leaf in leaves.items()}
+    del index
+    on_branches = Counter(off for branch in branches.values() for off, _ in branch)
+    counted: set[int] = set()  # main-chain records ingested (offsets), once even when sessions share a prefix
+    with path.open("rb") as f:
+        for session, branch in branches.items():
+            if branch and on_branches[branch[-1][0]] > 1:
+                continue  # the whole session lies on a later one's branch (resumed, history copied): ingested there
+            yield from _session_states(f, path, session or path.stem, branch, counted, report, max_observation_chars)
+    report.skip("off_main_branch", sum(main_records.values()) - len(counted))
+
+
+def _main_branch(
+    index: dict[str, tuple[str | None, int, int]], leaf: str, report: IngestReport
+) -> list[tuple[int, int]]:
+    """(byte offset, line) of the records on the parent chain of ``leaf``, root first."""
     path_ids: list[str] = []
     seen: set[str] = set()
     cur: str | None = leaf
@@ -179,52 +200,55 @@ def ingest_claude_code(
         path_ids.append(cur)
         cur = index[cur][0]
     path_ids.reverse()
-    offsets = [(index[u][1], index[u][2]) for u in path_ids]
-    del index, seen
+    return [(index[u][1], index[u][2]) for u in path_ids]
 
-    # pass 2: build the conversation from the main-branch records only
+
+def _session_states(
+    f: BinaryIO,
+    path: Path,
+    trace_id: str,
+    offsets: list[tuple[int, int]],
+    counted: set[int],
+    report: IngestReport,
+    max_observation_chars: int | None,
+) -> Iterator[TraceState]:
+    """Pass 2 for one session: build the conversation from its main-branch records only."""
     items: list[dict[str, Any] | _Turn | object] = []
     used_tools: dict[str, set[str]] = {}
-    on_path = 0
-    with path.open("rb") as f:
-        for off, line_no in offsets:
-            f.seek(off)
-            rec = json.loads(f.readline())
-            kind = rec.get("type")
-            if kind == "system":
-                if rec.get("subtype") == "compact_boundary":
-                    items.append(_COMPACT)  # the model saw only the summary after this point
-                continue  # other system records are local notices, not model messages
-            if rec.get("isMeta") or rec.get("isVisibleInTranscriptOnly"):
-                continue
-            on_path += 1
-            msg = rec.get("message") or {}
-            if kind == "user":
-                items.extend(_user_messages(msg.get("content"), max_observation_chars))
-                continue
-            model = str(msg.get("model") or "")
-            if model == "<synthetic>":
-                report.skip("synthetic")
-                continue
-            mid = str(msg.get("id") or rec.get("requestId") or rec["uuid"])
-            last_turn = next((i for i in range(len(items) - 1, -1, -1) if isinstance(items[i], _Turn)), None)
-            if (
-                last_turn is not None
-                and items[last_turn].message_id == mid  # type: ignore[union-attr]
-                and all(isinstance(x, dict) and x.get("role") == "tool" for x in items[last_turn + 1 :])
-            ):
-                items[last_turn].add(msg.get("content"), used_tools)  # type: ignore[union-attr]
-            else:
-                turn = _Turn(mid, str(rec["uuid"]), line_no, model)
-                turn.add(msg.get("content"), used_tools)
-                items.append(turn)
-    report.skip("off_main_branch", main_records - on_path)
-
+    for off, line_no in offsets:
+        f.seek(off)
+        rec = json.loads(f.readline())
+        kind = rec.get("type")
+        if kind == "system":
+            if rec.get("subtype") == "compact_boundary":
+                items.append(_COMPACT)  # the model saw only the summary after this point
+            continue  # other system records are local notices, not model messages
+        if _hidden(rec):
+            continue
+        counted.add(off)
+        msg = rec.get("message") or {}
+        if kind == "user":
+            items.extend(_user_messages(msg.get("content"), max_observation_chars))
+            continue
+        model = str(msg.get("model") or "")
+        if model == "<synthetic>":
+            report.skip("synthetic")
+            continue
+        mid = str(msg.get("id") or rec.get("requestId") or rec["uuid"])
+        last_turn = next((i for i in range(len(items) - 1, -1, -1) if isinstance(items[i], _Turn)), None)
+        if (
+            last_turn is not None
+            and items[last_turn].message_id == mid  # type: ignore[union-attr]
+            and all(isinstance(x, dict) and x.get("role") == "tool" for x in items[last_turn + 1 :])
+        ):
+            items[last_turn].add(msg.get("content"), used_tools)  # type: ignore[union-attr]
+        else:
+            turn = _Turn(mid, str(rec["uuid"]), line_no, model)
+            turn.add(msg.get("content"), used_tools)
+            items.append(turn)
     tools = tool_schemas(used_tools)
-    trace_id = session or path.stem
     context: list[dict[str, Any]] = []
     step = 0
-    emitted = False
     for item in items:
         if item is _COMPACT:
             context = []
@@ -248,8 +272,7 @@ def ingest_claude_code(
             model=item.model,
             step=step,
         )
-        emitted = True
         step += 1
         context.append(action.to_message())
-    if emitted:
+    if step:
         report.traces += 1

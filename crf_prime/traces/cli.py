@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from crf_prime.traces.records import IngestReport
 
 FORMATS = ("auto", "claude-code", "openhands", "swe-smith", "swe-gym", "verifiers")
 
@@ -15,54 +24,185 @@ HELP = (
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("ingest", help=HELP, description=HELP)
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories (*.jsonl / *.json inside)")
-    p.add_argument("--format", default="auto", choices=FORMATS, help="trace format (default: detect per file)")
+    p.add_argument(
+        "--format",
+        action="append",
+        default=[],
+        type=_format_value,
+        metavar="[GLOB=]FORMAT",
+        help=f"trace format, one of {', '.join(FORMATS)} (default: auto, detected per file; files of no known format "
+        "are skipped and counted). GLOB=FORMAT applies to the matching files only and may be repeated, e.g. "
+        "--format 'runs/*.json=openhands'",
+    )
     p.add_argument("--out", required=True, help="output JSONL of TraceState rows (written atomically)")
     p.add_argument(
         "--max-observation-chars",
-        type=int,
+        type=_int_at_least(0),
         default=30_000,
         help="truncate longer tool/user observations in the middle (0 = never)",
+    )
+    p.add_argument(
+        "--max-context-chars",
+        type=_int_at_least(0),
+        default=0,
+        help="cap each state's context at about this many characters: the system prompt and the task are kept, then "
+        "the most recent messages that fit (0 = no cap). Every state repeats its trace so far, so without a cap the "
+        "output can be tens of times its input; its estimated size is printed before anything is written",
+    )
+    p.add_argument(
+        "--progress-every",
+        type=_float_above(0),
+        default=10.0,
+        metavar="SECONDS",
+        help="when stderr is not a terminal, print a plain progress line at most this often (default 10)",
     )
     p.set_defaults(func=run_ingest)
 
 
+def _int_at_least(low: int):
+    def check(value: str) -> int:
+        n = int(value)
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{value}: must be an integer >= {low}")
+        return n
+
+    return check
+
+
+def _float_above(low: float):
+    def check(value: str) -> float:
+        x = float(value)
+        if not x > low:
+            raise argparse.ArgumentTypeError(f"{value}: must be a number > {low}")
+        return x
+
+    return check
+
+
+def _format_value(value: str) -> str:
+    """argparse check of one ``--format`` value, so a typo fails at launch."""
+    from crf_prime.traces.ingest import format_choice
+
+    try:
+        format_choice(value.rpartition("=")[2])
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    return value
+
+
 def run_ingest(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
+    from rich.markup import escape
 
-    from crf_prime.traces.ingest import expand_paths, ingest_to_jsonl
-    from crf_prime.traces.records import IngestError
+    from crf_prime.traces.ingest import FormatSpec, estimate_output, expand_paths, ingest_to_jsonl
+    from crf_prime.traces.records import IngestError, IngestReport
 
     console = Console(stderr=True)
     try:
-        files = expand_paths(args.paths)
+        spec = FormatSpec.parse(args.format)
+    except ValueError as e:
+        console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
+        return 2
+    options = {
+        "max_observation_chars": args.max_observation_chars or None,
+        "max_context_chars": args.max_context_chars or None,
+    }
+    try:
+        with _cleanup_on_signals():
+            files = expand_paths(args.paths)
+            input_bytes = sum(p.stat().st_size for p in files)
+            with _progress(console, "sizing", input_bytes, args.progress_every) as on_read:
+                n_states, chars = estimate_output(files, spec, report=IngestReport(on_read=on_read), **options)
+            console.print(
+                f"ingest: will write {n_states} states, about {_mb(chars)} (input {_mb(input_bytes)})"
+                + ("" if args.max_context_chars else "; cap each state's context with --max-context-chars"),
+                soft_wrap=True,
+            )
+            with _progress(console, "ingest", input_bytes, args.progress_every) as on_read:
+                report = ingest_to_jsonl(files, args.out, spec, report=IngestReport(on_read=on_read), **options)
+    except IngestError as e:
+        console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
+        return 1
+    _print_summary(console, args.out, report)
+    return 0
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
+
+
+class _Interrupted(BaseException):
+    """Raised in the main thread by SIGTERM so ``finally`` blocks (temp-file removal) run before the exit."""
+
+
+@contextlib.contextmanager
+def _cleanup_on_signals() -> Iterator[None]:
+    """SIGTERM behaves like Ctrl-C: the hidden temp output is removed, then the process exits 128 + signal."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Interrupted(signum)
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    except _Interrupted as e:
+        raise SystemExit(128 + e.args[0]) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _progress(console, label: str, total_bytes: int, every: float) -> Iterator[Callable[[IngestReport], None]]:
+    """A per-record progress callback: a live bar on a terminal, else a plain line at most every ``every`` s."""
+    if console.is_terminal:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
         with Progress(
-            TextColumn("[bold]ingest"),
+            TextColumn(f"[bold]{label}"),
             BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("files · {task.fields[states]} states"),
+            DownloadColumn(),
+            TextColumn("· {task.fields[records]} records · {task.fields[states]} states"),
             TimeElapsedColumn(),
             console=console,
             transient=True,
         ) as progress:
-            task = progress.add_task("ingest", total=len(files), states=0)
+            task = progress.add_task(label, total=total_bytes, records=0, states=0)
+            last = [0.0]
 
-            def on_file(path, report) -> None:
-                progress.update(task, advance=1, states=report.states)
+            def on_read(report: IngestReport) -> None:
+                now = time.monotonic()
+                if now - last[0] >= 0.1:
+                    last[0] = now
+                    progress.update(task, completed=report.bytes_read, records=report.records, states=report.states)
 
-            report = ingest_to_jsonl(
-                files,
-                args.out,
-                args.format,
-                max_observation_chars=args.max_observation_chars or None,
-                on_file=on_file,
+            yield on_read
+        return
+    start = time.monotonic()
+    last = [start]
+
+    def on_read(report: IngestReport) -> None:
+        now = time.monotonic()
+        if now - last[0] >= every:
+            last[0] = now
+            console.print(
+                f"{label}: {_mb(report.bytes_read)} / {_mb(total_bytes)} read · {report.records} records · "
+                f"{report.states} states · {now - start:.0f} s",
+                soft_wrap=True,
+                highlight=False,
             )
-    except IngestError as e:
-        console.print(f"[red]error:[/red] {e}")
-        return 1
 
-    table = Table(title=f"ingest -> {args.out}")
+    yield on_read
+
+
+def _print_summary(console, out: str, report: IngestReport) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"ingest -> {out}")
     table.add_column("what")
     table.add_column("count", justify="right")
     table.add_row("files", str(report.files))
@@ -71,11 +211,16 @@ def run_ingest(args: argparse.Namespace) -> int:
     table.add_row("traces", str(report.traces))
     table.add_row("records read", str(report.records))
     table.add_row("states written", str(report.states))
+    if report.capped:
+        table.add_row("contexts capped", str(report.capped))
     for reason, n in sorted(report.skipped.items()):
         table.add_row(f"skipped: {reason}", str(n))
     console.print(table)
+    for reason in report.unread[:20]:
+        console.print(f"[yellow]skipped file[/yellow] {escape(reason)}", soft_wrap=True)
+    if len(report.unread) > 20:
+        console.print(f"... {len(report.unread)} files skipped in total")
     for loc in report.malformed[:20]:
         console.print(f"[yellow]malformed[/yellow] {loc}")
     if len(report.malformed) > 20 or report.skipped["malformed_json"] > len(report.malformed):
         console.print(f"... {report.skipped['malformed_json']} malformed lines in total")
-    return 0

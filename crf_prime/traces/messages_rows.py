@@ -2,7 +2,8 @@
 
 SWE-smith (HF ``SWE-bench/SWE-smith-trajectories``, produced by SWE-agent): rows with ``messages`` (a list, or a
 JSON string in some mirrors), ``instance_id``, ``resolved``, ``model``, ``traj_id``, ``patch``. In the ``tool``
-style assistant turns carry OpenAI ``tool_calls``; in the ``xml``/``ticks`` styles the action is text inside the
+style assistant turns carry OpenAI ``tool_calls`` but the row declares no tools, so each tool's schema is derived
+from its calls (name + the argument names seen); in the ``xml``/``ticks`` styles the action is text inside the
 content and is kept as text (the pair builder parses it for comparison, see ``crf_prime.pairs.normalize``).
 SWE-Gym (HF ``SWE-Gym/OpenHands-Sampled-Trajectories``): rows with ``messages`` (OpenAI format with
 ``tool_calls``), ``tools``, ``instance_id``, ``run_id`` (whose prefix is the model), ``resolved``. Also accepted:
@@ -19,7 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from crf_prime.traces.chat import action_from_openai, clean_context, make_state, tool_schema_from_any
+from crf_prime.traces.chat import (
+    action_from_openai,
+    clean_context,
+    make_state,
+    tool_schema_from_any,
+    tool_schemas_from_calls,
+)
 from crf_prime.traces.models import TraceFormat, TraceState
 from crf_prime.traces.records import IngestReport, iter_records
 
@@ -75,13 +82,13 @@ def _ingest_rows(fmt: TraceFormat, path: Path, report: IngestReport, limit: int 
             trace_id = f"{row.get('instance_id', '')}/{row['run_id']}"
         else:
             trace_id = str(row.get("instance_id") or f"{path.stem}:{line}")
+        actions = {i: action_from_openai(m) for i, m in enumerate(messages) if m.get("role") == "assistant"}
         tools = [tool_schema_from_any(t) for t in row.get("tools") or () if isinstance(t, dict)]
+        if not tools:  # SWE-smith tool-style rows record calls but no declarations
+            tools = tool_schemas_from_calls(c for a in actions.values() for c in a.tool_calls)
         model = _model(fmt, row)
         step = 0
-        for i, msg in enumerate(messages):
-            if msg.get("role") != "assistant":
-                continue
-            action = action_from_openai(msg)
+        for i, action in actions.items():
             if action.is_empty():
                 report.skip("empty_action")
                 continue

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +34,25 @@ class IngestReport:
     states: int = 0
     traces: int = 0
     records: int = 0
+    capped: int = 0
+    """States whose context was cut to ``max_context_chars``."""
     skipped: Counter[str] = field(default_factory=Counter)
     """Skipped records/turns by reason (``malformed_json``, ``sidechain``, ``meta``, ``empty_action``, ...)."""
     malformed: list[str] = field(default_factory=list)
     """``file:line: error`` of the first :data:`MAX_REPORTED_MALFORMED` malformed lines."""
     formats: Counter[str] = field(default_factory=Counter)
     """Files per detected format."""
+    unread: list[str] = field(default_factory=list)
+    """``file: reason`` of each input file skipped whole (empty, or of no known format)."""
+    bytes_read: int = 0
+    """Input read so far by the record readers (bytes of JSONL lines, characters of JSON arrays)."""
+    on_read: Callable[[IngestReport], None] | None = field(default=None, repr=False, compare=False)
+    """Called after each record read (progress display; keep it cheap, it runs per record)."""
+
+    def read(self, n: int) -> None:
+        self.bytes_read += n
+        if self.on_read is not None:
+            self.on_read(self)
 
     def skip(self, reason: str, n: int = 1) -> None:
         if n > 0:
@@ -76,6 +89,7 @@ def iter_jsonl_offsets(path: Path, report: IngestReport) -> Iterator[tuple[int, 
     with path.open("rb") as f:
         for line_no, raw in enumerate(f, start=1):
             start, offset = offset, offset + len(raw)
+            report.read(len(raw))
             if not raw.strip():
                 continue
             try:
@@ -116,6 +130,7 @@ def iter_json_array(path: Path, report: IngestReport) -> Iterator[tuple[int, Any
                 chunk = f.read(_CHUNK)
                 buf, pos = buf[pos:] + chunk, 0
                 eof = not chunk
+                report.read(len(chunk))
             if not started:
                 if pos >= len(buf) or buf[pos] != "[":
                     report.malformed_line(path, 1, "expected a JSON array")
@@ -138,6 +153,7 @@ def iter_json_array(path: Path, report: IngestReport) -> Iterator[tuple[int, Any
                     chunk = f.read(_CHUNK)
                     buf, pos = buf[pos:] + chunk, 0
                     eof = not chunk
+                    report.read(len(chunk))
             index += 1
             report.records += 1
             yield index, value

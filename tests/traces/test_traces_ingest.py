@@ -10,7 +10,7 @@ import pytest
 
 from crf_prime.traces import IngestError, IngestReport, detect_format, ingest, read_states
 from crf_prime.traces.chat import SYNTHETIC_SYSTEM_PROMPT
-from crf_prime.traces.ingest import ingest_to_jsonl
+from crf_prime.traces.ingest import FormatSpec, ingest_to_jsonl
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -238,8 +238,8 @@ def test_ingest_to_jsonl_roundtrip_and_atomic(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text("}}}\n")
     out2 = tmp_path / "never.jsonl"
-    with pytest.raises(IngestError):
-        ingest_to_jsonl([FIX, bad], out2)
+    with pytest.raises(IngestError, match=r"bad\.jsonl: no parsable swe-gym record"):  # forced format, unreadable
+        ingest_to_jsonl([FIX, bad], out2, FormatSpec.parse(["*/bad.jsonl=swe-gym"]))
     assert not out2.exists() and not list(tmp_path.glob(".never*"))
 
 
@@ -271,3 +271,199 @@ def test_unanswered_calls_and_orphan_results_are_repaired(tmp_path: Path) -> Non
         {"role": "user", "content": "[interrupted]"},
         {"role": "user", "content": "Tool result:\nstray"},
     )
+
+
+def _as_session(lines: list[str], n: int) -> list[str]:
+    """The fixture session re-keyed as session ``n`` (fresh sessionId and uuids), as Claude Code writes another one."""
+    out = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            out.append(line)
+            continue
+        for key in ("uuid", "parentUuid", "logicalParentUuid", "leafUuid"):
+            if rec.get(key):
+                rec[key] = f"{rec[key]}-s{n}"
+        if "sessionId" in rec:
+            rec["sessionId"] = f"session-{n}"
+        out.append(json.dumps(rec))
+    return out
+
+
+def test_claude_code_concatenated_sessions_become_one_trace_each(tmp_path: Path) -> None:
+    """Session files concatenated into one JSONL: every session's main branch is ingested, none is lost."""
+    lines = (FIX / "claude_code_session.jsonl").read_text().splitlines()
+    path = tmp_path / "all_sessions.jsonl"
+    path.write_text("\n".join(line for n in range(3) for line in _as_session(lines, n)) + "\n")
+    states, report = run(path)
+    one, _ = run(FIX / "claude_code_session.jsonl")
+    assert [s.source.trace_id for s in states] == [f"session-{n}" for n in range(3) for _ in range(5)]
+    assert report.traces == 3 and report.states == 15
+    assert report.skipped["off_main_branch"] == 3  # one abandoned fork per session, as in the single file
+    for n in range(3):
+        got = [s for s in states if s.source.trace_id == f"session-{n}"]
+        assert [s.student_action for s in got] == [s.student_action for s in one]
+        assert [s.messages for s in got] == [s.messages for s in one]
+    assert len({s.state_id for s in states}) == 15
+
+
+def test_claude_code_compact_summary_kept_when_visible_in_transcript_only(tmp_path: Path) -> None:
+    """Claude Code marks the /compact summary isVisibleInTranscriptOnly: true; it is still the context after /compact."""
+    text = (FIX / "claude_code_session.jsonl").read_text()
+    assert text.count('"isVisibleInTranscriptOnly": false') == 1
+    path = tmp_path / "compacted.jsonl"
+    path.write_text(text.replace('"isVisibleInTranscriptOnly": false', '"isVisibleInTranscriptOnly": true'))
+    states, report = run(path)
+    s3 = states[3]
+    assert [m["role"] for m in s3.messages] == ["system", "user", "user"]
+    assert s3.messages[1]["content"].startswith("This session is being continued")
+    assert report.skipped["meta"] == 1  # only the isMeta caveat
+
+
+def test_swe_smith_tool_style_rows_get_the_schemas_their_calls_use() -> None:
+    states, _ = run(FIX / "swe_smith.jsonl")
+    # tool style: one schema per tool name called anywhere in the row, with the argument names its calls used
+    assert [s.tools for s in states[:2]] == [
+        (
+            {
+                "type": "function",
+                "function": {
+                    "name": "bash",
+                    "description": "Tool bash (schema not recorded in the trace; derived from its calls).",
+                    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+                },
+            },
+            {
+                "type": "function",
+                "function": {
+                    "name": "submit",
+                    "description": "Tool submit (schema not recorded in the trace; derived from its calls).",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            },
+        )
+    ] * 2
+    assert states[2].tools == states[3].tools == ()  # xml style: the actions are text, no tool is called
+
+
+def test_recorded_tool_schemas_win_over_derived_ones() -> None:
+    states, _ = run(FIX / "swe_gym.jsonl")
+    assert [t["function"]["name"] for t in states[0].tools] == ["execute_bash", "str_replace_editor", "finish"]
+
+
+OPENHANDS_METADATA = {
+    "agent_class": "CodeActAgent",
+    "llm_config": {"model": "litellm_proxy/claude-3-5-sonnet-20241022", "temperature": 0.0, "max_output_tokens": 4096},
+    "max_iterations": 30,
+    "eval_output_dir": "evaluation/evaluation_outputs/outputs/SWE-bench_Lite-test/CodeActAgent/run_1",
+    "start_time": "2026-10-01 10:00:00",
+    "git_commit": "3a4b5c6d",
+    "dataset": "princeton-nlp/SWE-bench_Lite",
+    "data_split": None,
+    "details": {},
+}
+
+
+def test_undetectable_file_beside_trajectories_is_skipped_and_counted(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run_1"
+    run_dir.mkdir()
+    shutil.copy(FIX / "openhands_v0_trajectory.json", run_dir / "trajectory.json")
+    (run_dir / "metadata.json").write_text(json.dumps(OPENHANDS_METADATA, indent=2))
+    out = tmp_path / "states.jsonl"
+    report = ingest_to_jsonl([run_dir], out)
+    assert report.states == len(list(read_states(out))) == 4
+    assert report.files == 1 and report.skipped["undetected_file"] == 1
+    meta = run_dir / "metadata.json"
+    assert report.unread == [
+        f"{meta}: cannot detect the trace format from its first records (pass --format "
+        f"claude-code|openhands|swe-smith|swe-gym|verifiers); first malformed line: {meta}:1: JSONDecodeError: "
+        "Expecting property name enclosed in double quotes: line 2 column 1 (char 2)"
+    ]
+    assert report.skipped["malformed_json"] == 0  # the detection peek is not counted as malformed trace lines
+
+
+def test_format_per_glob_reads_a_mixed_directory(tmp_path: Path) -> None:
+    """SWE-smith rows without traj_id/patch look like SWE-Gym rows; a GLOB=FORMAT rule reads them as swe-smith."""
+    (tmp_path / "smith").mkdir()
+    rows = [json.loads(line) for line in (FIX / "swe_smith.jsonl").read_text().splitlines() if line.startswith('{"')]
+    (tmp_path / "smith" / "rows.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k not in ("traj_id", "patch")}) + "\n" for r in rows)
+    )
+    shutil.copy(FIX / "claude_code_session.jsonl", tmp_path / "session.jsonl")
+    auto = IngestReport()
+    list(ingest([tmp_path], "auto", auto))
+    assert auto.formats == {"swe-gym": 1, "claude-code": 1}
+    spec = FormatSpec.parse(["smith/*.jsonl=swe-smith"])
+    report = IngestReport()
+    states = list(ingest([tmp_path], spec, report))
+    assert report.formats == {"swe-smith": 1, "claude-code": 1}
+    assert [s.source.format for s in states] == ["claude-code"] * 5 + ["swe-smith"] * 4
+
+
+def test_format_spec_parse() -> None:
+    assert FormatSpec.parse([]) == FormatSpec("auto", ())
+    assert FormatSpec.parse(["swe-gym", "a/*.json=openhands"]) == FormatSpec("swe-gym", (("a/*.json", "openhands"),))
+    spec = FormatSpec.parse(["runs/*.json=openhands", f"{FIX / 'swe_gym.jsonl'}=swe-smith", "swe-gym"])
+    assert spec.for_path(Path("runs/a/output.json")) == "openhands"  # '*' also matches '/'
+    assert spec.for_path(Path("/data/runs/traj.json")) == "openhands"  # matched from the right, like Path.match
+    assert spec.for_path(FIX / "swe_gym.jsonl") == "swe-smith"  # a plain path is a rule for that file
+    assert spec.for_path(Path("runs/a/output.jsonl")) == "swe-gym"  # no rule matches: the default
+    with pytest.raises(ValueError, match="unknown trace format 'openhand'"):
+        FormatSpec.parse(["x=openhand"])
+    with pytest.raises(ValueError, match="already given"):
+        FormatSpec.parse(["swe-gym", "openhands"])
+
+
+def test_nothing_readable_is_an_error_and_writes_nothing(tmp_path: Path) -> None:
+    src = tmp_path / "run"
+    src.mkdir()
+    (src / "metadata.json").write_text(json.dumps(OPENHANDS_METADATA))
+    (src / "empty.jsonl").write_text("")
+    out = tmp_path / "new_dir" / "states.jsonl"
+    with pytest.raises(IngestError, match=r"nothing could be ingested from 2 file\(s\): .*empty\.jsonl: empty file; "):
+        ingest_to_jsonl([src], out)
+    assert not out.parent.exists()
+    (tmp_path / "no_traces").mkdir()
+    with pytest.raises(IngestError, match=r"no \*\.jsonl / \*\.json file"):
+        list(ingest([tmp_path / "no_traces"]))
+
+
+def test_claude_code_resumed_session_with_copied_history_is_one_trace(tmp_path: Path) -> None:
+    """``--resume`` copies the old session's records (old sessionId) before the new ones: one trace, no duplicates."""
+    lines = (FIX / "claude_code_session.jsonl").read_text().splitlines()
+    recs = [json.loads(line) for line in lines if line.startswith('{"sessionId"')]
+    leaf = [r for r in recs if r["type"] in ("user", "assistant") and not r["isSidechain"] and not r.get("isMeta")][-1]
+    new = {"sessionId": "resumed-B", "isSidechain": False, "cwd": "/home/dev/proj", "version": "2.0.14"}
+    resumed = [
+        {
+            **new,
+            "type": "user",
+            "uuid": "b-1",
+            "parentUuid": leaf["uuid"],
+            "message": {"role": "user", "content": "Commit it."},
+        },
+        {
+            **new,
+            "type": "assistant",
+            "uuid": "b-2",
+            "parentUuid": "b-1",
+            "message": {
+                "id": "msg_b1",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5-20250929",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_b1", "name": "Bash", "input": {"command": "git commit -am fix"}}
+                ],
+            },
+        },
+    ]
+    path = tmp_path / "resumed-B.jsonl"
+    path.write_text("\n".join(lines + [json.dumps(r) for r in resumed]) + "\n")
+    states, report = run(path)
+    one, _ = run(FIX / "claude_code_session.jsonl")
+    assert report.traces == 1 and {s.source.trace_id for s in states} == {"resumed-B"}
+    assert [s.student_action for s in states[:5]] == [s.student_action for s in one]
+    assert calls(states[5]) == [("Bash", {"command": "git commit -am fix"})]
+    assert states[5].messages[-1] == {"role": "user", "content": "Commit it."}
+    assert report.skipped["off_main_branch"] == 1

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -207,3 +211,153 @@ def test_json_array_memory_bounded_by_one_element(tmp_path: Path) -> None:
     tracemalloc.stop()
     assert n == 2000
     assert peak < size / 10, (peak, size)
+
+
+def test_cli_ingest_mixed_directory_with_format_per_glob(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "metadata.json").write_text(json.dumps({"agent_class": "CodeActAgent", "max_iterations": 30}) + "\n")
+    (runs / "traj.json").write_text((FIX / "openhands_v0_trajectory.json").read_text())
+    (tmp_path / "session.jsonl").write_text((FIX / "claude_code_session.jsonl").read_text())
+    out = tmp_path / "out" / "states.jsonl"
+    glob = f"{runs}/traj*.json=openhands"
+    assert main(["ingest", str(tmp_path / "session.jsonl"), str(runs), "--format", glob, "--out", str(out)]) == 0
+    assert [r.source.format for r in read_states(out)] == ["claude-code"] * 5 + ["openhands"] * 4
+    err = " ".join(capsys.readouterr().err.split())
+    assert "skipped: undetected_file │ 1" in err
+    assert f"skipped file {runs / 'metadata.json'}: cannot detect the trace format" in err
+
+
+def test_cli_ingest_bad_format_fails_at_launch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["ingest", str(FIX), "--format", "runs/*.json=open-hands", "--out", str(tmp_path / "s.jsonl")])
+    assert exc.value.code == 2
+    assert "unknown trace format 'open-hands'" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_cli_ingest_nothing_readable_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "metadata.json").write_text(json.dumps({"agent_class": "CodeActAgent"}) + "\n")
+    out = tmp_path / "new" / "states.jsonl"
+    assert main(["ingest", str(tmp_path / "metadata.json"), "--out", str(out)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "nothing could be ingested from 1 file(s)" in err and "metadata.json: cannot detect" in err
+    assert not (tmp_path / "new").exists()
+
+
+def test_outputs_are_world_readable_whatever_the_umask(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b" / "states.jsonl"
+    old = os.umask(0o077)
+    try:
+        assert main(["ingest", str(FIX / "swe_gym.jsonl"), "--out", str(out)]) == 0
+    finally:
+        os.umask(old)
+    assert [oct(p.stat().st_mode & 0o777) for p in (tmp_path / "a", out.parent, out)] == ["0o755", "0o755", "0o644"]
+
+
+def _long_gym_row(turns: int, result: str) -> dict:
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "task"}]
+    for i in range(turns):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "execute_bash", "arguments": f'{{"i": {i}}}'}}
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": result},
+        ]
+    messages.append({"role": "assistant", "content": "done"})
+    return {"instance_id": "x__y-1", "run_id": "gpt-4o_maxiter_30", "messages": messages}
+
+
+def test_context_cap_keeps_task_and_recent_turns(tmp_path: Path) -> None:
+    path = tmp_path / "gym.jsonl"
+    path.write_text(json.dumps(_long_gym_row(10, "r" * 1000)) + "\n")
+    report = IngestReport()
+    states = list(ingest([path], "swe-gym", report, max_context_chars=3000))
+    last = states[-1]
+    # system + task (85 chars) + note, then the last two call/result pairs (1128 chars each) fit in 3000
+    assert [m["role"] for m in last.messages] == ["system", "user", "user", "assistant", "tool", "assistant", "tool"]
+    assert last.messages[:3] == (
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "task"},
+        {"role": "user", "content": "[16 earlier messages omitted: context capped at 3000 chars]"},
+    )
+    assert [m.get("tool_call_id") for m in last.messages[4::2]] == ["c8", "c9"]
+    assert report.capped == 8  # states 3..10 (0-based) carry 85 + 1128 * step > 3000 chars before the cap
+    uncapped = list(ingest([path], "swe-gym"))
+    assert [len(s.messages) for s in uncapped] == [2 + 2 * i for i in range(11)]
+
+
+def test_cli_prints_estimate_first_and_plain_progress_within_one_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Off a terminal: plain progress lines inside a single file (bytes read), and the size estimate before writing."""
+    path = tmp_path / "gym.jsonl"
+    path.write_text(
+        "".join(json.dumps({**_long_gym_row(20, "r" * 500), "instance_id": f"i{n}"}) + "\n" for n in range(50))
+    )
+    out = tmp_path / "states.jsonl"
+    assert main(["ingest", str(path), "--out", str(out), "--progress-every", "1e-9"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    total = f"{path.stat().st_size / 1e6:.1f} MB"
+    estimate = next(i for i, line in enumerate(lines) if line.startswith("ingest: will write 1050 states, about "))
+    sizing = [i for i, line in enumerate(lines) if line.startswith("sizing: ")]
+    progress = [line for line in lines[estimate:] if line.startswith("ingest: ") and " read · " in line]
+    assert sizing and max(sizing) < estimate
+    assert len(progress) >= 10 and all(f"/ {total} read" in line for line in progress)
+    read = [line.split(" / ")[0] for line in progress]  # "ingest: 14.4 kB", ...: bytes read inside the one file
+    assert len(set(read)) >= 3 and read[0] != f"ingest: {total}"
+    approx = float(lines[estimate].split("about ")[1].split(" MB")[0]) * 1e6
+    assert 0.8 < approx / out.stat().st_size < 1.25
+
+
+@pytest.mark.parametrize(
+    "argv", [["--max-context-chars", "-1"], ["--max-observation-chars", "-5"], ["--progress-every", "0"]]
+)
+def test_cli_numeric_options_checked_at_launch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["ingest", str(FIX), "--out", str(tmp_path / "s.jsonl"), *argv])
+    assert exc.value.code == 2
+    assert f"argument {argv[0]}: {argv[1]}: must be" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+_BLOCK_IN_WRITE_PASS = """
+import sys
+from crf_prime.cli import main
+from crf_prime.traces.ingest import INGESTERS
+
+real, calls = INGESTERS["swe-gym"], []
+
+def blocking(path, report, **kw):
+    calls.append(path)
+    for state in real(path, report, **kw):
+        yield state
+        if len(calls) == 2:  # the writing pass (the first pass only sizes): the temp file now holds a state
+            print("ready", flush=True)
+            sys.stdin.readline()
+
+INGESTERS["swe-gym"] = blocking
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_removes_the_temp_output(tmp_path: Path, sig: signal.Signals) -> None:
+    out = tmp_path / "out" / "states.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BLOCK_IN_WRITE_PASS, "ingest", str(FIX / "swe_gym.jsonl"), "--out", str(out)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        assert [p.name.startswith(".states.jsonl.tmp") for p in out.parent.iterdir()] == [True]
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig, err
+    assert not (tmp_path / "out").exists()
