@@ -180,6 +180,9 @@ class TimedLedger:
         marks.append(time.perf_counter())
         return rec
 
+    async def release(self, ask):
+        await self.inner.release(ask)
+
     async def snapshot(self):
         return await self.inner.snapshot()
 

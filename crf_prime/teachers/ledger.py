@@ -354,8 +354,14 @@ class Ledger:
         return record
 
     async def release(self, ask: Ask) -> None:
-        """Forget an admitted call that was never sent (e.g. cancelled before the request left)."""
-        self._held.pop(ask.question, None)
+        """Give up an admitted call without an answer (cancelled, or an error outside the API). A call that may have
+        reached the provider stays booked at its reservation (in memory: the call log books it on resume); one that
+        never did is simply forgotten. Whoever waits for its question asks again."""
+        held = self._held.pop(ask.question, None)
+        if held is not None and ask.question in self._sent:
+            self.spent += held.reserve_usd
+            if held.trace_id:
+                self.trace_spent[held.trace_id] += held.reserve_usd
         self._sent.discard(ask.question)
         self._wake()
         fut = self._inflight.pop(ask.question, None)

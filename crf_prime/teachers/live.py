@@ -56,6 +56,9 @@ class RemoteLedger:
     async def commit(self, ask: Ask, record: JournalRecord) -> JournalRecord:
         return await self.handle.commit.remote(ask, record)
 
+    async def release(self, ask: Ask) -> None:
+        await self.handle.release.remote(ask)
+
     async def snapshot(self) -> dict:
         return await self.handle.snapshot.remote()
 

@@ -35,6 +35,7 @@ class LedgerLike(Protocol):
     async def mark_sent(self, question: str) -> None: ...
     async def mark_refused(self, question: str) -> None: ...
     async def commit(self, ask: Ask, record: JournalRecord) -> JournalRecord: ...
+    async def release(self, ask: Ask) -> None: ...
     async def snapshot(self) -> dict: ...
 
 
@@ -168,18 +169,22 @@ class TeacherPool:
         ask = payload.ask(t, self._params[(t.name, bool(state.tools))])
         try:
             adm = await self.ledger.admit(ask, sent=not self._reports_wire)
-            if adm.verdict == "send":
-                token = WIRE.set(_LedgerWire(self.ledger, ask.question)) if self._reports_wire else None
-                sent = time.perf_counter()
-                try:
-                    rec = await self.backend.ask(t.name, payload.get())
-                finally:
-                    times.append((sent, time.perf_counter()))
-                    if token is not None:
-                        WIRE.reset(token)
         except BaseException:
             slot.release()
             raise
+        if adm.verdict == "send":
+            token = WIRE.set(_LedgerWire(self.ledger, ask.question)) if self._reports_wire else None
+            sent = time.perf_counter()
+            try:
+                rec = await self.backend.ask(t.name, payload.get())
+            except BaseException:  # cancelled, or an infrastructure error: no answer to commit
+                slot.release()
+                await self.ledger.release(ask)
+                raise
+            finally:
+                times.append((sent, time.perf_counter()))
+                if token is not None:
+                    WIRE.reset(token)
         if rec is None:
             slot.release()
             if adm.verdict in ("done", "shared"):

@@ -204,3 +204,27 @@ def test_the_reservation_bounds_the_bytes_sent(tmp_path):
     (body,) = server.requests
     compact = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     assert r >= len(compact) * 1.0  # $1 per byte at 1e6 $/Mtok; max_tokens is not priced here
+
+
+async def test_a_cancelled_call_at_the_provider_stays_booked_and_frees_its_question(tmp_path):
+    from crf_prime.teachers.backends import AsyncioBackend
+    from crf_prime.teachers.config import PoolOptions
+    from crf_prime.teachers.ledger import Ledger
+    from crf_prime.teachers.pool import TeacherPool
+
+    replies = iter([Reply(delay_s=60.0), answer()])
+    with LoopbackOpenAI(lambda body: next(replies), billing=BILLING) as server:
+        t = priced("a", server.base_url)
+        ledger = Ledger(tmp_path / "journal.jsonl")
+        backend = AsyncioBackend([t])
+        pool = TeacherPool([t], backend, ledger, PoolOptions())
+        hung = asyncio.create_task(pool.replay_state(make_state(0)))
+        await asyncio.to_thread(server.wait_for, lambda s: len(s.requests) == 1, 30)
+        hung.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await hung
+        assert ledger.spent == pytest.approx(reservation(t, make_state(0)))  # it may have been paid
+        out = await pool.replay_state(same_question(1, 0))  # the question is free again: asked, answered
+        await backend.close()
+        ledger.close()
+    assert [r.ok for r in out.sent] == [True] and len(server.requests) == 2
