@@ -118,7 +118,8 @@ async def test_live_pool_shared_by_two_processes(ray_cluster, tmp_path):
     states_b = write_states(tmp_path / "b.jsonl", [make_state(i) for i in range(5, 15)])
     journal = tmp_path / "journal.jsonl"
     with LoopbackOpenAI(router) as server:
-        t = teacher("a", server.base_url, max_concurrency=1, price_out_per_mtok=100.0, sampling={"max_tokens": 100})
+        # 4 calls at once per process, $0.01 reserved per call: the shared ledger actor holds the cap across both
+        t = teacher("a", server.base_url, max_concurrency=4, price_out_per_mtok=100.0, sampling={"max_tokens": 100})
         cfg = pool_config([t], budget={"job_usd": 0.125})
         pool = live.serve(cfg, journal, name="live-test", namespace=NAMESPACE, api_keys={"a": "sk-test"})
         try:
@@ -147,6 +148,8 @@ async def test_live_pool_shared_by_two_processes(ray_cluster, tmp_path):
     assert other["stopped"].startswith("job budget reached: spent $0.1200 of $0.1250;")
     assert router.duplicates() == {} and len(server.requests) == 12
     assert len(list(read_journal(journal))) == 12 and killed == 2
+    spent = sum(r.cost_usd for r in read_journal(journal))
+    assert spent == pytest.approx(0.12) and spent <= 0.125
 
 
 def test_cli_replay_on_the_ray_backend(ray_cluster, tmp_path, monkeypatch):
