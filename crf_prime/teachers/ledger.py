@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -292,16 +293,17 @@ class Ledger:
 
     @staticmethod
     def _event(ask: Ask, event: CallEvent) -> bytes:
-        intent = Intent(
-            state_id=ask.state_id,
-            teacher=ask.teacher,
-            trace_id=ask.trace_id,
-            ts=time.time(),
-            question=ask.question,
-            reserve_usd=ask.reserve_usd,
-            event=event,
-        )
-        return IntentLog.line(intent)
+        """One call-log row (an :class:`Intent`), serialised directly: it is on every call's path."""
+        row = {
+            "state_id": ask.state_id,
+            "teacher": ask.teacher,
+            "trace_id": ask.trace_id,
+            "ts": time.time(),
+            "question": ask.question,
+            "reserve_usd": ask.reserve_usd,
+            "event": event,
+        }
+        return json.dumps(row).encode()
 
     async def mark_sent(self, question: str) -> None:
         """The request is about to be written: make that durable first (so a crash books it as possibly paid)."""

@@ -55,18 +55,22 @@ class Ask:
     trace_id: str = ""
 
 
-def question_key(teacher_params: dict[str, Any], content: Content) -> str:
+def params_json(teacher_params: dict[str, Any]) -> bytes:
+    """Canonical JSON of a teacher's request fields other than messages and tools (how it streams left out)."""
+    return canonical_json({k: v for k, v in teacher_params.items() if k not in _NOT_CONTENT})
+
+
+def question_key(params: bytes, content: Content) -> str:
     """Hash of (model, sampling, tool choice, messages, tools): every request field except how it is streamed."""
-    params = {k: v for k, v in teacher_params.items() if k not in _NOT_CONTENT}
-    return hashlib.sha256(canonical_json({"params": params, "content": content.digest})).hexdigest()
+    return hashlib.sha256(params + b"\0" + content.digest.encode()).hexdigest()
 
 
-def worst_case_usd(config: TeacherConfig, teacher_params: dict[str, Any], content: Content) -> float:
+def worst_case_usd(config: TeacherConfig, params: bytes, content: Content) -> float:
     """Most this request can cost at the teacher's prices (see the module docstring)."""
-    prompt = content.size + len(canonical_json(teacher_params)) + config.reserve_prompt_overhead_tokens
+    prompt = content.size + len(params) + config.reserve_prompt_overhead_tokens
     return config.price_cost(prompt, config.sampling.max_tokens)
 
 
-def plan(config: TeacherConfig, teacher_params: dict[str, Any], content: Content) -> tuple[str, float]:
-    """(question, reservation) of one teacher's request."""
-    return question_key(teacher_params, content), worst_case_usd(config, teacher_params, content)
+def plan(config: TeacherConfig, params: bytes, content: Content) -> tuple[str, float]:
+    """(question, reservation) of one teacher's request; ``params`` from :func:`params_json`."""
+    return question_key(params, content), worst_case_usd(config, params, content)

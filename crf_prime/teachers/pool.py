@@ -21,7 +21,7 @@ from crf_prime.teachers.client import WIRE, question_params, teacher_messages
 from crf_prime.teachers.config import PoolOptions, TeacherConfig
 from crf_prime.teachers.journal import JournalRecord
 from crf_prime.teachers.ledger import Admission
-from crf_prime.teachers.money import Ask, Content, plan
+from crf_prime.teachers.money import Ask, Content, params_json, plan
 from crf_prime.traces.models import TraceState
 
 
@@ -111,7 +111,7 @@ class _Payload:
             self._value, self._made = self._backend.prepare(self._state), True
         return self._value
 
-    def ask(self, t: TeacherConfig, params: dict[str, Any]) -> Ask:
+    def ask(self, t: TeacherConfig, params: bytes) -> Ask:
         if self._content is None:
             self._content = Content.of(teacher_messages(self._state), list(self._state.tools))
         question, reserve = plan(t, params, self._content)
@@ -136,7 +136,9 @@ class TeacherPool:
         self._early_release = bool(getattr(ledger, "charges_before_await", False))
         # a backend that cannot tell when a request hits the wire (Ray) has its calls count as sent from admission
         self._reports_wire = bool(getattr(backend, "reports_wire", False))
-        self._params = {(t.name, tools): question_params(t, tools) for t in self.teachers for tools in (False, True)}
+        self._params = {
+            (t.name, tools): params_json(question_params(t, tools)) for t in self.teachers for tools in (False, True)
+        }
 
     def eligible(self, state: TraceState) -> tuple[list[TeacherConfig], list[str]]:
         if not self.options.exclude_same_family:

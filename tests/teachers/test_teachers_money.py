@@ -15,7 +15,7 @@ from crf_prime.loopback import Billing, LoopbackOpenAI, Reply
 from crf_prime.teachers.client import question_params, teacher_messages
 from crf_prime.teachers.config import ConfigError
 from crf_prime.teachers.journal import read_journal
-from crf_prime.teachers.money import Content, plan
+from crf_prime.teachers.money import Content, params_json, plan
 from crf_prime.teachers.replay import replay_async
 from crf_prime.traces.models import TraceState
 
@@ -38,7 +38,8 @@ def priced(name: str, base_url: str, **kw):
 
 
 def reservation(t, state: TraceState) -> float:
-    return plan(t, question_params(t, bool(state.tools)), Content.of(teacher_messages(state), list(state.tools)))[1]
+    params = params_json(question_params(t, bool(state.tools)))
+    return plan(t, params, Content.of(teacher_messages(state), list(state.tools)))[1]
 
 
 def question_of(body: dict) -> str:
