@@ -240,17 +240,22 @@ class GroupCommit:
     async def append(self, line: bytes, log: _AppendLog | None = None) -> None:
         await self._enqueue(line, log)
 
+    def write_now(self, line: bytes, log: _AppendLog | None = None) -> None:
+        """Hand a line to the OS at once, not durable (it survives the process being killed, not a power cut).
+        Only for a log whose queued lines must not come after it: the caller has just awaited an ``append``."""
+        (self.logs[0] if log is None else log).write_lines([line])
+
     def post(self, line: bytes, log: _AppendLog | None = None) -> None:
-        """Queue a line without waiting for it: it is written in order with the others (a later ``append`` to the
-        same log returns only once this line is durable too); a write error surfaces at that later append."""
-        fut = self._enqueue(line, log)
+        """Queue a line that need not be durable: it starts no round of its own and goes out, in order, with the
+        next round (a later ``append`` to the same log returns only once this line is durable too)."""
+        fut = self._enqueue(line, log, start=False)
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
 
-    def _enqueue(self, line: bytes, log: _AppendLog | None) -> asyncio.Future[None]:
+    def _enqueue(self, line: bytes, log: _AppendLog | None, *, start: bool = True) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         self._queues[self.logs[0] if log is None else log].append((line, fut))
-        if self._task is None or self._task.done():
+        if start and (self._task is None or self._task.done()):
             self._task = loop.create_task(self._drain())
         return fut
 

@@ -263,11 +263,11 @@ class Ledger:
             break
         self._inflight[ask.question] = asyncio.get_running_loop().create_future()
         self._held[ask.question] = ask
+        # the intent need not be durable (alone it proves nothing was sent): it goes out with the "sent" row's sync
+        self._sync.post(self._event(ask, "intent"), self._intents)
         if sent:
             self._sent.add(ask.question)
             await self._sync.append(self._event(ask, "sent"), self._intents)
-        else:  # not durable yet: an intent alone proves nothing was sent; ``mark_sent`` syncs it
-            self._sync.post(self._event(ask, "intent"), self._intents)
         return Admission("send")
 
     async def _share(self, ask: Ask, answer: JournalRecord) -> Admission:
@@ -319,7 +319,9 @@ class Ledger:
         if ask is None or question not in self._sent:
             return
         self._sent.discard(question)
-        self._sync.post(self._event(ask, "clear"), self._intents)
+        # after the awaited "sent" row, so in order; written at once so that a kill -9 keeps it (not synced: a lost
+        # "clear" only makes a crash book the call at its reservation, on the safe side)
+        self._sync.write_now(self._event(ask, "clear"), self._intents)
 
     async def commit(self, ask: Ask, record: JournalRecord) -> JournalRecord:
         """Replace the call's reservation by its cost, then write its row; returns the row once it is durable.

@@ -229,3 +229,26 @@ async def test_a_cancelled_call_at_the_provider_stays_booked_and_frees_its_quest
         await backend.close()
         ledger.close()
     assert [r.ok for r in out.sent] == [True] and len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("sent_at_admission", "on_wire", "booked"), [(True, False, 0.004), (False, True, 0.004), (False, False, 0.0)]
+)
+async def test_a_restart_books_what_may_have_reached_the_provider(tmp_path, sent_at_admission, on_wire, booked):
+    """A run dies with one call in flight: admitted as sent (Ray), marked sent by the wire (asyncio), or only
+    admitted. The next ledger books the first two at their reservation and lets the third be asked again."""
+    from crf_prime.teachers.ledger import Ledger
+    from crf_prime.teachers.money import Ask
+
+    ask = Ask("s0000", "a", "q" * 64, 0.004, "t0")
+    first = Ledger(tmp_path / "journal.jsonl")
+    assert (await first.admit(ask, sent=sent_at_admission)).verdict == "send"
+    if on_wire:
+        await first.mark_sent(ask.question)
+    first.close()  # no commit: the process died
+    again = Ledger(tmp_path / "journal.jsonl")
+    assert again.spent == pytest.approx(booked)
+    assert (len(again.lost), again.unsent) == ((1, 0) if booked else (0, 0))
+    verdict = (await again.admit(ask)).verdict
+    assert verdict == ("done" if booked else "send")
+    again.close()
