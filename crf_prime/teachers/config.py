@@ -166,9 +166,10 @@ class PoolOptions(BaseModel):
     window: int | None = None
     """States in flight at once (driver-side backpressure); default 2 x the sum of the teachers' concurrency."""
     retry_failed: bool = True
-    """On resume, ask again where the journal only holds failed calls."""
+    """On resume, ask again where the journal only holds failed calls (except possibly paid ones: ``resend_lost``)."""
     resend_lost: bool = False
-    """On resume, ask again where a call was in flight when the previous run died (it may have been billed)."""
+    """Ask again where a call may have been paid without an answer: in flight when a previous run died, timed out,
+    cut off, or lost with a Ray actor (it may be paid twice)."""
 
 
 class PoolConfig(BaseModel):

@@ -69,6 +69,11 @@ async def test_a_cap_smaller_than_one_round_is_never_crossed(tmp_path, worst_cas
         report = await replay_async(states, cfg, tmp_path / "out")
     charged = server.charged_usd
     r = reservation(t, make_state(0))
+    print(  # the figure for the report: pytest -s -k cap_smaller
+        f"\nMONEY cap<one round (answers {'at' if worst_case_answers else 'below'} the worst case): server charged "
+        f"${charged:.6f} for {len(server.charges)} calls, cap $0.020000, one round of 11 reserves ${11 * r:.6f}; "
+        f"ledger ${report.cost_journal_usd:.6f}"
+    )
     assert 11 * r > 0.02  # one round would cross the cap
     assert 0 < charged <= 0.02
     assert charged + r > 0.02  # it stopped because the next worst case did not fit, not earlier
@@ -110,6 +115,11 @@ async def test_same_question_at_other_states_and_runs_is_paid_once(tmp_path):
         cfg = pool_config(teachers)
         r1 = await replay_async(a, cfg, tmp_path / "out")
         r2 = await replay_async(b, cfg, tmp_path / "out")  # a resume on the same journal, new states
+    print(
+        f"\nMONEY same question at other states and a later run: {len(server.charges)} paid calls for "
+        f"{len(set(map(question_of, (c.body for c in server.charges))))} questions, paid twice: {len(paid_twice(server))}; "
+        f"shared {r1.shared_calls + r2.shared_calls} calls saving ${r1.shared_saved_usd + r2.shared_saved_usd:.6f}"
+    )
     assert paid_twice(server) == {}
     assert len(server.charges) == 2 * 7  # 7 distinct contexts x 2 teachers
     assert (r1.calls_sent, r1.shared_calls) == (12, 8)
