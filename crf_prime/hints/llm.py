@@ -111,6 +111,7 @@ class LLMHintWriter:
     def from_config(cls, config: HintWriterConfig, **kwargs: Any) -> LLMHintWriter:
         """The writer a taskset's ``hint_writer`` table describes (teacher, journal, caps from the teachers file)."""
         from crf_prime.teachers import BudgetConfig, ConfigError, load_pool_config
+        from crf_prime.teachers.config import check_priced
 
         pool = load_pool_config(config.teachers)
         teacher = next((t for t in pool.teachers if t.name == config.name), None)
@@ -123,6 +124,10 @@ class LLMHintWriter:
             job_usd=pool.budget.job_usd if config.budget_usd is None else config.budget_usd,
             per_trace_usd=pool.budget.per_trace_usd if config.per_episode_usd is None else config.per_episode_usd,
         )
+        try:
+            check_priced([teacher], budget, positions=[pool.teachers.index(teacher)])
+        except ConfigError as e:
+            raise ConfigError(f"{config.teachers}: {e} (hint_writer caps)") from None
         return cls(
             teacher,
             journal=config.journal,

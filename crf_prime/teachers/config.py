@@ -136,14 +136,17 @@ class BudgetConfig(BaseModel):
         return self.job_usd is not None or self.per_trace_usd is not None
 
 
-def check_priced(teachers: Sequence[TeacherConfig], budget: BudgetConfig) -> None:
+def check_priced(
+    teachers: Sequence[TeacherConfig], budget: BudgetConfig, positions: Sequence[int] | None = None
+) -> None:
     """A spend cap needs every teacher's prices: a call is sent only when its worst case at those prices fits.
 
-    Raises :class:`ConfigError` naming the teacher's price fields (found at launch, before anything is sent).
+    Raises :class:`ConfigError` naming the teacher's price fields (found at launch, before anything is sent);
+    ``positions`` are the teachers' indices in their file when ``teachers`` is a subset of it.
     """
     if not budget.capped:
         return
-    for i, t in enumerate(teachers):
+    for i, t in zip(positions or range(len(teachers)), teachers, strict=True):
         if not t.priced:
             raise ConfigError(
                 f"teachers[{i} name={t.name!r}].price_in_per_mtok / price_out_per_mtok: a spend cap ([budget] or "

@@ -181,3 +181,14 @@ def test_writer_from_config_takes_teacher_and_caps_from_the_teachers_file(tmp_pa
 def test_writer_config_rejects_unknown_keys():
     with pytest.raises(ValueError, match="budget"):
         HintWriterConfig.model_validate({"name": "coach", "budget": 1.0})
+
+
+def test_writer_caps_without_the_teachers_prices_name_the_file_and_entry(tmp_path: Path):
+    path = tmp_path / "teachers.toml"
+    path.write_text(
+        '[[teachers]]\nname = "judge"\nmodel = "j"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n'
+        '[[teachers]]\nname = "coach"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n'
+    )
+    cfg = HintWriterConfig(teachers=path, name="coach", journal=tmp_path / "j.jsonl", budget_usd=1.0)
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: teachers[1 name='coach'].price_in_per_mtok")):
+        LLMHintWriter.from_config(cfg)
