@@ -168,8 +168,8 @@ class TeacherPool:
         slot = self._slots[t.name]
         await slot.acquire()
         rec: JournalRecord | None = None
-        ask = payload.ask(t, self._params[(t.name, bool(state.tools))])
         try:
+            ask = payload.ask(t, self._params[(t.name, bool(state.tools))])
             adm = await self.ledger.admit(ask, sent=not self._reports_wire)
         except BaseException:
             slot.release()
