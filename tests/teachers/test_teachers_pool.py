@@ -210,3 +210,13 @@ def test_live_p95_looks_at_the_last_window_of_calls_only():
     # nearest rank over latencies 1000 .. 1000 + WINDOW - 1
     assert p.p95() == 1000 + math.ceil(0.95 * LIVE_P95_WINDOW) - 1
     assert p.calls == LIVE_P95_WINDOW + 1000 and p.spend == pytest.approx(0.001 * p.calls)
+
+
+def test_cli_budget_without_prices_is_refused_at_launch(tmp_path, capsys):
+    states = write_states(tmp_path / "states.jsonl", [make_state(0)])
+    toml = tmp_path / "teachers.toml"
+    toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n')
+    rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out"), "--budget-usd", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{toml}: teachers[0 name='a'].price_in_per_mtok / price_out_per_mtok" in err
+    assert not (tmp_path / "out").exists()
