@@ -163,7 +163,7 @@ async def test_faults_are_booked_as_the_server_billed(tmp_path):
 
     states = write_states(tmp_path / "states.jsonl", [make_state(i) for i in range(6)])
     with LoopbackOpenAI(script, billing=BILLING) as server:
-        cfg = pool_config([priced("a", server.base_url, timeout_s=1.0, max_attempts=4)], budget={"job_usd": 1.0})
+        cfg = pool_config([priced("a", server.base_url, timeout_s=5.0, max_attempts=4)], budget={"job_usd": 1.0})
         report = await replay_async(states, cfg, tmp_path / "out")
     assert dict(seen) == {"s0000": 1, "s0001": 2, "s0002": 3, "s0003": 1, "s0004": 1, "s0005": 1}
     rows = {r.state_id: r for r in read_journal(tmp_path / "out" / "journal.jsonl")}
