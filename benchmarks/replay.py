@@ -24,6 +24,7 @@ Overhead per request (ms), target <= +1 ms over the bare client of the same run:
 The 2-core development box is shared with other jobs: run ``--repeats 3`` and read the medians (and the load).
 
     .venv/bin/python benchmarks/replay.py [--states 100] [--seed 0] [--backends asyncio,ray] [--repeats 1]
+    .venv/bin/python benchmarks/replay.py --ledger-only
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from crf_prime.loopback import LoopbackOpenAI, Reply
 from crf_prime.teachers.backends import AsyncioBackend, RayBackend
 from crf_prime.teachers.config import BudgetConfig, PoolOptions, TeacherConfig
 from crf_prime.teachers.ledger import Ledger
+from crf_prime.teachers.money import Ask
 from crf_prime.teachers.pool import TeacherPool
 from crf_prime.traces.models import Action, Source, ToolCall, TraceState
 
@@ -324,6 +326,22 @@ def print_tables(rows: list[dict], ideal: float, repeats: int) -> None:
         )
 
 
+async def ledger_only(n: int = 2000) -> None:
+    """The ledger's own cost per call, without HTTP or other load on the event loop: ``admit`` (question lookup,
+    caps, reservation, the queued intent row) of ``n`` distinct questions against a job cap."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = Ledger(Path(tmp) / "journal.jsonl", BUDGET)
+        took = []
+        for i in range(n):
+            ask = Ask(f"s{i:05d}", "a", f"{i:064x}", 0.0045, "t0")
+            t0 = time.perf_counter()
+            await ledger.admit(ask)
+            took.append(time.perf_counter() - t0)
+        ledger.close()
+    us = sorted(1e6 * t for t in took)
+    print(f"ledger.admit alone, {n} calls: median {us[n // 2]:.1f} us, p95 {us[int(0.95 * n)]:.1f} us")
+
+
 async def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--states", type=int, default=100)
@@ -336,7 +354,11 @@ async def main(argv: list[str]) -> int:
         action="store_true",
         help="turn Nagle's algorithm back on in the loopback server (slower; for comparison)",
     )
+    ap.add_argument("--ledger-only", action="store_true", help="only time ledger.admit alone (no server, no pool)")
     args = ap.parse_args(argv)
+    if args.ledger_only:
+        await ledger_only()
+        return 0
     load0 = os.getloadavg()
     states = make_states(args.states)
     lat = latencies(args.states, args.seed)
