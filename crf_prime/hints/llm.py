@@ -3,7 +3,8 @@
 The request goes through the teacher pool of ``crf_prime.teachers`` (one ``[[teachers]]`` entry of
 ``configs/teachers.toml``): a one-teacher :class:`~crf_prime.teachers.TeacherPool` over the pool's
 :class:`~crf_prime.teachers.TeacherClient` (its retries, timeout and concurrency cap) and
-:class:`~crf_prime.teachers.Ledger` (spend caps, append-only journal, de-duplication of concurrent identical asks).
+:class:`~crf_prime.teachers.Ledger` (spend caps enforced on each call's worst case before it is sent -- the job cap
+and the per-episode cap alike --, append-only journal, one paid answer per question).
 The hint prompt is a :class:`~crf_prime.traces.models.TraceState` whose id hashes the prompt, so a re-run of the same
 episode with the same teacher is answered from the journal and not paid twice.
 
@@ -88,6 +89,7 @@ class LLMHintWriter:
         ray_address: str | None = "auto",
     ) -> None:
         from crf_prime.teachers import BudgetConfig
+        from crf_prime.teachers.config import check_priced
 
         s = teacher.sampling
         self.teacher = teacher.model_copy(
@@ -95,18 +97,21 @@ class LLMHintWriter:
         )
         self.journal = Path(journal)
         self.budget = budget if budget is not None else BudgetConfig()
+        check_priced([self.teacher], self.budget)  # a cap needs prices to reserve a hint's worst case
         self.transcript_chars = transcript_chars
         self.live = live
         self.ray_address = ray_address
         self._api_key = api_key if api_key is not None else teacher.api_key()  # an unset key variable fails here
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: TeacherPool | None = None
+        self._building: asyncio.Task[TeacherPool] | None = None
         self._ledger: Ledger | None = None
 
     @classmethod
     def from_config(cls, config: HintWriterConfig, **kwargs: Any) -> LLMHintWriter:
         """The writer a taskset's ``hint_writer`` table describes (teacher, journal, caps from the teachers file)."""
         from crf_prime.teachers import BudgetConfig, ConfigError, load_pool_config
+        from crf_prime.teachers.config import check_priced
 
         pool = load_pool_config(config.teachers)
         teacher = next((t for t in pool.teachers if t.name == config.name), None)
@@ -119,6 +124,10 @@ class LLMHintWriter:
             job_usd=pool.budget.job_usd if config.budget_usd is None else config.budget_usd,
             per_trace_usd=pool.budget.per_trace_usd if config.per_episode_usd is None else config.per_episode_usd,
         )
+        try:
+            check_priced([teacher], budget, positions=[pool.teachers.index(teacher)])
+        except ConfigError as e:
+            raise ConfigError(f"{config.teachers}: {e} (hint_writer caps)") from None
         return cls(
             teacher,
             journal=config.journal,
@@ -150,13 +159,21 @@ class LLMHintWriter:
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
     async def _ensure_pool(self) -> TeacherPool:
+        """The loop's one pool: concurrent first hints share one build (one ledger, so one set of caps)."""
         loop = asyncio.get_running_loop()
-        if self._pool is None or self._loop is not loop:
+        if self._building is None or self._loop is not loop:
             if self._ledger is not None:
                 self._ledger.close()
                 self._ledger = None
-            self._pool = await (self._live_pool() if self.live else asyncio.to_thread(self._local_pool))
-            self._loop = loop
+            self._pool, self._loop = None, loop
+            self._building = loop.create_task(self._live_pool() if self.live else asyncio.to_thread(self._local_pool))
+        building = self._building
+        try:
+            self._pool = await asyncio.shield(building)
+        except Exception:
+            if self._building is building:  # the next hint tries again
+                self._building = None
+            raise
         return self._pool
 
     def _local_pool(self) -> TeacherPool:
@@ -200,15 +217,21 @@ class LLMHintWriter:
         try:
             pool = await self._ensure_pool()
             out = await pool.replay_state(state)
-            spent = float((await pool.ledger.snapshot())["spent"]) if out.budget_skipped else 0.0
+            snap = (await pool.ledger.snapshot()) if out.budget_skipped else {}
         except Exception as e:  # journal I/O and the like: the templated hint stays, the trace says why
             return HintReply(None, error=f"{type(e).__name__}: {e}")
         if out.budget_skipped:
             b = self.budget
-            if b.job_usd is not None and spent >= b.job_usd:
-                why = f"hint budget reached: spent ${spent:.4f} of ${b.job_usd:.4f} on {self.journal}"
+            if snap.get("stopped"):  # the job cap: the ledger refuses every later hint too
+                why = (
+                    f"hint budget reached: spent ${snap['spent']:.4f} of ${b.job_usd or 0.0:.4f} on {self.journal}; "
+                    f"the next hint's worst case does not fit"
+                )
             else:
-                why = f"per-episode hint budget of ${b.per_trace_usd:.4f} reached for episode {episode!r}"
+                why = (
+                    f"per-episode hint budget of ${b.per_trace_usd or 0.0:.4f} reached for episode {episode!r}: "
+                    f"the next hint's worst case does not fit"
+                )
             return HintReply(None, error=f"BudgetExhausted: {why}")
         (record,) = out.records
         cached = not out.sent
@@ -226,7 +249,7 @@ class LLMHintWriter:
             await self._pool.backend.close()  # a live pool's actors outlive this process (live.shutdown ends them)
         if self._ledger is not None:
             self._ledger.close()
-        self._pool = self._ledger = self._loop = None
+        self._pool = self._ledger = self._loop = self._building = None
 
 
 _WRITERS: dict[HintWriterConfig, LLMHintWriter] = {}

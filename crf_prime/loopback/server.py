@@ -5,6 +5,13 @@ protocol -- the ``openai`` client, verifiers' interception proxy, a harness in a
 Every answer comes from a script: a list of :class:`Reply` consumed in order, or a callable that maps the request
 body to a :class:`Reply`. Streaming answers are SSE ``chat.completion.chunk`` events with content and tool-call
 argument deltas split over several chunks, like vLLM and OpenAI send them.
+
+With ``billing`` the server bills like a provider and keeps the bill (:attr:`LoopbackOpenAI.charges`): a request
+is charged when it has been read and the server starts answering it with HTTP 200 -- a normal answer, a stream, a
+cut or unreadable body, an error body, a reply that hangs -- whether or not the client is still there to read the
+answer; an HTTP error status (429, 500, ...) is not charged. Prompt tokens are the server's rough count (characters
+/ 4); completion tokens are the reply's, or ``max_tokens`` of the request for a reply that is cut off (hang,
+stall, unreadable body): the model generated up to the limit before the client stopped listening.
 """
 
 from __future__ import annotations
@@ -47,11 +54,35 @@ class Reply(BaseModel):
     """Streaming only: pause this many seconds in the middle of the stream."""
 
 
+class Billing(BaseModel):
+    """Prices the server bills at (see the module docstring); each answer then reports ``usage.cost``."""
+
+    price_in_per_mtok: float = 0.0
+    """USD per 1M prompt tokens."""
+    price_out_per_mtok: float = 0.0
+    """USD per 1M completion tokens."""
+
+
+class Charge(BaseModel):
+    """One request the server billed."""
+
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    usd: float
+    body: dict
+    """The request body."""
+
+
 Script = Callable[[dict], Reply] | Sequence[Reply]
 
 
 class ScriptExhausted(RuntimeError):
     """The list script has no reply left for a request."""
+
+
+HANG_S = 30.0
+"""A ``delay_s`` at least this long is a hang: in billing mode it is billed as generating up to ``max_tokens``."""
 
 
 def _rough_tokens(value: Any) -> int:
@@ -73,12 +104,19 @@ class LoopbackOpenAI:
     arrival order.
     """
 
-    def __init__(self, script: Script, *, model: str = "scripted", host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, script: Script, *, model: str = "scripted", host: str = "127.0.0.1", billing: Billing | None = None
+    ) -> None:
         self.model = model
         self.requests: list[dict] = []
+        self.billing = billing
+        self.charges: list[Charge] = []
+        """Every billed request, in the order it was billed (``billing`` only)."""
         self._script = script
         self._next = 0
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._stopping = threading.Event()
         self._host = host
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -98,6 +136,7 @@ class LoopbackOpenAI:
         class Handler(_Handler):
             server_owner = owner
 
+        self._stopping.clear()
         self._server = _Server((self._host, 0), Handler)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="loopback-openai", daemon=True
@@ -108,6 +147,7 @@ class LoopbackOpenAI:
     def stop(self) -> None:
         if self._server is None:
             return
+        self._stopping.set()  # replies that hang give up
         self._server.shutdown()
         self._server.server_close()
         if self._thread is not None:
@@ -121,10 +161,49 @@ class LoopbackOpenAI:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    # -- bill ----------------------------------------------------------------------------------------------------
+    @property
+    def charged_usd(self) -> float:
+        """Sum of every charge so far."""
+        with self._lock:
+            return sum(c.usd for c in self.charges)
+
+    def wait_for(self, predicate: Callable[[LoopbackOpenAI], bool], timeout: float) -> bool:
+        """Block until ``predicate(self)`` holds (checked at each request's arrival and charge); False on timeout."""
+        with self._arrived:
+            return self._arrived.wait_for(lambda: predicate(self), timeout)
+
+    def _charge(self, reply: Reply, body: dict) -> dict | None:
+        """Bill a request the server answers with HTTP 200; returns the usage block it reports (None: no billing)."""
+        if self.billing is None:
+            return None
+        usage = _usage(reply.model_copy(update={"cost": None}), body)
+        if reply.delay_s >= HANG_S or reply.malformed or reply.stall_s:
+            usage["completion_tokens"] = int(body.get("max_tokens") or usage["completion_tokens"])
+        if reply.error is not None:
+            usage["completion_tokens"] = 0
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        b = self.billing
+        usd = (usage["prompt_tokens"] * b.price_in_per_mtok + usage["completion_tokens"] * b.price_out_per_mtok) / 1e6
+        usage["cost"] = usd
+        with self._arrived:
+            self.charges.append(
+                Charge(
+                    model=str(body.get("model", "")),
+                    prompt_tokens=usage["prompt_tokens"],
+                    completion_tokens=usage["completion_tokens"],
+                    usd=usd,
+                    body=body,
+                )
+            )
+            self._arrived.notify_all()
+        return usage
+
     # -- script --------------------------------------------------------------------------------------------------
     def _reply_for(self, body: dict) -> Reply:
-        with self._lock:
+        with self._arrived:
             self.requests.append(body)
+            self._arrived.notify_all()
             if not callable(self._script):
                 if self._next >= len(self._script):
                     raise ScriptExhausted(
@@ -183,13 +262,21 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, json.JSONDecodeError) as e:
             self._send_json(400, {"error": {"message": f"request body is not JSON: {e}", "type": "invalid_request"}})
             return
+        owner = self.server_owner
         try:
-            reply = self.server_owner._reply_for(body)
+            reply = owner._reply_for(body)
         except ScriptExhausted as e:
             self._send_json(500, {"error": {"message": str(e), "type": "script_exhausted"}})
             return
+        usage = owner._charge(reply, body) if reply.status == 200 else None
+        try:
+            self._answer(reply, body, usage)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (or died): the bill stands
+            self.close_connection = True
+
+    def _answer(self, reply: Reply, body: dict, usage: dict | None) -> None:
         if reply.delay_s:
-            time.sleep(reply.delay_s)
+            self.server_owner._stopping.wait(reply.delay_s)
         if reply.malformed:
             data = b"this is not json {"
             self.send_response(reply.status)
@@ -203,16 +290,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(reply.status, {"error": err}, reply.headers)
             return
         if reply.error is not None:
-            self._send_json(200, {"error": reply.error}, reply.headers)
+            payload: dict[str, Any] = {"error": reply.error}
+            if usage is not None:
+                payload["usage"] = usage
+            self._send_json(200, payload, reply.headers)
             return
         model = body.get("model") or self.server_owner.model
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            self._stream(reply, body, model, include_usage)
+            self._stream(reply, body, model, include_usage, usage)
         else:
-            self._send_json(200, _completion(reply, body, model), reply.headers)
+            self._send_json(200, _completion(reply, body, model, usage), reply.headers)
 
-    def _stream(self, reply: Reply, body: dict, model: str, include_usage: bool) -> None:
+    def _stream(self, reply: Reply, body: dict, model: str, include_usage: bool, usage: dict | None) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -221,13 +311,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         self.close_connection = True
-        chunks = list(_chunks(reply, body, model, include_usage))
+        chunks = list(_chunks(reply, body, model, include_usage, usage))
         stall_at = len(chunks) // 2
         try:
             for i, chunk in enumerate(chunks):
                 if reply.stall_s and i == stall_at:
                     self.wfile.flush()
-                    time.sleep(reply.stall_s)
+                    self.server_owner._stopping.wait(reply.stall_s)
                 self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")
@@ -269,7 +359,7 @@ def _finish_reason(reply: Reply) -> str:
     return "tool_calls" if reply.tool_calls else "stop"
 
 
-def _completion(reply: Reply, body: dict, model: str) -> dict:
+def _completion(reply: Reply, body: dict, model: str, usage: dict | None = None) -> dict:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if reply.reasoning is not None:
         message["reasoning_content"] = reply.reasoning
@@ -282,11 +372,11 @@ def _completion(reply: Reply, body: dict, model: str) -> dict:
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(reply), "logprobs": None}],
-        "usage": _usage(reply, body),
+        "usage": usage if usage is not None else _usage(reply, body),
     }
 
 
-def _chunks(reply: Reply, body: dict, model: str, include_usage: bool) -> Iterator[dict]:
+def _chunks(reply: Reply, body: dict, model: str, include_usage: bool, usage: dict | None = None) -> Iterator[dict]:
     base = {"id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion.chunk", "created": int(time.time())}
     base["model"] = model
 
@@ -307,4 +397,4 @@ def _chunks(reply: Reply, body: dict, model: str, include_usage: bool) -> Iterat
             yield chunk({"tool_calls": [{"index": call["index"], "function": {"arguments": piece}}]})
     yield chunk({}, _finish_reason(reply))
     if include_usage:
-        yield {**base, "choices": [], "usage": _usage(reply, body)}
+        yield {**base, "choices": [], "usage": usage if usage is not None else _usage(reply, body)}

@@ -3,8 +3,13 @@
 Both backends expose ``await backend.ask(teacher_name, state) -> JournalRecord`` and never raise for API errors.
 The Ray backend creates each actor with ``num_cpus=0`` (it only waits on HTTP), a high ``max_concurrency`` (the
 teacher's own semaphore inside the actor is the real cap) and ``max_restarts`` so a dead actor process comes back
-with a fresh client; a call lost with the process is re-sent by the driver after the restart (Ray-level retries
-cover process death only, HTTP retries stay in the client). Ray is imported lazily (extra ``ray``).
+with a fresh client. A call whose actor died under it may have reached the provider: it comes back as a failed,
+possibly paid record (booked at its reservation, re-asked only with ``--resend-lost``), never silently re-sent;
+HTTP retries stay in the client. Ray is imported lazily (extra ``ray``).
+
+Only the asyncio backend ``reports_wire``: its client runs in the pool's task, so the pool can mark a call "sent"
+at the moment its request is about to be written. A Ray actor cannot reach the driver's ledger, so a Ray call
+counts as sent from its admission on (a crash books it at its reservation even if the actor had not sent it yet).
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class Backend(Protocol):
 
 class AsyncioBackend:
     """Every teacher client in the caller's event loop."""
+
+    reports_wire = True
 
     def __init__(self, teachers: Sequence[TeacherConfig], *, api_keys: dict[str, str] | None = None) -> None:
         keys = api_keys or {}
@@ -82,7 +89,9 @@ def actor_name(prefix: str, teacher: str) -> str:
 
 
 class RayBackend:
-    """One async Ray actor per teacher; calls lost to an actor's death are re-sent once it has restarted."""
+    """One async Ray actor per teacher; a call lost to an actor's death is a possibly paid failure."""
+
+    reports_wire = False
 
     def __init__(
         self,
@@ -90,7 +99,6 @@ class RayBackend:
         *,
         api_keys: dict[str, str] | None = None,
         max_restarts: int = 3,
-        death_retries: int = 5,
         name_prefix: str | None = None,
         detached: bool = False,
         namespace: str | None = None,
@@ -102,7 +110,6 @@ class RayBackend:
         if not self._ray.is_initialized():
             self._ray.init(include_dashboard=False, log_to_driver=False, namespace=namespace)
         self.teachers = {t.name: t for t in teachers}
-        self.death_retries = death_retries
         self.actor_deaths = 0
         if actors is not None:  # attach to existing (live-mode) actors
             self._actors = dict(actors)
@@ -137,18 +144,12 @@ class RayBackend:
         return self._ray.put(state)
 
     async def ask(self, teacher: str, state: Any) -> JournalRecord:
-        ray_errors = self._ray.exceptions
         start = time.perf_counter()
-        last: BaseException | None = None
-        for retry in range(self.death_retries + 1):
-            try:
-                rec: JournalRecord = await self._actors[teacher].ask.remote(state)
-            except ray_errors.RayActorError as e:  # process died (or is restarting): the answer is lost, ask again
-                last = e
-                self.actor_deaths += 1
-                await asyncio.sleep(min(0.25 * 2**retry, 2.0))
-                continue
-            return rec if retry == 0 else rec.model_copy(update={"attempt": rec.attempt + retry})
+        try:
+            return await self._actors[teacher].ask.remote(state)
+        except self._ray.exceptions.RayActorError as e:  # the process died with the call: it may have been sent
+            self.actor_deaths += 1
+            error = e
         cfg = self.teachers[teacher]
         st = await state if isinstance(state, self._ray.ObjectRef) else state
         return JournalRecord(
@@ -158,13 +159,14 @@ class RayBackend:
             model_family=cfg.model_family,
             ok=False,
             action=None,
-            error=f"teacher actor died {self.death_retries + 1} times: {type(last).__name__}: {last}"[:2000],
+            error=f"teacher actor died during the call (possibly paid): {type(error).__name__}: {error}"[:2000],
             error_type="actor_died",
             input_tokens=0,
             output_tokens=0,
             cost_usd=0.0,
+            possibly_paid=True,
             latency_s=time.perf_counter() - start,
-            attempt=self.death_retries + 1,
+            attempt=1,
             ts=time.time(),
             trace_id=st.source.trace_id,
         )

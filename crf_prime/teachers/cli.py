@@ -28,7 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--include-same-family", action="store_true", help="also ask teachers of the trace's own model family"
     )
-    p.add_argument("--resend-lost", action="store_true", help="re-ask calls lost in flight when a previous run died")
+    p.add_argument(
+        "--resend-lost",
+        action="store_true",
+        help="re-ask calls that may have been paid without an answer (in flight at a crash, timed out, cut off)",
+    )
     p.add_argument(
         "--window", type=int, default=None, help="states in flight at once (default 2x the summed teacher concurrency)"
     )
@@ -75,6 +79,11 @@ def replay_command(args: argparse.Namespace) -> int:
         }
     )
     config = config.model_copy(update={"budget": budget, "pool": pool_opts})
+    try:
+        config.checked()  # the caps as overridden on the command line
+    except ConfigError as e:
+        err.print(f"[bold red]error:[/] {args.teachers}: {e}")
+        return 2
     if args.backend == "ray" or args.live:
         from crf_prime.extras import require
 

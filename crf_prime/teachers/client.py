@@ -1,8 +1,12 @@
 """One teacher behind an OpenAI-compatible endpoint, asked for the next action at a recorded trace state.
 
-Exactly one retry layer: the ``openai`` client is built with ``max_retries=0`` and tenacity retries 408/409/429/5xx,
-timeouts and connection errors, waiting what ``retry-after-ms`` / ``Retry-After`` asks (else exponential backoff
-with jitter). Everything the API can throw is turned into a failed :class:`JournalRecord`: openai exceptions do not
+Exactly one retry layer: the ``openai`` client is built with ``max_retries=0`` and tenacity retries what provably
+cost nothing -- 408/409/429/5xx answers (the provider refused the request) and connection errors raised before the
+request was written -- waiting what ``retry-after-ms`` / ``Retry-After`` asks (else exponential backoff with jitter).
+An attempt whose request reached the provider and whose outcome is unknown (a timeout, a cut or unreadable
+response) is not retried: it may have been billed, and a retry could pay for the same question twice; the record
+says ``possibly_paid`` and the ledger books it at its reservation. The ``WIRE`` context variable, when set by the
+pool, is told (and waited for) before each attempt's request is written, and told when an attempt was refused. Everything the API can throw is turned into a failed :class:`JournalRecord`: openai exceptions do not
 pickle, so they must never cross a Ray process boundary (teachers-and-traces.md §1.5). An HTTP 200 whose body holds
 ``error`` and no ``choices`` (OpenRouter, mid-generation failure) is a failure, not an empty answer.
 
@@ -14,10 +18,11 @@ and status handling, without the SDK's per-request transform and model construct
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import json
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import openai
@@ -53,6 +58,60 @@ def _error_text(error: Any) -> str:
         code = error.get("code")
         return f"{error.get('message', error)}" + (f" (code {code})" if code is not None else "")
     return str(error)
+
+
+class Wire(Protocol):
+    """Told about every attempt of the current call (set per call by the pool in ``WIRE``)."""
+
+    async def sent(self) -> None:
+        """The request is about to be written (before the connection opens); returns once that is durable."""
+
+    async def refused(self) -> None:
+        """The attempt ended with an HTTP error status: the provider did not take the request."""
+
+
+WIRE: contextvars.ContextVar[Wire | None] = contextvars.ContextVar("crf_teacher_wire", default=None)
+
+
+class _Call:
+    """Per-call attempt state, shared with the request hook through ``_CALL``."""
+
+    __slots__ = ("infra_error", "on_wire", "possibly_paid")
+
+    def __init__(self) -> None:
+        self.on_wire = False
+        self.possibly_paid = False
+        self.infra_error: BaseException | None = None
+
+
+_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("crf_teacher_call", default=None)
+
+
+async def _on_request(request: httpx.Request) -> None:
+    """httpx request hook: runs before the connection is taken and anything is written."""
+    call = _CALL.get()
+    if call is None:
+        return
+    call.on_wire = True
+    wire = WIRE.get()
+    if wire is not None:
+        try:
+            await wire.sent()
+        except BaseException as e:  # journal I/O: an infrastructure error, re-raised by ``ask`` (never a record)
+            call.infra_error = e
+            raise
+
+
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+"""Transport errors raised before any byte of the request was written."""
+
+
+def refused_or_unsent(exc: BaseException) -> bool:
+    """The attempt cost nothing: an HTTP error status, or a failure before the request was written."""
+    if isinstance(exc, openai.APIStatusError):
+        return True
+    cause = exc.__cause__ if isinstance(exc, openai.APIConnectionError) else exc
+    return isinstance(cause, _NOT_SENT)
 
 
 def teacher_messages(state: TraceState) -> list[dict[str, Any]]:
@@ -174,6 +233,37 @@ def connection_limits(max_concurrency: int) -> httpx.Limits:
     )
 
 
+def question_params(config: TeacherConfig, has_tools: bool) -> dict[str, Any]:
+    """The request body's fields other than messages and tools (``extra_body`` merged): the teacher's part of a
+    question (see :mod:`crf_prime.teachers.money`)."""
+    return _body({k: v for k, v in request_kwargs(config, [], [{}] if has_tools else []).items() if k not in _CONTENT})
+
+
+_CONTENT = ("messages", "tools")
+
+
+def request_kwargs(config: TeacherConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict:
+    """Keyword arguments of ``chat.completions.create`` for a teacher and a context."""
+    s = config.sampling
+    kwargs: dict[str, Any] = {
+        "model": config.model,
+        "messages": messages,
+        "temperature": s.temperature,
+        "max_tokens": s.max_tokens,
+    }
+    if s.top_p is not None:
+        kwargs["top_p"] = s.top_p
+    if tools:
+        kwargs["tools"] = tools
+        kwargs["tool_choice"] = "auto"
+    if s.extra_body:
+        kwargs["extra_body"] = dict(s.extra_body)
+    if config.stream:
+        kwargs["stream"] = True
+        kwargs["stream_options"] = {"include_usage": True}
+    return kwargs
+
+
 class TeacherClient:
     """Asks one teacher for the next action at a state; at most ``max_concurrency`` requests in flight.
 
@@ -186,6 +276,10 @@ class TeacherClient:
         self.config = config
         if http_client is None:
             http_client = openai.DefaultAsyncHttpxClient(limits=connection_limits(config.max_concurrency))
+        http_client.event_hooks = {
+            **http_client.event_hooks,
+            "request": [*http_client.event_hooks.get("request", []), _on_request],
+        }
         self._client = openai.AsyncOpenAI(
             base_url=config.base_url,
             api_key=api_key if api_key is not None else config.api_key(),
@@ -200,30 +294,21 @@ class TeacherClient:
 
     def request(self, state: TraceState) -> dict[str, Any]:
         """Keyword arguments of ``chat.completions.create`` for this state."""
-        s = self.config.sampling
-        kwargs: dict[str, Any] = {
-            "model": self.config.model,
-            "messages": teacher_messages(state),
-            "temperature": s.temperature,
-            "max_tokens": s.max_tokens,
-        }
-        if s.top_p is not None:
-            kwargs["top_p"] = s.top_p
-        if state.tools:
-            kwargs["tools"] = list(state.tools)
-            kwargs["tool_choice"] = "auto"
-        if s.extra_body:
-            kwargs["extra_body"] = dict(s.extra_body)
-        if self.config.stream:
-            kwargs["stream"] = True
-            kwargs["stream_options"] = {"include_usage": True}
-        return kwargs
+        return request_kwargs(self.config, teacher_messages(state), list(state.tools))
 
     async def ask(self, state: TraceState) -> JournalRecord:
         async with self._sem:
-            return await self._ask(state)
+            call = _Call()
+            token = _CALL.set(call)
+            try:
+                rec = await self._ask(state, call)
+            finally:
+                _CALL.reset(token)
+            if call.infra_error is not None:
+                raise call.infra_error
+            return rec
 
-    async def _ask(self, state: TraceState) -> JournalRecord:
+    async def _ask(self, state: TraceState, call: _Call) -> JournalRecord:
         cfg = self.config
         start = time.perf_counter()
         attempts = 0
@@ -243,27 +328,42 @@ class TeacherClient:
 
         try:
             async for attempt in AsyncRetrying(
-                retry=retry_if_exception(is_transient), wait=wait, stop=stop, reraise=True
+                retry=retry_if_exception(lambda e: is_transient(e) and not call.possibly_paid),
+                wait=wait,
+                stop=stop,
+                reraise=True,
             ):
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
-                    action, usage = await self._once(kwargs)
+                    action, usage = await self._once(kwargs, call)
         except Exception as exc:  # every API/transport failure becomes a record; nothing crosses a process boundary
             usage = getattr(exc, "usage", None)
-            return self._record(state, start, attempts, None, usage, error=exc)
-        return self._record(state, start, attempts, action, usage)
+            return self._record(state, start, attempts, None, usage, error=exc, call=call)
+        return self._record(state, start, attempts, action, usage, call=call)
 
-    async def _once(self, kwargs: dict[str, Any]) -> tuple[Action, Any]:
+    async def _once(self, kwargs: dict[str, Any], call: _Call) -> tuple[Action, Any]:
+        call.on_wire = False
         try:
-            async with asyncio.timeout(self.config.timeout_s):
-                if kwargs.get("stream"):
-                    return await self._streamed(kwargs)
-                response = await self._client.post(
-                    "/chat/completions", body=_body(kwargs), cast_to=httpx.Response, options=_REQUEST_OPTIONS
-                )
-        except TimeoutError as e:
-            raise _AttemptTimeout(f"no complete response within {self.config.timeout_s:g} s") from e
-        return parse_completion(json.loads(response.content))
+            try:
+                async with asyncio.timeout(self.config.timeout_s):
+                    if kwargs.get("stream"):
+                        return await self._streamed(kwargs)
+                    response = await self._client.post(
+                        "/chat/completions", body=_body(kwargs), cast_to=httpx.Response, options=_REQUEST_OPTIONS
+                    )
+            except TimeoutError as e:
+                raise _AttemptTimeout(f"no complete response within {self.config.timeout_s:g} s") from e
+            return parse_completion(json.loads(response.content))
+        except Exception as exc:
+            if call.on_wire:
+                if refused_or_unsent(exc):
+                    call.on_wire = False
+                    wire = WIRE.get()
+                    if wire is not None:
+                        await wire.refused()
+                else:  # it reached the provider and we do not know what it cost
+                    call.possibly_paid = True
+            raise
 
     async def _streamed(self, kwargs: dict[str, Any]) -> tuple[Action, Any]:
         text: list[str] = []
@@ -276,7 +376,7 @@ class TeacherClient:
             # a plain JSON body where SSE was asked for: an error object (OpenRouter) or a broken server
             data = json.loads(await raw.http_response.aread())
             if isinstance(data, dict) and data.get("error") and not data.get("choices"):
-                raise _ProviderError(data["error"], None)
+                raise _ProviderError(data["error"], data.get("usage"))
             raise _Malformed("asked for a stream, got a non-SSE body")
         stream = raw.parse()
         async for chunk in stream:
@@ -318,9 +418,12 @@ class TeacherClient:
         action: Action | None,
         usage: Any,
         error: BaseException | None = None,
+        call: _Call | None = None,
     ) -> JournalRecord:
         cfg = self.config
         usage = _usage_dict(usage)
+        # a request that reached the provider without a usage block back: its cost is unknown, maybe not zero
+        possibly_paid = call is not None and usage is None and (call.possibly_paid or call.on_wire)
         inp = int((usage or {}).get("prompt_tokens") or 0)
         out = int((usage or {}).get("completion_tokens") or 0)
         reported = (usage or {}).get("cost")
@@ -344,6 +447,7 @@ class TeacherClient:
             output_tokens=out,
             cost_usd=cost,
             cost_source=source,
+            possibly_paid=possibly_paid,
             latency_s=time.perf_counter() - start,
             attempt=max(1, attempts),
             ts=time.time(),

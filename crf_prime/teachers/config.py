@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,9 +30,16 @@ class Sampling(BaseModel):
     top_p: float | None = None
     """Nucleus sampling mass, or None to leave the provider default."""
     max_tokens: int = 2048
-    """Upper bound on generated tokens per request."""
+    """Upper bound on generated tokens per request; with the output price it bounds what a call can cost."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Provider-specific request fields (e.g. OpenRouter ``provider`` routing, ``reasoning``)."""
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1 (a call's worst-case cost must be finite)")
+        return v
 
 
 class TeacherConfig(BaseModel):
@@ -65,6 +73,9 @@ class TeacherConfig(BaseModel):
     """Ask for a streamed (SSE) response; usage comes from the final chunk."""
     tier: int = 0
     """Tiered querying: lower tiers are asked first; higher tiers only when the lower ones disagree."""
+    reserve_prompt_overhead_tokens: int = 1024
+    """Tokens the provider's chat template may add to a request's bytes (role markers, tool-use instructions); part
+    of the worst case reserved against the caps before a call is sent."""
     sampling: Sampling = Field(default_factory=Sampling)
 
     @field_validator("max_concurrency", "max_attempts")
@@ -74,7 +85,9 @@ class TeacherConfig(BaseModel):
             raise ValueError("must be >= 1")
         return v
 
-    @field_validator("timeout_s", "price_in_per_mtok", "price_out_per_mtok", "max_retry_after_s")
+    @field_validator(
+        "timeout_s", "price_in_per_mtok", "price_out_per_mtok", "max_retry_after_s", "reserve_prompt_overhead_tokens"
+    )
     @classmethod
     def _non_negative(cls, v: float) -> float:
         if v < 0:
@@ -96,6 +109,10 @@ class TeacherConfig(BaseModel):
         """Cost in USD from the price table."""
         return (input_tokens * self.price_in_per_mtok + output_tokens * self.price_out_per_mtok) / 1e6
 
+    @property
+    def priced(self) -> bool:
+        return self.price_in_per_mtok > 0 or self.price_out_per_mtok > 0
+
 
 class BudgetConfig(BaseModel):
     """Hard spend caps (USD). None = no cap. The job cap covers every run that shares one journal."""
@@ -106,6 +123,36 @@ class BudgetConfig(BaseModel):
     """Cap for the whole job (all runs on one journal)."""
     per_trace_usd: float | None = None
     """Cap per trace (states sharing ``source.trace_id``)."""
+
+    @field_validator("job_usd", "per_trace_usd")
+    @classmethod
+    def _non_negative(cls, v: float | None) -> float | None:
+        if v is not None and v < 0:
+            raise ValueError("must be >= 0")
+        return v
+
+    @property
+    def capped(self) -> bool:
+        return self.job_usd is not None or self.per_trace_usd is not None
+
+
+def check_priced(
+    teachers: Sequence[TeacherConfig], budget: BudgetConfig, positions: Sequence[int] | None = None
+) -> None:
+    """A spend cap needs every teacher's prices: a call is sent only when its worst case at those prices fits.
+
+    Raises :class:`ConfigError` naming the teacher's price fields (found at launch, before anything is sent);
+    ``positions`` are the teachers' indices in their file when ``teachers`` is a subset of it.
+    """
+    if not budget.capped:
+        return
+    for i, t in zip(positions or range(len(teachers)), teachers, strict=True):
+        if not t.priced:
+            raise ConfigError(
+                f"teachers[{i} name={t.name!r}].price_in_per_mtok / price_out_per_mtok: a spend cap ([budget] or "
+                f"--budget-usd / --per-trace-usd) needs the teacher's prices, to reserve each call's worst case "
+                f"before it is sent; both are 0"
+            )
 
 
 class PoolOptions(BaseModel):
@@ -122,9 +169,10 @@ class PoolOptions(BaseModel):
     window: int | None = None
     """States in flight at once (driver-side backpressure); default 2 x the sum of the teachers' concurrency."""
     retry_failed: bool = True
-    """On resume, ask again where the journal only holds failed calls."""
+    """On resume, ask again where the journal only holds failed calls (except possibly paid ones: ``resend_lost``)."""
     resend_lost: bool = False
-    """On resume, ask again where a call was in flight when the previous run died (it may have been billed)."""
+    """Ask again where a call may have been paid without an answer: in flight when a previous run died, timed out,
+    cut off, or lost with a Ray actor (it may be paid twice)."""
 
 
 class PoolConfig(BaseModel):
@@ -144,6 +192,11 @@ class PoolConfig(BaseModel):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"teacher names must be unique; repeated: {', '.join(dup)}")
+        return self
+
+    def checked(self) -> PoolConfig:
+        """This config after the checks that span tables (caps vs prices); raises :class:`ConfigError`."""
+        check_priced(self.teachers, self.budget)
         return self
 
 
@@ -171,10 +224,14 @@ def load_pool_config(path: str | Path) -> PoolConfig:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from None
     try:
-        return PoolConfig.model_validate(data)
+        config = PoolConfig.model_validate(data)
     except ValidationError as e:
         lines = [f"{path}: invalid teacher config"]
         for err in e.errors():
             where = _field_path(tuple(err["loc"]), data) or "(top level)"
             lines.append(f"  {where}: {err['msg']}")
         raise ConfigError("\n".join(lines)) from None
+    try:
+        return config.checked()
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None

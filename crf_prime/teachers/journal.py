@@ -1,9 +1,13 @@
-"""The replay journal: one append-only JSONL row per teacher call, keyed by (state_id, teacher).
+"""The replay journal: one append-only JSONL row per (state_id, teacher), and the call log beside it.
 
-Every row is flushed and fsynced before the call counts as done, so a job killed with SIGKILL loses at most the
-calls that were in flight. Those are found on restart through the intent log written next to the journal
-(``<journal>.intents.jsonl``: one fsynced row per call *before* it is sent): an intent without a journal row is a
-call that may have been billed but whose answer was lost. Restarting never re-sends a key that has an ``ok`` row.
+Every journal row is flushed and fsynced before the call counts as done, so a job killed with SIGKILL loses at most
+the calls that were in flight. Those are found on restart through the call log (``<journal>.intents.jsonl``), which
+holds for each call, in order: an ``intent`` row when the call is admitted (its question and reservation), a
+``sent`` row made durable *before the first byte of the request is written* (before the connection is even
+opened), and a ``clear`` row when an attempt ended with an HTTP error status (the provider refused it: nothing to
+pay). So a call whose last event is ``intent`` or ``clear`` provably has no request at the provider that could be
+billed, and is re-sent on resume; one whose last event is ``sent`` may have been billed, and is booked at its
+reservation. Restarting never re-sends a question that has an ``ok`` row.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -57,15 +61,28 @@ class JournalRecord(BaseModel):
     trace_id: str = ""
     """Trace the state belongs to (per-trace budget on resume)."""
     cost_source: str = ""
-    """"usage" (API reported cost), "prices" (price table) or "" (no usage)."""
+    """"usage" (API reported cost), "prices" (price table), "reservation" (cost unknown, possibly paid: booked at
+    the call's worst case), "" (nothing was sent that could be billed)."""
+    question: str = ""
+    """Content hash of the request (model, messages, tools, sampling): one paid answer per question."""
+    reserved_usd: float = 0.0
+    """Worst-case cost reserved against the caps before the call was sent."""
+    possibly_paid: bool = False
+    """The request reached the provider but its cost is unknown (timeout, cut or unreadable response, crash): booked
+    at ``reserved_usd``, and re-sent only with ``--resend-lost``."""
+    shared_from: str = ""
+    """Not a call: the answer to the same question asked at this state (``cost_usd`` 0)."""
 
     @property
     def key(self) -> Key:
         return (self.state_id, self.teacher)
 
 
+CallEvent = Literal["intent", "sent", "clear"]
+
+
 class Intent(BaseModel):
-    """A call about to be sent (written before the request leaves)."""
+    """One event of a call's life in the call log (see the module docstring)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -73,6 +90,9 @@ class Intent(BaseModel):
     teacher: str
     trace_id: str = ""
     ts: float
+    question: str = ""
+    reserve_usd: float = 0.0
+    event: CallEvent = "intent"
 
 
 class JournalError(ValueError):
@@ -167,9 +187,9 @@ class _AppendLog:
             self._f.flush()
 
     def sync(self) -> None:
-        """Make everything written so far durable (fdatasync; fsync where there is none)."""
-        with self._lock:
-            _datasync(self._f.fileno())
+        """Make everything written so far durable (fdatasync; fsync where there is none). The lock is not held
+        during the sync: a writer on the event loop never waits for the disk."""
+        _datasync(self._f.fileno())
 
     def close(self) -> None:
         with self._lock:
@@ -218,12 +238,26 @@ class GroupCommit:
         self._task: asyncio.Task[None] | None = None
 
     async def append(self, line: bytes, log: _AppendLog | None = None) -> None:
+        await self._enqueue(line, log)
+
+    def write_now(self, line: bytes, log: _AppendLog | None = None) -> None:
+        """Hand a line to the OS at once, not durable (it survives the process being killed, not a power cut).
+        Only for a log whose queued lines must not come after it: the caller has just awaited an ``append``."""
+        (self.logs[0] if log is None else log).write_lines([line])
+
+    def post(self, line: bytes, log: _AppendLog | None = None) -> None:
+        """Queue a line that need not be durable: it starts no round of its own and goes out, in order, with the
+        next round (a later ``append`` to the same log returns only once this line is durable too)."""
+        fut = self._enqueue(line, log, start=False)
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    def _enqueue(self, line: bytes, log: _AppendLog | None, *, start: bool = True) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         self._queues[self.logs[0] if log is None else log].append((line, fut))
-        if self._task is None or self._task.done():
+        if start and (self._task is None or self._task.done()):
             self._task = loop.create_task(self._drain())
-        await fut
+        return fut
 
     async def _drain(self) -> None:
         while any(self._queues.values()):

@@ -1,16 +1,25 @@
-"""Budget and journal bookkeeping shared by every call of a job: what was paid for, what may still be sent.
+"""Money and journal bookkeeping shared by every call of a job: what was paid for, what may still be sent.
 
-The ledger is the single writer of the journal and the intent log. ``admit`` decides, before anything leaves the
-machine, whether a (state, teacher) call may be sent: not when the journal already holds its answer, not when the
-job or the trace has reached its spend cap (then in-flight calls finish and nothing new is sent), and not twice at
-the same time (a second asker awaits the first answer). ``commit`` writes the answer and books its cost. Spend can
-therefore exceed a cap only by the cost of calls admitted before the cap was reached, i.e. those in flight.
+The ledger is the single writer of the journal and the call log. ``admit`` decides, before anything leaves the
+machine, whether a call may be sent:
+
+* not when its (state, teacher) row is in the journal, and not when its *question* (the request's content hash)
+  already has an answer: that answer is shared with the new state for free; a question in flight is awaited;
+* not unless its reservation (worst-case cost) fits: spent + reserved + this reservation <= cap, for the job cap
+  and the trace's cap. A call that could fit once the calls in flight are settled waits for them; one that cannot
+  fit even then is refused, and a refusal by the job cap stops the job.
+
+``commit`` replaces the reservation by the actual cost (the reservation itself when the request reached the
+provider and its cost is unknown) and writes the row. Spend therefore never exceeds a cap, at any concurrency, as
+long as the teacher's prices are not below the provider's bill (a bill above the reservation stops the job).
 In live mode the same class runs inside a named detached Ray actor so that several processes share it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -19,6 +28,7 @@ from typing import Literal
 
 from crf_prime.teachers.config import BudgetConfig
 from crf_prime.teachers.journal import (
+    CallEvent,
     GroupCommit,
     Intent,
     IntentLog,
@@ -29,23 +39,35 @@ from crf_prime.teachers.journal import (
     read_intents,
     read_journal,
 )
+from crf_prime.teachers.money import Ask
 
-Verdict = Literal["send", "done", "job_budget", "trace_budget"]
+Verdict = Literal["send", "done", "shared", "job_budget", "trace_budget"]
 
 
 @dataclass(frozen=True)
 class Admission:
     verdict: Verdict
     record: JournalRecord | None = None
-    """The journal's answer when ``verdict == "done"``."""
+    """The answer when ``verdict`` is "done" (this state's journal row) or "shared" (another state's answer)."""
     message: str = ""
+    saved_usd: float = 0.0
+    """"shared": what the answer cost when it was paid for."""
+
+
+def _call_key(question: str, state_id: str, teacher: str) -> str:
+    # journals written before questions existed key their calls by (state, teacher)
+    return question or f"{state_id}\0{teacher}"
+
+
+def _usd(v: float) -> str:
+    return f"${v:.4f}"
 
 
 class Ledger:
-    """Journal + intent log + spend caps for one job. All methods are coroutines (also inside a Ray actor)."""
+    """Journal + call log + spend caps for one job. All methods are coroutines (also inside a Ray actor)."""
 
     charges_before_await = True
-    """``commit`` counts the cost before its first ``await`` (see :class:`~crf_prime.teachers.pool.LedgerLike`)."""
+    """``commit`` settles the cost before its first ``await`` (see :class:`~crf_prime.teachers.pool.LedgerLike`)."""
 
     def __init__(
         self,
@@ -61,59 +83,77 @@ class Ledger:
         self.resend_lost = resend_lost
         self.spent = 0.0
         self.trace_spent: dict[str, float] = defaultdict(float)
-        self._final: dict[Key, JournalRecord] = {}
-        self._inflight: dict[Key, asyncio.Future[JournalRecord]] = {}
-        self.stopped: str = ""
+        self._rows: dict[Key, JournalRecord] = {}
+        self._answers: dict[str, JournalRecord] = {}
+        self._inflight: dict[str, asyncio.Future[JournalRecord]] = {}
+        self._held: dict[str, Ask] = {}
+        self._sent: set[str] = set()
+        self._changed: asyncio.Event | None = None
+        self._stop: tuple[str, str] | None = None
         self.previous_records = 0
-        self.lost: list[Key] = []
+        self.lost: list[JournalRecord] = []
+        """Calls found possibly paid with their answer lost (a previous run died while they were at the provider)."""
+        self.unsent = 0
+        """Calls a previous run admitted but never put on the wire: they are simply asked again."""
+        self.shared_calls = 0
+        self.shared_usd = 0.0
         self._load()
         self._journal = Journal(self.journal_path)
         self._intents = IntentLog(intents_path(self.journal_path))
         self._sync = GroupCommit(self._intents, self._journal)
-        self._mark_lost()
+        self._book_lost()
 
     # -- startup ------------------------------------------------------------------------------------------------
     def _load(self) -> None:
-        records: Counter[Key] = Counter()
+        resolved: Counter[str] = Counter()
         for rec in read_journal(self.journal_path):
-            records[rec.key] += 1
             self.previous_records += 1
+            if not rec.shared_from:
+                resolved[_call_key(rec.question, rec.state_id, rec.teacher)] += 1
             self._book(rec)
-        intents: Counter[Key] = Counter()
-        trace_of: dict[Key, str] = {}
+        asked: Counter[str] = Counter()
+        last: dict[str, tuple[Intent, CallEvent]] = {}
         for it in read_intents(intents_path(self.journal_path)):
-            intents[(it.state_id, it.teacher)] += 1
-            trace_of[(it.state_id, it.teacher)] = it.trace_id
-        # an intent without a matching journal row: sent, maybe billed, answer lost (the previous run died)
-        self._lost_candidates = [(k, trace_of[k]) for k, n in intents.items() if n > records[k]]
+            k = _call_key(it.question, it.state_id, it.teacher)
+            if it.event == "intent":
+                asked[k] += 1
+                last[k] = (it, "intent")
+            elif k in last:
+                last[k] = (last[k][0], "intent" if it.event == "clear" else "sent")
+        self._unresolved = [last[k] for k, n in asked.items() if n > resolved[k]]
 
-    def _mark_lost(self) -> None:
-        for key, trace_id in self._lost_candidates:
-            if key in self._final:
+    def _book_lost(self) -> None:
+        for intent, event in self._unresolved:
+            if (intent.state_id, intent.teacher) in self._rows or (intent.question in self._answers):
                 continue
-            self.lost.append(key)
-            if self.resend_lost:
+            if event != "sent":  # no request of it ever reached the provider: ask again, nothing to book
+                self.unsent += 1
                 continue
             rec = JournalRecord(
-                state_id=key[0],
-                teacher=key[1],
+                state_id=intent.state_id,
+                teacher=intent.teacher,
                 model="",
                 model_family="",
                 ok=False,
                 action=None,
-                error="in flight when a previous run died; not re-sent because it may have been billed "
-                "(resend with --resend-lost)",
+                error="possibly paid, answer lost: the request was at the provider when a previous run died; "
+                "booked at its reservation and not re-sent (resend with --resend-lost)",
                 error_type="lost",
                 input_tokens=0,
                 output_tokens=0,
-                cost_usd=0.0,
+                cost_usd=intent.reserve_usd,
+                cost_source="reservation",
                 latency_s=0.0,
                 attempt=1,
                 ts=time.time(),
-                trace_id=trace_id,
+                trace_id=intent.trace_id,
+                question=intent.question,
+                reserved_usd=intent.reserve_usd,
+                possibly_paid=True,
             )
             self._journal.append(rec)
             self._book(rec)
+            self.lost.append(rec)
 
     def _book(self, rec: JournalRecord) -> None:
         self._charge(rec)
@@ -125,75 +165,210 @@ class Ledger:
         if rec.trace_id:
             self.trace_spent[rec.trace_id] += rec.cost_usd
 
-    def _settle(self, rec: JournalRecord) -> None:
-        """Make a durable answer the key's final one (what ``admit`` hands out as "done")."""
-        final = rec.ok or not self.retry_failed or (rec.error_type == "lost" and not self.resend_lost)
-        if final:
-            self._final[rec.key] = rec
+    def _final(self, rec: JournalRecord) -> bool:
+        """An answer that is not asked again: ok, or a failure that must not be retried (or may have been paid)."""
+        maybe_paid = rec.possibly_paid or rec.error_type == "lost"  # "lost" rows of journals before possibly_paid
+        return rec.ok or not self.retry_failed or (maybe_paid and not self.resend_lost)
 
-    # -- the two operations -------------------------------------------------------------------------------------
-    def _cap_verdict(self, trace_id: str) -> Admission | None:
-        b = self.budget
-        if b.job_usd is not None and self.spent >= b.job_usd:
-            self.stopped = (
-                f"job budget reached: spent ${self.spent:.4f} of ${b.job_usd:.4f}; in-flight calls finished and "
-                f"nothing new was sent. The journal {self.journal_path} is complete up to here: rerun the same "
-                f"command with a higher --budget-usd to resume."
-            )
-            return Admission("job_budget", message=self.stopped)
-        if b.per_trace_usd is not None and trace_id and self.trace_spent[trace_id] >= b.per_trace_usd:
-            return Admission(
-                "trace_budget",
-                message=f"trace {trace_id}: spent ${self.trace_spent[trace_id]:.4f} of ${b.per_trace_usd:.4f}",
-            )
+    def _settle(self, rec: JournalRecord) -> None:
+        """Make a durable answer the final one of its (state, teacher) and of its question."""
+        if self._final(rec):
+            self._rows[rec.key] = rec
+            if rec.question:
+                self._answers.setdefault(rec.question, rec)
+
+    # -- caps ---------------------------------------------------------------------------------------------------
+    def _reserved(self, trace_id: str | None = None) -> float:
+        # summed afresh (a handful of calls in flight) rather than kept as a running float that drifts
+        return sum(a.reserve_usd for a in self._held.values() if trace_id is None or a.trace_id == trace_id)
+
+    def _fit(self, ask: Ask) -> Admission | Literal["wait"] | None:
+        """None: send now; "wait": fits once calls in flight are settled; an Admission: refused."""
+        if self._stop is not None:
+            return Admission("job_budget", message=self.stop_message())
+        b, r = self.budget, ask.reserve_usd
+        if b.job_usd is not None:
+            if self.spent + r > b.job_usd:
+                self._stop = ("job", f"the next call's worst case ({_usd(r)}, teacher {ask.teacher}) does not fit")
+                return Admission("job_budget", message=self.stop_message())
+            if self.spent + self._reserved() + r > b.job_usd:
+                return "wait"
+        if b.per_trace_usd is not None and ask.trace_id:
+            spent = self.trace_spent[ask.trace_id]
+            if spent + r > b.per_trace_usd:
+                return Admission(
+                    "trace_budget",
+                    message=f"trace {ask.trace_id}: spent {_usd(spent)} of {_usd(b.per_trace_usd)}; the next call's "
+                    f"worst case ({_usd(r)}) does not fit",
+                )
+            if spent + self._reserved(ask.trace_id) + r > b.per_trace_usd:
+                return "wait"
         return None
 
-    async def admit(self, state_id: str, teacher: str, trace_id: str = "") -> Admission:
-        """May this call be sent now? On "send" the intent is durable and the caller must ``commit`` the answer."""
-        key = (state_id, teacher)
-        while True:
-            if key in self._final:
-                return Admission("done", record=self._final[key])
-            pending = self._inflight.get(key)
-            if pending is None:
-                break
-            try:  # someone else is asking the same thing: share their answer
-                return Admission("done", record=await asyncio.shield(pending))
-            except Exception:
-                continue
-        capped = self._cap_verdict(trace_id)
-        if capped is not None:
-            return capped
-        self._inflight[key] = asyncio.get_running_loop().create_future()
-        await self._sync.append(
-            IntentLog.line(Intent(state_id=state_id, teacher=teacher, trace_id=trace_id, ts=time.time())),
-            self._intents,
+    def stop_message(self) -> str:
+        """Why the job stopped, with the spend as of now (the final spend once the calls in flight are done)."""
+        if self._stop is None:
+            return ""
+        kind, why = self._stop
+        reserved = self._reserved()
+        pending = f" ({_usd(reserved)} still reserved by calls in flight)" if reserved else ""
+        if kind == "price":
+            return (
+                f"price table below the bill: {why}; spent {_usd(self.spent)}{pending}. Nothing new was sent: fix "
+                f"the teacher's price_in_per_mtok / price_out_per_mtok and rerun to resume."
+            )
+        cap = self.budget.job_usd
+        return (
+            f"job budget reached: spent {_usd(self.spent)} of {_usd(cap or 0.0)}{pending}; {why}. In-flight calls "
+            f"finished and nothing new was sent. The journal {self.journal_path} is complete up to here: rerun the "
+            f"same command with a higher --budget-usd to resume."
         )
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def _wait_for_change(self) -> None:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        await self._changed.wait()
+
+    # -- the operations -----------------------------------------------------------------------------------------
+    async def admit(self, ask: Ask, *, sent: bool = False) -> Admission:
+        """May this call be sent now? On "send" the caller must ``commit`` (or ``release``) it.
+
+        ``sent=True``: the caller cannot report when the request reaches the wire (the Ray backend), so the call
+        counts as sent from its admission on (a crash books it at its reservation).
+        """
+        key = (ask.state_id, ask.teacher)
+        while True:
+            row = self._rows.get(key)
+            if row is not None:
+                return Admission("done", record=row)
+            answer = self._answers.get(ask.question) if ask.question else None
+            if answer is not None:
+                return await self._share(ask, answer)
+            pending = self._inflight.get(ask.question)
+            if pending is not None:  # someone is asking the same question: wait for their answer
+                with contextlib.suppress(Exception):  # a failed attempt: the loop decides whether to ask again
+                    await asyncio.shield(pending)
+                continue
+            fit = self._fit(ask)
+            if fit == "wait":
+                await self._wait_for_change()
+                continue
+            if fit is not None:
+                return fit
+            break
+        self._inflight[ask.question] = asyncio.get_running_loop().create_future()
+        self._held[ask.question] = ask
+        # the intent need not be durable (alone it proves nothing was sent): it goes out with the "sent" row's sync
+        self._sync.post(self._event(ask, "intent"), self._intents)
+        if sent:
+            self._sent.add(ask.question)
+            await self._sync.append(self._event(ask, "sent"), self._intents)
         return Admission("send")
 
-    async def commit(self, record: JournalRecord) -> None:
-        """Book an answer's (or failure's) cost, then write it to the journal; returns once the row is durable.
+    async def _share(self, ask: Ask, answer: JournalRecord) -> Admission:
+        row = answer.model_copy(
+            update={
+                "state_id": ask.state_id,
+                "teacher": ask.teacher,
+                "trace_id": ask.trace_id,
+                "cost_usd": 0.0,
+                "cost_source": "",
+                "reserved_usd": 0.0,
+                "possibly_paid": False,
+                "latency_s": 0.0,
+                "shared_from": answer.shared_from or answer.state_id,
+                "ts": time.time(),
+            }
+        )
+        self._rows[row.key] = row
+        self.shared_calls += 1
+        self.shared_usd += answer.cost_usd
+        await self._sync.append(Journal.line(row), self._journal)
+        return Admission("shared", record=row, saved_usd=answer.cost_usd)
 
-        The cost counts before the first ``await``: a caller that frees the teacher's slot right before calling
-        ``commit`` lets the next call be admitted only against a spend that already includes this one, so the
-        journal fsync need not hold the slot. The answer is handed to other askers only once it is durable.
+    @staticmethod
+    def _event(ask: Ask, event: CallEvent) -> bytes:
+        """One call-log row (an :class:`Intent`), serialised directly: it is on every call's path."""
+        row = {
+            "state_id": ask.state_id,
+            "teacher": ask.teacher,
+            "trace_id": ask.trace_id,
+            "ts": time.time(),
+            "question": ask.question,
+            "reserve_usd": ask.reserve_usd,
+            "event": event,
+        }
+        return json.dumps(row).encode()
+
+    async def mark_sent(self, question: str) -> None:
+        """The request is about to be written: make that durable first (so a crash books it as possibly paid)."""
+        ask = self._held.get(question)
+        if ask is None or question in self._sent:
+            return
+        self._sent.add(question)
+        await self._sync.append(self._event(ask, "sent"), self._intents)
+
+    async def mark_refused(self, question: str) -> None:
+        """The attempt ended with an HTTP error status: the provider did not take it, nothing is owed for it."""
+        ask = self._held.get(question)
+        if ask is None or question not in self._sent:
+            return
+        self._sent.discard(question)
+        # after the awaited "sent" row, so in order; written at once so that a kill -9 keeps it (not synced: a lost
+        # "clear" only makes a crash book the call at its reservation, on the safe side)
+        self._sync.write_now(self._event(ask, "clear"), self._intents)
+
+    async def commit(self, ask: Ask, record: JournalRecord) -> JournalRecord:
+        """Replace the call's reservation by its cost, then write its row; returns the row once it is durable.
+
+        The cost is settled before the first ``await``: a caller that frees the teacher's slot right before calling
+        ``commit`` lets the next call be admitted only against a spend that already includes this one. A cost the
+        provider did not report for a request that reached it is booked at the reservation (possibly paid).
         """
+        held = self._held.pop(ask.question, ask)
+        self._sent.discard(ask.question)
+        update: dict = {"question": ask.question, "reserved_usd": held.reserve_usd, "trace_id": ask.trace_id}
+        if record.possibly_paid and record.cost_source != "usage":
+            update.update(cost_usd=max(record.cost_usd, held.reserve_usd), cost_source="reservation")
+        record = record.model_copy(update=update)
         self._charge(record)
-        # a failed write raises out of the job (an infrastructure error); the key stays in flight so that nobody
-        # waiting on it re-sends a call that was paid for
+        if self.budget.capped and record.cost_usd > held.reserve_usd and self._stop is None:
+            self._stop = (
+                "price",
+                f"teacher {record.teacher} billed {_usd(record.cost_usd)} for a call whose worst case at its prices "
+                f"was {_usd(held.reserve_usd)}",
+            )
+        self._wake()
+        # a failed write raises out of the job (an infrastructure error); the question stays in flight so that
+        # nobody waiting on it re-sends a call that was paid for
         await self._sync.append(Journal.line(record), self._journal)
         self._settle(record)
-        fut = self._inflight.pop(record.key, None)
+        fut = self._inflight.pop(ask.question, None)
         if fut is not None and not fut.done():
-            if record.key in self._final:
+            if self._final(record):
                 fut.set_result(record)
             else:
                 fut.set_exception(RuntimeError(record.error))
                 fut.exception()  # mark retrieved
+        return record
 
-    async def release(self, state_id: str, teacher: str) -> None:
-        """Forget an admitted call that was never sent (e.g. cancelled before the request left)."""
-        fut = self._inflight.pop((state_id, teacher), None)
+    async def release(self, ask: Ask) -> None:
+        """Give up an admitted call without an answer (cancelled, or an error outside the API). A call that may have
+        reached the provider stays booked at its reservation (in memory: the call log books it on resume); one that
+        never did is simply forgotten. Whoever waits for its question asks again."""
+        held = self._held.pop(ask.question, None)
+        if held is not None and ask.question in self._sent:
+            self.spent += held.reserve_usd
+            if held.trace_id:
+                self.trace_spent[held.trace_id] += held.reserve_usd
+        self._sent.discard(ask.question)
+        self._wake()
+        fut = self._inflight.pop(ask.question, None)
         if fut is not None and not fut.done():
             fut.set_exception(RuntimeError("released"))
             fut.exception()
@@ -201,8 +376,14 @@ class Ledger:
     async def snapshot(self) -> dict:
         return {
             "spent": self.spent,
-            "stopped": self.stopped,
+            "reserved": self._reserved(),
+            "stopped": self.stop_message(),
             "lost": len(self.lost),
+            "lost_usd": sum(r.cost_usd for r in self.lost),
+            "lost_calls": [f"{r.state_id}/{r.teacher}" for r in self.lost],
+            "unsent": self.unsent,
+            "shared_calls": self.shared_calls,
+            "shared_usd": self.shared_usd,
             "previous_records": self.previous_records,
             "inflight": len(self._inflight),
         }

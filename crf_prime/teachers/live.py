@@ -2,7 +2,8 @@
 
 prime-rl runs each environment in its own env-server process; with live mode they all talk to one pool: one actor
 per teacher (``<name>:teacher:<teacher>``) and one ledger actor (``<name>:ledger``) that owns the journal and the
-budget, so every process shares one spend cap and one journal and no (state, teacher) call is paid for twice.
+budget, so every process shares one spend cap (reservations included) and one journal, and no question is paid
+for twice, whichever process asks it.
 ``serve`` is called once (it is idempotent: existing actors are reused); ``attach`` from any process connected to the
 same Ray cluster; ``shutdown`` kills the actors (the journal stays on disk).
 """
@@ -17,6 +18,7 @@ from crf_prime.teachers.backends import RayBackend, actor_name
 from crf_prime.teachers.config import PoolConfig
 from crf_prime.teachers.journal import JournalRecord
 from crf_prime.teachers.ledger import Admission, Ledger
+from crf_prime.teachers.money import Ask
 from crf_prime.teachers.pool import TeacherPool
 
 DEFAULT_NAMESPACE = "crf-prime"
@@ -26,7 +28,7 @@ class LedgerActor(Ledger):
     """The ledger inside a Ray actor; it also hands the pool config to attaching processes."""
 
     def __init__(self, journal_path: str, config: dict[str, Any]) -> None:
-        self._config = PoolConfig.model_validate(config)
+        self._config = PoolConfig.model_validate(config).checked()
         opts = self._config.pool
         super().__init__(
             journal_path, self._config.budget, retry_failed=opts.retry_failed, resend_lost=opts.resend_lost
@@ -37,16 +39,25 @@ class LedgerActor(Ledger):
 
 
 class RemoteLedger:
-    """Driver-side proxy with the ledger's coroutine interface."""
+    """Driver-side proxy with the ledger's coroutine interface (the caps and the reservations live in the actor)."""
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
 
-    async def admit(self, state_id: str, teacher: str, trace_id: str = "") -> Admission:
-        return await self.handle.admit.remote(state_id, teacher, trace_id)
+    async def admit(self, ask: Ask, *, sent: bool = False) -> Admission:
+        return await self.handle.admit.remote(ask, sent=sent)
 
-    async def commit(self, record: JournalRecord) -> None:
-        await self.handle.commit.remote(record)
+    async def mark_sent(self, question: str) -> None:
+        await self.handle.mark_sent.remote(question)
+
+    async def mark_refused(self, question: str) -> None:
+        await self.handle.mark_refused.remote(question)
+
+    async def commit(self, ask: Ask, record: JournalRecord) -> JournalRecord:
+        return await self.handle.commit.remote(ask, record)
+
+    async def release(self, ask: Ask) -> None:
+        await self.handle.release.remote(ask)
 
     async def snapshot(self) -> dict:
         return await self.handle.snapshot.remote()
@@ -68,6 +79,7 @@ def serve(
     api_keys: dict[str, str] | None = None,
 ) -> TeacherPool:
     """Start (or reuse) the detached actors of a live pool and return a pool attached to them."""
+    config.checked()  # a cap without prices fails here, in the caller, before any actor starts
     ray = _ray()
     ray.remote(LedgerActor).options(
         name=f"{name}:ledger",

@@ -3,7 +3,7 @@
 Per state: teachers of the trace's own model family are excluded (circularity; on by default); the rest are asked
 concurrently, tier by tier when tiered querying is on (cheap tier first, escalate only when its answers disagree
 with each other or with the student: the value-of-information rule). Every call goes through the ledger (journal,
-budget, dedup) and the backend (asyncio or Ray). At most ``window`` states are in flight: the driver-side bound that
+worst-case reservation against the caps, one paid answer per question) and the backend (asyncio or Ray). At most ``window`` states are in flight: the driver-side bound that
 keeps the number of pending calls (and Ray object refs) finite on datasets of any size.
 """
 
@@ -17,21 +17,41 @@ from typing import Any, Protocol
 
 from crf_prime.teachers.agreement import all_agree
 from crf_prime.teachers.backends import Backend
+from crf_prime.teachers.client import WIRE, question_params, teacher_messages
 from crf_prime.teachers.config import PoolOptions, TeacherConfig
 from crf_prime.teachers.journal import JournalRecord
 from crf_prime.teachers.ledger import Admission
+from crf_prime.teachers.money import Ask, Content, params_json, plan
 from crf_prime.traces.models import TraceState
 
 
 class LedgerLike(Protocol):
-    """The ledger's coroutine interface. A ledger whose ``commit`` counts the cost before its first ``await`` (the
+    """The ledger's coroutine interface. A ledger whose ``commit`` settles the cost before its first ``await`` (the
     in-process :class:`~crf_prime.teachers.ledger.Ledger`) says so with ``charges_before_await = True``; the pool
     then frees a teacher's slot before the journal fsync. Otherwise (a remote ledger) the slot is held until the
-    commit returns, so a new call is never admitted against a spend that lacks a finished one."""
+    commit returns."""
 
-    async def admit(self, state_id: str, teacher: str, trace_id: str = "") -> Admission: ...
-    async def commit(self, record: JournalRecord) -> None: ...
+    async def admit(self, ask: Ask, *, sent: bool = False) -> Admission: ...
+    async def mark_sent(self, question: str) -> None: ...
+    async def mark_refused(self, question: str) -> None: ...
+    async def commit(self, ask: Ask, record: JournalRecord) -> JournalRecord: ...
+    async def release(self, ask: Ask) -> None: ...
     async def snapshot(self) -> dict: ...
+
+
+class _LedgerWire:
+    """The client's :class:`~crf_prime.teachers.client.Wire` for one call: tells the ledger."""
+
+    __slots__ = ("ledger", "question")
+
+    def __init__(self, ledger: LedgerLike, question: str) -> None:
+        self.ledger, self.question = ledger, question
+
+    async def sent(self) -> None:
+        await self.ledger.mark_sent(self.question)
+
+    async def refused(self) -> None:
+        await self.ledger.mark_refused(self.question)
 
 
 def _family_of_model(model: str) -> str:
@@ -68,6 +88,10 @@ class StateOutcome:
     """Estimated cost of the calls tiering avoided."""
     budget_skipped: list[str] = field(default_factory=list)
     """Teachers not asked because a spend cap was reached."""
+    shared: list[JournalRecord] = field(default_factory=list)
+    """Answers to a question another state had paid for (a subset of ``records``; not sent, not paid)."""
+    shared_saved_usd: float = 0.0
+    """What those answers cost when they were paid for."""
     step_latency_s: float | None = None
     """Wall time from the first call sent at this state to the last answer (None when nothing was sent)."""
     sequential_latency_s: float | None = None
@@ -75,15 +99,24 @@ class StateOutcome:
 
 
 class _Payload:
-    """The backend's form of a state, made on first use (answers reused from the journal need none)."""
+    """The backend's form of a state, made on first use (answers reused from the journal need none), and the
+    state's content digest, computed once for all its teachers."""
 
     def __init__(self, backend: Backend, state: TraceState) -> None:
         self._backend, self._state, self._value, self._made = backend, state, None, False
+        self._content: Content | None = None
 
     def get(self) -> Any:
         if not self._made:
             self._value, self._made = self._backend.prepare(self._state), True
         return self._value
+
+    def ask(self, t: TeacherConfig, params: bytes) -> Ask:
+        if self._content is None:
+            self._content = Content.of(teacher_messages(self._state), list(self._state.tools))
+        question, reserve = plan(t, params, self._content)
+        s = self._state
+        return Ask(s.state_id, t.name, question, reserve, s.source.trace_id)
 
 
 class TeacherPool:
@@ -98,9 +131,14 @@ class TeacherPool:
         self.tiers = sorted({t.tier for t in self.teachers}) if options.tiered else [None]
         self.on_record: Callable[[JournalRecord, StateOutcome], None] | None = None
         self._mean_cost: dict[str, tuple[float, int]] = {}
-        # admit only what can be sent right away: spend can then overshoot a cap by at most the calls in flight
+        # admit only what can be sent right away (a reservation is held only while its request can be in flight)
         self._slots = {t.name: asyncio.Semaphore(t.max_concurrency) for t in self.teachers}
         self._early_release = bool(getattr(ledger, "charges_before_await", False))
+        # a backend that cannot tell when a request hits the wire (Ray) has its calls count as sent from admission
+        self._reports_wire = bool(getattr(backend, "reports_wire", False))
+        self._params = {
+            (t.name, tools): params_json(question_params(t, tools)) for t in self.teachers for tools in (False, True)
+        }
 
     def eligible(self, state: TraceState) -> tuple[list[TeacherConfig], list[str]]:
         if not self.options.exclude_same_family:
@@ -125,27 +163,38 @@ class TeacherPool:
     ) -> None:
         """Admit, send and journal one call. The teacher's slot is held from admission until the answer is in:
         its journal write (fsync) runs after the slot is freed, so the next call to that teacher does not wait for
-        the disk. ``Ledger.commit`` books the cost before its first ``await``, i.e. before anyone else can be
+        the disk. ``Ledger.commit`` settles the cost before its first ``await``, i.e. before anyone else can be
         admitted through the freed slot, and the answer counts as done only once its row is durable."""
         slot = self._slots[t.name]
         await slot.acquire()
         rec: JournalRecord | None = None
         try:
-            adm = await self.ledger.admit(state.state_id, t.name, state.source.trace_id)
-            if adm.verdict == "send":
-                sent = time.perf_counter()
-                try:
-                    rec = await self.backend.ask(t.name, payload.get())
-                finally:
-                    times.append((sent, time.perf_counter()))
+            ask = payload.ask(t, self._params[(t.name, bool(state.tools))])
+            adm = await self.ledger.admit(ask, sent=not self._reports_wire)
         except BaseException:
             slot.release()
             raise
+        if adm.verdict == "send":
+            token = WIRE.set(_LedgerWire(self.ledger, ask.question)) if self._reports_wire else None
+            sent = time.perf_counter()
+            try:
+                rec = await self.backend.ask(t.name, payload.get())
+            except BaseException:  # cancelled, or an infrastructure error: no answer to commit
+                slot.release()
+                await self.ledger.release(ask)
+                raise
+            finally:
+                times.append((sent, time.perf_counter()))
+                if token is not None:
+                    WIRE.reset(token)
         if rec is None:
             slot.release()
-            if adm.verdict == "done":
+            if adm.verdict in ("done", "shared"):
                 assert adm.record is not None
                 out.records.append(adm.record)
+                if adm.verdict == "shared":
+                    out.shared.append(adm.record)
+                    out.shared_saved_usd += adm.saved_usd
             else:
                 out.budget_skipped.append(t.name)
                 if adm.verdict == "job_budget":
@@ -153,10 +202,10 @@ class TeacherPool:
             return
         if self._early_release:
             slot.release()
-            await self.ledger.commit(rec)
+            rec = await self.ledger.commit(ask, rec)
         else:
             try:
-                await self.ledger.commit(rec)
+                rec = await self.ledger.commit(ask, rec)
             finally:
                 slot.release()
         out.records.append(rec)
@@ -232,4 +281,6 @@ class TeacherPool:
         finally:
             for t in tasks:
                 t.cancel()
+        if self.stopped:  # the message as of now, with every call of this run settled: the final spend
+            self.stopped = (await self.ledger.snapshot())["stopped"] or self.stopped
         return outcomes

@@ -97,6 +97,7 @@ async def replay_async(
     api_keys: dict[str, str] | None = None,
 ) -> ReplayReport:
     """Replay every state of ``states_path``; the journal and report.json land in ``out_dir``."""
+    config.checked()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     journal = out / JOURNAL_NAME

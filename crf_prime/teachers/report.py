@@ -59,6 +59,21 @@ class ReplayReport(BaseModel):
     calls_sent: int
     calls_from_journal: int
     lost_in_previous_crash: int
+    """Calls possibly paid with their answer lost (at the provider when a previous run died): booked at their
+    reservation, not re-sent unless ``--resend-lost``."""
+    lost_usd: float
+    """What those calls are booked at (their reservations)."""
+    lost_calls: tuple[str, ...]
+    """``state_id/teacher`` of each of them."""
+    unsent_in_previous_crash: int
+    """Calls a previous run admitted but never put on the wire: asked again, nothing booked."""
+    shared_calls: int
+    """Answers taken from another state that asked the same question (same model, messages, tools, sampling)."""
+    shared_saved_usd: float
+    """What those answers cost when they were paid for: the money content addressing saved."""
+    possibly_paid_calls: int
+    """Calls of this run that reached the provider without a known cost (timeouts, cut responses, dead actors):
+    booked at their reservation."""
     cost_run_usd: float
     """Spend of the calls sent in this run."""
     cost_states_usd: float
@@ -109,7 +124,7 @@ def build_report(
             skipped[t] += 1
         all_records.extend(o.records)
         sent.extend(o.sent)
-        fresh = {id(r) for r in o.sent}
+        fresh = {id(r) for r in o.sent} | {id(r) for r in o.shared}
         for r in o.records:
             if id(r) not in fresh:
                 reused[r.teacher] += 1
@@ -149,6 +164,12 @@ def build_report(
         calls_sent=len(sent),
         calls_from_journal=sum(reused.values()),
         lost_in_previous_crash=int(ledger_snapshot.get("lost", 0)),
+        lost_usd=float(ledger_snapshot.get("lost_usd", 0.0)),
+        lost_calls=tuple(ledger_snapshot.get("lost_calls", ())),
+        unsent_in_previous_crash=int(ledger_snapshot.get("unsent", 0)),
+        shared_calls=sum(len(o.shared) for o in outcomes),
+        shared_saved_usd=sum(o.shared_saved_usd for o in outcomes),
+        possibly_paid_calls=sum(r.possibly_paid for r in sent),
         cost_run_usd=sum(r.cost_usd for r in sent),
         cost_states_usd=cost_states,
         cost_journal_usd=float(ledger_snapshot.get("spent", 0.0)),
@@ -211,6 +232,10 @@ def render(report: ReplayReport, console: object | None = None) -> None:
         ("states / traces", f"{report.states} / {report.traces}"),
         ("calls sent / reused from journal", f"{report.calls_sent} / {report.calls_from_journal}"),
         (
+            "same question at another state: calls / $ saved",
+            f"{report.shared_calls} / {_fmt_usd(report.shared_saved_usd)}",
+        ),
+        (
             "spend this run / at these states / journal",
             f"{_fmt_usd(report.cost_run_usd)} / "
             f"{_fmt_usd(report.cost_states_usd)} / {_fmt_usd(report.cost_journal_usd)}",
@@ -232,7 +257,17 @@ def render(report: ReplayReport, console: object | None = None) -> None:
             )
         )
     if report.lost_in_previous_crash:
-        rows.append(("calls lost in a previous crash (not re-sent)", str(report.lost_in_previous_crash)))
+        rows.append(
+            (
+                "possibly paid, answer lost (previous crash; booked at reservation)",
+                f"{report.lost_in_previous_crash} / {_fmt_usd(report.lost_usd)}: {', '.join(report.lost_calls[:8])}"
+                + (" ..." if len(report.lost_calls) > 8 else ""),
+            )
+        )
+    if report.unsent_in_previous_crash:
+        rows.append(("never sent before a previous crash (asked again)", str(report.unsent_in_previous_crash)))
+    if report.possibly_paid_calls:
+        rows.append(("possibly paid this run (cost unknown; booked at reservation)", str(report.possibly_paid_calls)))
     if report.budget_skipped_calls:
         rows.append(("calls not sent (budget)", str(report.budget_skipped_calls)))
     for k, v in rows:

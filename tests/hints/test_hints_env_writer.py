@@ -30,7 +30,8 @@ async def runtime() -> AsyncIterator[vf.Runtime]:
 def writer_config(tmp_path: Path, base_url: str, extra: str = "") -> HintWriterConfig:
     teachers = tmp_path / "teachers.toml"
     teachers.write_text(
-        f'[[teachers]]\nname = "coach"\nmodel = "scripted"\nbase_url = "{base_url}"\napi_key_var = ""\n{extra}'
+        f'[[teachers]]\nname = "coach"\nmodel = "scripted"\nbase_url = "{base_url}"\napi_key_var = ""\n'
+        f"price_out_per_mtok = 1.0\n{extra}"
     )
     return HintWriterConfig(teachers=teachers, name="coach", journal=tmp_path / "hints.jsonl", budget_usd=1.0)
 

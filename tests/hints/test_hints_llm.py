@@ -3,6 +3,7 @@ server on loopback, configured like a teachers.toml entry."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -64,11 +65,15 @@ async def test_second_identical_request_is_served_from_the_journal(tmp_path: Pat
     assert len(list(read_journal(journal))) == 1
 
 
+PRICED = {"price_out_per_mtok": 10.0}
+"""A hint reserves 512 tokens x $10/M = $0.00512 (input unpriced); the scripted answer costs $0.003."""
+
+
 async def test_exhausted_budget_keeps_templated_hint_and_records_why(tmp_path: Path):
-    script = [Reply(content="Read the assertion.", cost=0.02)]
+    script = [Reply(content="Read the assertion.", cost=0.003)]
     with LoopbackOpenAI(script) as server:
         writer = LLMHintWriter(
-            teacher(server.base_url), journal=tmp_path / "hints.jsonl", budget=BudgetConfig(job_usd=0.01)
+            teacher(server.base_url, **PRICED), journal=tmp_path / "hints.jsonl", budget=BudgetConfig(job_usd=0.008)
         )
         paid = failing_trace()
         await attach_hint_async(paid, writer=writer)
@@ -78,16 +83,20 @@ async def test_exhausted_budget_keeps_templated_hint_and_records_why(tmp_path: P
     assert len(server.requests) == 1
     assert paid.info["hint_source"] == "llm"
     assert hint == "- `bash` failed: exit code 1, E assert 1 == 2" and refused.info["hint_source"] == "template"
+    # $0.003 spent + $0.00512 worst case > $0.008: refused before it is sent, the cap is never crossed
     assert refused.info["hint_error"] == (
-        f"BudgetExhausted: hint budget reached: spent $0.0200 of $0.0100 on {tmp_path / 'hints.jsonl'}"
+        f"BudgetExhausted: hint budget reached: spent $0.0030 of $0.0080 on {tmp_path / 'hints.jsonl'}; "
+        "the next hint's worst case does not fit"
     )
     assert refused.info["hint_cost_usd"] == 0.0
 
 
 async def test_per_episode_budget_refuses_a_second_paid_hint_for_the_same_episode(tmp_path: Path):
-    with LoopbackOpenAI([Reply(content="Read the assertion.", cost=0.02)]) as server:
+    with LoopbackOpenAI([Reply(content="Read the assertion.", cost=0.003)]) as server:
         writer = LLMHintWriter(
-            teacher(server.base_url), journal=tmp_path / "hints.jsonl", budget=BudgetConfig(per_trace_usd=0.01)
+            teacher(server.base_url, **PRICED),
+            journal=tmp_path / "hints.jsonl",
+            budget=BudgetConfig(per_trace_usd=0.008),
         )
         trace = failing_trace()
         await attach_hint_async(trace, writer=writer)
@@ -97,8 +106,34 @@ async def test_per_episode_budget_refuses_a_second_paid_hint_for_the_same_episod
     assert len(server.requests) == 1
     assert trace.info["hint_source"] == "template" and hint == "- Test `t::a` failed with: no\n" + TEMPLATED
     assert trace.info["hint_error"] == (
-        f"BudgetExhausted: per-episode hint budget of $0.0100 reached for episode {trace.id!r}"
+        f"BudgetExhausted: per-episode hint budget of $0.0080 reached for episode {trace.id!r}: "
+        "the next hint's worst case does not fit"
     )
+
+
+async def test_per_episode_cap_holds_for_concurrent_hints_of_one_episode(tmp_path: Path):
+    """Eight hints of one episode at once (different prompts) under a cap that fits one worst case: one is paid."""
+    with LoopbackOpenAI(lambda body: Reply(content="Read the assertion.", cost=0.005, delay_s=0.05)) as server:
+        writer = LLMHintWriter(
+            teacher(server.base_url, max_concurrency=8, **PRICED),
+            journal=tmp_path / "hints.jsonl",
+            budget=BudgetConfig(per_trace_usd=0.006),
+        )
+        trace = failing_trace()
+        tests = [[FailingTest(name=f"t::{i}", message="no")] for i in range(8)]
+        copies = [trace.model_copy(deep=True) for _ in tests]  # one episode (same trace id), eight scorings
+        await asyncio.gather(
+            *(attach_hint_async(c, writer=writer, failing_tests=f) for c, f in zip(copies, tests, strict=True))
+        )
+        await writer.close()
+    assert len(server.requests) == 1 and trace.id == copies[0].id
+    assert sorted(c.info["hint_source"] for c in copies) == ["llm"] + ["template"] * 7
+    assert sum(r.cost_usd for r in read_journal(tmp_path / "hints.jsonl")) == pytest.approx(0.005)
+
+
+def test_a_capped_writer_needs_prices(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"price_in_per_mtok / price_out_per_mtok"):
+        LLMHintWriter(teacher("http://127.0.0.1:9/v1"), journal=tmp_path / "h.jsonl", budget=BudgetConfig(job_usd=1))
 
 
 async def test_clean_episode_makes_no_call(tmp_path: Path):
@@ -127,7 +162,7 @@ async def test_server_error_keeps_templated_hint_and_records_error(tmp_path: Pat
 def write_teachers(path: Path, base_url: str) -> Path:
     path.write_text(
         f'[budget]\njob_usd = 3.0\nper_trace_usd = 0.5\n\n[[teachers]]\nname = "coach"\nmodel = "m"\n'
-        f'base_url = "{base_url}"\napi_key_var = ""\n'
+        f'base_url = "{base_url}"\napi_key_var = ""\nprice_out_per_mtok = 1.0\n'
     )
     return path
 
@@ -146,3 +181,14 @@ def test_writer_from_config_takes_teacher_and_caps_from_the_teachers_file(tmp_pa
 def test_writer_config_rejects_unknown_keys():
     with pytest.raises(ValueError, match="budget"):
         HintWriterConfig.model_validate({"name": "coach", "budget": 1.0})
+
+
+def test_writer_caps_without_the_teachers_prices_name_the_file_and_entry(tmp_path: Path):
+    path = tmp_path / "teachers.toml"
+    path.write_text(
+        '[[teachers]]\nname = "judge"\nmodel = "j"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n'
+        '[[teachers]]\nname = "coach"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n'
+    )
+    cfg = HintWriterConfig(teachers=path, name="coach", journal=tmp_path / "j.jsonl", budget_usd=1.0)
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: teachers[1 name='coach'].price_in_per_mtok")):
+        LLMHintWriter.from_config(cfg)

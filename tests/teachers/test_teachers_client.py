@@ -66,9 +66,47 @@ async def test_400_is_not_retried():
     assert not rec.ok and rec.error_type == "http_400" and len(server.requests) == 1
 
 
-async def test_timeout_is_retried_then_fails():
-    rec, server = await ask([Reply(delay_s=1.0)] * 2, timeout_s=0.2, max_attempts=2)
-    assert not rec.ok and rec.error_type == "timeout" and rec.attempt == 2 and len(server.requests) == 2
+async def test_timeout_after_the_request_was_sent_is_not_retried():
+    """The provider had the request: it may bill it, so a retry could pay twice for one question."""
+    rec, server = await ask([Reply(delay_s=1.0), answer()], timeout_s=0.2, max_attempts=3)
+    assert not rec.ok and rec.error_type == "timeout" and rec.attempt == 1 and len(server.requests) == 1
+    assert rec.possibly_paid and rec.cost_usd == 0.0  # the ledger books it at the call's reservation
+
+
+class RecordingWire:
+    """A pool-side wire that notes, at each event, how many requests the server had received."""
+
+    def __init__(self) -> None:
+        self.server: LoopbackOpenAI | None = None
+        self.events: list[tuple[str, int]] = []
+
+    async def sent(self) -> None:
+        assert self.server is not None
+        self.events.append(("sent", len(self.server.requests)))
+
+    async def refused(self) -> None:
+        assert self.server is not None
+        self.events.append(("refused", len(self.server.requests)))
+
+
+async def test_the_wire_is_told_before_each_request_is_written_and_after_each_refusal():
+    from crf_prime.teachers.client import WIRE
+
+    wire = RecordingWire()
+    token = WIRE.set(wire)
+    try:
+        with LoopbackOpenAI(
+            [Reply(status=429, headers={"Retry-After": "0.01"}), Reply(status=500), answer()]
+        ) as server:
+            wire.server = server
+            client = TeacherClient(teacher("a", server.base_url, max_attempts=3))
+            rec = await client.ask(make_state(1))
+            await client.close()
+    finally:
+        WIRE.reset(token)
+    assert rec.ok and not rec.possibly_paid and rec.attempt == 3
+    # "sent" comes before the server has the request; "refused" after it answered with an error status
+    assert wire.events == [("sent", 0), ("refused", 1), ("sent", 1), ("refused", 2), ("sent", 2)]
 
 
 async def test_200_with_error_and_no_choices_is_a_failure():
@@ -90,9 +128,10 @@ async def test_stream_assembles_tool_call_deltas_and_usage():
     assert rec.cost_usd == pytest.approx(0.0031) and rec.cost_source == "usage"
 
 
-async def test_slow_stream_times_out_and_is_retried():
+async def test_slow_stream_times_out_and_is_not_retried():
     rec, server = await ask([answer(stall_s=1.5), answer()], stream=True, timeout_s=0.3)
-    assert rec.ok and rec.attempt == 2 and len(server.requests) == 2
+    assert not rec.ok and rec.error_type == "timeout" and rec.possibly_paid
+    assert rec.attempt == 1 and len(server.requests) == 1
 
 
 async def test_cost_from_usage_cost_when_present():

@@ -15,51 +15,57 @@ from crf_prime.teachers.replay import replay_async
 
 pytestmark = pytest.mark.timeout(120)
 
+WORST_1C = {"price_out_per_mtok": 100.0, "sampling": {"max_tokens": 100}}
+"""Prices under which every call reserves exactly $0.01 (output priced only, 100 tokens at most)."""
+
 
 async def test_job_budget_stops_sending_and_resume_sends_only_the_rest(tmp_path):
     router = Router(lambda model, sid, n: answer(cost=0.01))
     states = write_states(tmp_path / "states.jsonl", [make_state(i) for i in range(8)])
     with LoopbackOpenAI(router) as server:
-        cfg = pool_config([teacher("a", server.base_url, max_concurrency=1)], window=1, budget={"job_usd": 0.035})
+        t = teacher("a", server.base_url, max_concurrency=1, **WORST_1C)
+        cfg = pool_config([t], window=1, budget={"job_usd": 0.035})
         report = await replay_async(states, cfg, tmp_path / "out")
-        # admitted while spend < cap: 0.00, 0.01, 0.02, 0.03 -> 4 calls; spend 0.04 <= cap + 1 call in flight
-        assert len(server.requests) == 4
-        assert report.budget_stopped.startswith("job budget reached: spent $0.0400 of $0.0350")
+        # each call reserves $0.01: sent at spend 0.00, 0.01, 0.02; at 0.03 the next worst case would cross $0.035
+        assert len(server.requests) == 3
+        assert report.budget_stopped.startswith("job budget reached: spent $0.0300 of $0.0350;")
         assert "--budget-usd" in report.budget_stopped
-        assert report.cost_journal_usd == pytest.approx(0.04)
+        assert report.cost_journal_usd == pytest.approx(0.03)
 
         cfg2 = cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"job_usd": 1.0})})
         report2 = await replay_async(states, cfg2, tmp_path / "out")
     assert report2.budget_stopped == ""
-    assert (report2.calls_sent, report2.calls_from_journal) == (4, 4)
+    assert (report2.calls_sent, report2.calls_from_journal) == (5, 3)
     assert router.duplicates() == {} and len(server.requests) == 8
     rows = list(read_journal(tmp_path / "out" / "journal.jsonl"))
     assert sorted(r.state_id for r in rows) == [f"s{i:04d}" for i in range(8)]
 
 
-async def test_spend_overshoot_is_bounded_by_calls_in_flight(tmp_path):
+async def test_spend_never_exceeds_the_cap_with_calls_in_flight(tmp_path):
     router = Router(lambda model, sid, n: answer(cost=0.01, delay_s=0.05))
     states = write_states(tmp_path / "states.jsonl", [make_state(i) for i in range(40)])
     with LoopbackOpenAI(router) as server:
-        cfg = pool_config([teacher("a", server.base_url, max_concurrency=4)], window=8, budget={"job_usd": 0.1})
+        t = teacher("a", server.base_url, max_concurrency=4, **WORST_1C)
+        cfg = pool_config([t], window=8, budget={"job_usd": 0.1})
         report = await replay_async(states, cfg, tmp_path / "out")
     assert report.budget_stopped
-    # everything sent was admitted below the cap; at most the teacher's 4 concurrent calls can overshoot it
-    assert 0.1 <= report.cost_journal_usd <= 0.1 + 4 * 0.01 + 1e-9
+    # every call costs its whole reservation here: the cap allows 9 or 10 of them (float sums), never 11
+    assert 0.09 - 1e-9 <= report.cost_journal_usd <= 0.1
     assert len(server.requests) == round(report.cost_journal_usd / 0.01)
 
 
 async def test_slot_freed_before_the_journal_sync_still_admits_against_the_booked_spend(tmp_path):
     """One slot, many states waiting for it: the pool frees the slot before the journal fsync, so the next call is
     admitted while the previous answer is still being written. Its cost must already count: exactly the calls
-    admitted below the cap are sent, as with a slot held through the fsync."""
+    that fit under the cap are sent, as with a slot held through the fsync."""
     router = Router(lambda model, sid, n: answer(cost=0.01))
     states = write_states(tmp_path / "states.jsonl", [make_state(i) for i in range(12)])
     with LoopbackOpenAI(router) as server:
-        cfg = pool_config([teacher("a", server.base_url, max_concurrency=1)], window=12, budget={"job_usd": 0.035})
+        t = teacher("a", server.base_url, max_concurrency=1, **WORST_1C)
+        cfg = pool_config([t], window=12, budget={"job_usd": 0.035})
         report = await replay_async(states, cfg, tmp_path / "out")
-    assert len(server.requests) == 4 and report.cost_journal_usd == pytest.approx(0.04)
-    assert len(list(read_journal(tmp_path / "out" / "journal.jsonl"))) == 4
+    assert len(server.requests) == 3 and report.cost_journal_usd == pytest.approx(0.03)
+    assert len(list(read_journal(tmp_path / "out" / "journal.jsonl"))) == 3
 
 
 async def test_per_trace_budget_skips_only_that_trace(tmp_path):
@@ -67,7 +73,8 @@ async def test_per_trace_budget_skips_only_that_trace(tmp_path):
     rows = [make_state(i, trace="big") for i in range(5)] + [make_state(i, trace="small") for i in range(5, 7)]
     states = write_states(tmp_path / "states.jsonl", rows)
     with LoopbackOpenAI(router) as server:
-        cfg = pool_config([teacher("a", server.base_url, max_concurrency=1)], window=1, budget={"per_trace_usd": 0.02})
+        t = teacher("a", server.base_url, max_concurrency=1, **WORST_1C)
+        cfg = pool_config([t], window=1, budget={"per_trace_usd": 0.02})
         report = await replay_async(states, cfg, tmp_path / "out")
     asked = sorted(sid for _, sid in router.calls)
     assert asked == ["s0000", "s0001", "s0005", "s0006"]
@@ -203,3 +210,13 @@ def test_live_p95_looks_at_the_last_window_of_calls_only():
     # nearest rank over latencies 1000 .. 1000 + WINDOW - 1
     assert p.p95() == 1000 + math.ceil(0.95 * LIVE_P95_WINDOW) - 1
     assert p.calls == LIVE_P95_WINDOW + 1000 and p.spend == pytest.approx(0.001 * p.calls)
+
+
+def test_cli_budget_without_prices_is_refused_at_launch(tmp_path, capsys):
+    states = write_states(tmp_path / "states.jsonl", [make_state(0)])
+    toml = tmp_path / "teachers.toml"
+    toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n')
+    rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out"), "--budget-usd", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{toml}: teachers[0 name='a'].price_in_per_mtok / price_out_per_mtok" in err
+    assert not (tmp_path / "out").exists()

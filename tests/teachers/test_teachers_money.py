@@ -1,0 +1,266 @@
+"""Teacher money against a billing loopback server: a cap never crossed, one paid answer per question, a ledger that
+matches the bill (faults included), and a stop message with the final spend."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections import Counter
+
+import pytest
+from teachers_helpers import answer, make_state, pool_config, teacher, write_states
+
+from crf_prime.loopback import Billing, LoopbackOpenAI, Reply
+from crf_prime.teachers.client import question_params, teacher_messages
+from crf_prime.teachers.config import ConfigError
+from crf_prime.teachers.journal import read_journal
+from crf_prime.teachers.money import Content, params_json, plan
+from crf_prime.teachers.replay import replay_async
+from crf_prime.traces.models import TraceState
+
+pytestmark = pytest.mark.timeout(120)
+
+PRICES = {"price_in_per_mtok": 0.0, "price_out_per_mtok": 50.0}
+"""Output priced only: the server bills a cut-off reply at ``max_tokens`` -- exactly the reservation -- so a ledger
+that books what it cannot know at the reservation must equal the bill to the last digit."""
+BILLING = Billing(**PRICES)
+
+
+def sid_of(body: dict) -> int:
+    return int(body["messages"][1]["content"].split()[1][1:5])
+
+
+def priced(name: str, base_url: str, **kw):
+    kw.setdefault("reserve_prompt_overhead_tokens", 0)
+    kw.setdefault("sampling", {"max_tokens": 100})
+    return teacher(name, base_url, **{**PRICES, **kw})
+
+
+def reservation(t, state: TraceState) -> float:
+    params = params_json(question_params(t, bool(state.tools)))
+    return plan(t, params, Content.of(teacher_messages(state), list(state.tools)))[1]
+
+
+def question_of(body: dict) -> str:
+    """The server's view of a question: model + messages + tools (what it was asked), hashed."""
+    content = {k: body.get(k) for k in ("model", "messages", "tools")}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def paid_twice(server: LoopbackOpenAI) -> dict[str, int]:
+    counts = Counter(question_of(c.body) for c in server.charges)
+    return {q: n for q, n in counts.items() if n > 1}
+
+
+def journal_spend(path) -> float:
+    return sum(r.cost_usd for r in read_journal(path))
+
+
+@pytest.mark.parametrize("worst_case_answers", [False, True])
+async def test_a_cap_smaller_than_one_round_is_never_crossed(tmp_path, worst_case_answers):
+    """11 calls may be in flight at once, each reserving $0.005; the cap ($0.02) is below one round ($0.055)."""
+    cut = Reply(delay_s=0.05, malformed=True)  # billed up to max_tokens: each call costs about its reservation
+    reply = cut if worst_case_answers else answer(delay_s=0.05)
+    states = write_states(tmp_path / "states.jsonl", [make_state(i) for i in range(60)])
+    with LoopbackOpenAI(lambda body: reply, billing=BILLING) as server:
+        t = priced("a", server.base_url, max_concurrency=11)
+        cfg = pool_config([t], window=22, budget={"job_usd": 0.02})
+        report = await replay_async(states, cfg, tmp_path / "out")
+    charged = server.charged_usd
+    r = reservation(t, make_state(0))
+    print(  # the figure for the report: pytest -s -k cap_smaller
+        f"\nMONEY cap<one round (answers {'at' if worst_case_answers else 'below'} the worst case): server charged "
+        f"${charged:.6f} for {len(server.charges)} calls, cap $0.020000, one round of 11 reserves ${11 * r:.6f}; "
+        f"ledger ${report.cost_journal_usd:.6f}"
+    )
+    assert 11 * r > 0.02  # one round would cross the cap
+    assert 0 < charged <= 0.02
+    assert charged + r > 0.02  # it stopped because the next worst case did not fit, not earlier
+    assert journal_spend(tmp_path / "out" / "journal.jsonl") == pytest.approx(charged, abs=1e-12)
+    assert report.cost_journal_usd == pytest.approx(charged, abs=1e-12)
+    # the stop message gives the final spend, after the calls in flight at the stop finished
+    assert report.budget_stopped.startswith(f"job budget reached: spent ${charged:.4f} of $0.0200;")
+    assert "still reserved" not in report.budget_stopped
+
+
+async def test_per_trace_cap_holds_at_full_concurrency(tmp_path):
+    rows = [make_state(i, trace="big") for i in range(12)] + [make_state(i, trace="small") for i in range(12, 14)]
+    states = write_states(tmp_path / "states.jsonl", rows)
+    cut = Reply(delay_s=0.05, malformed=True)  # billed at max_tokens: every call costs exactly its reservation
+    with LoopbackOpenAI(lambda body: cut, billing=BILLING) as server:
+        t = priced("a", server.base_url, max_concurrency=8)
+        r = reservation(t, make_state(0))
+        cfg = pool_config([t], window=16, budget={"per_trace_usd": 2.5 * r})
+        report = await replay_async(states, cfg, tmp_path / "out")
+    by_trace: Counter[str] = Counter()
+    for c in server.charges:
+        by_trace["small" if sid_of(c.body) >= 12 else "big"] += c.usd
+    # 8 calls of trace "big" could be in flight at once; its cap fits two worst cases, and two are paid
+    assert by_trace == {"big": pytest.approx(2 * r), "small": pytest.approx(2 * r)}
+    assert report.budget_stopped == "" and report.budget_skipped_calls == 10
+    assert journal_spend(tmp_path / "out" / "journal.jsonl") == pytest.approx(server.charged_usd, abs=1e-12)
+
+
+def same_question(i: int, of: int) -> TraceState:
+    """State ``i`` whose context is exactly that of ``make_state(of)`` (another state id, another trace)."""
+    return make_state(of).model_copy(update={"state_id": f"dup{i:04d}", "step": i})
+
+
+async def test_same_question_at_other_states_and_runs_is_paid_once(tmp_path):
+    first = [make_state(i) for i in range(6)] + [same_question(i, i % 3) for i in range(4)]
+    second = [same_question(10 + i, i) for i in range(6)] + [make_state(6)]
+    a = write_states(tmp_path / "a.jsonl", first)
+    b = write_states(tmp_path / "b.jsonl", second)
+    with LoopbackOpenAI(lambda body: answer(delay_s=0.02), billing=BILLING) as server:
+        teachers = [priced("a", server.base_url, max_concurrency=4), priced("b", server.base_url, max_concurrency=4)]
+        cfg = pool_config(teachers)
+        r1 = await replay_async(a, cfg, tmp_path / "out")
+        r2 = await replay_async(b, cfg, tmp_path / "out")  # a resume on the same journal, new states
+    print(
+        f"\nMONEY same question at other states and a later run: {len(server.charges)} paid calls for "
+        f"{len(set(map(question_of, (c.body for c in server.charges))))} questions, paid twice: {len(paid_twice(server))}; "
+        f"shared {r1.shared_calls + r2.shared_calls} calls saving ${r1.shared_saved_usd + r2.shared_saved_usd:.6f}"
+    )
+    assert paid_twice(server) == {}
+    assert len(server.charges) == 2 * 7  # 7 distinct contexts x 2 teachers
+    assert (r1.calls_sent, r1.shared_calls) == (12, 8)
+    assert (r2.calls_sent, r2.shared_calls) == (2, 12)
+    (price,) = {round(c.usd, 12) for c in server.charges}  # every answer costs the same here
+    assert r1.shared_saved_usd == pytest.approx(8 * price) and r2.shared_saved_usd == pytest.approx(12 * price)
+    rows = list(read_journal(tmp_path / "out" / "journal.jsonl"))
+    assert len(rows) == 2 * 17 and {r.state_id for r in rows} == {s.state_id for s in first + second}
+    assert sum(r.cost_usd for r in rows) == pytest.approx(server.charged_usd, abs=1e-12)
+    shared = [r for r in rows if r.shared_from]
+    assert len(shared) == 20 and all(r.cost_usd == 0 and r.ok for r in shared)
+
+
+async def test_concurrent_askers_of_one_question_share_one_request(tmp_path):
+    states = [make_state(0)] + [same_question(i, 0) for i in range(1, 8)]
+    with LoopbackOpenAI(lambda body: answer(delay_s=0.1), billing=BILLING) as server:
+        cfg = pool_config([priced("a", server.base_url, max_concurrency=8)], window=8)
+        report = await replay_async(write_states(tmp_path / "s.jsonl", states), cfg, tmp_path / "out")
+    assert len(server.requests) == 1 and report.shared_calls == 7 and report.calls_sent == 1
+
+
+async def test_faults_are_booked_as_the_server_billed(tmp_path):
+    """429/500 (not billed) are retried; a hang, a cut stream and an unreadable body reached the provider: billed up
+    to max_tokens by the server, booked at the reservation, not retried; a 200-with-error bills its prompt."""
+    plan_ = {
+        "s0000": [answer("ls")],
+        "s0001": [Reply(status=429, headers={"Retry-After": "0.01"}), answer("ls")],
+        "s0002": [Reply(status=500, headers={"retry-after-ms": "1"}), Reply(status=503), answer("ls")],
+        "s0003": [Reply(delay_s=60.0)],
+        "s0004": [Reply(error={"message": "provider went away", "code": 502})],
+        "s0005": [Reply(malformed=True)],
+    }
+    seen = Counter()
+
+    def script(body: dict) -> Reply:
+        sid = f"s{sid_of(body):04d}"
+        seen[sid] += 1
+        return plan_[sid][seen[sid] - 1]
+
+    states = write_states(tmp_path / "states.jsonl", [make_state(i) for i in range(6)])
+    with LoopbackOpenAI(script, billing=BILLING) as server:
+        cfg = pool_config([priced("a", server.base_url, timeout_s=5.0, max_attempts=4)], budget={"job_usd": 1.0})
+        report = await replay_async(states, cfg, tmp_path / "out")
+    assert dict(seen) == {"s0000": 1, "s0001": 2, "s0002": 3, "s0003": 1, "s0004": 1, "s0005": 1}
+    rows = {r.state_id: r for r in read_journal(tmp_path / "out" / "journal.jsonl")}
+    assert {s for s, r in rows.items() if r.possibly_paid} == {"s0003", "s0005"}
+    assert {s: r.cost_source for s, r in rows.items()} == {
+        "s0000": "usage",
+        "s0001": "usage",
+        "s0002": "usage",
+        "s0003": "reservation",
+        "s0004": "usage",
+        "s0005": "reservation",
+    }
+    assert report.possibly_paid_calls == 2
+    assert journal_spend(tmp_path / "out" / "journal.jsonl") == pytest.approx(server.charged_usd, abs=1e-12)
+
+
+async def test_streamed_stall_is_not_retried_and_booked_at_its_reservation(tmp_path):
+    states = write_states(tmp_path / "states.jsonl", [make_state(0)])
+    with LoopbackOpenAI(lambda body: answer("ls", stall_s=60.0), billing=BILLING) as server:
+        t = priced("a", server.base_url, stream=True, timeout_s=0.5)
+        await replay_async(states, pool_config([t]), tmp_path / "out")
+    (row,) = read_journal(tmp_path / "out" / "journal.jsonl")
+    assert len(server.requests) == 1 and row.error_type == "timeout" and row.possibly_paid
+    assert row.cost_usd == pytest.approx(reservation(t, make_state(0))) == pytest.approx(server.charged_usd)
+
+
+def test_a_cap_needs_prices_and_a_finite_max_tokens(tmp_path):
+    from crf_prime.teachers.config import load_pool_config
+
+    toml = tmp_path / "teachers.toml"
+    toml.write_text(
+        '[budget]\njob_usd = 1.0\n[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n'
+    )
+    with pytest.raises(ConfigError, match=r"teachers\[0 name='a'\]\.price_in_per_mtok / price_out_per_mtok"):
+        load_pool_config(toml)
+    toml.write_text(
+        '[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n[teachers.sampling]\nmax_tokens = 0\n'
+    )
+    with pytest.raises(ConfigError, match=r"teachers\[0 name='a'\]\.sampling\.max_tokens"):
+        load_pool_config(toml)
+
+
+def test_the_reservation_bounds_the_bytes_sent(tmp_path):
+    """Prompt tokens are bounded by the bytes of the request: the reservation's prompt part is at least that."""
+    with LoopbackOpenAI(lambda body: answer()) as server:
+        t = teacher("a", server.base_url, price_in_per_mtok=1e6, reserve_prompt_overhead_tokens=0)
+        state = make_state(3)
+        r = reservation(t, state)
+        states = write_states(tmp_path / "s.jsonl", [state])
+        asyncio.run(replay_async(states, pool_config([t]), tmp_path / "out"))
+    (body,) = server.requests
+    compact = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    assert r >= len(compact) * 1.0  # $1 per byte at 1e6 $/Mtok; max_tokens is not priced here
+
+
+async def test_a_cancelled_call_at_the_provider_stays_booked_and_frees_its_question(tmp_path):
+    from crf_prime.teachers.backends import AsyncioBackend
+    from crf_prime.teachers.config import PoolOptions
+    from crf_prime.teachers.ledger import Ledger
+    from crf_prime.teachers.pool import TeacherPool
+
+    replies = iter([Reply(delay_s=60.0), answer()])
+    with LoopbackOpenAI(lambda body: next(replies), billing=BILLING) as server:
+        t = priced("a", server.base_url)
+        ledger = Ledger(tmp_path / "journal.jsonl")
+        backend = AsyncioBackend([t])
+        pool = TeacherPool([t], backend, ledger, PoolOptions())
+        hung = asyncio.create_task(pool.replay_state(make_state(0)))
+        await asyncio.to_thread(server.wait_for, lambda s: len(s.requests) == 1, 30)
+        hung.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await hung
+        assert ledger.spent == pytest.approx(reservation(t, make_state(0)))  # it may have been paid
+        out = await pool.replay_state(same_question(1, 0))  # the question is free again: asked, answered
+        await backend.close()
+        ledger.close()
+    assert [r.ok for r in out.sent] == [True] and len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("sent_at_admission", "on_wire", "booked"), [(True, False, 0.004), (False, True, 0.004), (False, False, 0.0)]
+)
+async def test_a_restart_books_what_may_have_reached_the_provider(tmp_path, sent_at_admission, on_wire, booked):
+    """A run dies with one call in flight: admitted as sent (Ray), marked sent by the wire (asyncio), or only
+    admitted. The next ledger books the first two at their reservation and lets the third be asked again."""
+    from crf_prime.teachers.ledger import Ledger
+    from crf_prime.teachers.money import Ask
+
+    ask = Ask("s0000", "a", "q" * 64, 0.004, "t0")
+    first = Ledger(tmp_path / "journal.jsonl")
+    assert (await first.admit(ask, sent=sent_at_admission)).verdict == "send"
+    if on_wire:
+        await first.mark_sent(ask.question)
+    first.close()  # no commit: the process died
+    again = Ledger(tmp_path / "journal.jsonl")
+    assert again.spent == pytest.approx(booked)
+    assert (len(again.lost), again.unsent) == ((1, 0) if booked else (0, 0))
+    verdict = (await again.admit(ask)).verdict
+    assert verdict == ("done" if booked else "send")
+    again.close()
