@@ -16,6 +16,7 @@ VENV="${CRF_REHEARSAL_VENV:-$HOME/.cache/crf-prime/rehearsal-venv}"
 PY="${CRF_REHEARSAL_PYTHON:-$(command -v python3.12 || echo /root/.pyenv/versions/3.12.1/bin/python3.12)}"
 STAMP="$VENV/.crf-rehearsal-$(git -C "$CRF_PRIME_RL_SRC" rev-parse --short HEAD)"
 
+# The dev group is kept: Feature Deletion task generation needs pytest (prime-rl locks it there).
 # Dropped from the lock: CUDA-only builds and packages served from a non-PyPI URL (git/GitHub releases). None of
 # them is imported by the orchestrator, the env server or prime_rl.trainer.rl.loss on the filesystem weight path.
 DROP='^(vllm|flash-linear-attention|dion|torchtitan|torchao|nixl|nixl-cu12|mooncake-transfer-engine|flashinfer-python|tilelang|tokenspeed-mla|tokenspeed-triton|quack-kernels|humming-kernels|pynvvideocodec|cuda-tile|nvidia-cutlass-dsl|nvidia-cutlass-dsl-libs-base|flash-attn.*|deep-ep|deep-gemm|torch|torchvision|torchaudio|torchcodec)$'
@@ -38,7 +39,7 @@ fi
 "$VENV/bin/python" -m pip install -q uv
 UV="$VENV/bin/uv"
 REQ="$VENV/lock-requirements.txt"
-(cd "$CRF_PRIME_RL_SRC" && "$UV" export --frozen --no-hashes --no-dev --no-emit-workspace --no-header) \
+(cd "$CRF_PRIME_RL_SRC" && "$UV" export --frozen --no-hashes --no-emit-workspace --no-header) \
   | grep -Ev '^\s*(#|-e |$)' \
   | sed -E 's/ ;.*$//' \
   | awk -v drop="$DROP" '{ split($1, a, /[=@ ]/); name = a[1]; if (name !~ drop) print $1 }' \
@@ -82,5 +83,7 @@ commit_day="$(git -C "$CRF_PRIME_RL_SRC" log -1 --format=%cs)"
 # Ours, without touching a locked package.
 "$UV" pip install --python "$VENV/bin/python" --no-deps -e "$REPO" \
   -e "$REPO/environments/feature_deletion" -e "$REPO/environments/swebench_lite" -e "$REPO/environments/trace_replay"
+# crf-prime[featdel] (task generation) needs coverage, which prime-rl does not lock: added, nothing replaced.
+"$UV" pip install --python "$VENV/bin/python" "coverage>=7.6"
 touch "$STAMP"
 echo "rehearsal venv ready: $VENV"
