@@ -94,7 +94,12 @@ def build_app(engine: Engine) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict:
-        card = {"id": engine.model_name, "object": "model", "owned_by": "rehearsal", "max_model_len": engine.max_model_len}
+        card = {
+            "id": engine.model_name,
+            "object": "model",
+            "owned_by": "rehearsal",
+            "max_model_len": engine.max_model_len,
+        }
         return {"object": "list", "data": [card]}
 
     @app.get("/metrics")
@@ -151,7 +156,8 @@ def _generate(engine: Engine, req: GenerateRequest) -> dict:
         with engine.lock:
             lps = engine.logprobs(prompt)
         prompt_logprobs = [None] + [
-            {str(t): {"logprob": lp, "rank": 1, "decoded_token": None}} for t, lp in zip(prompt[1:], lps[1:])
+            {str(t): {"logprob": lp, "rank": 1, "decoded_token": None}}
+            for t, lp in zip(prompt[1:], lps[1:], strict=True)
         ]
         return {"request_id": rid, "model": engine.model_name, "choices": [], "prompt_logprobs": prompt_logprobs}
     text = engine.tokenizer.decode(prompt, skip_special_tokens=False)
@@ -180,7 +186,7 @@ def _generate(engine: Engine, req: GenerateRequest) -> dict:
         )
         + "\n"
     )
-    content = [{"token": f"token_id:{t}", "logprob": lp} for t, lp in zip(completion, lps)]
+    content = [{"token": f"token_id:{t}", "logprob": lp} for t, lp in zip(completion, lps, strict=True)]
     choice = {"index": 0, "token_ids": completion, "logprobs": {"content": content}, "finish_reason": finish}
     return {"request_id": rid, "model": engine.model_name, "choices": [choice]}
 

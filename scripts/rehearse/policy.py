@@ -60,9 +60,7 @@ def _function_segment(text: str, qualname: str) -> str:
     node = None
     for part in parts:
         node = next(
-            n
-            for n in body
-            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.name == part
+            n for n in body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.name == part
         )
         body = node.body
     assert node is not None and node.end_lineno is not None
@@ -107,7 +105,9 @@ class FeatdelScript:
                 cmd = {"command": f"python -c 'import {MISSING_MODULE}'"}
                 return Turn("Let me check the environment.\n" + tool_call("bash", cmd), plan, "traceback")
             if plan == "unknown_tool":
-                return Turn(tool_call("write_file", {"path": row.targets[0].path, "text": "pass"}), plan, "unknown_tool")
+                return Turn(
+                    tool_call("write_file", {"path": row.targets[0].path, "text": "pass"}), plan, "unknown_tool"
+                )
             return Turn(tool_call("edit", '{"path": "' + row.targets[0].path + '", "old_str": '), plan, "bad_json")
         first = said[0]
         if MISSING_MODULE in first:

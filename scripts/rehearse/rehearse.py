@@ -96,7 +96,9 @@ class Procs:
 
     def start(self, name: str, cmd: list[str], cwd: Path) -> subprocess.Popen:
         log = open(self.log_dir / f"{name}.log", "w")  # noqa: SIM115 -- closed with the process
-        proc = subprocess.Popen(cmd, cwd=cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.procs[name] = proc
         return proc
 
@@ -121,7 +123,8 @@ def marked_processes(marker: str) -> list[str]:
             continue
         try:
             if marker.encode() in (d / "environ").read_bytes():
-                found.append(f"{d.name} {(d / 'cmdline').read_bytes().replace(b'\0', b' ').decode()[:120]}")
+                cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append(f"{d.name} {cmdline[:120]}")
         except OSError:
             continue
     return found
@@ -200,8 +203,14 @@ def rehearse_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, time
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--work", type=Path, default=Path(os.environ.get("CRF_REHEARSAL_WORK", Path.home() / ".cache/crf-prime/rehearsal-work")))
+    parser.add_argument(
+        "--steps", type=int, default=5, help="training steps per arm (the hint source of A2 first ships around step 3)"
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path(os.environ.get("CRF_REHEARSAL_WORK", Path.home() / ".cache/crf-prime/rehearsal-work")),
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per arm")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))

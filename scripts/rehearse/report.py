@@ -88,7 +88,9 @@ def arm_report(run_dir: Path, steps: int, hint_sources: list[str], inputs: dict[
                     if abs(again - _reward(trace)) < 1e-9:
                         regrade["equal"] += 1
                     else:
-                        regrade["mismatches"].append({"episode": episode["id"], "reward": _reward(trace), "grader": again})
+                        regrade["mismatches"].append(
+                            {"episode": episode["id"], "reward": _reward(trace), "grader": again}
+                        )
                 if source in hint_sources:
                     hints["samples"] += 1
                     hints["empty"] += int(not (trace.get("info") or {}).get("hint"))
@@ -117,8 +119,14 @@ def _checks(report: dict) -> list[str]:
         if row["regrade"]["mismatches"]:
             failed.append(f"step {step}: reward differs from the grader: {row['regrade']['mismatches']}")
         hint_tokens = trainer["distill"]["tokens"]
-        if report["hint_sources"] and trainer["distill"]["samples"] and not trainer["distill"]["ref_differs_from_inference"]:
-            failed.append(f"step {step}: hint-source reference logprobs equal the sampling logprobs ({hint_tokens} tokens)")
+        if (
+            report["hint_sources"]
+            and trainer["distill"]["samples"]
+            and not trainer["distill"]["ref_differs_from_inference"]
+        ):
+            failed.append(
+                f"step {step}: hint-source reference logprobs equal the sampling logprobs ({hint_tokens} tokens)"
+            )
     return failed
 
 

@@ -35,7 +35,7 @@ _CORPUS = [
     '{"name": "bash", "arguments": {"command": "python -m pytest -q"}}',
     '{"name": "submit", "arguments": {"summary": "done"}}',
     "Re-implement the deleted feature so that the tests pass. error: unknown tool; invalid JSON",
-    "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\nModuleNotFoundError\n",
+    'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\nModuleNotFoundError\n',
     "The quick brown fox jumps over the lazy dog. You are a helpful assistant.",
 ]
 

@@ -117,7 +117,9 @@ def main() -> None:
             temps = mb["temperatures"][0]
             # one forward per packed sample (no varlen attention on CPU): positions restart per sample
             parts = []
-            for s_ids, s_pos, s_temp in zip(ids.split(lengths), mb["position_ids"][0].split(lengths), temps.split(lengths)):
+            for s_ids, s_pos, s_temp in zip(
+                ids.split(lengths), mb["position_ids"][0].split(lengths), temps.split(lengths), strict=True
+            ):
                 logits = model(input_ids=s_ids[None], position_ids=s_pos[None]).logits[0].float()
                 logits = logits / s_temp[:, None]
                 labels = torch.roll(s_ids, -1)
@@ -126,16 +128,15 @@ def main() -> None:
                 lp = torch.cat([torch.full((1,), math.log(1.0 / vocab_size)), lp[:-1]])
                 parts.append(lp)
             trainer_lp = torch.cat(parts)
-            split = lambda t: t[0].split(lengths) if t is not None else None  # noqa: E731
             loss, tensors = compute_loss(
                 trainer_logprobs=trainer_lp.split(lengths),
-                inference_logprobs=split(mb["inference_logprobs"]),
-                ref_logprobs=split(mb["ref_logprobs"]),
-                advantages=split(mb["advantages"]),
-                loss_mask=split(mb["loss_mask"]),
-                rl_weights=split(mb["rl_weights"]),
-                ce_weights=split(mb["ce_weights"]),
-                ref_kl_weights=split(mb["ref_kl_weights"]),
+                inference_logprobs=_split(lengths, mb["inference_logprobs"]),
+                ref_logprobs=_split(lengths, mb["ref_logprobs"]),
+                advantages=_split(lengths, mb["advantages"]),
+                loss_mask=_split(lengths, mb["loss_mask"]),
+                rl_weights=_split(lengths, mb["rl_weights"]),
+                ce_weights=_split(lengths, mb["ce_weights"]),
+                ref_kl_weights=_split(lengths, mb["ref_kl_weights"]),
                 rl_loss_fn=rl_loss_fn,
                 rl_scale=rl_scale,
                 ce_scale=ce_scale,
@@ -176,6 +177,11 @@ def main() -> None:
         (report_dir / f"trainer_step_{step}.json").write_text(json.dumps(record, indent=1))
         print(json.dumps(record), flush=True)
         step += 1
+
+
+def _split(lengths: list[int], t: torch.Tensor | None) -> tuple[torch.Tensor, ...] | None:
+    """A [1, total] micro-batch tensor as per-sample 1-D pieces (None stays None)."""
+    return t[0].split(lengths) if t is not None else None
 
 
 def _distillation(mb, offset: int, n: int, completions: dict, acc: dict) -> None:
