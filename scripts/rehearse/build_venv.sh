@@ -13,7 +13,13 @@ set -euo pipefail
 : "${CRF_VERIFIERS_SRC:?set CRF_VERIFIERS_SRC to the verifiers checkout prime-rl pins (deps/verifiers)}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${CRF_REHEARSAL_VENV:-$HOME/.cache/crf-prime/rehearsal-venv}"
-PY="${CRF_REHEARSAL_PYTHON:-$(command -v python3.12 || echo /root/.pyenv/versions/3.12.1/bin/python3.12)}"
+PY="${CRF_REHEARSAL_PYTHON:-}"
+if [[ -z "$PY" ]]; then  # prime-rl requires ~=3.12; a pyenv shim may exist without a usable interpreter behind it
+  for cand in python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12; do
+    if "$cand" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then PY="$cand"; break; fi
+  done
+fi
+[[ -n "$PY" ]] || { echo "no Python 3.12 found: set CRF_REHEARSAL_PYTHON" >&2; exit 1; }
 STAMP="$VENV/.crf-rehearsal-$(git -C "$CRF_PRIME_RL_SRC" rev-parse --short HEAD)"
 
 # The dev group is kept: Feature Deletion task generation needs pytest (prime-rl locks it there).
