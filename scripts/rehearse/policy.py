@@ -102,7 +102,7 @@ class FeatdelScript:
             if plan == "wrong":
                 return Turn("A first draft.\n" + "\n".join(self.edits(row, wrong=True)), plan, "wrong_impl")
             if plan == "traceback":
-                cmd = {"command": f"python -c 'import {MISSING_MODULE}'"}
+                cmd = {"command": f"python3 -c 'import {MISSING_MODULE}'"}
                 return Turn("Let me check the environment.\n" + tool_call("bash", cmd), plan, "traceback")
             if plan == "unknown_tool":
                 return Turn(
@@ -117,7 +117,7 @@ class FeatdelScript:
         elif WRONG_MARK in first:
             plan = "wrong"
             if len(said) == 1:
-                return Turn(tool_call("bash", {"command": "python -m pytest -q -x"}), plan, "failing_command")
+                return Turn(tool_call("bash", {"command": "python3 -m pytest -q -x"}), plan, "failing_command")
         else:
             plan = "solve"
         return Turn(tool_call("submit", {"summary": "done"}), plan, None)

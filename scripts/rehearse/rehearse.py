@@ -195,7 +195,8 @@ def rehearse_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, time
     leftovers = marked_processes(marker.split("=", 1)[1])
     from report import arm_report
 
-    report = arm_report(run_dir, steps, hint_sources, inputs)
+    sources = [s["name"] for s in orch["train"]["source"]]
+    report = arm_report(run_dir, steps, sources, hint_sources, inputs)
     report.update(arm=arm, status=status, wall_s=round(wall, 1), leftover_processes=leftovers)
     return report
 

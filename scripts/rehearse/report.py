@@ -17,6 +17,68 @@ import json
 from pathlib import Path
 
 _GRADES: dict[str, float] = {}
+PLANTED_AS: dict[str, set[str]] = {
+    "traceback": {"traceback", "tool_error"},
+    "unknown_tool": {"unknown_tool"},
+    "bad_json": {"invalid_json"},
+    "wrong_impl": {"failing_test"},
+    "failing_command": {"tool_error"},
+}
+"""Error the scripted policy planted -> the detector kinds (crf_prime.hints) that rightly report it (a command that
+raises is also a failed tool call). Any episode scored below 1 also has failing tests."""
+KINDS = ("traceback", "unknown_tool", "invalid_json", "failing_test", "tool_error")
+
+
+def _planted(trace: dict, completions: dict[tuple[int, ...], str | None]) -> set[str]:
+    """Detector kinds the episode should show, from the policy's log of its own completions."""
+    kinds = set()
+    for node in trace["nodes"]:
+        if node.get("message", {}).get("role") != "assistant":
+            continue
+        ids = tuple(node.get("token_ids") or ())
+        # a node's tokens are the rendered turn: the role header, then exactly the sampled completion
+        error = next((completions[ids[k:]] for k in range(min(len(ids), 32)) if ids[k:] in completions), None)
+        if error:
+            kinds |= PLANTED_AS[error]
+    if _reward(trace) < 1.0:
+        kinds.add("failing_test")
+    return kinds
+
+
+def _completions(run_dir: Path) -> dict[tuple[int, ...], str | None]:
+    path = run_dir / "rehearsal-logs" / "completions.jsonl"
+    table: dict[tuple[int, ...], str | None] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        rec = json.loads(line)
+        table[tuple(rec["completion_ids"])] = rec["error"]
+    return table
+
+
+def detector_scores(run_dir: Path, steps: int) -> dict[str, dict[str, int]]:
+    """Per kind: episodes where the detector's sites (trace.info["hint_sites"]) match what the policy planted."""
+    completions = _completions(run_dir)
+    scores: dict[str, dict[str, int]] = {k: {"tp": 0, "fp": 0, "fn": 0} for k in KINDS}
+    seen: set[str] = set()
+    for step in range(1, steps + 1):
+        path = run_dir / "rollouts" / f"step_{step}" / "train" / "all" / "traces.jsonl"
+        for line in path.read_text().splitlines() if path.exists() else []:
+            episode = json.loads(line)
+            if episode["env"]["id"] != "feature-deletion":
+                continue
+            for trace in episode["traces"]:
+                if trace["id"] in seen or not trace.get("ok"):
+                    continue
+                seen.add(trace["id"])
+                planted = _planted(trace, completions)
+                found = {site["kind"] for site in (trace.get("info") or {}).get("hint_sites") or []}
+                for kind, score in scores.items():
+                    if kind in planted and kind in found:
+                        score["tp"] += 1
+                    elif kind in found:
+                        score["fp"] += 1
+                    elif kind in planted:
+                        score["fn"] += 1
+    return scores
 
 
 def _episodes(run_dir: Path, step: int) -> list[dict]:
@@ -61,7 +123,7 @@ def _regrade(rows: dict, task_dir: Path, trace: dict) -> float:
     return _GRADES[key]
 
 
-def arm_report(run_dir: Path, steps: int, hint_sources: list[str], inputs: dict[str, Path]) -> dict:
+def arm_report(run_dir: Path, steps: int, sources: list[str], hint_sources: list[str], inputs: dict[str, Path]) -> dict:
     from crf_prime.featdel.models import FeatdelTask
 
     tasks = inputs["tasks"]
@@ -97,7 +159,12 @@ def arm_report(run_dir: Path, steps: int, hint_sources: list[str], inputs: dict[
                     for site in (trace.get("info") or {}).get("hint_sites") or []:
                         hints["site_kinds"][site["kind"]] = hints["site_kinds"].get(site["kind"], 0) + 1
         out.append({"step": step, "sources": per_source, "regrade": regrade, "hints": hints, "trainer": trainer})
-    return {"steps": out, "hint_sources": hint_sources}
+    return {
+        "steps": out,
+        "sources": sources,
+        "hint_sources": hint_sources,
+        "detector": detector_scores(run_dir, steps),
+    }
 
 
 def _checks(report: dict) -> list[str]:
@@ -107,6 +174,10 @@ def _checks(report: dict) -> list[str]:
         failed.append(report["status"])
     if report["leftover_processes"]:
         failed.append(f"processes left behind: {report['leftover_processes']}")
+    trained = {s for row in report["steps"] for s in ((row["trainer"] or {}).get("samples_per_source") or {})}
+    for source in report["sources"]:
+        if source not in trained:
+            failed.append(f"source {source}: no sample reached the trainer in {len(report['steps'])} steps")
     for row in report["steps"]:
         step, trainer = row["step"], row["trainer"]
         if trainer is None:
@@ -167,6 +238,12 @@ def print_report(reports: list[dict], total_s: float) -> bool:
             if "replay" in src:
                 cells.append(" ".join(f"{x:g}" for x in src["replay"]["rewards"]))
             print(" | ".join(cells))
+        if report["hint_sources"]:
+            print("error-site detector on this arm's Feature Deletion episodes (per episode, planted vs found):")
+            for kind, sc in report["detector"].items():
+                prec = sc["tp"] / (sc["tp"] + sc["fp"]) if sc["tp"] + sc["fp"] else float("nan")
+                rec = sc["tp"] / (sc["tp"] + sc["fn"]) if sc["tp"] + sc["fn"] else float("nan")
+                print(f"  {kind}: precision {prec:.2f} recall {rec:.2f} (tp {sc['tp']}, fp {sc['fp']}, fn {sc['fn']})")
         failed = _checks(report)
         for f in failed:
             print(f"FAILED: {f}")
