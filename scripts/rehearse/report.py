@@ -50,7 +50,8 @@ def _completions(run_dir: Path) -> dict[tuple[int, ...], str | None]:
     table: dict[tuple[int, ...], str | None] = {}
     for line in path.read_text().splitlines() if path.exists() else []:
         rec = json.loads(line)
-        table[tuple(rec["completion_ids"])] = rec["error"]
+        if "completion_ids" in rec:
+            table[tuple(rec["completion_ids"])] = rec["error"]
     return table
 
 
@@ -159,7 +160,17 @@ def arm_report(run_dir: Path, steps: int, sources: list[str], hint_sources: list
                     for site in (trace.get("info") or {}).get("hint_sites") or []:
                         hints["site_kinds"][site["kind"]] = hints["site_kinds"].get(site["kind"], 0) + 1
         out.append({"step": step, "sources": per_source, "regrade": regrade, "hints": hints, "trainer": trainer})
+    scoring = [json.loads(x) for x in (run_dir / "rehearsal-logs" / "completions.jsonl").read_text().splitlines()]
+    scoring = [r for r in scoring if r.get("score")]
+    orch = json.loads((run_dir / "configs" / "orchestrator.json").read_text())
+    prefixes = tuple(
+        src["algo"]["template"].split("{demonstration}")[0]
+        for src in orch["train"]["source"]
+        if src["name"] in hint_sources
+    )
     return {
+        "scoring_calls": len(scoring),
+        "scoring_calls_with_hint_block": sum(bool(prefixes) and r["system_head"].startswith(prefixes) for r in scoring),
         "steps": out,
         "sources": sources,
         "hint_sources": hint_sources,
@@ -174,6 +185,8 @@ def _checks(report: dict) -> list[str]:
         failed.append(report["status"])
     if report["leftover_processes"]:
         failed.append(f"processes left behind: {report['leftover_processes']}")
+    if report["hint_sources"] and not report["scoring_calls_with_hint_block"]:
+        failed.append("no opsd scoring call carried the hint template (reference logprobs not computed with the hint)")
     trained = {s for row in report["steps"] for s in ((row["trainer"] or {}).get("samples_per_source") or {})}
     for source in report["sources"]:
         if source not in trained:
@@ -239,6 +252,10 @@ def print_report(reports: list[dict], total_s: float) -> bool:
                 cells.append(" ".join(f"{x:g}" for x in src["replay"]["rewards"]))
             print(" | ".join(cells))
         if report["hint_sources"]:
+            print(
+                f"opsd scoring calls to the inference server: {report['scoring_calls']}, of which "
+                f"{report['scoring_calls_with_hint_block']} start with the arm's hint template as a system message"
+            )
             print("error-site detector on this arm's Feature Deletion episodes (per episode, planted vs found):")
             for kind, sc in report["detector"].items():
                 prec = sc["tp"] / (sc["tp"] + sc["fp"]) if sc["tp"] + sc["fp"] else float("nan")

@@ -30,7 +30,8 @@ def _load_completions(path: Path) -> dict[tuple[int, ...], str | None]:
     if path.exists():
         for line in path.read_text().splitlines():
             rec = json.loads(line)
-            table[tuple(rec["completion_ids"])] = rec["error"]
+            if "completion_ids" in rec:  # scoring calls are logged too
+                table[tuple(rec["completion_ids"])] = rec["error"]
     return table
 
 
