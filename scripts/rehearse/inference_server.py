@@ -158,7 +158,7 @@ def _generate(engine: Engine, req: GenerateRequest) -> dict:
         head = engine.tokenizer.decode(prompt[:256], skip_special_tokens=False)
         # opsd's teacher scoring: the hint, rendered as a leading system message, then the sample's own tokens
         record = {"time": time.time(), "version": engine.version, "score": True, "prompt_len": len(prompt)}
-        record["system_head"] = messages_of(head)[0][1][:200] if messages_of(head) else head[:200]
+        record["system_head"] = head.removeprefix("<|im_start|>system\n")[:200]
         engine.log.write(json.dumps(record) + "\n")
         prompt_logprobs = [None] + [
             {str(t): {"logprob": lp, "rank": 1, "decoded_token": None}}

@@ -213,9 +213,20 @@ def main() -> int:
         default=Path(os.environ.get("CRF_REHEARSAL_WORK", Path.home() / ".cache/crf-prime/rehearsal-work")),
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per arm")
+    parser.add_argument("--report-only", action="store_true", help="re-read <work>/report.json's runs and print")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
-    from report import print_report
+    from report import arm_report, print_report
+
+    if args.report_only:
+        saved = json.loads((args.work / "report.json").read_text())
+        inputs = prepare(args.work)
+        for old in saved["arms"]:
+            run_dir = args.work / "outputs" / f"rehearsal-{old['arm']}"
+            new = arm_report(run_dir, len(old["steps"]), old["sources"], old["hint_sources"], inputs)
+            old.update(new)
+        (args.work / "report.json").write_text(json.dumps(saved, indent=1))
+        return 0 if print_report(saved["arms"], saved["wall_s"]) else 1
 
     args.work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()

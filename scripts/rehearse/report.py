@@ -18,14 +18,14 @@ from pathlib import Path
 
 _GRADES: dict[str, float] = {}
 PLANTED_AS: dict[str, set[str]] = {
-    "traceback": {"traceback", "tool_error"},
+    "traceback": {"traceback"},
     "unknown_tool": {"unknown_tool"},
     "bad_json": {"invalid_json"},
     "wrong_impl": {"failing_test"},
     "failing_command": {"tool_error"},
 }
-"""Error the scripted policy planted -> the detector kinds (crf_prime.hints) that rightly report it (a command that
-raises is also a failed tool call). Any episode scored below 1 also has failing tests."""
+"""Error the scripted policy planted -> the detector kinds (crf_prime.hints) that rightly report it (the detector reports
+a command that raises as a traceback, not also as a tool error). Any episode scored below 1 also has failing tests."""
 KINDS = ("traceback", "unknown_tool", "invalid_json", "failing_test", "tool_error")
 
 
@@ -170,7 +170,10 @@ def arm_report(run_dir: Path, steps: int, sources: list[str], hint_sources: list
     )
     return {
         "scoring_calls": len(scoring),
-        "scoring_calls_with_hint_block": sum(bool(prefixes) and r["system_head"].startswith(prefixes) for r in scoring),
+        "scoring_calls_with_hint_block": sum(
+            bool(prefixes) and r["system_head"].removeprefix("<|im_start|>system\n").startswith(prefixes)
+            for r in scoring
+        ),
         "steps": out,
         "sources": sources,
         "hint_sources": hint_sources,
