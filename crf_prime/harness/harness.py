@@ -243,40 +243,27 @@ class SandboxHarness(Harness[SandboxHarnessConfig]):
 
 
 async def _complete(client: openai.AsyncOpenAI, model: str, messages: list[dict], tools: list[dict]) -> dict:
-    """One streamed chat completion, reassembled into a wire-format assistant message."""
-    kwargs: dict[str, Any] = {"model": model, "messages": messages, "stream": True}
-    kwargs["stream_options"] = {"include_usage": True}
+    """One chat completion as a wire-format assistant message. Not streamed: verifiers' TrainClient (the renderer
+    client prime-rl rolls out through) refuses streaming requests."""
+    kwargs: dict[str, Any] = {"model": model, "messages": messages}
     if tools:
         kwargs["tools"] = tools
-    stream = await client.chat.completions.create(**kwargs)
-    content: list[str] = []
-    calls: dict[int, dict] = {}
-    finish = None
-    async for chunk in stream:
-        for choice in chunk.choices:
-            delta = choice.delta
-            if delta.content:
-                content.append(delta.content)
-            for tc in delta.tool_calls or []:
-                slot = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
-                slot["id"] = tc.id or slot["id"]
-                if tc.function is not None:
-                    slot["name"] += tc.function.name or ""
-                    slot["arguments"] += tc.function.arguments or ""
-            finish = choice.finish_reason or finish
-    if finish is None:
-        raise openai.APIConnectionError(message="model stream ended before the completion finished", request=None)  # type: ignore[arg-type]
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
-    if calls:
+    completion = await client.chat.completions.create(**kwargs)
+    if not completion.choices:
+        raise openai.APIConnectionError(message="model response has no choices", request=None)  # type: ignore[arg-type]
+    reply = completion.choices[0].message
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
+    if reply.tool_calls:
         message["tool_calls"] = [
             {
-                "id": slot["id"] or f"call_{index}",
+                "id": call.id or f"call_{index}",
                 "type": "function",
-                "function": {"name": slot["name"], "arguments": slot["arguments"]},
+                "function": {"name": call.function.name, "arguments": call.function.arguments or ""},
             }
-            for index, slot in sorted(calls.items())
+            for index, call in enumerate(reply.tool_calls)
+            if call.type == "function"
         ]
-    elif message["content"] is None:
+    if message["content"] is None and not message.get("tool_calls"):
         message["content"] = ""
     return message
 

@@ -1,0 +1,224 @@
+"""Stand-in for prime-rl's vLLM inference server on loopback, speaking the routes prime-rl's orchestrator and the
+verifiers renderer client use (read from prime_rl/utils/client.py, orchestrator/inference_metrics.py and
+renderers/client.py at prime-rl 559b447):
+
+- ``POST /inference/v1/generate`` -- vLLM's token-in/token-out API (request and response validated with vLLM's own
+  ``GenerateRequest``/``GenerateResponse`` models): sampling returns the scripted policy's completion token ids with
+  their logprobs under the tiny model's *current* weights; ``prompt_logprobs`` requests (opsd's teacher scoring)
+  return the model's logprob of every prompt token;
+- ``GET /health``, ``GET /v1/models`` (with ``max_model_len``), ``GET /metrics`` (Prometheus text);
+- admin: ``POST /pause``, ``POST /resume``, ``POST /update_weights`` (loads the trainer's broadcast safetensors).
+
+Every completion is appended to ``--log`` (JSONL) with its plan and whether it is an error turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import torch
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from policy import FeatdelScript, ReplayScript, Turn, messages_of
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from vllm.entrypoints.scale_out.token_in_token_out.protocol import GenerateRequest, GenerateResponse
+
+
+class Engine:
+    """The tiny model, its tokenizer, the scripted policy and the admin state."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.model_name = args.served_model_name
+        self.tokenizer = AutoTokenizer.from_pretrained(args.model)
+        self.model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+        self.max_model_len = args.max_model_len
+        self.featdel = FeatdelScript(Path(args.tasks)) if args.tasks else None
+        self.replay = ReplayScript(Path(args.states), Path(args.journal)) if args.states else None
+        self.rng = random.Random(args.seed)
+        self.lock = threading.Lock()
+        self.paused = False
+        self.version = 0
+        self.weight_dir: str | None = None
+        self.running = 0
+        self.log = open(args.log, "a", buffering=1)  # noqa: SIM115 -- lives as long as the server
+
+    @torch.no_grad()
+    def logprobs(self, ids: list[int], temperature: float = 1.0) -> list[float]:
+        """log p(ids[i] | ids[:i]) for i >= 1 under the current weights (index 0 gets 0.0)."""
+        x = torch.tensor([ids])
+        logits = self.model(input_ids=x).logits[0, :-1].float() / max(temperature, 1e-6)
+        lp = torch.log_softmax(logits, dim=-1).gather(-1, x[0, 1:, None])[:, 0]
+        return [0.0, *lp.tolist()]
+
+    def script(self, prompt_text: str) -> Turn:
+        history = messages_of(prompt_text)
+        with self.lock:
+            if self.featdel is not None:
+                row = self.featdel.row_for(prompt_text)
+                if row is not None:
+                    return self.featdel.next_turn(row, history, self.rng)
+            if self.replay is not None:
+                state = self.replay.state_for(history)
+                if state is not None:
+                    return self.replay.next_turn(state, self.rng)
+        return Turn("I cannot tell what this task is.", "unknown_prompt", None)
+
+    def load_weights(self, weight_dir: str) -> None:
+        from safetensors.torch import load_file
+
+        state: dict[str, torch.Tensor] = {}
+        for f in sorted(Path(weight_dir).glob("*.safetensors")):
+            state.update(load_file(f))
+        if not state:
+            raise FileNotFoundError(f"no safetensors in {weight_dir}")
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected or [m for m in missing if m != "lm_head.weight"]:
+            raise ValueError(f"weights in {weight_dir} do not fit the model: {missing=} {unexpected=}")
+
+
+def build_app(engine: Engine) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        card = {
+            "id": engine.model_name,
+            "object": "model",
+            "owned_by": "rehearsal",
+            "max_model_len": engine.max_model_len,
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        text = (
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0",model_name="{engine.model_name}"}} {engine.running}\n'
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f'vllm:num_requests_waiting{{engine="0",model_name="{engine.model_name}"}} 0\n'
+        )
+        return PlainTextResponse(text)
+
+    @app.post("/pause")
+    async def pause() -> dict:
+        engine.paused = True
+        return {}
+
+    @app.post("/resume")
+    async def resume() -> dict:
+        engine.paused = False
+        return {}
+
+    @app.post("/update_weights")
+    async def update_weights(request: Request) -> dict:
+        body = await request.json()
+        weight_dir = body.get("weight_dir")
+        if weight_dir:
+            with engine.lock:
+                engine.load_weights(weight_dir)
+                engine.weight_dir = weight_dir
+                engine.version += 1
+        return {}
+
+    @app.post("/inference/v1/generate")
+    async def generate(request: Request) -> JSONResponse:
+        req = GenerateRequest.model_validate(await request.json())
+        if engine.paused:
+            return JSONResponse({"error": "engine paused"}, status_code=503)
+        engine.running += 1
+        try:
+            body = _generate(engine, req)
+        finally:
+            engine.running -= 1
+        return JSONResponse(GenerateResponse.model_validate(body).model_dump(mode="json", exclude_none=True))
+
+    return app
+
+
+def _generate(engine: Engine, req: GenerateRequest) -> dict:
+    sp = req.sampling_params
+    prompt = list(req.token_ids)
+    rid = req.request_id or uuid.uuid4().hex
+    if sp.prompt_logprobs is not None:
+        with engine.lock:
+            lps = engine.logprobs(prompt)
+        head = engine.tokenizer.decode(prompt[:256], skip_special_tokens=False)
+        # opsd's teacher scoring: the hint, rendered as a leading system message, then the sample's own tokens
+        record = {"time": time.time(), "version": engine.version, "score": True, "prompt_len": len(prompt)}
+        record["system_head"] = head.removeprefix("<|im_start|>system\n")[:200]
+        engine.log.write(json.dumps(record) + "\n")
+        prompt_logprobs = [None] + [
+            {str(t): {"logprob": lp, "rank": 1, "decoded_token": None}}
+            for t, lp in zip(prompt[1:], lps[1:], strict=True)
+        ]
+        return {"request_id": rid, "model": engine.model_name, "choices": [], "prompt_logprobs": prompt_logprobs}
+    text = engine.tokenizer.decode(prompt, skip_special_tokens=False)
+    turn = engine.script(text)
+    completion = engine.tokenizer.encode(turn.text, add_special_tokens=False)
+    stop = list(sp.stop_token_ids or []) or [engine.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    finish = "stop"
+    if sp.max_tokens is not None and len(completion) >= sp.max_tokens:
+        completion, finish = completion[: sp.max_tokens], "length"
+    else:
+        completion.append(stop[0])
+    with engine.lock:
+        lps = engine.logprobs(prompt + completion, temperature=sp.temperature or 1.0)[len(prompt) :]
+    if not all(math.isfinite(x) for x in lps):
+        raise ValueError("non-finite logprob from the tiny model")
+    engine.log.write(
+        json.dumps(
+            {
+                "time": time.time(),
+                "version": engine.version,
+                "plan": turn.plan,
+                "error": turn.error,
+                "completion_ids": completion,
+                "prompt_len": len(prompt),
+            }
+        )
+        + "\n"
+    )
+    content = [{"token": f"token_id:{t}", "logprob": lp} for t, lp in zip(completion, lps, strict=True)]
+    choice = {"index": 0, "token_ids": completion, "logprobs": {"content": content}, "finish_reason": finish}
+    return {"request_id": rid, "model": engine.model_name, "choices": [choice]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", required=True, help="tiny model directory")
+    parser.add_argument("--served-model-name", required=True, help="name the orchestrator asks for (model.name)")
+    parser.add_argument("--ports", type=int, nargs="+", required=True, help="router and backend (admin) ports")
+    parser.add_argument("--max-model-len", type=int, default=8192)
+    parser.add_argument("--tasks", help="Feature Deletion tasks.jsonl the policy solves")
+    parser.add_argument("--states", help="trace-replay states.jsonl")
+    parser.add_argument("--journal", help="trace-replay journal.jsonl")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log", required=True, help="JSONL of every completion (plan, error turn)")
+    args = parser.parse_args()
+    torch.set_num_threads(int(os.environ.get("CRF_REHEARSAL_THREADS", "1")))
+    engine = Engine(args)
+    app = build_app(engine)
+    servers = [
+        uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")) for port in args.ports
+    ]
+    threads = [threading.Thread(target=s.run, daemon=True) for s in servers[1:]]
+    for t in threads:
+        t.start()
+    servers[0].run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""Rehearse ladder arms of a real prime-rl run on CPU: prime-rl's own orchestrator and env-server processes, our
+configs composed by prime-rl's launcher (``rl @ ... --dry-run`` writes the exact sub-configs ``uv run rl`` starts its
+processes with), and two stand-ins for the GPU parts (scripts/rehearse/inference_server.py, trainer.py).
+
+    bash scripts/rehearse/run.sh            # builds the venv once, then runs this with it
+
+Prints one table per arm and step and writes ``<work>/report.json``. Exit status 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+LADDER = REPO / "configs" / "ladder"
+ARMS: dict[str, list[str]] = {
+    "a0": ["a0_rlvr.toml"],
+    "a2": ["a0_rlvr.toml", "a1_dr_grpo.toml", "a2_hints.toml"],
+    "a3": ["a0_rlvr.toml", "a1_dr_grpo.toml", "a3_replay.toml"],
+}
+FEATDEL_SOURCE = "pypi:inflection==0.5.1"
+
+
+def free_port_block(size: int) -> int:
+    """A base port with ``size`` consecutive free loopback ports, below the kernel's ephemeral range (outgoing
+    connections take ephemeral ports and could grab a port between this check and the bind)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(500):
+        base = rng.randrange(15000, low - size)
+        held: list[socket.socket] = []
+        try:
+            for p in range(base, base + size):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+        return base
+    raise RuntimeError("no block of free loopback ports")
+
+
+def run(cmd: list[str], **kw) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+
+
+def prepare(work: Path) -> dict[str, Path]:
+    """Task directory, replay inputs and the tiny model, made once and reused."""
+    bin_dir = Path(sys.executable).parent
+    tasks = work / "tasks" / "featdel-train"
+    if not (tasks / "tasks.jsonl").is_file():
+        run([str(bin_dir / "crf-prime"), "featdel", "generate", "--source", FEATDEL_SOURCE, "--max-tasks", "4",
+             "--out", str(tasks)])  # fmt: skip
+    eval_tasks = work / "tasks" / "featdel-eval"
+    if not eval_tasks.exists():
+        eval_tasks.symlink_to(tasks)
+    states, journal = work / "replay" / "states.jsonl", work / "replay" / "run" / "journal.jsonl"
+    if not journal.is_file():
+        sys.path.insert(0, str(REPO / "tests" / "traces"))
+        from replay_support import write_replay_inputs  # the tested fixture: 5 Claude Code states, 4 teachers
+
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        s, j, _ = write_replay_inputs(work / "replay")
+        shutil.move(j, journal)
+        assert s == states
+    model = work / "tiny-qwen2"
+    if not (model / "model.safetensors").is_file():
+        from tiny_model import build_tiny_model
+
+        build_tiny_model(model)
+    return {"tasks": tasks / "tasks.jsonl", "states": states, "journal": journal, "model": model}
+
+
+class Procs:
+    """The processes of one arm, each in its own session so that a stop reaches its children."""
+
+    def __init__(self, log_dir: Path, env: dict[str, str]) -> None:
+        self.log_dir, self.env, self.procs = log_dir, env, {}
+
+    def start(self, name: str, cmd: list[str], cwd: Path) -> subprocess.Popen:
+        log = open(self.log_dir / f"{name}.log", "w")  # noqa: SIM115 -- closed with the process
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.procs[name] = proc
+        return proc
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def marked_processes(marker: str) -> list[str]:
+    """Live processes carrying this run's marker in their environment (bwrap keeps its caller's environment)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (d / "environ").read_bytes():
+                cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append(f"{d.name} {cmdline[:120]}")
+        except OSError:
+            continue
+    return found
+
+
+def rehearse_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, timeout_s: float) -> dict:
+    run_name = f"rehearsal-{arm}"
+    out_root = work / "outputs"
+    base = free_port_block(12)
+    router, backend, zmq_port, env_base = base, base + 1, base + 2, base + 4
+    bin_dir = Path(sys.executable).parent
+    compose = [str(bin_dir / "rl")]
+    for f in ARMS[arm]:
+        compose += ["@", str(LADDER / f)]
+    compose += ["@", str(HERE / "cpu.toml"), "--model.name", str(inputs["model"]), "--output-dir", str(out_root),
+                "--run.name", run_name, "--max-steps", str(steps), "--no-monitors.wandb",
+                "--inference.server.port", str(router), "--inference.backend-port", str(backend),
+                "--orchestrator.model.client.base-url", f"http://localhost:{router}/v1",
+                "--rollout-transport.port", str(zmq_port), "--orchestrator.env-server-base-port", str(env_base),
+                "--clean", "--dry-run"]  # fmt: skip
+    marker = f"CRF_REHEARSAL_RUN={uuid.uuid4().hex}"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    env["CRF_REHEARSAL_RUN"] = marker.split("=", 1)[1]
+    env["PRL_RUN_ID"], env["PRL_RUN_NAME"] = uuid.uuid4().hex, run_name
+    if subprocess.run([sys.executable, "-c", "import flash_attn"], capture_output=True, env=env).returncode != 0:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE / "shims"), env.get("PYTHONPATH", "")) if p)
+    t0 = time.monotonic()
+    run(compose, cwd=work, env=env)
+    run_dir = out_root / run_name
+    cfg_dir = run_dir / "configs"
+    orch = json.loads((cfg_dir / "orchestrator.json").read_text())
+    hint_sources = [s["name"] for s in orch["train"]["source"] if s["algo"]["type"] == "opsd"]
+    log_dir = run_dir / "rehearsal-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    completions = log_dir / "completions.jsonl"
+    procs = Procs(log_dir, env)
+    status = "ok"
+    try:
+        procs.start("inference", [sys.executable, str(HERE / "inference_server.py"), "--model", str(inputs["model"]),
+                                  "--served-model-name", orch["model"]["name"], "--ports", str(router), str(backend),
+                                  "--tasks", str(inputs["tasks"]), "--states", str(inputs["states"]),
+                                  "--journal", str(inputs["journal"]), "--log", str(completions)], cwd=work)  # fmt: skip
+        for split in ("train", "eval"):
+            for cfg in sorted((cfg_dir / "envs" / split).glob("*.json")):
+                procs.start(f"env-{split}-{cfg.stem}", [str(bin_dir / "env-server"), "@", str(cfg)], cwd=work)
+        procs.start("orchestrator", [str(bin_dir / "orchestrator"), "@", str(cfg_dir / "orchestrator.json")], cwd=work)
+        trainer = procs.start("trainer", [sys.executable, str(HERE / "trainer.py"), str(cfg_dir / "trainer.json"),
+                                          "--completions", str(completions),
+                                          "--hint-sources", *hint_sources], cwd=work)  # fmt: skip
+        orchestrator = procs.procs["orchestrator"]
+        while True:
+            if trainer.poll() is not None and orchestrator.poll() is not None:
+                break
+            dead = [n for n, p in procs.procs.items() if p.poll() not in (None, 0)]
+            if dead:
+                status = f"failed: {', '.join(dead)} exited (see {log_dir})"
+                break
+            if trainer.poll() == 0 and orchestrator.poll() is None and time.monotonic() - t0 > timeout_s:
+                break
+            if time.monotonic() - t0 > timeout_s:
+                status = f"timeout after {timeout_s:.0f} s (see {log_dir})"
+                break
+            time.sleep(1)
+    finally:
+        procs.stop()
+    wall = time.monotonic() - t0
+    time.sleep(1)
+    leftovers = marked_processes(marker.split("=", 1)[1])
+    from report import arm_report
+
+    sources = [s["name"] for s in orch["train"]["source"]]
+    report = arm_report(run_dir, steps, sources, hint_sources, inputs)
+    report.update(arm=arm, status=status, wall_s=round(wall, 1), leftover_processes=leftovers)
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument(
+        "--steps", type=int, default=5, help="training steps per arm (the hint source of A2 first ships around step 3)"
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path(os.environ.get("CRF_REHEARSAL_WORK", Path.home() / ".cache/crf-prime/rehearsal-work")),
+    )
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per arm")
+    parser.add_argument("--report-only", action="store_true", help="re-read <work>/report.json's runs and print")
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))
+    from report import arm_report, print_report
+
+    if args.report_only:
+        saved = json.loads((args.work / "report.json").read_text())
+        inputs = prepare(args.work)
+        for old in saved["arms"]:
+            run_dir = args.work / "outputs" / f"rehearsal-{old['arm']}"
+            new = arm_report(run_dir, len(old["steps"]), old["sources"], old["hint_sources"], inputs)
+            old.update(new)
+        (args.work / "report.json").write_text(json.dumps(saved, indent=1))
+        return 0 if print_report(saved["arms"], saved["wall_s"]) else 1
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    inputs = prepare(args.work)
+    reports = [rehearse_arm(arm, inputs, args.work, args.steps, args.timeout) for arm in args.arms]
+    total = time.monotonic() - t0
+    (args.work / "report.json").write_text(json.dumps({"wall_s": round(total, 1), "arms": reports}, indent=1))
+    ok = print_report(reports, total)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""The rehearsal's checks and table, read from what prime-rl wrote (the orchestrator's file monitor:
+``rollouts/step_N/train/effective/traces.jsonl`` = the episodes of step N's training batch) and what the trainer
+stand-in wrote (``rehearsal/trainer_step_N.json``).
+
+Checks per arm and step: every source has rollouts in the batch; each Feature Deletion reward equals what our grader
+(``crf_prime.featdel.grade.grade_changes``) gives the same workspace, rebuilt here from the episode's edit calls;
+loss and loss metrics are finite; the step ran. A2: hint-source samples carry reference logprobs that differ from the
+sampling logprobs (computed with the hint); reported, not asserted (issue 12 measures them): the share of
+hint-distilled samples, the fraction of distilled tokens inside error turns, distilled samples with an empty hint.
+A3: replay rewards. After the arm: no process of the run (sandboxes included) is left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+_GRADES: dict[str, float] = {}
+PLANTED_AS: dict[str, set[str]] = {
+    "traceback": {"traceback"},
+    "unknown_tool": {"unknown_tool"},
+    "bad_json": {"invalid_json"},
+    "wrong_impl": {"failing_test"},
+    "failing_command": {"tool_error"},
+}
+"""Error the scripted policy planted -> the detector kinds (crf_prime.hints) that rightly report it (the detector reports
+a command that raises as a traceback, not also as a tool error). Any episode scored below 1 also has failing tests."""
+KINDS = ("traceback", "unknown_tool", "invalid_json", "failing_test", "tool_error")
+
+
+def _planted(trace: dict, completions: dict[tuple[int, ...], str | None]) -> set[str]:
+    """Detector kinds the episode should show, from the policy's log of its own completions."""
+    kinds = set()
+    for node in trace["nodes"]:
+        if node.get("message", {}).get("role") != "assistant":
+            continue
+        ids = tuple(node.get("token_ids") or ())
+        # a node's tokens are the rendered turn: the role header, then exactly the sampled completion
+        error = next((completions[ids[k:]] for k in range(min(len(ids), 32)) if ids[k:] in completions), None)
+        if error:
+            kinds |= PLANTED_AS[error]
+    if _reward(trace) < 1.0:
+        kinds.add("failing_test")
+    return kinds
+
+
+def _completions(run_dir: Path) -> dict[tuple[int, ...], str | None]:
+    path = run_dir / "rehearsal-logs" / "completions.jsonl"
+    table: dict[tuple[int, ...], str | None] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        rec = json.loads(line)
+        if "completion_ids" in rec:
+            table[tuple(rec["completion_ids"])] = rec["error"]
+    return table
+
+
+def detector_scores(run_dir: Path, steps: int) -> dict[str, dict[str, int]]:
+    """Per kind: episodes where the detector's sites (trace.info["hint_sites"]) match what the policy planted."""
+    completions = _completions(run_dir)
+    scores: dict[str, dict[str, int]] = {k: {"tp": 0, "fp": 0, "fn": 0} for k in KINDS}
+    seen: set[str] = set()
+    for step in range(1, steps + 1):
+        path = run_dir / "rollouts" / f"step_{step}" / "train" / "all" / "traces.jsonl"
+        for line in path.read_text().splitlines() if path.exists() else []:
+            episode = json.loads(line)
+            if episode["env"]["id"] != "feature-deletion":
+                continue
+            for trace in episode["traces"]:
+                if trace["id"] in seen or not trace.get("ok"):
+                    continue
+                seen.add(trace["id"])
+                planted = _planted(trace, completions)
+                found = {site["kind"] for site in (trace.get("info") or {}).get("hint_sites") or []}
+                for kind, score in scores.items():
+                    if kind in planted and kind in found:
+                        score["tp"] += 1
+                    elif kind in found:
+                        score["fp"] += 1
+                    elif kind in planted:
+                        score["fn"] += 1
+    return scores
+
+
+def _episodes(run_dir: Path, step: int) -> list[dict]:
+    path = run_dir / "rollouts" / f"step_{step}" / "train" / "effective" / "traces.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _reward(trace: dict) -> float:
+    return sum(r["score"] * r.get("weight", 1.0) for r in trace.get("rewards", {}).values())
+
+
+def _rebuilt_changes(row, trace: dict) -> dict[str, str | None]:
+    """The agent's workspace edits, replayed from its successful ``edit`` calls (the scripted policy's bash commands
+    do not write files)."""
+    files = dict(row.broken_files)
+    nodes = [n["message"] for n in trace["nodes"] if "message" in n]
+    results = {m.get("tool_call_id"): m.get("content") or "" for m in nodes if m.get("role") == "tool"}
+    for m in nodes:
+        for call in m.get("tool_calls") or []:
+            if call["name"] != "edit" or not str(results.get(call["id"], "")).startswith(("edited", "wrote")):
+                continue
+            args = json.loads(call["arguments"])
+            path, old, new = args["path"], args["old_str"], args["new_str"]
+            text = files.get(path)
+            if text is None:
+                from pathlib import PurePosixPath
+
+                raise ValueError(f"edit outside the snapshot's files: {PurePosixPath(path)}")
+            files[path] = new if old == "" else text.replace(old, new, 1)
+    return {p: t for p, t in files.items() if t != row.broken_files[p]}
+
+
+def _regrade(rows: dict, task_dir: Path, trace: dict) -> float:
+    from crf_prime.featdel.grade import grade_changes
+    from crf_prime.featdel.runner import make_sandbox
+
+    row = rows[trace["task"]["data"]["name"]]
+    changes = _rebuilt_changes(row, trace)
+    key = hashlib.sha256(json.dumps([row.task_id, sorted(changes.items())]).encode()).hexdigest()
+    if key not in _GRADES:
+        _GRADES[key] = grade_changes(row, task_dir, changes, sandbox=make_sandbox(wall_seconds=120)).score
+    return _GRADES[key]
+
+
+def arm_report(run_dir: Path, steps: int, sources: list[str], hint_sources: list[str], inputs: dict[str, Path]) -> dict:
+    from crf_prime.featdel.models import FeatdelTask
+
+    tasks = inputs["tasks"]
+    rows = {}
+    for line in tasks.read_text().splitlines():
+        row = FeatdelTask.model_validate_json(line)
+        rows[row.task_id] = row
+    out = []
+    for step in range(1, steps + 1):
+        f = run_dir / "rehearsal" / f"trainer_step_{step}.json"
+        trainer = json.loads(f.read_text()) if f.exists() else None
+        per_source: dict[str, dict] = {}
+        regrade = {"checked": 0, "equal": 0, "mismatches": []}
+        hints = {"samples": 0, "empty": 0, "site_kinds": {}}
+        for episode in _episodes(run_dir, step):
+            for trace in episode["traces"]:
+                source = episode["env"]["name"]
+                src = per_source.setdefault(source, {"rollouts": 0, "rewards": []})
+                src["rollouts"] += 1
+                src["rewards"].append(round(_reward(trace), 4))
+                if episode["env"]["id"] == "feature-deletion":
+                    regrade["checked"] += 1
+                    again = _regrade(rows, tasks.parent, trace)
+                    if abs(again - _reward(trace)) < 1e-9:
+                        regrade["equal"] += 1
+                    else:
+                        regrade["mismatches"].append(
+                            {"episode": episode["id"], "reward": _reward(trace), "grader": again}
+                        )
+                if source in hint_sources:
+                    hints["samples"] += 1
+                    hints["empty"] += int(not (trace.get("info") or {}).get("hint"))
+                    for site in (trace.get("info") or {}).get("hint_sites") or []:
+                        hints["site_kinds"][site["kind"]] = hints["site_kinds"].get(site["kind"], 0) + 1
+        out.append({"step": step, "sources": per_source, "regrade": regrade, "hints": hints, "trainer": trainer})
+    scoring = [json.loads(x) for x in (run_dir / "rehearsal-logs" / "completions.jsonl").read_text().splitlines()]
+    scoring = [r for r in scoring if r.get("score")]
+    orch = json.loads((run_dir / "configs" / "orchestrator.json").read_text())
+    prefixes = tuple(
+        src["algo"]["template"].split("{demonstration}")[0]
+        for src in orch["train"]["source"]
+        if src["name"] in hint_sources
+    )
+    return {
+        "scoring_calls": len(scoring),
+        "scoring_calls_with_hint_block": sum(
+            bool(prefixes) and r["system_head"].removeprefix("<|im_start|>system\n").startswith(prefixes)
+            for r in scoring
+        ),
+        "steps": out,
+        "sources": sources,
+        "hint_sources": hint_sources,
+        "detector": detector_scores(run_dir, steps),
+    }
+
+
+def _checks(report: dict) -> list[str]:
+    """Failed checks of one arm (empty: all passed)."""
+    failed = []
+    if report["status"] != "ok":
+        failed.append(report["status"])
+    if report["leftover_processes"]:
+        failed.append(f"processes left behind: {report['leftover_processes']}")
+    if report["hint_sources"] and not report["scoring_calls_with_hint_block"]:
+        failed.append("no opsd scoring call carried the hint template (reference logprobs not computed with the hint)")
+    trained = {s for row in report["steps"] for s in ((row["trainer"] or {}).get("samples_per_source") or {})}
+    for source in report["sources"]:
+        if source not in trained:
+            failed.append(f"source {source}: no sample reached the trainer in {len(report['steps'])} steps")
+    for row in report["steps"]:
+        step, trainer = row["step"], row["trainer"]
+        if trainer is None:
+            failed.append(f"step {step}: the trainer stand-in did not run it")
+            continue
+        if not trainer["finite"]:
+            failed.append(f"step {step}: non-finite loss or metric")
+        if not row["sources"]:
+            failed.append(f"step {step}: no rollouts in the batch")
+        if row["regrade"]["mismatches"]:
+            failed.append(f"step {step}: reward differs from the grader: {row['regrade']['mismatches']}")
+        hint_tokens = trainer["distill"]["tokens"]
+        if (
+            report["hint_sources"]
+            and trainer["distill"]["samples"]
+            and not trainer["distill"]["ref_differs_from_inference"]
+        ):
+            failed.append(
+                f"step {step}: hint-source reference logprobs equal the sampling logprobs ({hint_tokens} tokens)"
+            )
+    return failed
+
+
+def print_report(reports: list[dict], total_s: float) -> bool:
+    ok = True
+    for report in reports:
+        print(f"\n== arm {report['arm']}: {report['status']}, wall {report['wall_s']:.0f} s, "
+              f"processes left: {len(report['leftover_processes'])}")  # fmt: skip
+        header = "step | rollouts per source | mean reward per source | reward = grader | loss | finite"
+        if report["hint_sources"]:
+            header += " | hint-distilled share | distilled tokens in error turns | empty hints | ref≠sampling tokens"
+        header += " | replay rewards" if any("replay" in r["sources"] for r in report["steps"]) else ""
+        print(header)
+        for row in report["steps"]:
+            t = row["trainer"] or {}
+            src = row["sources"]
+            cells = [
+                str(row["step"]),
+                ", ".join(f"{s}={v['rollouts']}" for s, v in sorted(src.items())),
+                ", ".join(f"{s}={sum(v['rewards']) / len(v['rewards']):.2f}" for s, v in sorted(src.items())),
+                f"{row['regrade']['equal']}/{row['regrade']['checked']}",
+                f"{t.get('loss', float('nan')):.4f}",
+                str(t.get("finite")),
+            ]
+            if report["hint_sources"]:
+                samples = t.get("samples_per_source", {})
+                total = sum(samples.values()) or 1
+                distilled = sum(samples.get(s, 0) for s in report["hint_sources"])
+                d = t.get("distill", {})
+                inside = d.get("tokens_in_error_turns", 0)
+                cells += [
+                    f"{distilled}/{total} = {distilled / total:.0%}",
+                    f"{inside}/{d.get('tokens', 0)} = {inside / max(d.get('tokens', 0), 1):.0%}"
+                    + (f" ({d['tokens_unattributed']} unattributed)" if d.get("tokens_unattributed") else ""),
+                    f"{row['hints']['empty']}/{row['hints']['samples']}",
+                    str(d.get("ref_differs_from_inference", 0)),
+                ]
+            if "replay" in src:
+                cells.append(" ".join(f"{x:g}" for x in src["replay"]["rewards"]))
+            print(" | ".join(cells))
+        if report["hint_sources"]:
+            print(
+                f"opsd scoring calls to the inference server: {report['scoring_calls']}, of which "
+                f"{report['scoring_calls_with_hint_block']} start with the arm's hint template as a system message"
+            )
+            print("error-site detector on this arm's Feature Deletion episodes (per episode, planted vs found):")
+            for kind, sc in report["detector"].items():
+                prec = sc["tp"] / (sc["tp"] + sc["fp"]) if sc["tp"] + sc["fp"] else float("nan")
+                rec = sc["tp"] / (sc["tp"] + sc["fn"]) if sc["tp"] + sc["fn"] else float("nan")
+                print(f"  {kind}: precision {prec:.2f} recall {rec:.2f} (tp {sc['tp']}, fp {sc['fp']}, fn {sc['fn']})")
+        failed = _checks(report)
+        for f in failed:
+            print(f"FAILED: {f}")
+        ok = ok and not failed
+    print(f"\ntotal wall time {total_s:.0f} s; {'all checks passed' if ok else 'CHECKS FAILED'}")
+    return ok

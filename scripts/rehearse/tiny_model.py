@@ -1,0 +1,92 @@
+"""A tiny Qwen2 policy on disk for the CPU rehearsal: byte-level BPE (~300 merges) + a 2-layer Qwen2ForCausalLM.
+
+The tokenizer carries the special tokens prime-rl's ``qwen3`` renderer looks up (``<|im_start|>``, ``<tool_call>``,
+...), so the orchestrator and the env server render, bridge and parse tool calls exactly as for a Qwen3 model. No hub
+download: trained in-process from a small corpus of chat, code and tool-call text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+]
+
+# ChatML, as the Qwen family writes it; the qwen3 renderer does not read it, transformers' apply_chat_template does.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+_CORPUS = [
+    "def camelize(string, uppercase_first_letter=True):\n    return string\n",
+    "import re\n\nfor name in names:\n    if name.startswith('_'):\n        continue\n",
+    '{"name": "edit", "arguments": {"path": "inflection/__init__.py", "old_str": "", "new_str": "x"}}',
+    '{"name": "bash", "arguments": {"command": "python -m pytest -q"}}',
+    '{"name": "submit", "arguments": {"summary": "done"}}',
+    "Re-implement the deleted feature so that the tests pass. error: unknown tool; invalid JSON",
+    'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\nModuleNotFoundError\n',
+    "The quick brown fox jumps over the lazy dog. You are a helpful assistant.",
+]
+
+
+def build_tiny_model(out: Path, *, vocab_size: int = 320, seed: int = 0) -> Path:
+    """Write tokenizer + config + random weights to ``out`` (a directory usable as ``model.name``)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    out.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS[1:],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out)
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(fast),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=fast.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=fast.convert_tokens_to_ids("<|endoftext|>"),
+    )
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(out)
+    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": config.eos_token_id}))
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(build_tiny_model(Path(sys.argv[1])))

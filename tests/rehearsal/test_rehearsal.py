@@ -1,0 +1,88 @@
+"""Opt-in: the CPU rehearsal of a real prime-rl run (scripts/rehearse/run.sh) for ladder arms A0, A2 and A3.
+
+prime-rl's own orchestrator and env-server processes run from the checkout at ``CRF_PRIME_RL_SRC`` in a venv built
+from its ``uv.lock`` (verifiers from ``CRF_VERIFIERS_SRC``, the commit prime-rl pins); the inference server and the
+trainer are CPU stand-ins speaking prime-rl's protocols. Takes several minutes (more on a loaded machine); the venv is
+built once under ``~/.cache/crf-prime/rehearsal-venv`` (``CRF_REHEARSAL_VENV``).
+
+    CRF_PRIME_RL_SRC=/path/to/prime-rl CRF_VERIFIERS_SRC=/path/to/verifiers pytest tests/rehearsal -m prime_rl
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.prime_rl, pytest.mark.slow, pytest.mark.bwrap]
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    verifiers_src = os.environ.get("CRF_VERIFIERS_SRC")
+    if not verifiers_src or not (Path(verifiers_src) / "verifiers" / "v1").is_dir():
+        pytest.skip("needs CRF_VERIFIERS_SRC: the verifiers checkout prime-rl pins (its deps/verifiers)")
+    work = tmp_path_factory.mktemp("rehearsal")
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "rehearse" / "run.sh"), "--work", str(work), "--steps", "5"],
+        capture_output=True,
+        text=True,
+        timeout=5400,
+    )
+    report_path = work / "report.json"
+    assert report_path.is_file(), f"no report (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    report = json.loads(report_path.read_text())
+    report["returncode"], report["stdout"] = proc.returncode, proc.stdout
+    return report
+
+
+def _arm(report: dict, name: str) -> dict:
+    return next(a for a in report["arms"] if a["arm"] == name)
+
+
+@pytest.mark.timeout(5400)
+def test_rehearsal_passes_its_checks(rehearsal: dict) -> None:
+    assert rehearsal["returncode"] == 0, rehearsal["stdout"][-4000:]
+    assert "all checks passed" in rehearsal["stdout"]
+    assert [a["arm"] for a in rehearsal["arms"]] == ["a0", "a2", "a3"]
+
+
+@pytest.mark.timeout(5400)
+@pytest.mark.parametrize("arm", ["a0", "a2", "a3"])
+def test_each_arm_trains_five_steps_on_graded_rollouts(rehearsal: dict, arm: str) -> None:
+    report = _arm(rehearsal, arm)
+    assert report["status"] == "ok"
+    assert report["leftover_processes"] == []
+    assert [row["step"] for row in report["steps"]] == [1, 2, 3, 4, 5]
+    assert sum(row["regrade"]["checked"] for row in report["steps"]) > 0
+    for row in report["steps"]:
+        trainer = row["trainer"]
+        assert trainer is not None and trainer["finite"], row
+        assert sum(trainer["samples_per_source"].values()) > 0
+        # the trainer stand-in runs the broadcast weights the inference stand-in sampled with
+        assert trainer["mismatch_abs_max"] < 1e-2
+        assert row["regrade"]["equal"] == row["regrade"]["checked"], row["regrade"]["mismatches"]
+
+
+@pytest.mark.timeout(5400)
+def test_a2_hint_source_is_distilled_against_hint_conditioned_logprobs(rehearsal: dict) -> None:
+    report = _arm(rehearsal, "a2")
+    assert report["hint_sources"] == ["featdel-hints"]
+    distilled = [row["trainer"]["distill"] for row in report["steps"]]
+    assert sum(d["samples"] for d in distilled) > 0
+    assert all(d["ref_differs_from_inference"] > 0 for d in distilled if d["samples"])
+    assert sum(row["hints"]["samples"] for row in report["steps"]) > 0
+
+
+@pytest.mark.timeout(5400)
+def test_a3_replay_source_is_rewarded_by_teacher_agreement(rehearsal: dict) -> None:
+    report = _arm(rehearsal, "a3")
+    rewards = [r for row in report["steps"] for r in row["sources"].get("replay", {}).get("rewards", [])]
+    assert rewards, "no replay rollouts reached the trainer"
+    assert all(0.0 <= r <= 1.0 for r in rewards)
+    assert len(set(rewards)) > 1, f"replay rewards do not vary: {rewards}"
