@@ -86,7 +86,8 @@ def test_project_gadgets_and_references_to_them() -> None:
     allowed = project_modules(original, (".",))
     gadgets = project_gadgets(original, allowed)
     assert gadgets == {"_restore"}  # a dunder only describes an object the function already holds
-    added = added_violations("", GADGET_FORGE.replace("_restore_curry", "_restore"), allowed, gadgets)
+    text = original["pkg/m.py"]
+    added = added_violations(text, text + GADGET_FORGE.replace("_restore_curry", "_restore"), allowed, gadgets)
     assert [v.rule for v in added] == ["reference to project function '_restore' that imports or looks up by name"]
     assert [v.rule for v in added_violations("", "from pkg.m import _restore\n", allowed, gadgets)] == [
         "reference to project function '_restore' that imports or looks up by name"
@@ -148,7 +149,12 @@ def f(obj, key="x"):
     obj.__class__.__name__, type(obj).__qualname__, obj.__eq__(obj), f.__wrapped__ if hasattr(f, key) else None
     return getattr(obj, "x", None), sys.version_info, functools.reduce(max, [1, 2]), names
 '''
-    assert _rules(source, frozenset()) == []
+    assert _rules(source, frozenset({"sys", "sys.version_info"})) == []
+    # sys is outside the safe stdlib: importable only as the original imports it, members only as the original uses
+    assert _rules(source, frozenset()) == [
+        "import of 'sys' (standard-library module outside the allow-list, not imported by the original)",
+        "member the original project does not use, of a module outside the allow-list 'version_info'",
+    ]
 
 
 def test_syntax_error_is_not_a_hack() -> None:
