@@ -272,6 +272,44 @@ def _module_aliases(tree: ast.AST) -> dict[str, str]:
     return out
 
 
+def _from_imports(tree: ast.AST) -> dict[str, str]:
+    """Local name -> ``module.member`` for every absolute ``from module import member [as name]``, bound once."""
+    out: dict[str, str] = {}
+    seen: Counter[str] = Counter()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for a in node.names:
+                out[a.asname or a.name] = f"{node.module}.{a.name}"
+    for name in _bound_names_counted(tree):
+        seen[name] += 1
+    return {k: v for k, v in out.items() if seen[k] == 1}  # rebound anywhere else: not trusted
+
+
+def _single_assignments(tree: ast.AST) -> dict[str, ast.expr]:
+    """Name -> value for names bound exactly once in the whole module, by a plain ``name = value``."""
+    counts = Counter(_bound_names_counted(tree))
+    out: dict[str, ast.expr] = {}
+    for node in ast.walk(tree):
+        single = isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        if single and counts[node.targets[0].id] == 1:
+            out[node.targets[0].id] = node.value
+    return out
+
+
+def _bound_names_counted(tree: ast.AST) -> list[str]:
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            out.append(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.append(node.name)
+        elif isinstance(node, ast.arg):
+            out.append(node.arg)
+        elif isinstance(node, ast.alias):
+            out.append(node.asname or node.name.split(".")[0])
+    return out
+
+
 class _Checker(ast.NodeVisitor):
     def __init__(
         self,
@@ -285,12 +323,17 @@ class _Checker(ast.NodeVisitor):
         *,
         own: frozenset[str] = frozenset(),
         bound: frozenset[str] | None = None,
+        tree: ast.AST | None = None,
     ) -> None:
         self.source = source
+        self.segment = _Segments(source)
         self.gadgets = gadgets  # project functions that import or look up attributes by name
         self.contexts = contexts or {}
         self.docs = docs
         self.aliases = dict(aliases or {})  # local name -> module it is bound to
+        self.from_imports = _from_imports(tree) if tree is not None else {}  # local name -> "module.member"
+        self.single_assigned = _single_assignments(tree) if tree is not None else {}
+        self._resolving: set[str] = set()
         self.allowed = allowed_modules  # modules (and module.member names) the original imports or uses
         self.own = own  # the project's own top-level modules: every member allowed
         self.stdlib = stdlib
@@ -299,7 +342,7 @@ class _Checker(ast.NodeVisitor):
         self._direct_calls: set[int] = set()  # ids of Name/Attribute nodes that are the func of a checked Call
 
     def flag(self, rule: str, node: ast.AST) -> None:
-        code = ast.get_source_segment(self.source, node) or ast.unparse(node)
+        code = self.segment(node) or ast.unparse(node)
         context = self.contexts.get(id(node), "")
         self.out.append(Violation(rule, " ".join(code.split())[:160], getattr(node, "lineno", 0), context))
 
@@ -403,13 +446,44 @@ class _Checker(ast.NodeVisitor):
             root = root.value
         return isinstance(root, ast.Name) and self.aliases.get(root.id, "").split(".")[0] in self.stdlib
 
+    def literal_text(self, node: ast.expr) -> str | None:
+        """The text a format-string expression certainly has: a string literal, literals joined with ``+``,
+        ``.strip()``-family calls on one, or ``textwrap.dedent`` of one; None when computed otherwise."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in self.single_assigned and node.id not in self._resolving:
+            self._resolving.add(node.id)  # a self-referencing value ends here
+            try:
+                return self.literal_text(self.single_assigned[node.id])
+            finally:
+                self._resolving.discard(node.id)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            left = self.literal_text(node.left)  # only numeric %-conversions: digits cannot add fields or names
+            numeric = left is not None and re.fullmatch(r"(?:[^%]|%%|%[-+ #0]*\d*(?:\.\d+)?[diouxXeEfFgG])*", left)
+            return re.sub(r"%[-+ #0]*\d*(?:\.\d+)?[diouxXeEfFgG]", "0", left) if numeric else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = self.literal_text(node.left), self.literal_text(node.right)
+            return None if left is None or right is None else left + right
+        if not isinstance(node, ast.Call) or node.keywords:
+            return None
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in ("strip", "lstrip", "rstrip") and not node.args:
+            return self.literal_text(func.value)
+        dedent = (isinstance(func, ast.Name) and self.from_imports.get(func.id) == "textwrap.dedent") or (
+            isinstance(func, ast.Attribute)
+            and func.attr == "dedent"
+            and isinstance(func.value, ast.Name)
+            and self.aliases.get(func.value.id) == "textwrap"
+        )
+        return self.literal_text(node.args[0]) if dedent and len(node.args) == 1 else None
+
     def check_format(self, node: ast.Attribute) -> None:
         """``str.format`` resolves ``{0.attr}`` fields by name: only literal format strings, with allowed fields."""
-        value = node.value
-        if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+        text = self.literal_text(node.value)
+        if text is None:
             self.flag(f"{node.attr}() on a computed format string (its fields look attributes up by name)", node)
             return
-        for name in _format_fields(value.value):
+        for name in _format_fields(text):
             problem = _attr_name_problem(name) or ("" if name.isidentifier() else "non-identifier attribute")
             if problem:
                 self.flag(f"format field of {problem} {name!r}", node)
@@ -510,16 +584,37 @@ def _docstring_nodes(tree: ast.AST) -> frozenset[int]:
     return frozenset(out)
 
 
+class _Segments:
+    """``ast.get_source_segment`` with the source split once (the stdlib splits it again on every call)."""
+
+    def __init__(self, source: str) -> None:
+        self.lines = [ln.encode() for ln in re.split(r"(?<=\r\n)|(?<=\r)(?!\n)|(?<=\n)", source)]
+
+    def __call__(self, node: ast.AST) -> str | None:
+        try:
+            l0, l1 = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
+            c0, c1 = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+        except AttributeError:
+            return None
+        if l1 is None or c1 is None:
+            return None
+        if l0 == l1:
+            return self.lines[l0][c0:c1].decode()
+        parts = [self.lines[l0][c0:], *self.lines[l0 + 1 : l1], self.lines[l1][:c1]]
+        return b"".join(parts).decode()
+
+
 def _contexts(tree: ast.AST, source: str) -> dict[int, str]:
     """id(node) -> source of its innermost enclosing function, else of its innermost statement outside functions."""
     out: dict[int, str] = {}
+    segment = _Segments(source)
     stack: list[tuple[ast.AST, str, bool]] = [(tree, "", False)]
     while stack:
         node, current, in_def = stack.pop()
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            current, in_def = "def " + (ast.get_source_segment(source, node) or ast.unparse(node)), True
+            current, in_def = "def " + (segment(node) or ast.unparse(node)), True
         elif isinstance(node, ast.stmt) and not in_def:
-            current = ast.get_source_segment(source, node) or ast.unparse(node)
+            current = segment(node) or ast.unparse(node)
         out[id(node)] = current
         stack.extend((child, current, in_def) for child in ast.iter_child_nodes(node))
     return out
@@ -592,6 +687,7 @@ def violations(
         _contexts(tree, text),
         own=own,
         bound=_bound_names(tree) | known_names,
+        tree=tree,
     )
     checker.visit(tree)
     return checker.out
