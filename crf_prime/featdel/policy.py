@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
+import importlib
 import io
 import re
 import sys
 import tokenize
+import types
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -185,6 +188,17 @@ class Violation:
     def key(self) -> tuple[str, str, str]:
         """Position-free identity, used to excuse what the snapshot file already contained."""
         return self.rule, self.context, self.code
+
+
+@functools.cache
+def _reexported_module(module: str, attr: str) -> str:
+    """Name of the module object ``module.attr`` is, for a safe stdlib module ('' when it is no module):
+    ``posixpath.sys`` is :mod:`sys`, reached without importing it."""
+    try:
+        value = getattr(importlib.import_module(module), attr, None)
+    except ImportError:
+        return ""
+    return value.__name__ if isinstance(value, types.ModuleType) else ""
 
 
 def _is_safe_module(name: str) -> bool:
@@ -361,7 +375,12 @@ class _Checker(ast.NodeVisitor):
         if attr.startswith("_") and not attr.startswith("__"):
             kind = "a standard-library module" if top in self.stdlib else "a module outside the project"
             return f"private member of {kind}"
-        if _is_safe_module(module) or full in self.allowed or _is_safe_module(full):
+        if _is_safe_module(module):
+            target = _reexported_module(module, attr)
+            if target and not _is_safe_module(target) and target not in self.allowed:
+                return f"module {target!r} reached through a safe module's attribute"
+            return ""
+        if full in self.allowed or _is_safe_module(full):
             return ""
         return "member the original project does not use, of a module outside the allow-list"
 
