@@ -249,10 +249,19 @@ def _format_fields(text: str) -> list[str]:
     return out
 
 
+def _nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` (walked once per tree, kept on the tree object: never shared between parses)."""
+    cached = getattr(tree, "_crf_nodes", None)
+    if cached is None:
+        cached = list(ast.walk(tree))
+        tree._crf_nodes = cached  # type: ignore[attr-defined]
+    return cached
+
+
 def _bound_names(tree: ast.AST) -> frozenset[str]:
     """Every name the module binds anywhere (assignments, defs, parameters, imports, handlers, patterns)."""
     out: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
             out.add(node.id)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -272,14 +281,14 @@ def _unbound_loads(tree: ast.AST) -> frozenset[str]:
     """Names loaded but bound nowhere in the module (builtins, or names a star import provides)."""
     bound = _bound_names(tree)
     return frozenset(
-        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in bound
+        n.id for n in _nodes(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in bound
     )
 
 
 def _module_aliases(tree: ast.AST) -> dict[str, str]:
     """Local name -> module for every ``import`` (``import a.b`` binds ``a``; ``import a.b as c`` binds ``a.b``)."""
     out: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
@@ -290,7 +299,7 @@ def _from_imports(tree: ast.AST) -> dict[str, str]:
     """Local name -> ``module.member`` for every absolute ``from module import member [as name]``, bound once."""
     out: dict[str, str] = {}
     seen: Counter[str] = Counter()
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             for a in node.names:
                 out[a.asname or a.name] = f"{node.module}.{a.name}"
@@ -303,7 +312,7 @@ def _single_assignments(tree: ast.AST) -> dict[str, ast.expr]:
     """Name -> value for names bound exactly once in the whole module, by a plain ``name = value``."""
     counts = Counter(_bound_names_counted(tree))
     out: dict[str, ast.expr] = {}
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         single = isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
         if single and counts[node.targets[0].id] == 1:
             out[node.targets[0].id] = node.value
@@ -312,7 +321,7 @@ def _single_assignments(tree: ast.AST) -> dict[str, ast.expr]:
 
 def _bound_names_counted(tree: ast.AST) -> list[str]:
     out: list[str] = []
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
             out.append(node.id)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -595,7 +604,7 @@ class _Checker(ast.NodeVisitor):
 def _docstring_nodes(tree: ast.AST) -> frozenset[int]:
     """ids of docstring Constant nodes (prose, never judged)."""
     out = set()
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
@@ -761,7 +770,7 @@ def project_modules(original: Mapping[str, str], roots: Iterable[str]) -> frozen
             continue
         tree = parsed[1]
         aliases = _module_aliases(tree)
-        for node in ast.walk(tree):
+        for node in _nodes(tree):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
