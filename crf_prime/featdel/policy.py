@@ -292,6 +292,14 @@ def _module_aliases(tree: ast.AST) -> dict[str, str]:
         if isinstance(node, ast.Import):
             for a in node.names:
                 out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for a in node.names:  # ``from os import path``: a module bound by a from-import
+                full = f"{node.module}.{a.name}"
+                target = full if full in SAFE_STDLIB else ""
+                if not target and _is_safe_module(node.module):
+                    target = _reexported_module(node.module, a.name)
+                if target:
+                    out[a.asname or a.name] = target
     return out
 
 
@@ -363,6 +371,7 @@ class _Checker(ast.NodeVisitor):
         self.bound = bound  # names the module binds (plus names the original already loads); None = not judged
         self.out: list[Violation] = []
         self._direct_calls: set[int] = set()  # ids of Name/Attribute nodes that are the func of a checked Call
+        self._attribute_bases: set[int] = set()  # ids of nodes that are the ``.value`` of an Attribute
 
     def flag(self, rule: str, node: ast.AST) -> None:
         code = self.segment(node) or ast.unparse(node)
@@ -404,6 +413,8 @@ class _Checker(ast.NodeVisitor):
             self.flag("star import (the names it binds are invisible to the scan)", node)
             return
         absolute = node.module if node.level == 0 and node.module else ""
+        if absolute and all(f"{absolute}.{a.name}" in SAFE_STDLIB for a in node.names):
+            return  # ``from os import path``: safe submodules only
         if absolute:
             why = _denied_module(absolute, self.allowed, self.stdlib)
             if why:
@@ -448,12 +459,15 @@ class _Checker(ast.NodeVisitor):
             and name not in SAFE_BUILTINS
         ):
             self.flag(f"name {name!r} is neither bound in the module nor an allowed builtin", node)
+        elif isinstance(node.ctx, ast.Load) and name in self.aliases and id(node) not in self._attribute_bases:
+            self.flag(f"module {name!r} used as a value (its members are judged only as attribute accesses)", node)
         elif loaded:
             self.gadget(name, node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         problem = _attr_name_problem(node.attr)
-        module = self.aliases.get(node.value.id) if isinstance(node.value, ast.Name) else None
+        self._attribute_bases.add(id(node.value))
+        module = self.module_of(node.value)
         if not problem and module is not None:
             problem = self.member_problem(module, node.attr)
         if problem:
@@ -504,6 +518,20 @@ class _Checker(ast.NodeVisitor):
             and self.aliases.get(func.value.id) == "textwrap"
         )
         return self.literal_text(node.args[0]) if dedent and len(node.args) == 1 else None
+
+    def module_of(self, expr: ast.expr) -> str | None:
+        """The module ``expr`` certainly is (an import alias, or a submodule / re-exported module reached from one)."""
+        if isinstance(expr, ast.Name):
+            return self.aliases.get(expr.id)
+        if not isinstance(expr, ast.Attribute):
+            return None
+        parent = self.module_of(expr.value)
+        if parent is None:
+            return None
+        full = f"{parent}.{expr.attr}"
+        if full in SAFE_STDLIB:
+            return full
+        return (_reexported_module(parent, expr.attr) or None) if _is_safe_module(parent) else None
 
     def check_format(self, node: ast.Attribute) -> None:
         """``str.format`` resolves ``{0.attr}`` fields by name: only literal format strings, with allowed fields."""
