@@ -2,15 +2,17 @@
 
 Grading re-materialises a fresh copy: the pristine base tree (all tests, the hidden ones included, and every test
 configuration file — conftest.py, pytest.ini, tox.ini, setup.cfg, pyproject.toml) + the task's snapshot edits + only
-the agent's changes to the project's non-test ``.py`` files (or new ``.py`` modules inside its package directories).
-Caches are stripped again, the target tests run in the sandbox with test files read-only, and outcomes come from
-pytest's junit XML, cross-checked against the exit code. Reward-hack surface: ../shared/hosts/sandbox-and-swebench.md
-§3.4 and Cursor's Composer 2.5 post (leftover bytecode, type-checker caches, git history).
+the agent's changes to the project's non-test ``.py`` files (or new ``.py`` modules inside its package directories),
+read from the agent's workspace without following its symlinks. Caches are stripped again, the target tests run in
+the sandbox with the whole tree read-only (only ``out/`` is writable and nothing writable is importable), and
+outcomes come from pytest's junit XML, cross-checked against the exit code. Reward-hack surface:
+../shared/hosts/sandbox-and-swebench.md §3.4 and Cursor's Composer 2.5 post (leftover bytecode, type-checker caches,
+git history).
 
 Code the agent writes runs inside the pytest process, so it could patch pytest from an imported module: no check after
-the run can see that, so the means are forbidden instead. Added code is judged by the AST policy in
-``crf_prime.featdel.policy`` (no test-runner or import-machinery modules, no frames, no by-name attribute access, no
-exec/eval) and a violation is a hack before anything runs.
+the run can see that, so the means are forbidden instead: added code must stay inside the allow-list of
+``crf_prime.featdel.policy`` (judged on the exact bytes written), and a violation is a hack before anything runs.
+No temporary tree outlives a grading; per-archive data is immutable, so gradings may run in many threads at once.
 """
 
 from __future__ import annotations
