@@ -135,3 +135,25 @@ def test_source_encoding_trick_scores_zero_and_works_without_the_policy(case, tr
     assert "_enc.py:1: source encoding 'unicode_escape' (only UTF-8 source is allowed)" in scanned.hack
     unscanned = grade_tree(task, task_dir, tree, scan=False)
     assert unscanned.score == 1.0
+
+
+def test_modules_written_to_writable_places_are_not_importable(case, tree: Path) -> None:
+    """Even with the policy off, a module written to /tmp, $HOME or out/ at run time cannot be imported plainly."""
+    task_dir, task = case
+    forge = "import _py" + "test.reports as _r\n" + PATCH
+    code = (
+        "import os as _os\n"
+        "for _d in ('/tmp', _os.environ.get('HOME', '/tmp'), _os.path.join(_os.getcwd(), '..', 'out')):\n"
+        "    try:\n"
+        "        with open(_os.path.join(_d, '_crf_planted.py'), 'w') as _f:\n"
+        f"            _f.write({forge!r})\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "import _crf_planted  # noqa: E402,F401\n"
+    )
+    init = tree / _init(task)
+    init.write_text(init.read_text() + "\n" + code)
+    result = grade_tree(task, task_dir, tree, scan=False)
+    # the control is "tmp-module-via-posixpath-sys": the same write to /tmp, imported after a sys.path change the
+    # policy forbids, scores 1.0 with the policy off; without that change nothing writable is on sys.path
+    assert result.score == 0.0 and result.hack == ""
