@@ -316,15 +316,55 @@ def _from_imports(tree: ast.AST) -> dict[str, str]:
     return {k: v for k, v in out.items() if seen[k] == 1}  # rebound anywhere else: not trusted
 
 
-def _single_assignments(tree: ast.AST) -> dict[str, ast.expr]:
-    """Name -> value for names bound exactly once in the whole module, by a plain ``name = value``."""
-    counts = Counter(_bound_names_counted(tree))
-    out: dict[str, ast.expr] = {}
-    for node in _nodes(tree):
-        single = isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-        if single and counts[node.targets[0].id] == 1:
-            out[node.targets[0].id] = node.value
-    return out
+_SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _binding_names(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        return [node.id]
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [node.name]
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    if isinstance(node, ast.alias):
+        return [node.asname or node.name.split(".")[0]]
+    if isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+        return [node.name]
+    if isinstance(node, ast.Global | ast.Nonlocal):
+        return [*node.names, *node.names]  # rebound from elsewhere: never "bound once"
+    return []
+
+
+class _Scopes:
+    """Per scope (module, function, class, lambda): names bound exactly once by a plain ``name = value``, and the
+    scope of every Name node, so ``fmt = "..." ; fmt.format(x)`` resolves inside one function."""
+
+    def __init__(self, tree: ast.AST) -> None:
+        self.scope_of: dict[int, int] = {}
+        counts: Counter[tuple[int, str]] = Counter()
+        assigns: dict[tuple[int, str], ast.expr] = {}
+        stack: list[tuple[ast.AST, int]] = [(tree, id(tree))]
+        while stack:
+            node, scope = stack.pop()
+            self.scope_of[id(node)] = scope
+            for name in _binding_names(node):
+                # a def/class name binds in the enclosing scope; parameters in the function's own scope
+                counts[(scope, name)] += 1
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                assigns[(scope, node.targets[0].id)] = node.value
+            inner = id(node) if isinstance(node, _SCOPES) else scope
+            stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+        self.module = id(tree)
+        self.counts = counts
+        self.single = {k: v for k, v in assigns.items() if counts[k] == 1}
+
+    def value_of(self, node: ast.Name) -> ast.expr | None:
+        scope = self.scope_of.get(id(node), self.module)
+        if (scope, node.id) in self.single:
+            return self.single[(scope, node.id)]
+        if self.counts[(scope, node.id)] == 0:  # not bound locally: the module's binding
+            return self.single.get((self.module, node.id))
+        return None
 
 
 def _bound_names_counted(tree: ast.AST) -> list[str]:
@@ -363,8 +403,8 @@ class _Checker(ast.NodeVisitor):
         self.docs = docs
         self.aliases = dict(aliases or {})  # local name -> module it is bound to
         self.from_imports = _from_imports(tree) if tree is not None else {}  # local name -> "module.member"
-        self.single_assigned = _single_assignments(tree) if tree is not None else {}
-        self._resolving: set[str] = set()
+        self.scopes = _Scopes(tree) if tree is not None else None
+        self._resolving: set[int] = set()
         self.allowed = allowed_modules  # modules (and module.member names) the original imports or uses
         self.own = own  # the project's own top-level modules: every member allowed
         self.stdlib = stdlib
@@ -493,12 +533,13 @@ class _Checker(ast.NodeVisitor):
         ``.strip()``-family calls on one, or ``textwrap.dedent`` of one; None when computed otherwise."""
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return node.value
-        if isinstance(node, ast.Name) and node.id in self.single_assigned and node.id not in self._resolving:
-            self._resolving.add(node.id)  # a self-referencing value ends here
+        value = self.scopes.value_of(node) if isinstance(node, ast.Name) and self.scopes else None
+        if value is not None and id(node) not in self._resolving:
+            self._resolving.add(id(node))  # a self-referencing value ends here
             try:
-                return self.literal_text(self.single_assigned[node.id])
+                return self.literal_text(value)
             finally:
-                self._resolving.discard(node.id)
+                self._resolving.discard(id(node))
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
             left = self.literal_text(node.left)  # only numeric %-conversions: digits cannot add fields or names
             numeric = left is not None and re.fullmatch(r"(?:[^%]|%%|%[-+ #0]*\d*(?:\.\d+)?[diouxXeEfFgG])*", left)
@@ -562,6 +603,26 @@ class _Checker(ast.NodeVisitor):
         if any(k.arg == "eval_str" for k in node.keywords):  # inspect.signature/get_annotations evaluate strings
             self.flag("eval_str= evaluates annotation strings", node)
         self.generic_visit(node)
+
+    def _module_test_ok(self, exprs: list[ast.expr]) -> None:
+        """``if mod is None`` / ``if not mod``: an optional import's presence test does not use the module."""
+        for e in exprs:
+            e = e.operand if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not) else e
+            if isinstance(e, ast.Name) and e.id in self.aliases:
+                self._attribute_bases.add(id(e))
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if all(isinstance(op, ast.Is | ast.IsNot) for op in node.ops):
+            self._module_test_ok([node.left, *node.comparators])
+        self.generic_visit(node)
+
+    def visit_If(self, node: ast.If | ast.IfExp | ast.While) -> None:
+        test = node.test.operand if isinstance(node.test, ast.UnaryOp) else node.test
+        self._module_test_ok([*(test.values if isinstance(test, ast.BoolOp) else [test])])
+        self.generic_visit(node)
+
+    visit_IfExp = visit_If
+    visit_While = visit_If
 
     def visit_MatchClass(self, node: ast.MatchClass) -> None:
         """``case C(attr=p)`` looks ``attr`` up on the subject: judged like an attribute."""
