@@ -499,7 +499,7 @@ class _Checker(ast.NodeVisitor):
             and name not in SAFE_BUILTINS
         ):
             self.flag(f"name {name!r} is neither bound in the module nor an allowed builtin", node)
-        elif isinstance(node.ctx, ast.Load) and name in self.aliases and id(node) not in self._attribute_bases:
+        elif isinstance(node.ctx, ast.Load) and self.alias_of(node) and id(node) not in self._attribute_bases:
             self.flag(f"module {name!r} used as a value (its members are judged only as attribute accesses)", node)
         elif loaded:
             self.gadget(name, node)
@@ -526,7 +526,7 @@ class _Checker(ast.NodeVisitor):
         root: ast.expr = node.value
         while isinstance(root, ast.Attribute):
             root = root.value
-        return isinstance(root, ast.Name) and self.aliases.get(root.id, "").split(".")[0] in self.stdlib
+        return isinstance(root, ast.Name) and (self.alias_of(root) or "").split(".")[0] in self.stdlib
 
     def literal_text(self, node: ast.expr) -> str | None:
         """The text a format-string expression certainly has: a string literal, literals joined with ``+``,
@@ -556,14 +556,23 @@ class _Checker(ast.NodeVisitor):
             isinstance(func, ast.Attribute)
             and func.attr == "dedent"
             and isinstance(func.value, ast.Name)
-            and self.aliases.get(func.value.id) == "textwrap"
+            and self.alias_of(func.value) == "textwrap"
         )
         return self.literal_text(node.args[0]) if dedent and len(node.args) == 1 else None
+
+    def alias_of(self, node: ast.Name) -> str | None:
+        """The module an import bound to this name, unless the name's own (function/class) scope rebinds it."""
+        module = self.aliases.get(node.id)
+        if module is None or self.scopes is None:
+            return module
+        scope = self.scopes.scope_of.get(id(node), self.scopes.module)
+        local = scope != self.scopes.module and self.scopes.counts[(scope, node.id)] > 0
+        return None if local else module
 
     def module_of(self, expr: ast.expr) -> str | None:
         """The module ``expr`` certainly is (an import alias, or a submodule / re-exported module reached from one)."""
         if isinstance(expr, ast.Name):
-            return self.aliases.get(expr.id)
+            return self.alias_of(expr)
         if not isinstance(expr, ast.Attribute):
             return None
         parent = self.module_of(expr.value)
@@ -608,7 +617,7 @@ class _Checker(ast.NodeVisitor):
         """``if mod is None`` / ``if not mod``: an optional import's presence test does not use the module."""
         for e in exprs:
             e = e.operand if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not) else e
-            if isinstance(e, ast.Name) and e.id in self.aliases:
+            if isinstance(e, ast.Name) and self.alias_of(e):
                 self._attribute_bases.add(id(e))
 
     def visit_Compare(self, node: ast.Compare) -> None:

@@ -183,6 +183,8 @@ class Point:
 """
     assert _rules(source, frozenset()) == []
     assert violations(source.encode("utf-8-sig"), frozenset()) == []  # a BOM is UTF-8 too
+    # a function parameter named like an imported module is a local value, not the module
+    assert _rules("import string\n\n\ndef f(string):\n    return string.upper(), [string]\n", frozenset()) == []
 
 
 def test_legitimate_code_and_prose_pass() -> None:
