@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import signal
+import threading
+from collections.abc import Callable
 
 DEFAULT_SOURCE = "pypi:toolz==1.2.0"  # kept in sync with crf_prime.featdel.generate.DEFAULT_SOURCE (tested)
 
@@ -48,13 +52,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument(
         "--unsandboxed", action="store_true", help="run WITHOUT bubblewrap isolation (explicit opt-in, unsafe)"
     )
-    gen.set_defaults(func=_generate)
+    gen.set_defaults(func=_exit_on_sigterm(_generate))
 
     val = sub.add_parser("validate", help="re-check a task directory; exit 1 if any task is invalid")
     val.add_argument("task_dir", help="directory written by 'crf-prime featdel generate'")
     val.add_argument("--workers", type=int, default=0)
     val.add_argument("--unsandboxed", action="store_true", help="run WITHOUT bubblewrap isolation (explicit opt-in)")
-    val.set_defaults(func=_validate)
+    val.set_defaults(func=_exit_on_sigterm(_validate))
+
+
+def _exit_on_sigterm(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run ``command`` with SIGTERM raising SystemExit(143), like Ctrl-C raises KeyboardInterrupt: every ``finally``
+    runs, so the temporary trees (``crf-featdel-*`` in $TMPDIR) and sandbox boxes are removed on kill too."""
+
+    @functools.wraps(command)
+    def wrapped(args: argparse.Namespace) -> int:
+        if threading.current_thread() is not threading.main_thread():
+            return command(args)
+
+        def stop(signum: int, _frame: object) -> None:
+            raise SystemExit(128 + signum)
+
+        previous = signal.signal(signal.SIGTERM, stop)
+        try:
+            return command(args)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return wrapped
 
 
 def _progress(console):

@@ -15,6 +15,8 @@ import io
 import tokenize
 from dataclasses import dataclass
 
+from crf_prime.featdel.syntax import parse
+
 STUB = "raise NotImplementedError"
 SKIP_DECORATORS = frozenset({"overload", "abstractmethod", "abstractproperty", "abc.abstractmethod", "typing.overload"})
 
@@ -73,7 +75,7 @@ def _is_stub(body: list[ast.stmt]) -> bool:
 
 def iter_functions(path: str, source: str) -> list[FunctionInfo]:
     """Every function/method in ``source`` that has a real body (not a stub, overload or abstract method)."""
-    tree = ast.parse(source)
+    tree = parse(source)
     out: list[FunctionInfo] = []
 
     def visit(node: ast.AST, prefix: str, cls: str | None, public_scope: bool, in_function: bool) -> None:
@@ -175,7 +177,7 @@ def _header_colon(source: str, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tu
 
 def delete_bodies(source: str, qualnames: list[str]) -> str:
     """Replace the bodies of ``qualnames`` (in one file) with ``raise NotImplementedError``."""
-    tree = ast.parse(source)
+    tree = parse(source)
     data = source.encode()
     offsets = _line_offsets(data)
     spans: list[tuple[int, int, bytes]] = []
@@ -202,13 +204,13 @@ def delete_bodies(source: str, qualnames: list[str]) -> str:
     for start, end, repl in sorted(spans, reverse=True):
         data = data[:start] + repl + data[end:]
     out = data.decode()
-    ast.parse(out)  # must stay valid Python
+    parse(out)  # must stay valid Python
     return out
 
 
 def function_text(source: str, qualname: str) -> str:
     """Decorators + signature + docstring (+ body) of one function, as it appears in ``source``."""
-    tree = ast.parse(source)
+    tree = parse(source)
     fn = _find(tree, qualname)
     lines = source.splitlines(keepends=True)
     start = min([fn.lineno] + [d.lineno for d in fn.decorator_list])

@@ -272,10 +272,12 @@ def _class_header(source: str, qualname: str) -> str:
     """First line of the class that owns method ``qualname`` ("" for a module-level function)."""
     import ast
 
+    from crf_prime.featdel.syntax import parse
+
     parts = qualname.split(".")
     if len(parts) < 2:
         return ""
-    node: ast.AST = ast.parse(source)
+    node: ast.AST = parse(source)
     for part in parts[:-1]:
         node = next((c for c in ast.walk(node) if isinstance(c, ast.ClassDef) and c.name == part), None)
         if node is None:

@@ -2,30 +2,45 @@
 
 Grading re-materialises a fresh copy: the pristine base tree (all tests, the hidden ones included, and every test
 configuration file — conftest.py, pytest.ini, tox.ini, setup.cfg, pyproject.toml) + the task's snapshot edits + only
-the agent's changes to the project's non-test ``.py`` files (or new ``.py`` modules inside its package directories).
-Caches are stripped again, the target tests run in the sandbox with test files read-only, and outcomes come from
-pytest's junit XML, cross-checked against the exit code. Reward-hack surface: ../shared/hosts/sandbox-and-swebench.md
-§3.4 and Cursor's Composer 2.5 post (leftover bytecode, type-checker caches, git history).
+the agent's changes to the project's non-test ``.py`` files (or new ``.py`` modules inside its package directories),
+read from the agent's workspace without following its symlinks. Caches are stripped again, the target tests run in
+the sandbox with the whole tree read-only (only ``out/`` is writable and nothing writable is importable), and
+outcomes come from pytest's junit XML, cross-checked against the exit code. Reward-hack surface:
+../shared/hosts/sandbox-and-swebench.md §3.4 and Cursor's Composer 2.5 post (leftover bytecode, type-checker caches,
+git history).
 
 Code the agent writes runs inside the pytest process, so it could patch pytest from an imported module: no check after
-the run can see that, so the means are forbidden instead. Added code is judged by the AST policy in
-``crf_prime.featdel.policy`` (no test-runner or import-machinery modules, no frames, no by-name attribute access, no
-exec/eval) and a violation is a hack before anything runs.
+the run can see that, so the means are forbidden instead: added code must stay inside the allow-list of
+``crf_prime.featdel.policy`` (judged on the exact bytes written), and a violation is a hack before anything runs.
+No temporary tree outlives a grading; per-archive data is immutable, so gradings may run in many threads at once.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import io
+import os
 import shutil
+import stat
+import tarfile
 import tempfile
-import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from crf_prime.featdel.models import FailedTest, FeatdelTask, GradeResult
-from crf_prime.featdel.policy import added_violations, describe, project_gadgets, project_modules
+from crf_prime.featdel.policy import (
+    added_violations,
+    describe,
+    project_gadgets,
+    project_modules,
+    project_own_modules,
+)
 from crf_prime.featdel.replay import ReplayVerdict, replay_changes
 from crf_prime.featdel.runner import PytestRun, make_sandbox, run_pytest
-from crf_prime.featdel.source import extract_archive, is_test_path, strip_tree
+from crf_prime.featdel.source import SourceError, extract_archive, is_test_path, strip_tree
 from crf_prime.featdel.testenv import TestEnv, ensure_test_env
 
 # files the agent may never add, wherever they are (startup hooks, test config)
@@ -36,29 +51,46 @@ class GradingError(RuntimeError):
     """Infrastructure failure while grading (never a wrong answer): the task directory or the sandbox is broken."""
 
 
-_base_lock = threading.Lock()
-_base_cache: dict[str, Path] = {}
-_policy_cache: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+MAX_SOURCE_BYTES = 4 << 20
+"""Largest agent source file taken into the grading tree (bytes); a larger one counts as deleted."""
 
 
-def _base_tree(task: FeatdelTask, task_dir: Path) -> Path:
-    """Extract the task's base archive once per process (checked against its SHA-256)."""
-    with _base_lock:
-        cached = _base_cache.get(task.base_sha256)
-        if cached is not None and cached.is_dir():
-            return cached
-        dest = Path(tempfile.mkdtemp(prefix="crf-featdel-base-"))
-        try:
-            extract_archive(task_dir / task.base_archive, dest, task.base_sha256)
-        except FileNotFoundError as e:
-            raise GradingError(f"task {task.task_id}: base archive {task_dir / task.base_archive} is missing") from e
-        _base_cache[task.base_sha256] = dest
-        return dest
+def _base_archive(task: FeatdelTask, task_dir: Path) -> Path:
+    path = task_dir / task.base_archive
+    if not path.is_file():
+        raise GradingError(f"task {task.task_id}: base archive {path} is missing")
+    return path
+
+
+@functools.lru_cache(maxsize=64)
+def _archive_sources(archive: str, sha256: str, rels: tuple[str, ...]) -> Mapping[str, str]:
+    """Text of ``rels`` read straight from the base archive (checked against its SHA-256), read-only."""
+    data = Path(archive).read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise GradingError(f"{archive}: SHA-256 mismatch (the task directory was modified)")
+    out: dict[str, str] = {}
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
+        for rel in rels:
+            member = t.extractfile(rel)
+            if member is None:
+                raise GradingError(f"{archive}: {rel} is not a file in the base archive")
+            out[rel] = member.read().decode("utf-8", "surrogateescape")
+    return MappingProxyType(out)
+
+
+def _original_sources(task: FeatdelTask, task_dir: Path) -> Mapping[str, str]:
+    archive = _base_archive(task, task_dir)
+    return _archive_sources(str(archive.resolve()), task.base_sha256, tuple(task.source_files))
 
 
 def materialise(task: FeatdelTask, task_dir: Path, dest: Path, *, hidden: bool) -> None:
-    """Write the agent's starting snapshot into ``dest`` (with the hidden tests too when ``hidden``)."""
-    shutil.copytree(_base_tree(task, task_dir), dest, dirs_exist_ok=True)
+    """Write the agent's starting snapshot into ``dest`` (with the hidden tests too when ``hidden``).
+
+    The base archive is extracted straight into ``dest``: no extracted copy is kept anywhere else."""
+    try:
+        extract_archive(_base_archive(task, task_dir), dest, task.base_sha256)
+    except SourceError as e:
+        raise GradingError(f"task {task.task_id}: {e}") from e
     for rel, text in task.broken_files.items():
         (dest / rel).write_text(text)
     if not hidden:
@@ -68,8 +100,7 @@ def materialise(task: FeatdelTask, task_dir: Path, dest: Path, *, hidden: bool) 
 
 def snapshot_files(task: FeatdelTask, task_dir: Path) -> dict[str, str]:
     """Path -> text of every allow-listed source file in the agent's starting snapshot."""
-    base = _base_tree(task, task_dir)
-    out = {rel: (base / rel).read_text() for rel in task.source_files}
+    out = dict(_original_sources(task, task_dir))
     out.update({rel: text for rel, text in task.broken_files.items() if rel in out})
     return out
 
@@ -86,56 +117,137 @@ def allowed_new_file(task: FeatdelTask, rel: str) -> bool:
     return False
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open_dir(root_fd: int, parts: list[str]) -> int | None:
+    """fd of ``root/parts...`` reached without following any symlink (None when a part is missing or a link)."""
+    fd = os.dup(root_fd)
+    for part in parts:
+        try:
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            os.close(fd)
+            return None
+        os.close(fd)
+        fd = nxt
+    return fd
+
+
+def _read_regular(dir_fd: int, name: str) -> bytes | None:
+    """Bytes of a regular file ``name`` in ``dir_fd``; None for links, FIFOs, devices, directories, huge files."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SOURCE_BYTES:
+            return None
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return None  # swapped between the check and the open
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_SOURCE_BYTES + 1)
+        return data if len(data) <= MAX_SOURCE_BYTES else None
+    finally:
+        os.close(fd)
+
+
+def read_agent_file(root_fd: int, rel: str) -> bytes | None:
+    """Read ``rel`` under the agent's workspace without following symlinks anywhere on the path."""
+    *dirs, name = rel.split("/")
+    fd = _open_dir(root_fd, dirs)
+    if fd is None:
+        return None
+    try:
+        return _read_regular(fd, name)
+    finally:
+        os.close(fd)
+
+
+def _as_text(data: bytes) -> str:
+    """Source bytes as text that round-trips exactly (``surrogateescape``): what is scanned is what is written."""
+    return data.decode("utf-8", "surrogateescape")
+
+
 def collect_changes(task: FeatdelTask, task_dir: Path, agent_root: Path) -> dict[str, str | None]:
-    """The agent's edits to allow-listed files: path -> new text (None = deleted). Everything else is ignored."""
+    """The agent's edits to allow-listed files: path -> new text (None = deleted). Everything else is ignored.
+
+    The workspace is the agent's: nothing is read through a symlink (file or any parent directory), and only
+    regular files are read (a FIFO or device cannot block or feed the grader)."""
     before = snapshot_files(task, task_dir)
     changes: dict[str, str | None] = {}
-    for rel, text in before.items():
-        p = agent_root / rel
-        if not p.is_file() or p.is_symlink():
-            changes[rel] = None
-            continue
-        now = p.read_bytes().decode("utf-8", errors="replace")
-        if now != text:
-            changes[rel] = now
-    for d in task.package_dirs:
-        if d in (".", "src"):
-            continue
-        base = agent_root / d
-        if not base.is_dir():
-            continue
-        for p in sorted(base.rglob("*.py")):
-            rel = p.relative_to(agent_root).as_posix()
-            fresh = rel not in before and p.is_file() and not p.is_symlink() and "__pycache__" not in rel.split("/")
-            if fresh and allowed_new_file(task, rel):
-                changes[rel] = p.read_bytes().decode("utf-8", errors="replace")
+    root_fd = os.open(agent_root, _DIR_FLAGS)
+    try:
+        for rel, text in before.items():
+            data = read_agent_file(root_fd, rel)
+            if data is None:
+                changes[rel] = None
+            elif data != _source_bytes(text):
+                changes[rel] = _as_text(data)
+        for d in task.package_dirs:
+            if d in (".", "src"):
+                continue
+            pkg_fd = _open_dir(root_fd, d.split("/"))
+            if pkg_fd is None:
+                continue
+            try:
+                for dirpath, dirnames, filenames, dfd in os.fwalk(".", dir_fd=pkg_fd, follow_symlinks=False):
+                    dirnames[:] = sorted(n for n in dirnames if n != "__pycache__")
+                    for name in sorted(filenames):
+                        rel = os.path.normpath(f"{d}/{dirpath}/{name}")
+                        if rel in before or not allowed_new_file(task, rel):
+                            continue
+                        data = _read_regular(dfd, name)
+                        if data is not None:
+                            changes[rel] = _as_text(data)
+            finally:
+                os.close(pkg_fd)
+    finally:
+        os.close(root_fd)
     return changes
 
 
-def project_policy(task: FeatdelTask, task_dir: Path) -> tuple[frozenset[str], frozenset[str]]:
-    """(modules added code may import: the project's own and those its original source imports; the original's
-    by-name gadget functions added code may not reference), computed once per base archive."""
-    with _base_lock:
-        cached = _policy_cache.get(task.base_sha256)
-    if cached is None:
-        base = _base_tree(task, task_dir)
-        original = {rel: (base / rel).read_text(errors="replace") for rel in task.source_files}
-        modules = project_modules(original, (".", *task.pythonpath))
-        cached = modules, project_gadgets(original, modules)
-        with _base_lock:
-            _policy_cache[task.base_sha256] = cached
-    return cached
+def _source_bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True)
+class ProjectPolicy:
+    """What added code may use, derived from the original source (see crf_prime/featdel/policy.py)."""
+
+    modules: frozenset[str]
+    """Modules and ``module.member`` names the original imports or uses."""
+    own: frozenset[str]
+    """The project's own top-level modules."""
+    gadgets: frozenset[str]
+    """Original functions that import or look up attributes by name."""
+
+
+@functools.lru_cache(maxsize=64)
+def _project_policy(archive: str, sha256: str, rels: tuple[str, ...], roots: tuple[str, ...]) -> ProjectPolicy:
+    original = _archive_sources(archive, sha256, rels)
+    modules = project_modules(original, roots)
+    return ProjectPolicy(modules, project_own_modules(original, roots), project_gadgets(original, modules))
+
+
+def project_policy(task: FeatdelTask, task_dir: Path) -> ProjectPolicy:
+    """The task's :class:`ProjectPolicy`, computed once per base archive (immutable, shared safely by threads)."""
+    archive = str(_base_archive(task, task_dir).resolve())
+    return _project_policy(archive, task.base_sha256, tuple(task.source_files), (".", *task.pythonpath))
 
 
 def detect_hack(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None]) -> str:
     """Non-empty description (``path:line: rule: code``) when added code breaks the policy in featdel/policy.py."""
     before = snapshot_files(task, task_dir)
-    allowed, gadgets = project_policy(task, task_dir)
+    policy = project_policy(task, task_dir)
     found = []
     for rel, text in sorted(changes.items()):
         if text is None:
             continue
-        bad = added_violations(before.get(rel, ""), text, allowed, gadgets)
+        bad = added_violations(before.get(rel, ""), text, policy.modules, policy.gadgets, own_modules=policy.own)
         if bad:
             found.append(describe(rel, sorted(bad, key=lambda v: v.line)))
     return "; ".join(found)[:1000]
@@ -164,7 +276,7 @@ def build_grading_tree(task: FeatdelTask, task_dir: Path, changes: dict[str, str
             p.unlink(missing_ok=True)
         else:
             p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text)
+            p.write_bytes(_source_bytes(text))  # the exact bytes the policy scanned
     strip_tree(repo)
     for rel, digest in task.protected_files.items():  # the copy must hold the pristine tests and config
         if hashlib.sha256((repo / rel).read_bytes()).hexdigest() != digest:
@@ -210,12 +322,13 @@ def grade_changes(
     wall_seconds: float = 300.0,
     scan: bool = True,
     replay: bool = True,
+    read_only_tree: bool = True,
 ) -> GradeResult:
     """Grade the agent's source edits: 1.0 only when every target test passes in a fresh, pristine copy and the
     agent's code reproduces gold's outcomes on the task's replayed calls (crf_prime/featdel/replay.py).
 
-    ``scan=False`` skips the static hack scan, ``replay=False`` the replay (tests use them to show each layer holds
-    on its own).
+    ``scan=False`` skips the static code policy, ``replay=False`` the replay and ``read_only_tree=False`` leaves the
+    grading tree writable: they exist only so the hack suites can show each defence holds on its own.
     """
     hack = detect_hack(task, task_dir, changes) if scan else ""
     if hack:
@@ -234,6 +347,7 @@ def grade_changes(
             node_ids=task.target_tests,
             protected=tuple(task.protected_files),
             wall_seconds=wall_seconds,
+            read_only_tree=read_only_tree,
         )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -1,8 +1,9 @@
 """Run a project's pytest suite inside the crf-prime sandbox and read the outcome from pytest's junit XML.
 
 Each run gets its own directory ``<run>/repo`` (the tree, cwd) + ``<run>/out`` (junit XML, coverage data); only
-``<run>`` is writable inside the box, test files and test configuration are re-bound read-only (``protected``), the
-test venv is bound read-only, and the environment starts empty. Results come from the junit XML, never from stdout.
+``<run>`` is writable inside the box (only ``<run>/out`` with ``read_only_tree``, as grading runs), test files and
+test configuration are re-bound read-only (``protected``), the test venv is bound read-only, and the environment
+starts empty. Results come from the junit XML, never from stdout.
 """
 
 from __future__ import annotations
@@ -78,7 +79,12 @@ def make_sandbox(*, unsandboxed: bool = False, wall_seconds: float = 300.0, memo
 
 def pytest_env(repo: Path, pythonpath: Sequence[str], extra_paths: Sequence[Path] = ()) -> dict[str, str]:
     paths = [str((repo / p).resolve()) for p in pythonpath] + [str(p) for p in extra_paths]
-    return {"PYTHONPATH": ":".join(paths), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    return {
+        "PYTHONPATH": ":".join(paths),
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONSAFEPATH": "1",
+    }
 
 
 def run_pytest(
@@ -93,13 +99,20 @@ def run_pytest(
     collect_only: bool = False,
     with_coverage: Sequence[str] = (),
     wall_seconds: float | None = None,
+    read_only_tree: bool = False,
 ) -> PytestRun:
-    """Run pytest on ``run_dir/repo``; ``with_coverage`` = source dirs to measure with per-test contexts."""
+    """Run pytest on ``run_dir/repo``; ``with_coverage`` = source dirs to measure with per-test contexts.
+
+    ``read_only_tree``: the whole of ``run_dir`` is read-only in the box except ``run_dir/out`` (junit, coverage),
+    so code under test cannot write a module it later imports. The interpreter runs with ``-P`` (no cwd/script dir
+    on ``sys.path``), ``-B`` and ``-s``: the only import roots are the read-only tree, the read-only venv and the
+    stdlib; ``/tmp`` and ``out`` are writable but never on ``sys.path``.
+    """
     repo, out = run_dir / "repo", run_dir / "out"
     out.mkdir(parents=True, exist_ok=True)
     junit = out / "junit.xml"
     junit.unlink(missing_ok=True)
-    argv: list[str] = [str(env.python), "-s"]
+    argv: list[str] = [str(env.python), "-s", "-P", "-B"]
     extra_paths: list[Path] = []
     if with_coverage:
         rc = out / "coveragerc"
@@ -127,6 +140,7 @@ def run_pytest(
         ro_binds=[env.venv, *([env.plugin_dir] if with_coverage else [])],
         protected=[repo / p for p in protected if (repo / p).exists()],
         env=pytest_env(repo, pythonpath, extra_paths),
+        writable=[out] if read_only_tree else None,
         **kwargs,
     )
     outcomes: dict[tuple[str, str], Outcome] = {}

@@ -135,10 +135,18 @@ class Sandbox:
         cwd: Path | None = None,
         stdin: bytes | None = None,
         limits: SandboxLimits | None = None,
+        writable: Sequence[Path] | None = None,
     ) -> RunResult:
         """Blocking form of :meth:`arun` (usable from inside a running event loop too: it then uses a thread)."""
         coro_args = dict(
-            workdir=workdir, ro_binds=ro_binds, protected=protected, env=env, cwd=cwd, stdin=stdin, limits=limits
+            workdir=workdir,
+            ro_binds=ro_binds,
+            protected=protected,
+            env=env,
+            cwd=cwd,
+            stdin=stdin,
+            limits=limits,
+            writable=writable,
         )
         try:
             asyncio.get_running_loop()
@@ -170,8 +178,13 @@ class Sandbox:
         cwd: Path | None = None,
         stdin: bytes | None = None,
         limits: SandboxLimits | None = None,
+        writable: Sequence[Path] | None = None,
     ) -> RunResult:
-        """Run ``argv`` in a box rooted at ``workdir`` (writable, same path inside, default cwd)."""
+        """Run ``argv`` in a box rooted at ``workdir`` (writable, same path inside, default cwd).
+
+        ``writable``: when given, ``workdir`` is read-only inside the box except these paths (existing, inside it);
+        ``protected`` paths inside them stay read-only. Only bubblewrap enforces it (``unsandboxed`` cannot).
+        """
         lim = limits or self.limits
         if not argv:
             raise ValueError("argv is empty")
@@ -191,6 +204,10 @@ class Sandbox:
         for p in prot:
             if workdir_p not in p.parents:
                 raise ValueError(f"protected: {p} is not inside workdir {workdir_p}")
+        rw = None if writable is None else [Path(os.path.realpath(workdir_p / p)) for p in writable]
+        for p in rw or ():
+            if workdir_p not in p.parents or not p.exists():
+                raise ValueError(f"writable: {p} is not an existing path inside workdir {workdir_p}")
         full_env = {"PATH": DEFAULT_PATH, "HOME": str(workdir_p), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
         full_env.update(env or {})
 
@@ -220,7 +237,10 @@ class Sandbox:
                     env=full_env,
                     cwd=cwd_p,
                     tmp_size_mb=lim.tmp_size_mb,
+                    writable=rw,
                 )
+                if rw is not None:
+                    enforced.insert(1, "read_only_workdir:bwrap")
                 popen_env: dict[str, str] | None = {}
                 popen_cwd = None
             else:

@@ -119,8 +119,11 @@ def build_argv(
     env: Mapping[str, str],
     cwd: Path,
     tmp_size_mb: int,
+    writable: Sequence[Path] | None = None,
 ) -> list[str]:
-    """Full ``bwrap ... -- argv`` command line (paths must be absolute)."""
+    """Full ``bwrap ... -- argv`` command line (paths must be absolute).
+
+    ``writable``: when given, the task directory is bound read-only and only these paths inside it are writable."""
     _unreadable_file()  # (re)create it if a tmp cleaner removed it; system_args() refers to it
     args = [bwrap, *system_args(), "--size", str(tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     args += ["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
@@ -130,10 +133,11 @@ def build_argv(
     # writable bind (an ro bind may contain the task dir), and binds inside the task dir after it
     for p in sorted(outer, key=lambda p: len(p.parts)):
         args += ["--ro-bind", str(p), str(p)]
-    args += ["--bind", str(workdir), str(workdir)]
-    for p in sorted([*inner, *protected], key=lambda p: len(p.parts)):
+    args += ["--bind" if writable is None else "--ro-bind", str(workdir), str(workdir)]
+    inner_binds = [(p, "--ro-bind") for p in [*inner, *protected]] + [(p, "--bind") for p in writable or ()]
+    for p, how in sorted(inner_binds, key=lambda b: (len(b[0].parts), b[1] == "--ro-bind")):
         if p.exists():
-            args += ["--ro-bind", str(p), str(p)]
+            args += [how, str(p), str(p)]
     for key, value in env.items():
         args += ["--setenv", key, value]
     args += ["--remount-ro", "/", "--chdir", str(cwd), "--", *argv]

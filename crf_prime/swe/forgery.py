@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from crf_prime.featdel.policy import RUNNER_MODULES, added_violations, describe, project_modules
+from crf_prime.featdel.syntax import parse
 
 _SOURCE_ROOTS = ("src", "lib")
 COMPARISON_DUNDERS = frozenset({"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__contains__"})
@@ -50,7 +51,7 @@ def project_tops(base_paths: Iterable[str]) -> frozenset[str]:
 
 def _comparison_defs(source: str) -> Counter[str]:
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError):
         return Counter()
     return Counter(

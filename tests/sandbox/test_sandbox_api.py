@@ -101,6 +101,24 @@ def test_workdir_is_writable_at_same_path_and_protected_is_not(tmp_path: Path) -
 
 
 @pytest.mark.bwrap
+def test_writable_makes_the_rest_of_workdir_read_only(tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "m.py").write_text("orig")
+    (tmp_path / "out" / "keep").mkdir(parents=True)
+    script = "echo a > out/r.txt; echo b > repo/new.py; echo c >> repo/m.py; echo d > top.txt; echo e > out/keep/x"
+    r = Sandbox(LIMITS).run(
+        ["sh", "-c", script], workdir=tmp_path, writable=[Path("out")], protected=[Path("out/keep")]
+    )
+    assert (tmp_path / "out" / "r.txt").read_text() == "a\n"
+    assert not (tmp_path / "repo" / "new.py").exists() and not (tmp_path / "top.txt").exists()
+    assert (tmp_path / "repo" / "m.py").read_text() == "orig" and not (tmp_path / "out" / "keep" / "x").exists()
+    assert r.stderr.count("Read-only file system") == 4
+    assert "read_only_workdir:bwrap" in r.enforced
+    with pytest.raises(ValueError, match="writable"):
+        Sandbox(LIMITS).run(["true"], workdir=tmp_path, writable=[Path("missing")])
+
+
+@pytest.mark.bwrap
 def test_ro_bind_is_visible_read_only(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)

@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import os
+import random
 import shlex
 import time
 from pathlib import Path
@@ -81,6 +82,12 @@ class FeatureDeletionConfig(vf.TasksetConfig):
     """Tasks to generate from ``source`` (ignored with ``tasks``)."""
     seed: int = 0
     """Generation seed (ignored with ``tasks``)."""
+    tasks_per_package: int | None = Field(default=None, ge=1)
+    """Load at most this many tasks per package snapshot (same base archive), picked with ``split_seed``; None =
+    every task. Every task's snapshot holds the other tasks' deleted bodies intact, so tasks of one package teach
+    each other's answers within a run; 1 removes that (see docs/feature_deletion.md, "What a policy can see")."""
+    split_seed: int = 0
+    """Seed of the per-package pick (``tasks_per_package``); another seed picks other tasks of each package."""
     task: FeatureDeletionTaskConfig = FeatureDeletionTaskConfig()
 
 
@@ -226,7 +233,7 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
             if rel not in present:
                 changes[rel] = None
                 continue
-            now = (await runtime.read(rel, max_bytes=20_000_000)).decode("utf-8", errors="replace")
+            now = (await runtime.read(rel, max_bytes=20_000_000)).decode("utf-8", "surrogateescape")
             if now != text:
                 changes[rel] = now
         dirs = [d for d in self.row.package_dirs if d not in (".", "src")]
@@ -234,7 +241,7 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
             listing = await runtime.run(["find", *dirs, "-name", "*.py", "-type", "f"], {})
             for rel in sorted(listing.stdout.split()):
                 if rel not in before and allowed_new_file(self.row, rel):
-                    changes[rel] = (await runtime.read(rel)).decode("utf-8", errors="replace")
+                    changes[rel] = (await runtime.read(rel)).decode("utf-8", "surrogateescape")
         return changes
 
     async def _graded(self, trace: vf.Trace, runtime: Runtime) -> dict[str, Any]:
@@ -274,7 +281,8 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
 
         task_dir = self._task_dir()
         tasks = []
-        for row in load_tasks(task_dir):
+        rows = per_package(load_tasks(task_dir), self.config.tasks_per_package, self.config.split_seed)
+        for row in rows:
             venv = cache_root() / "venvs" / spec_key(row.test_env)
             prompt = (
                 f"{row.prompt}\n\nA Python with pytest and the project's dependencies (not the project itself) is at "
@@ -310,6 +318,21 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
                 )
             )
         return out
+
+
+def per_package(rows: list[FeatdelTask], limit: int | None, seed: int = 0) -> list[FeatdelTask]:
+    """At most ``limit`` rows per package snapshot (``base_sha256``), picked per package with ``seed``, in the
+    original order; all rows when ``limit`` is None."""
+    if limit is None:
+        return list(rows)
+    groups: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        groups.setdefault(row.base_sha256, []).append(i)
+    keep: set[int] = set()
+    for key, idx in groups.items():
+        random.Random(f"{seed}:{key}").shuffle(idx)
+        keep.update(idx[:limit])
+    return [row for i, row in enumerate(rows) if i in keep]
 
 
 def resolve_task_dir(given: Path | str) -> Path:

@@ -1,0 +1,75 @@
+"""Cost of the Feature Deletion code policy on real code: the share of a package's own functions it would reject.
+
+For every function and method of each package's non-test source (the candidates the generator deletes), the
+snapshot is the file with that body replaced by ``raise NotImplementedError`` and the "agent's answer" is the
+original file: a function whose own original body breaks the allow-list (``crf_prime/featdel/policy.py``) could
+never be a task (``gold-violates-policy``). Prints one row per package and the most frequent rules. Target: <= 5 %.
+
+    .venv/bin/python benchmarks/featdel_policy_cost.py [pypi:NAME==VERSION ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from crf_prime.featdel.deletion import delete_bodies, iter_functions
+from crf_prime.featdel.policy import added_violations, project_gadgets, project_modules, project_own_modules
+from crf_prime.featdel.source import load_project, source_files
+
+PACKAGES = (
+    "pypi:toolz==1.2.0",
+    "pypi:inflection==0.5.1",
+    "pypi:more-itertools==11.2.1",
+    "pypi:sortedcontainers==2.4.0",
+    "pypi:tabulate==0.10.0",
+    "pypi:python-slugify==9.1.3",
+    "pypi:six==1.17.0",
+)
+
+
+def cost(spec: str, workspace: Path) -> tuple[int, list[tuple[str, str]]]:
+    """(functions judged, [(qualified function, first violated rule) for each rejected one])."""
+    project = load_project(spec, workspace)
+    files = {rel: (project.root / rel).read_text() for rel in source_files(project.root, project.package_dirs)}
+    roots = (".", *project.pythonpath)
+    allowed = project_modules(files, roots)
+    own = project_own_modules(files, roots)
+    gadgets = project_gadgets(files, allowed)
+    total, rejected = 0, []
+    for rel, text in sorted(files.items()):
+        for fn in iter_functions(rel, text):
+            total += 1
+            found = added_violations(delete_bodies(text, [fn.qualname]), text, allowed, gadgets, own_modules=own)
+            if found:
+                rejected.append((f"{rel}::{fn.qualname}", found[0].rule))
+    return total, rejected
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sources", nargs="*", default=list(PACKAGES))
+    parser.add_argument("--show", type=int, default=0, help="list this many rejected functions per package")
+    args = parser.parse_args()
+    table = Table(title="featdel code policy: own functions the allow-list rejects")
+    for col in ("package", "functions", "rejected", "share", "top rules"):
+        table.add_column(col)
+    console = Console()
+    for spec in args.sources:
+        with tempfile.TemporaryDirectory(prefix="crf-featdel-cost-") as tmp:
+            total, rejected = cost(spec, Path(tmp))
+        rules = Counter(rule.split(" '")[0] for _, rule in rejected).most_common(3)
+        top = "; ".join(f"{n}× {r}" for r, n in rules)
+        table.add_row(spec, str(total), str(len(rejected)), f"{len(rejected) / max(total, 1):.1%}", top)
+        for name, rule in rejected[: args.show]:
+            console.print(f"  {spec} {name}: {rule}")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
