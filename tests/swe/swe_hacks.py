@@ -264,6 +264,7 @@ ATTACKS: tuple[Attack, ...] = (
         "    try:\n        os.symlink('{host}/keep', _n)\n    except OSError:\n        pass\nCRF_EOF\n",
         host_files=(("keep/precious", "host data\n"),),
         host_must_survive="keep/precious",
+        suspected=True,  # `import os` + os.symlink in the package is outside the allow-list
     ),
 )
 
