@@ -16,6 +16,7 @@ from crf_prime.hints.templates import condense_failure
 
 BASH = Tool(
     name="bash",
+    description="Run a shell command",  # required at the verifiers commit prime-rl pins
     parameters={
         "type": "object",
         "properties": {"command": {"type": "string"}},
@@ -25,6 +26,7 @@ BASH = Tool(
 )
 EDIT = Tool(
     name="edit",
+    description="Replace text in a file",
     parameters={
         "type": "object",
         "properties": {"path": {"type": "string"}, "old_str": {"type": "string"}, "new_str": {"type": "string"}},
