@@ -61,6 +61,7 @@ def test_taskset_rows(task_dir: Path) -> None:
     assert [t.key for t in tasks] == [
         json.loads(x)["task_id"] for x in (task_dir / "tasks.jsonl").read_text().splitlines()
     ]
+    assert [t.data.idx for t in tasks] == list(range(len(tasks)))  # set by load() on every verifiers version
     for t in tasks:
         (venv,) = t.data.sandbox_ro_binds
         assert f"{venv}/bin/python -m pytest" in t.data.prompt_text

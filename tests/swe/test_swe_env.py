@@ -78,6 +78,7 @@ def test_taskset_rows(mini: Path) -> None:
     image_task = SweTaskset(SweTasksetConfig(id="swebench-lite", dataset=str(mini / "instances.jsonl"))).load()[0]
     assert image_task.data.image == "swebench/sweb.eval.x86_64.crf-prime_1776_mini-stats-1:latest"
     assert image_task.data.workdir == "/testbed" and image_task.data.mirror is None
+    assert image_task.data.idx == 0  # set by load() on every verifiers version
     assert "at /testbed" in (image_task.data.system_prompt or "")
     templated = SweTasksetConfig(
         id="swebench-lite", dataset=str(mini / "instances.jsonl"), image_template="registry.local/{instance_id}:v1"

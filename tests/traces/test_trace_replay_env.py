@@ -57,6 +57,7 @@ def test_load_keeps_states_with_consensus(inputs) -> None:
     _, _, states = inputs
     tasks = list(_taskset(inputs).load())
     assert [t.data.state_id for t in tasks] == [states[0].state_id, states[1].state_id, states[4].state_id]
+    assert [t.data.idx for t in tasks] == [0, 1, 2]  # set by load() on every verifiers version
     t0 = tasks[0]
     assert [v.teacher for v in t0.data.votes] == ["gemini", "gpt", "qwen"]  # claude excluded: same family as the trace
     assert t0.data.tools == [dict(t) for t in states[0].tools]

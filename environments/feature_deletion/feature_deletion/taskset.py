@@ -258,13 +258,14 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
 
         task_dir = self._task_dir()
         tasks = []
-        for row in load_tasks(task_dir):
+        for idx, row in enumerate(load_tasks(task_dir)):
             venv = cache_root() / "venvs" / spec_key(row.test_env)
             prompt = (
                 f"{row.prompt}\n\nA Python with pytest and the project's dependencies (not the project itself) is at "
                 f"`{venv}/bin/python`; run the visible tests with `{venv}/bin/python -m pytest -q`."
             )
             data = FeatureDeletionData(
+                idx=idx,  # verifiers 0.4.0 sets it while iterating; the commit prime-rl pins leaves it to load()
                 id=row.task_id,
                 name=row.task_id,
                 prompt=prompt,
