@@ -21,17 +21,6 @@ A1 = rl_args("A1")
 TEACHERS = REPO / "configs" / "teachers.toml"
 
 
-@pytest.fixture
-def launch(tmp_path: Path) -> Path:
-    """A launch directory holding every input the ladder's sources name (relative paths, as in the TOMLs)."""
-    for rel in ("tasks/featdel-train/tasks.jsonl", "tasks/featdel-eval/tasks.jsonl", "replay/states.jsonl"):
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text("")
-    (tmp_path / "replay/run").mkdir()
-    (tmp_path / "replay/run/journal.jsonl").write_text("")
-    return tmp_path
-
-
 def run_check(launch: Path, *args: str):
     return check(list(args), CheckConfig(base_dir=launch, prime_rl="skip"))
 
