@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 KWARGS_KEY = "trainer.loss.kwargs"
 """Where prime-rl's TOML keeps a custom loss's keyword arguments."""
@@ -26,6 +26,14 @@ class LossKwargs(BaseModel):
     """Base of every objective's kwargs model: frozen, unknown names forbidden, CLI strings coerced (lax mode)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _none_string_is_none(cls, data: Any) -> Any:
+        """``"None"`` means None, as in prime-pydantic-config (TOML has no null; ``--…kwargs.is-clip None``)."""
+        if isinstance(data, dict):
+            return {key: None if value == "None" else value for key, value in data.items()}
+        return data
 
 
 class LossKwargsError(ValueError):

@@ -98,5 +98,7 @@ PY
 
 step "suites: $SUITES"
 cd "$REPO"
+# Without the source paths: the opt-in prime-rl tests need prime-rl's own stack (and this job is one of them).
 # shellcheck disable=SC2086
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider $SUITES ${CRF_LOCK_PYTEST_ARGS:-}
+env -u CRF_PRIME_RL_SRC -u CRF_VERIFIERS_SRC \
+  "$VENV/bin/python" -m pytest -q -p no:cacheprovider $SUITES ${CRF_LOCK_PYTEST_ARGS:-}

@@ -4,6 +4,7 @@ validation done once per distinct kwargs, and each model documented field by fie
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +20,12 @@ def test_cli_string_is_coerced_and_gives_the_same_loss_bit_for_bit() -> None:
     cli = policy.dapo(make_inputs(RATIOS, ADVS), clip_high="0.5", length_norm="true")
     assert torch.equal(typed.loss, cli.loss)
     assert cli.loss.item() != policy.dapo(make_inputs(RATIOS, ADVS)).loss.item()  # the value did arrive
+
+
+def test_none_string_unsets_an_optional_kwarg() -> None:
+    assert kwargs.resolve(distill.SelfDistillKwargs, {"is_clip": "None"}) == {"is_clip": None, "scale": 1.0}
+    with pytest.raises(kwargs.LossKwargsError, match=r"^trainer\.loss\.kwargs\.scale: Input should be a valid number"):
+        kwargs.resolve(distill.SelfDistillKwargs, {"scale": "None"})
 
 
 def test_unknown_kwarg_names_the_toml_key() -> None:
@@ -86,3 +93,41 @@ def test_every_field_is_documented_and_the_signature_shows_the_model(name: str) 
     params = inspect.signature(fn).parameters
     assert list(params)[1:] == list(model.model_fields)
     assert all(params[n].default == f.get_default() for n, f in model.model_fields.items())
+
+
+DOCUMENTED = {
+    "loss_fns.policy.ppo_clip": policy.ppo_clip,
+    "loss_fns.policy.dr_grpo": policy.dr_grpo,
+    "loss_fns.policy.dapo": policy.dapo,
+    "loss_fns.policy.gspo": policy.gspo,
+    "loss_fns.policy.cispo": policy.cispo,
+    "loss_fns.distill.self_distill": distill.self_distill,
+    "loss_fns.composer.composer_loss": composer.composer_loss,
+}
+
+
+def _range(field) -> str:
+    bounds = []
+    for meta in field.metadata:
+        for attr, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")):
+            if getattr(meta, attr, None) is not None:
+                bounds.append(f"{sign} {getattr(meta, attr):g}")
+    return ", ".join(bounds) or "-"
+
+
+def kwargs_table_rows() -> list[str]:
+    """docs/running.md's kwargs table, one markdown row per (loss, kwarg), from the models themselves."""
+    rows = []
+    for path, fn in DOCUMENTED.items():
+        for name, field in fn.kwargs_model.model_fields.items():
+            meaning = field.description.replace("``", "`")
+            rows.append(f"| `{path}` | `{name}` | `{field.get_default()!r}` | {_range(field)} | {meaning} |")
+    return rows
+
+
+def test_docs_kwargs_table_is_the_models() -> None:
+    assert set(DOCUMENTED.values()) == set(LOSSES.values())
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "running.md").read_text()
+    start = docs.index("| `import_path` | kwarg | default | range | meaning |")
+    table = docs[start:].split("\n\n", 1)[0].splitlines()[2:]
+    assert table == kwargs_table_rows()
