@@ -40,15 +40,6 @@ class LossKwargsError(ValueError):
     """Invalid ``[trainer.loss.kwargs]``; the message names each offending TOML key."""
 
 
-def freeze(value: Any) -> Any:
-    """A hashable, order-independent image of kwargs that tells values of different types apart."""
-    if isinstance(value, Mapping):
-        return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple):
-        return (type(value).__name__, *map(freeze, value))
-    return (type(value).__name__, value)  # 1, 1.0 and True are equal keys but need not validate alike
-
-
 def describe_errors(error: ValidationError, prefix: str, model: type[BaseModel]) -> str:
     """One line per pydantic error: ``<prefix>.<field>: <problem> (got <value>)``."""
     lines = []
@@ -84,15 +75,26 @@ def _params(model: type[LossKwargs], kwargs: Mapping[str, Any], prefix: str) -> 
     return {name: getattr(params, name) for name in model.model_fields}
 
 
+def _key(value: Any) -> Any:
+    """A hashable image of kwargs that tells values of different types apart (1, 1.0 and True are equal keys but
+    need not validate alike). Tables keep their order: prime-rl passes the same dict every call, so it repeats."""
+    if isinstance(value, dict):
+        return tuple([(name, _key(item)) for name, item in value.items()])
+    if isinstance(value, list | tuple):
+        return (value.__class__, *[_key(item) for item in value])
+    return (value.__class__, value)
+
+
 def resolve(model: type[LossKwargs], kwargs: Mapping[str, Any], prefix: str = KWARGS_KEY) -> dict[str, Any]:
-    """Validated keyword arguments (defaults filled in) for one call; cached by the frozen kwargs.
+    """Validated keyword arguments (defaults filled in) for one call; cached by the kwargs' values and types, so
+    the once-per-sequence call pays a dictionary lookup.
 
     The returned dict is shared between calls with equal kwargs: callers must not mutate it.
     """
+    key = (model, prefix, _key(kwargs))
     try:
-        key = (model, prefix, freeze(kwargs))
         cached = _CACHE.get(key)
-    except TypeError:  # an unhashable leaf: validate without the cache
+    except TypeError:  # an unhashable leaf (e.g. a set): validate without the cache
         return _params(model, kwargs, prefix)
     if cached is None:
         cached = _params(model, kwargs, prefix)
