@@ -15,6 +15,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from packaging.version import Version
+
 VF_BIN = Path(sys.executable).parent
 """Where the venv's verifiers entry points are."""
 
@@ -28,6 +30,9 @@ def v1_script(target: str) -> Path:
 
 
 VF_EVAL = v1_script("verifiers.v1.cli.eval.main:main")
+VALIDATE_HAS_NOOP = Version(importlib.metadata.version("verifiers")) >= Version("0.4.0")
+"""verifiers 0.4.0's validate also scores the untouched task (the ``noop`` check); the commit prime-rl pins runs the
+gold and setup checks only."""
 VF_VALIDATE = v1_script("verifiers.v1.cli.validate:main")
 
 
