@@ -38,6 +38,7 @@ def test_install_into_the_lock_venv_changes_nothing_and_the_suites_pass(tmp_path
         ["bash", str(REPO / "scripts" / "lock_venv.sh")], env=env, capture_output=True, text=True, timeout=3600
     )
     out = proc.stdout + proc.stderr
+    print(out)  # the freeze comparison and the suites' summary (pytest -rP shows it)
     assert proc.returncode == 0, out[-6000:]
     assert re.search(r"^changed: 0 of \d+ locked packages$", out, re.M), out[-6000:]
     locked = {p["name"]: p.get("version") for p in tomllib.loads(lock_file().read_text())["package"]}
