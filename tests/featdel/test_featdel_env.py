@@ -114,7 +114,8 @@ def test_vf_validate_cli(task_dir: Path, tmp_path: Path) -> None:
     summary, rows = vf_validate("feature-deletion", tmp_path / "outputs", "--taskset.tasks", str(task_dir), timeout=400)
     assert summary["total"] == 2 and summary["outcomes"]["valid"] == 2
     assert all(r["gold"]["valid"] is True for r in rows)
-    assert all(r["noop"]["reward"] == 0.0 for r in rows) or not VALIDATE_HAS_NOOP
+    if VALIDATE_HAS_NOOP:  # verifiers 0.4.0 also scores the untouched snapshot
+        assert all(r["noop"]["reward"] == 0.0 for r in rows)
 
 
 def _call(name: str, **args: object) -> dict:
