@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.prime_rl, pytest.mark.slow]
+pytestmark = [pytest.mark.prime_rl, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 def lock_file() -> Path:
