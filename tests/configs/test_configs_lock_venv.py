@@ -44,5 +44,5 @@ def test_install_into_the_lock_venv_changes_nothing_and_the_suites_pass(tmp_path
     locked = {p["name"]: p.get("version") for p in tomllib.loads(lock_file().read_text())["package"]}
     versions = f"| openai {locked['openai']} | mcp {locked['mcp']} |"
     assert re.search(rf"^verifiers \S+ {re.escape(versions)}", out, re.M), (versions, out[-6000:])
-    summary = out.strip().splitlines()[-1]
+    summary = proc.stdout.strip().splitlines()[-1]  # pytest's closing line (uv reports on stderr)
     assert re.fullmatch(r"\d+ passed(, \d+ skipped)?(, \d+ warnings?)? in .*", summary), summary
