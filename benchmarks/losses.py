@@ -10,9 +10,11 @@
 2. Each ``loss_fns`` objective vs a plain-torch re-statement of prime-rl's default loss (DPPO-Binary-TV + squared
    log-ratio KL, ``default_loss_fn`` in prime-rl's ``trainer/rl/loss.py``) on the same packed batch, called once
    per sequence as ``compute_loss`` does, forward + backward. Target ≤ 1.3×.
+3. The cost of typed kwargs: ``dapo(inputs, clip_high="0.28")`` (CLI strings, validated through ``DapoKwargs`` and
+   cached by value) vs the same terms built from already-validated kwargs, per sequence, forward only.
 
 Usage: ``python benchmarks/losses.py [--tokens 1024 4096] [--repeats 3] [--objective-repeats 21] [--skip-jsd]
-[--skip-objectives]``.
+[--skip-objectives] [--skip-kwargs]``.
 """
 
 from __future__ import annotations
@@ -188,6 +190,49 @@ def run_objectives(num_seqs: int, seq_len: int, repeats: int) -> list[tuple[str,
     return [(name, *timed(fn)) for name, fn in cases.items()]
 
 
+def run_kwargs_overhead(num_seqs: int, seq_len: int, repeats: int) -> tuple[float, float, float]:
+    """Median seconds per packed batch of the validated call, of the pre-validated one, and their paired ratio."""
+    from loss_fns import policy
+    from loss_fns.kwargs import resolve
+    from loss_fns.types import LossInputs, make_outputs
+
+    g = torch.Generator().manual_seed(2)
+    seqs = [
+        LossInputs(
+            -torch.rand(seq_len, generator=g),
+            -torch.rand(seq_len, generator=g),
+            None,
+            torch.randn(seq_len, generator=g),
+            torch.rand(seq_len, generator=g) > 0.2,
+        )
+        for _ in range(num_seqs)
+    ]
+    cli_kwargs = {"clip_low": "0.2", "clip_high": "0.28"}  # as prime-pydantic-config passes --trainer.loss.kwargs.*
+    params = resolve(policy.DapoKwargs, cli_kwargs)
+
+    def validated() -> None:
+        for x in seqs:
+            policy.dapo(x, **cli_kwargs)
+
+    def prevalidated() -> None:
+        for x in seqs:
+            terms = policy.dapo.terms(x, **params)
+            make_outputs(policy.reduce_loss(terms, x), policy.reduce_metrics(terms, x.loss_mask))
+
+    def once(fn) -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    once(validated), once(prevalidated)
+    pairs = [(once(validated), once(prevalidated)) for _ in range(repeats)]
+    return (
+        statistics.median(p[0] for p in pairs),
+        statistics.median(p[1] for p in pairs),
+        statistics.median(p[0] / p[1] for p in pairs),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1024, 4096])
@@ -197,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--objective-repeats", type=int, default=21)
     parser.add_argument("--skip-jsd", action="store_true")
     parser.add_argument("--skip-objectives", action="store_true")
+    parser.add_argument("--skip-kwargs", action="store_true")
     parser.add_argument("--_memory", choices=["naive", "chunked"], help=argparse.SUPPRESS)
     parser.add_argument("--_time", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -226,6 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|")
         for name, seconds, baseline, ratio in run_objectives(args.num_seqs, args.seq_len, args.objective_repeats):
             print(f"| {name} | {seconds:.4f} | {baseline:.4f} | {ratio:.2f}x |")
+    if not args.skip_kwargs:
+        validated, prevalidated, ratio = run_kwargs_overhead(args.num_seqs, args.seq_len, args.objective_repeats)
+        print(f"\n## Typed kwargs: dapo with CLI-string kwargs vs pre-validated, {args.num_seqs}x{args.seq_len}, fwd")
+        print("| validated s | pre-validated s | ratio (median of paired ratios) |")
+        print("|---|---|---|")
+        print(f"| {validated:.4f} | {prevalidated:.4f} | {ratio:.3f}x |")
     return 0
 
 

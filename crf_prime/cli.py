@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crf_prime.hints.cli",
     "crf_prime.report.cli",
     "crf_prime.relay.cli",
+    "crf_prime.check.cli",
 )
 
 

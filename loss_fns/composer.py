@@ -9,22 +9,42 @@ per-token losses are added before one masked sum, and all token metrics are redu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import Field, model_validator
 from torch import Tensor
 
 from loss_fns.distill import absent_metrics, has_ref_metric, reference_of, self_distill_coefficient
+from loss_fns.kwargs import KWARGS_KEY, LossKwargs, resolve, typed_kwargs
 from loss_fns.policy import OBJECTIVES, PolicyTerms, reduce_metrics, token_factor
 from loss_fns.types import make_outputs, masked_sum
 
 
+class ComposerKwargs(LossKwargs):
+    """``[trainer.loss.kwargs]`` of ``composer_loss``; ``objective_kwargs`` are checked by the objective's own model."""
+
+    objective: Literal[tuple(OBJECTIVES)] = "dr_grpo"  # type: ignore[valid-type]
+    """The RL objective (a name in ``loss_fns.policy.OBJECTIVES``)."""
+    alpha_sdpo: float = Field(0.0, ge=0.0)
+    """Weight α of the sampled-token self-distillation term; 0 = the objective alone, bit-identical."""
+    is_clip: float | None = Field(2.0, gt=0.0)
+    """Cap of the distillation's importance weight π_θ/π_inference; unset = no importance correction."""
+    objective_kwargs: dict[str, Any] = {}
+    """The objective's own kwargs (``[trainer.loss.kwargs.objective_kwargs]``), validated by its kwargs model."""
+
+    @model_validator(mode="after")
+    def _objective_kwargs(self) -> ComposerKwargs:
+        model = OBJECTIVES[self.objective].kwargs_model
+        prefix = f"{KWARGS_KEY}.objective_kwargs"
+        # raises LossKwargsError (a ValueError) naming trainer.loss.kwargs.objective_kwargs.<name>
+        object.__setattr__(self, "objective_kwargs", resolve(model, self.objective_kwargs, prefix))
+        return self
+
+
+@typed_kwargs(ComposerKwargs)
 def composer_loss(
-    inputs: Any,
-    objective: str = "dr_grpo",
-    alpha_sdpo: float = 0.0,
-    is_clip: float | None = 2.0,
-    objective_kwargs: dict[str, Any] | None = None,
+    inputs: Any, objective: str, alpha_sdpo: float, is_clip: float | None, objective_kwargs: dict[str, Any]
 ) -> Any:
     """``objective`` (a name in :data:`loss_fns.policy.OBJECTIVES`) + ``alpha_sdpo`` · sampled-token reverse KL.
 
@@ -32,21 +52,14 @@ def composer_loss(
     term is a token SUM like the objective, so both share prime-rl's global token normaliser. Metrics: the
     objective's plus ``distill/*`` when ``alpha_sdpo != 0``.
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"trainer.loss.kwargs.objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
-    if alpha_sdpo < 0:
-        raise ValueError(f"trainer.loss.kwargs.alpha_sdpo must be >= 0, got {alpha_sdpo}")
-    kwargs = objective_kwargs or {}
     base_fn = OBJECTIVES[objective]
     if alpha_sdpo == 0.0:
-        return base_fn(inputs, **kwargs)
-    if is_clip is not None and is_clip <= 0:
-        raise ValueError(f"trainer.loss.kwargs.is_clip must be > 0 or None, got {is_clip}")
+        return base_fn(inputs, **objective_kwargs)
     ref = reference_of(inputs)
     if ref is None:
-        base = base_fn(inputs, **kwargs)
+        base = base_fn(inputs, **objective_kwargs)
         return make_outputs(base.loss, {**base.metrics, **absent_metrics(is_clip, inputs.trainer_logprobs.device)})
-    terms: PolicyTerms = base_fn.terms(inputs, **kwargs)
+    terms: PolicyTerms = base_fn.terms(inputs, **objective_kwargs)
     coefficient, rows = self_distill_coefficient(inputs, ref, is_clip, ratio=terms.ratio)
     # Σ m·w·(f·ℓ_base + α·c·logπ_θ) = base loss + α · self-distillation loss, f = the objective's reduction factor
     per_token = torch.addcmul(

@@ -17,8 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from pydantic import Field
 from torch import Tensor
 
+from loss_fns.kwargs import LossKwargs, typed_kwargs
 from loss_fns.types import make_outputs, masked_means, masked_sum, ref_logprobs_of
 
 
@@ -61,14 +63,22 @@ def absent_metrics(is_clip: float | None, device: torch.device) -> dict[str, Ten
     return {key: torch.zeros((), device=device) for key in keys}
 
 
-def self_distill(inputs: Any, is_clip: float | None = 2.0, scale: float = 1.0) -> Any:
+class SelfDistillKwargs(LossKwargs):
+    """``[trainer.loss.kwargs]`` of ``self_distill``."""
+
+    is_clip: float | None = Field(2.0, gt=0.0)
+    """Cap of the importance weight π_θ/π_inference (SDPO / TRL: 2); unset = no importance correction."""
+    scale: float = Field(1.0, gt=0.0)
+    """Multiplier of the summed loss."""
+
+
+@typed_kwargs(SelfDistillKwargs)
+def self_distill(inputs: Any, is_clip: float | None, scale: float) -> Any:
     """Sampled-token reverse-KL self-distillation toward ``ref_logprobs`` (or the older ``teacher_logprobs``).
 
     Returns the masked, weighted SUM; a zero loss anchored on ``trainer_logprobs`` when the reference is absent.
     ``is_clip=None`` disables the importance correction (fully on-policy trainers).
     """
-    if is_clip is not None and is_clip <= 0:
-        raise ValueError(f"trainer.loss.kwargs.is_clip must be > 0 or None, got {is_clip}")
     ref = reference_of(inputs)
     if ref is None:
         anchor = inputs.trainer_logprobs.sum() * 0.0

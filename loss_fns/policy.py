@@ -21,14 +21,15 @@ computed under ``no_grad``.
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import Field, model_validator
 from torch import Tensor
 
+from loss_fns.kwargs import LossKwargs, kwargs_signature, resolve
 from loss_fns.types import loss_weights_of, make_outputs, masked_means, masked_sum
 
 
@@ -74,17 +75,90 @@ def reduce_metrics(terms: PolicyTerms, mask: Tensor, extra: dict[str, Tensor] | 
     return {**masked_means(mask, rows, terms.count), **terms.metrics}
 
 
-def objective(build: Callable[..., PolicyTerms]) -> Callable[..., Any]:
-    """prime-rl's ``fn(inputs, **kwargs) -> LossOutputs`` from a terms builder, kept at ``fn.terms``."""
+def objective(model: type[LossKwargs]) -> Callable[[Callable[..., PolicyTerms]], Callable[..., Any]]:
+    """prime-rl's ``fn(inputs, **kwargs) -> LossOutputs`` from a terms builder whose kwargs ``model`` types.
 
-    @functools.wraps(build)
-    def loss_fn(inputs: Any, *args: Any, **kwargs: Any) -> Any:
-        terms = build(inputs, *args, **kwargs)
-        return make_outputs(reduce_loss(terms, inputs), reduce_metrics(terms, inputs.loss_mask))
+    The kwargs are validated once per distinct value (:func:`loss_fns.kwargs.resolve`); the builder stays at
+    ``fn.terms`` (it takes every field of the validated kwargs) and the model at ``fn.kwargs_model``.
+    """
 
-    loss_fn.terms = build  # type: ignore[attr-defined]
-    loss_fn.__signature__ = inspect.signature(build).replace(return_annotation="LossOutputs")  # type: ignore[attr-defined]
-    return loss_fn
+    def wrap(build: Callable[..., PolicyTerms]) -> Callable[..., Any]:
+        @functools.wraps(build)
+        def loss_fn(inputs: Any, **kwargs: Any) -> Any:
+            terms = build(inputs, **resolve(model, kwargs))
+            return make_outputs(reduce_loss(terms, inputs), reduce_metrics(terms, inputs.loss_mask))
+
+        loss_fn.terms = build  # type: ignore[attr-defined]
+        loss_fn.kwargs_model = model  # type: ignore[attr-defined]
+        loss_fn.__signature__ = kwargs_signature(model)  # type: ignore[attr-defined]
+        return loss_fn
+
+    return wrap
+
+
+class ClipKwargs(LossKwargs):
+    """``[trainer.loss.kwargs]`` of the PPO-clipped objectives (``ppo_clip``, ``dapo``)."""
+
+    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
+    """ε_low: the ratio is clipped below at ``1 − clip_low``."""
+    clip_high: float = Field(0.2, ge=0.0)
+    """ε_high: the ratio is clipped above at ``1 + clip_high`` (DAPO's clip-higher uses 0.28)."""
+    length_norm: bool = False
+    """Divide each sequence's token sum by its loss-token count (GRPO's per-sequence mean, up to B/N)."""
+    scale: float = Field(1.0, gt=0.0)
+    """Multiplier of the reduced loss."""
+
+
+class DapoKwargs(ClipKwargs):
+    """``[trainer.loss.kwargs]`` of ``dapo``: clip-higher by default."""
+
+    clip_high: float = Field(0.28, ge=0.0)
+    """ε_high: the ratio is clipped above at ``1 + clip_high`` (the paper's 0.28)."""
+
+
+class DrGRPOKwargs(LossKwargs):
+    """``[trainer.loss.kwargs]`` of ``dr_grpo`` (never length-normalised)."""
+
+    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
+    """ε_low: the ratio is clipped below at ``1 − clip_low``."""
+    clip_high: float = Field(0.2, ge=0.0)
+    """ε_high: the ratio is clipped above at ``1 + clip_high``."""
+    scale: float = Field(1.0, gt=0.0)
+    """Multiplier of the summed loss (``N/(B·L_max)`` recovers the paper's magnitude)."""
+
+
+class GSPOKwargs(LossKwargs):
+    """``[trainer.loss.kwargs]`` of ``gspo``."""
+
+    clip_low: float = Field(3e-4, ge=0.0, lt=1.0)
+    """ε_low of the sequence ratio (paper §5.1: 3e-4)."""
+    clip_high: float = Field(4e-4, ge=0.0)
+    """ε_high of the sequence ratio (paper §5.1: 4e-4)."""
+    variant: Literal["sequence", "token"] = "sequence"
+    """``sequence``: one clipped surrogate per sequence; ``token``: GSPO-token, per-token advantages and gradients."""
+    length_norm: bool = True
+    """Per-sequence mean (the paper's, up to B/N); False weights sequences by length."""
+    scale: float = Field(1.0, gt=0.0)
+    """Multiplier of the reduced loss."""
+
+
+class CISPOKwargs(LossKwargs):
+    """``[trainer.loss.kwargs]`` of ``cispo``."""
+
+    ratio_max: float = Field(5.0, gt=0.0)
+    """Upper bound of the detached importance weight (1 + ε_high; ScaleRL / TRL use 5.0)."""
+    ratio_min: float | None = Field(None, ge=0.0)
+    """Lower bound of the weight; unset = none, as in the paper."""
+    length_norm: bool = False
+    """Divide each sequence's token sum by its loss-token count."""
+    scale: float = Field(1.0, gt=0.0)
+    """Multiplier of the reduced loss."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CISPOKwargs:
+        if self.ratio_min is not None and self.ratio_min > self.ratio_max:
+            raise ValueError(f"ratio_min ({self.ratio_min}) must be <= ratio_max ({self.ratio_max})")
+        return self
 
 
 def token_mass(inputs: Any) -> Tensor:
@@ -102,13 +176,6 @@ def _token_ratio(inputs: Any) -> tuple[Tensor, Tensor]:
 
 def _mask_count(inputs: Any) -> Tensor:
     return inputs.loss_mask.sum().clamp_min(1).to(inputs.trainer_logprobs.dtype)
-
-
-def _check_clip(clip_low: float, clip_high: float) -> None:
-    if not 0.0 <= clip_low < 1.0:
-        raise ValueError(f"trainer.loss.kwargs.clip_low must be in [0, 1), got {clip_low}")
-    if clip_high < 0.0:
-        raise ValueError(f"trainer.loss.kwargs.clip_high must be >= 0, got {clip_high}")
 
 
 def _clipped_surrogate(
@@ -141,17 +208,14 @@ def _ratio_rows(
 def _clip_terms(
     name: str, inputs: Any, clip_low: float, clip_high: float, length_norm: bool, scale: float
 ) -> PolicyTerms:
-    _check_clip(clip_low, clip_high)
     log_ratio, ratio = _token_ratio(inputs)
     per_token, active_low, active_high = _clipped_surrogate(ratio, inputs.advantages.detach(), clip_low, clip_high)
     rows = _ratio_rows(name, active_low, active_high, ratio, log_ratio)
     return PolicyTerms(per_token, ratio, _mask_count(inputs), length_norm, scale, rows)
 
 
-@objective
-def ppo_clip(
-    inputs: Any, clip_low: float = 0.2, clip_high: float = 0.2, length_norm: bool = False, scale: float = 1.0
-) -> PolicyTerms:
+@objective(ClipKwargs)
+def ppo_clip(inputs: Any, clip_low: float, clip_high: float, length_norm: bool, scale: float) -> PolicyTerms:
     """PPO-clip / GRPO surrogate (Schulman et al. 2017, arXiv:1707.06347; Shao et al. 2024, arXiv:2402.03300).
 
     ``ℓ_t = −min(r_t·A_t, clip(r_t, 1−clip_low, 1+clip_high)·A_t)``. Token-sum by default (global token mean under
@@ -161,8 +225,8 @@ def ppo_clip(
     return _clip_terms("ppo_clip", inputs, clip_low, clip_high, length_norm, scale)
 
 
-@objective
-def dr_grpo(inputs: Any, clip_low: float = 0.2, clip_high: float = 0.2, scale: float = 1.0) -> PolicyTerms:
+@objective(DrGRPOKwargs)
+def dr_grpo(inputs: Any, clip_low: float, clip_high: float, scale: float) -> PolicyTerms:
     """Dr.GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783).
 
     The clipped surrogate summed over tokens with NO length normalisation. The paper divides by the constant
@@ -175,10 +239,8 @@ def dr_grpo(inputs: Any, clip_low: float = 0.2, clip_high: float = 0.2, scale: f
     return _clip_terms("dr_grpo", inputs, clip_low, clip_high, False, scale)
 
 
-@objective
-def dapo(
-    inputs: Any, clip_low: float = 0.2, clip_high: float = 0.28, length_norm: bool = False, scale: float = 1.0
-) -> PolicyTerms:
+@objective(DapoKwargs)
+def dapo(inputs: Any, clip_low: float, clip_high: float, length_norm: bool, scale: float) -> PolicyTerms:
     """DAPO (Yu et al. 2025, arXiv:2503.14476): clip-higher ε_low = 0.2, ε_high = 0.28, token-level loss.
 
     The paper's global token mean ``Σ_{i,t} ℓ / Σ_i |o_i|`` is exactly what prime-rl computes from this sum.
@@ -188,15 +250,8 @@ def dapo(
     return _clip_terms("dapo", inputs, clip_low, clip_high, length_norm, scale)
 
 
-@objective
-def gspo(
-    inputs: Any,
-    clip_low: float = 3e-4,
-    clip_high: float = 4e-4,
-    variant: str = "sequence",
-    length_norm: bool = True,
-    scale: float = 1.0,
-) -> PolicyTerms:
+@objective(GSPOKwargs)
+def gspo(inputs: Any, clip_low: float, clip_high: float, variant: str, length_norm: bool, scale: float) -> PolicyTerms:
     """GSPO (Zheng et al. 2025, arXiv:2507.18071): sequence-level importance ratio, ε = 3e-4 / 4e-4 (paper §5.1).
 
     ``s = exp(mean_t log r_t)`` over the masked tokens, ``A`` = the masked mean of the advantages (the sequence's
@@ -206,9 +261,6 @@ def gspo(
     paper's per-sequence mean up to the per-step factor B/N; ``False`` weights sequences by length.
     Metrics: ``gspo/clip_frac_low|clip_frac_high|seq_ratio|mismatch_kl``.
     """
-    if variant not in ("sequence", "token"):
-        raise ValueError(f"trainer.loss.kwargs.variant must be 'sequence' or 'token', got {variant!r}")
-    _check_clip(clip_low, clip_high)
     mask = inputs.loss_mask
     log_ratio, ratio = _token_ratio(inputs)
     count = _mask_count(inputs)
@@ -235,14 +287,8 @@ def gspo(
     return PolicyTerms(per_token, ratio, count, length_norm, scale, rows, metrics)
 
 
-@objective
-def cispo(
-    inputs: Any,
-    ratio_max: float = 5.0,
-    ratio_min: float | None = None,
-    length_norm: bool = False,
-    scale: float = 1.0,
-) -> PolicyTerms:
+@objective(CISPOKwargs)
+def cispo(inputs: Any, ratio_max: float, ratio_min: float | None, length_norm: bool, scale: float) -> PolicyTerms:
     """CISPO (MiniMax-M1, arXiv:2506.13585): ``ℓ_t = −sg[clip(r_t, ratio_min, ratio_max)]·A_t·logπ_θ(y_t)``.
 
     REINFORCE with a clipped, detached importance weight: no token leaves the gradient. ``ratio_max`` is the
@@ -250,11 +296,6 @@ def cispo(
     as in the paper. Token-level global mean, which prime-rl's division gives exactly.
     Metrics: ``cispo/clip_frac_low|clip_frac_high|ratio|mismatch_kl``.
     """
-    if ratio_max <= 0 or (ratio_min is not None and not 0 <= ratio_min <= ratio_max):
-        raise ValueError(
-            f"trainer.loss.kwargs.ratio_max/ratio_min must satisfy 0 <= ratio_min <= ratio_max, "
-            f"got ratio_min={ratio_min}, ratio_max={ratio_max}"
-        )
     log_ratio, ratio = _token_ratio(inputs)
     weight = torch.clamp(ratio.detach(), min=ratio_min, max=ratio_max)
     per_token = -weight * inputs.advantages.detach() * inputs.trainer_logprobs

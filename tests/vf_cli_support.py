@@ -1,4 +1,4 @@
-"""The real verifiers 0.4.0 CLIs in end-to-end tests: ``vf-eval`` (one rollout, the model played by LoopbackOpenAI)
+"""The real verifiers v1 CLIs in end-to-end tests: ``vf-eval`` (one rollout, the model played by LoopbackOpenAI)
 and ``vf-validate`` (a taskset's gold / no-op checks), each on a subprocess runtime; a non-zero exit fails the test
 with the CLI's stderr, and what the CLI wrote under ``-o`` is read back.
 
@@ -7,6 +7,7 @@ Importable from every test directory: pytest puts ``tests/`` (the rootdir confte
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -14,8 +15,25 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from packaging.version import Version
+
 VF_BIN = Path(sys.executable).parent
-"""Where the venv's ``vf-eval`` / ``vf-validate`` entry points are."""
+"""Where the venv's verifiers entry points are."""
+
+
+def v1_script(target: str) -> Path:
+    """The console script verifiers installs for its v1 CLI ``target``: ``vf-eval`` / ``vf-validate`` in 0.4.0,
+    ``eval`` / ``validate`` at the commit prime-rl pins (where ``vf-eval`` is the legacy CLI)."""
+    entry_points = importlib.metadata.distribution("verifiers").entry_points
+    (name,) = [ep.name for ep in entry_points if ep.group == "console_scripts" and ep.value == target]
+    return VF_BIN / name
+
+
+VF_EVAL = v1_script("verifiers.v1.cli.eval.main:main")
+VALIDATE_HAS_NOOP = Version(importlib.metadata.version("verifiers")) >= Version("0.4.0")
+"""verifiers 0.4.0's validate also scores the untouched task (the ``noop`` check); the commit prime-rl pins runs the
+gold and setup checks only."""
+VF_VALIDATE = v1_script("verifiers.v1.cli.validate:main")
 
 
 def vf_eval(
@@ -23,7 +41,7 @@ def vf_eval(
 ) -> Path:
     """``vf-eval ENV_ID -n 1 -m scripted`` against the OpenAI server at ``base_url`` (key in ``CRF_LOOPBACK_KEY``),
     extra ``args`` after the common ones, ``env`` over os.environ; returns the one ``traces.jsonl`` under ``out``."""
-    cmd = [str(VF_BIN / "vf-eval"), env_id, "-n", "1", "-m", "scripted", "--client.base-url", base_url]
+    cmd = [str(VF_EVAL), env_id, "-n", "1", "-m", "scripted", "--client.base-url", base_url]
     cmd += ["--client.api-key-var", "CRF_LOOPBACK_KEY", "--env.agent.runtime.type", "subprocess"]
     cmd += ["--no-push", "--no-rich", "-o", str(out), *args]
     full_env = {**os.environ, "CRF_LOOPBACK_KEY": "test", **(env or {})}
@@ -46,7 +64,7 @@ def tool_messages(trace: dict) -> list[str]:
 
 def vf_validate(env_id: str, out: Path, *args: str, timeout: float) -> tuple[dict, list[dict]]:
     """``vf-validate ENV_ID`` with extra ``args``; returns its summary.json and the rows of its results.jsonl."""
-    cmd = [str(VF_BIN / "vf-validate"), env_id, "--runtime.type", "subprocess", *args, "--no-rich", "-o", str(out)]
+    cmd = [str(VF_VALIDATE), env_id, "--runtime.type", "subprocess", *args, "--no-rich", "-o", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (summary_path,) = out.glob("*/summary.json")

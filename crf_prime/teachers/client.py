@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import httpx
 import openai
 from pydantic import ValidationError
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from crf_prime.teachers.config import TeacherConfig
 from crf_prime.teachers.journal import JournalRecord
@@ -313,7 +313,9 @@ class TeacherClient:
         start = time.perf_counter()
         attempts = 0
         kwargs = self.request(state)
-        backoff = wait_exponential_jitter(multiplier=0.5, max=8.0, jitter=0.5)
+        # 0.5·2^(n-1) s capped at 8 s, plus up to 0.5 s of jitter; spelled with names tenacity 8.2–9.2 all have
+        # (prime-rl locks 9.1.4, whose wait_exponential_jitter has no ``multiplier``)
+        backoff = wait_exponential(multiplier=0.5, max=8.0) + wait_random(0, 0.5)
 
         def wait(retry_state: Any) -> float:
             after = retry_after_s(retry_state.outcome.exception())

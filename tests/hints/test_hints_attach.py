@@ -16,6 +16,7 @@ from crf_prime.hints.templates import condense_failure
 
 BASH = Tool(
     name="bash",
+    description="Run a shell command",  # required at the verifiers commit prime-rl pins
     parameters={
         "type": "object",
         "properties": {"command": {"type": "string"}},
@@ -25,6 +26,7 @@ BASH = Tool(
 )
 EDIT = Tool(
     name="edit",
+    description="Replace text in a file",
     parameters={
         "type": "object",
         "properties": {"path": {"type": "string"}, "old_str": {"type": "string"}, "new_str": {"type": "string"}},
@@ -248,8 +250,12 @@ def test_sandbox_harness_tool_results_and_schemas():
         ],
         tools=(),
     )
-    trace.tools = []
-    trace.nodes[0].tools = [vf.types.Tool.model_validate(t["function"]) for t in TOOL_SCHEMAS.values()]
+    tools = [vf.types.Tool.model_validate(t["function"]) for t in TOOL_SCHEMAS.values()]
+    if "tools" in type(trace.nodes[0]).model_fields:  # verifiers 0.4.0 records the tools on the root node
+        trace.tools = []
+        trace.nodes[0].tools = tools
+    else:  # the commit prime-rl pins records them on the trace
+        trace.tools = tools
     sites = analyse(trace)
     assert [(s.kind, s.tool, s.detail) for s in sites] == [
         ("schema_violation", "view", "'path' is a required property"),

@@ -13,7 +13,7 @@ from trace_replay import ReplayHarness, TraceReplayConfig, TraceReplayTaskset
 from verifiers.v1.runtimes import provision_runtime
 from verifiers.v1.runtimes.subprocess import SubprocessConfig
 from verifiers.v1.utils.loaders import default_harness_id, taskset_class
-from vf_cli_support import only_episode, vf_eval, vf_validate
+from vf_cli_support import VALIDATE_HAS_NOOP, only_episode, vf_eval, vf_validate
 
 from crf_prime.loopback import LoopbackOpenAI, Reply
 from crf_prime.traces.models import Action
@@ -57,6 +57,7 @@ def test_load_keeps_states_with_consensus(inputs) -> None:
     _, _, states = inputs
     tasks = list(_taskset(inputs).load())
     assert [t.data.state_id for t in tasks] == [states[0].state_id, states[1].state_id, states[4].state_id]
+    assert [t.data.idx for t in tasks] == [0, 1, 2]  # set by load() on every verifiers version
     t0 = tasks[0]
     assert [v.teacher for v in t0.data.votes] == ["gemini", "gpt", "qwen"]  # claude excluded: same family as the trace
     assert t0.data.tools == [dict(t) for t in states[0].tools]
@@ -107,8 +108,10 @@ def test_vf_validate_cli(inputs, tmp_path: Path) -> None:
     votes = ["--taskset.states", str(states_path), "--taskset.journal", str(journal_path)]
     summary, rows = vf_validate("trace-replay", tmp_path / "outputs", *votes, timeout=300)
     assert summary["total"] == 3 and summary["outcomes"]["valid"] == 3
-    assert summary["checks"]["gold"]["valid"] == 3 and summary["checks"]["noop"]["valid"] == 3
-    assert [r["noop"]["rewards"] for r in rows] == [{"agreement": 0.0}] * 3
+    assert summary["checks"]["gold"]["valid"] == 3
+    if VALIDATE_HAS_NOOP:  # verifiers 0.4.0 also scores the untouched task
+        assert summary["checks"]["noop"]["valid"] == 3
+        assert [r["noop"]["rewards"] for r in rows] == [{"agreement": 0.0}] * 3
 
 
 @pytest.mark.slow

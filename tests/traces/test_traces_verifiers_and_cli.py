@@ -27,7 +27,11 @@ def write_vf_traces(run_dir: Path) -> Path:
     from verifiers.v1.task import TaskData
     from verifiers.v1.trace import AgentInfo, ModelCall, Trace, TraceTask
     from verifiers.v1.types import AssistantMessage, SystemMessage, Tool, ToolCall, ToolMessage, UserMessage
-    from verifiers.v1.utils.trace_store import TRACES_FILE, write_episode
+
+    try:
+        from verifiers.v1.utils.trace_store import TRACES_FILE, write_episode
+    except ModuleNotFoundError:  # the verifiers commit prime-rl pins
+        from verifiers.v1.cli.output import TRACES_FILE, write_episode
 
     task = TraceTask(type="FeatureTask", data=TaskData(id="t1", prompt="Make the tests pass."))
     bash = Tool(
@@ -35,8 +39,11 @@ def write_vf_traces(run_dir: Path) -> Path:
         description="Run a command",
         parameters={"type": "object", "properties": {"command": {"type": "string"}}},
     )
+    # verifiers 0.4.0 records the tools on the root node, the commit prime-rl pins on the trace
+    node_tools = "tools" in MessageNode.model_fields
+    on_node, on_trace = ({"tools": [bash]}, {}) if node_tools else ({}, {"tools": [bash]})
     nodes = [
-        MessageNode(parent=None, message=SystemMessage(content="You are a coding agent."), tools=[bash]),
+        MessageNode(parent=None, message=SystemMessage(content="You are a coding agent."), **on_node),
         MessageNode(parent=0, message=UserMessage(content="Make the tests pass.")),
         MessageNode(
             parent=1,
@@ -56,6 +63,7 @@ def write_vf_traces(run_dir: Path) -> Path:
         nodes=nodes,
         calls=[ModelCall(node=2, model="Qwen/Qwen3-4B"), ModelCall(node=4, model="Qwen/Qwen3-4B")],
         ok=True,
+        **on_trace,
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     write_episode(run_dir, Episode(env=EnvInfo(id="feature-deletion"), task=task, traces=[trace], ok=True))

@@ -282,13 +282,14 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
         task_dir = self._task_dir()
         tasks = []
         rows = per_package(load_tasks(task_dir), self.config.tasks_per_package, self.config.split_seed)
-        for row in rows:
+        for idx, row in enumerate(rows):
             venv = cache_root() / "venvs" / spec_key(row.test_env)
             prompt = (
                 f"{row.prompt}\n\nA Python with pytest and the project's dependencies (not the project itself) is at "
                 f"`{venv}/bin/python`; run the visible tests with `{venv}/bin/python -m pytest -q`."
             )
             data = FeatureDeletionData(
+                idx=idx,  # verifiers 0.4.0 sets it while iterating; the commit prime-rl pins leaves it to load()
                 id=row.task_id,
                 name=row.task_id,
                 prompt=prompt,

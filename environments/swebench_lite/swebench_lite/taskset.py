@@ -269,4 +269,5 @@ class SweTaskset(vf.Taskset[SweTask, SweTasksetConfig]):
         instances = load_instances(
             self.config.dataset, self.config.split, instance_ids=self.config.instance_ids, repos=self.config.repos
         )
-        return [SweTask(SweData(**self._data(i)), self.config.task) for i in instances]
+        # idx: verifiers 0.4.0 sets it while iterating; the commit prime-rl pins leaves it to load()
+        return [SweTask(SweData(idx=idx, **self._data(i)), self.config.task) for idx, i in enumerate(instances)]

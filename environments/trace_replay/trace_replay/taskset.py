@@ -209,8 +209,9 @@ class TraceReplayTaskset(vf.Taskset[ReplayTask, TraceReplayConfig]):
                 data = _data(state, [], None)
             else:
                 continue
+            # idx: verifiers 0.4.0 sets it while iterating; the commit prime-rl pins leaves it to load()
+            yield ReplayTask(data.model_copy(update={"idx": n}), c.task)
             n += 1
-            yield ReplayTask(data, c.task)
 
 
 _LIVE: dict[tuple[str, str, str], tuple[list[Vote], Action | None]] = {}
