@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import copy
 import tomllib
 from pathlib import Path
+
+from crf_prime.check.compose import deep_merge  # prime-pydantic-config's `@` composition
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
@@ -28,17 +29,6 @@ def rl_args(arm: str) -> list[str]:
     for name in ARMS[arm]:
         args += ["@", str(LADDER / name)]
     return args
-
-
-def deep_merge(base: dict, override: dict) -> dict:
-    """prime-pydantic-config's `@` composition: tables merge key by key, everything else (lists too) is replaced."""
-    out = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(out.get(key), dict) and isinstance(value, dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def compose(arm: str) -> dict:
