@@ -9,10 +9,12 @@ cannot see; an attempt that acts on the host leaves a file there (``host_marker`
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import verifiers.v1 as vf
 from swebench_lite import SweTask
 
@@ -330,3 +332,13 @@ async def attempt(task: SweTask, runtime: vf.Runtime, attack: Attack, host: Path
         suspected=(trace.metrics or {}).get("suspected_forgery"),
         info=dict(trace.info.get("swebench", {})),
     )
+
+
+def with_venv_on_path(runtime: vf.Runtime, monkeypatch: pytest.MonkeyPatch) -> vf.Runtime:
+    """The runtime with this venv's bin first on PATH: a view with its own environment on verifiers 0.4.0; at the commit
+    prime-rl pins (no ``with_env``), subprocess runs inherit this process's environment."""
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    if hasattr(runtime, "with_env"):
+        return runtime.with_env({"PATH": path})
+    monkeypatch.setenv("PATH", path)
+    return runtime

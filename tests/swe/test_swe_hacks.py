@@ -7,15 +7,13 @@ isolation cannot close are flagged (``suspected_forgery``) and rejected with ``r
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import verifiers.v1 as vf
-from swe_hacks import ATTACKS, Attack, attempt, trace_for
+from swe_hacks import ATTACKS, Attack, attempt, trace_for, with_venv_on_path
 from swebench_lite import SweTask, SweTaskConfig, SweTaskset, SweTasksetConfig
 from verifiers.v1.runtimes import provision_runtime
 
@@ -73,7 +71,7 @@ IMAGE_PATH_ATTACKS = [
 
 @pytest.mark.parametrize("attack", IMAGE_PATH_ATTACKS, ids=[a.name for a in IMAGE_PATH_ATTACKS])
 async def test_container_placement_resists_the_git_and_workspace_attacks(
-    attack: Attack, tmp_path: Path, runtime: vf.Runtime
+    attack: Attack, tmp_path: Path, runtime: vf.Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The docker/prime code path (git on ``/testbed`` through ``runtime.run``), on a checkout in the runtime dir:
     hardened git ignores the agent's fsmonitor, excludes, replace refs and core.worktree; scratch is a fresh mktemp
@@ -83,7 +81,7 @@ async def test_container_placement_resists_the_git_and_workspace_attacks(
     subprocess.run(["git", "clone", "-q", local.data.mirror or "", str(checkout)], check=True)
     data = local.data.model_copy(update={"mirror": None, "workdir": str(checkout)})
     task = SweTask(data, SweTaskConfig(hints=False))
-    on_path = runtime.with_env({"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    on_path = with_venv_on_path(runtime, monkeypatch)
     out = await attempt(task, on_path, attack, tmp_path / "host", subdir="testbed")
     assert out.error == "" and out.reward == 0.0, out.info
     assert out.host_effect is False
@@ -121,7 +119,7 @@ async def test_patch_that_does_not_apply_is_unresolved_not_an_infra_error(tmp_pa
 
 
 async def test_container_placement_keeps_setup_build_outputs_and_removes_the_agents(
-    tmp_path: Path, runtime: vf.Runtime
+    tmp_path: Path, runtime: vf.Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ignored build outputs present at setup (compiled extensions in sweb.eval images) survive grading unchanged;
     ones the agent adds or changes are captured, filtered out and removed."""
@@ -134,7 +132,7 @@ async def test_container_placement_keeps_setup_build_outputs_and_removes_the_age
     (checkout / "build" / "lib.txt").write_text("built\n")
     data = local.data.model_copy(update={"mirror": None, "workdir": str(checkout)})
     task = SweTask(data, SweTaskConfig(hints=False))
-    on_path = runtime.with_env({"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    on_path = with_venv_on_path(runtime, monkeypatch)
     trace = trace_for(task)
     await task.setup(trace, on_path)
     (checkout / "build" / "lib.txt").write_text("changed by the agent\n")
