@@ -259,22 +259,14 @@ def _nodes(tree: ast.AST) -> list[ast.AST]:
 
 
 def _bound_names(tree: ast.AST) -> frozenset[str]:
-    """Every name the module binds anywhere (assignments, defs, parameters, imports, handlers, patterns)."""
-    out: set[str] = set()
-    for node in _nodes(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            out.add(node.id)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            out.add(node.name)
-        elif isinstance(node, ast.arg):
-            out.add(node.arg)
-        elif isinstance(node, ast.alias):
-            out.add(node.asname or node.name.split(".")[0])
-        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
-            out.add(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            out.add(node.rest)
-    return frozenset(out)
+    """Every name the module binds anywhere (assignments, defs, parameters, imports, handlers, patterns); a
+    ``global``/``nonlocal`` declaration binds nothing itself (``global eval`` must not make ``eval`` a bound name)."""
+    return frozenset(
+        name
+        for node in _nodes(tree)
+        if not isinstance(node, ast.Global | ast.Nonlocal)
+        for name in _binding_names(node)
+    )
 
 
 def _unbound_loads(tree: ast.AST) -> frozenset[str]:
@@ -311,8 +303,8 @@ def _from_imports(tree: ast.AST) -> dict[str, str]:
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             for a in node.names:
                 out[a.asname or a.name] = f"{node.module}.{a.name}"
-    for name in _bound_names_counted(tree):
-        seen[name] += 1
+    for node in _nodes(tree):
+        seen.update(_binding_names(node))
     return {k: v for k, v in out.items() if seen[k] == 1}  # rebound anywhere else: not trusted
 
 
@@ -320,6 +312,7 @@ _SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.
 
 
 def _binding_names(node: ast.AST) -> list[str]:
+    """The names one node binds (the one classifier behind bound names, bound-once counts and scopes)."""
     if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
         return [node.id]
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -330,6 +323,8 @@ def _binding_names(node: ast.AST) -> list[str]:
         return [node.asname or node.name.split(".")[0]]
     if isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
         return [node.name]
+    if isinstance(node, ast.MatchMapping) and node.rest:
+        return [node.rest]
     if isinstance(node, ast.Global | ast.Nonlocal):
         return [*node.names, *node.names]  # rebound from elsewhere: never "bound once"
     return []
@@ -365,20 +360,6 @@ class _Scopes:
         if self.counts[(scope, node.id)] == 0:  # not bound locally: the module's binding
             return self.single.get((self.module, node.id))
         return None
-
-
-def _bound_names_counted(tree: ast.AST) -> list[str]:
-    out: list[str] = []
-    for node in _nodes(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            out.append(node.id)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            out.append(node.name)
-        elif isinstance(node, ast.arg):
-            out.append(node.arg)
-        elif isinstance(node, ast.alias):
-            out.append(node.asname or node.name.split(".")[0])
-    return out
 
 
 class _Checker(ast.NodeVisitor):
