@@ -5,9 +5,13 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from crf_prime.errors import CrfError, ExitCode
 
-class MissingExtraError(ImportError):
+
+class MissingExtraError(CrfError, ImportError):
     """An optional host package is not installed."""
+
+    exit_code = ExitCode.MISSING_EXTRA
 
 
 def require(module: str, extra: str) -> ModuleType:

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from crf_prime.extras import require
-from crf_prime.report.load import ArmData
+from crf_prime.report.load import ArmData, ReportInputError
 from crf_prime.report.stats import Estimate, paired_difference, pass_at_1
 
 
@@ -45,11 +45,14 @@ def build_report(
 ) -> Report:
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
-        raise ValueError(f"arm names must be unique, got {names}")
+        raise ReportInputError(f"runs: arm names must be unique, got {names} (name an arm with NAME=PATH)")
     base_name = baseline or names[0]
     if base_name not in names:
-        raise ValueError(f"baseline {base_name!r} is not one of the arms {names}")
+        raise ReportInputError(f"baseline: {base_name!r} is not one of the arms {names}")
     base = next(a for a in arms if a.name == base_name)
+    for a in arms:
+        if not {s.task for s in a.samples} & {s.task for s in base.samples}:
+            raise ReportInputError(f"runs: arm {a.name!r} shares no task with the baseline {base_name!r}")
     kw = {"threshold": threshold, "n_boot": n_boot, "confidence": confidence, "seed": seed}
     rows = [
         ArmRow(
@@ -133,6 +136,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 def write_report(report: Report, arms: Sequence[ArmData], out_dir: Path) -> dict[str, Path]:
     """report.md, report.json and report.png in ``out_dir``; each file appears whole or not at all."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ReportInputError(f"out: {out_dir} is a file; the report is a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out_dir / "report.md", "json": out_dir / "report.json", "png": out_dir / "report.png"}
     fd, tmp_png = tempfile.mkstemp(dir=out_dir, prefix=".report.png.", suffix=".png")

@@ -1,35 +1,40 @@
-"""``crf-prime report RUN_DIR... --out DIR``: the A/B report over ladder arms (argparse only at import)."""
+"""``crf-prime report --runs [NAME=]PATH ... --out DIR``: the A/B report over ladder arms."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+from pydantic_config import BaseConfig
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "report",
-        help="pass@1 per arm with bootstrap CIs and paired differences to a baseline (markdown + PNG)",
-        description=(
-            "Read vf-eval results dirs, prime-rl run dirs (eval rollouts of the last step, or --step) or traces.jsonl "
-            "files, one per arm, and write report.md, report.json and report.png. Name an arm with NAME=PATH "
-            "(default: the directory name)."
-        ),
-    )
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="[NAME=]PATH of one arm; the first is the baseline")
-    p.add_argument("--out", type=Path, required=True, help="output directory")
-    p.add_argument("--baseline", help="arm the paired differences are taken against (default: the first)")
-    p.add_argument("--threshold", type=float, default=1.0, help="reward at or above which a sample passes (1.0)")
-    p.add_argument("--reward", help="score one named reward instead of the weighted sum of all rewards")
-    p.add_argument("--env", help="only episodes of this environment id (e.g. feature-deletion)")
-    p.add_argument("--step", type=int, help="prime-rl runs: eval step to report (default: the last one)")
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (2000)")
-    p.add_argument("--confidence", type=float, default=0.95, help="interval coverage (0.95)")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=run)
+class ReportConfig(BaseConfig):
+    runs: Annotated[list[str], Field(min_length=1)]
+    """One arm per entry, ``[NAME=]PATH``: a vf-eval results dir, a prime-rl run dir or a traces.jsonl (default
+    name: the directory name). The first is the baseline unless ``baseline`` names another."""
+    out: Path
+    """Directory that receives report.md, report.json and report.png."""
+    baseline: str | None = None
+    """Arm the paired differences are taken against (default: the first)."""
+    threshold: float = 1.0
+    """Reward at or above which a sample passes."""
+    reward: str | None = None
+    """Score one named reward instead of the weighted sum of all rewards."""
+    env: str | None = None
+    """Only episodes of this environment id (e.g. ``feature-deletion``)."""
+    step: Annotated[int, Field(ge=0)] | None = None
+    """prime-rl runs: eval step to report (default: the last one)."""
+    n_boot: Annotated[int, Field(ge=100)] = 2000
+    """Bootstrap resamples."""
+    confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    """Interval coverage."""
+    seed: int = 0
+    """Seed of the bootstrap."""
 
 
-def _arm(spec: str) -> tuple[str, Path]:
+def arm(spec: str) -> tuple[str, Path]:
+    """``NAME=PATH`` or ``PATH`` (named after its directory, or a traces file's directory)."""
     name, sep, path = spec.partition("=")
     if not sep:
         path = spec
@@ -38,30 +43,27 @@ def _arm(spec: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(config: ReportConfig) -> int:
+    """pass@1 per arm with bootstrap CIs and paired differences to a baseline (markdown + JSON + PNG)."""
     from rich.console import Console
     from rich.table import Table
 
-    from crf_prime.report import ReportInputError, build_report, load_arm, write_report
+    from crf_prime.report import build_report, load_arm, write_report
 
     console = Console()
-    try:
-        arms = [
-            load_arm(name, path, step=args.step, reward_name=args.reward, env=args.env)
-            for name, path in map(_arm, args.runs)
-        ]
-    except ReportInputError as e:
-        console.print(f"[red]error:[/red] {e}", soft_wrap=True)
-        return 2
+    arms = [
+        load_arm(name, path, step=config.step, reward_name=config.reward, env=config.env)
+        for name, path in map(arm, config.runs)
+    ]
     report = build_report(
         arms,
-        baseline=args.baseline,
-        threshold=args.threshold,
-        n_boot=args.n_boot,
-        confidence=args.confidence,
-        seed=args.seed,
+        baseline=config.baseline,
+        threshold=config.threshold,
+        n_boot=config.n_boot,
+        confidence=config.confidence,
+        seed=config.seed,
     )
-    paths = write_report(report, arms, args.out)
+    paths = write_report(report, arms, config.out)
     table = Table(title=f"pass@1 (Δ vs {report.baseline}, paired)")
     for col in ("arm", "tasks", "pass@1", "CI", "Δ", "CI"):
         table.add_column(col)

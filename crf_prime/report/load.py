@@ -18,10 +18,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from crf_prime.errors import InputError
+
 _STEP = re.compile(r"^step_(\d+)$")
 
 
-class ReportInputError(ValueError):
+class ReportInputError(InputError):
     """A run directory or traces file that cannot be read; the message names the file (and line)."""
 
 

@@ -136,7 +136,7 @@ def test_cli_writes_markdown_json_and_png(tmp_path):
     write(run / "rollouts" / "step_3" / "eval" / "all" / "traces.jsonl", arm_rows(20, 15, samples=2))
     write(run / "rollouts" / "step_3" / "train" / "all" / "traces.jsonl", [("t0", 0.25)])
     out = tmp_path / "report"
-    assert main(["report", str(tmp_path / "a0"), f"A2={run}", "--out", str(out), "--n-boot", "500"]) == 0
+    assert main(["report", "--runs", str(tmp_path / "a0"), f"A2={run}", "--out", str(out), "--n-boot", "500"]) == 0
     md = (out / "report.md").read_text().splitlines()
     assert md[0].startswith("| arm | tasks | samples | unscored | pass@1 (%) | 95% CI | Δ vs a0 (pp)")
     assert md[2].startswith("| a0 | 20 | 40 | 0 | 50.0 | [")
@@ -150,9 +150,54 @@ def test_cli_writes_markdown_json_and_png(tmp_path):
 
 def test_cli_reports_unreadable_input_without_writing(tmp_path, capsys):
     out = tmp_path / "report"
-    assert main(["report", str(tmp_path / "missing"), "--out", str(out)]) == 2
-    assert "neither a traces.jsonl" in capsys.readouterr().out
+    assert main(["report", "--runs", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "neither a traces.jsonl" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [
+        (["--n-boot", "-5"], "--n-boot"),
+        (["--n-boot", "0"], "--n-boot"),
+        (["--confidence", "1.5"], "--confidence"),
+        (["--step", "-1"], "--step"),
+    ],
+)
+def test_cli_rejects_out_of_range_numbers_before_reading(tmp_path, capsys, flags, field):
+    out = tmp_path / "report"
+    assert main(["report", "--runs", str(tmp_path / "missing"), "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "neither a traces.jsonl" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("specs", "extra", "message"),
+    [
+        (["a0", "a0"], [], "arm names must be unique"),
+        (["a0", "b0"], ["--baseline", "zz"], "baseline: 'zz' is not one of the arms"),
+        (["a0", "c0"], [], "arm 'c0' shares no task with the baseline 'a0'"),
+    ],
+)
+def test_cli_names_bad_arms_in_one_line(tmp_path, capsys, specs, extra, message):
+    write(tmp_path / "a0" / "traces.jsonl", arm_rows(4, 2))
+    write(tmp_path / "b0" / "traces.jsonl", arm_rows(4, 1))
+    write(tmp_path / "c0" / "traces.jsonl", [("other", 1.0)])
+    runs = [str(tmp_path / s) for s in specs]
+    out = tmp_path / "report"
+    assert main(["report", "--runs", *runs, "--out", str(out), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_cli_out_pointing_at_a_file_is_bad_input(tmp_path, capsys):
+    write(tmp_path / "a0" / "traces.jsonl", arm_rows(4, 2))
+    out = tmp_path / "report.md"
+    out.write_text("keep me")
+    assert main(["report", "--runs", str(tmp_path / "a0"), "--out", str(out)]) == 2
+    assert "out: " in capsys.readouterr().err and out.read_text() == "keep me"
 
 
 def test_markdown_baseline_choice(tmp_path):
@@ -160,5 +205,5 @@ def test_markdown_baseline_choice(tmp_path):
     report = build_report(arms, baseline="B", n_boot=200)
     text = markdown(report)
     assert "Δ vs B (pp)" in text and "| A | 10 | 10 | 0 | 20.0 |" in text and "| -20.0 |" in text
-    with pytest.raises(ValueError, match="baseline 'C'"):
+    with pytest.raises(ValueError, match="baseline: 'C'"):
         build_report(arms, baseline="C")

@@ -1,0 +1,88 @@
+"""The command line's one contract: config parsed from flags and ``@ file.toml``, one error base, one exit table."""
+
+from __future__ import annotations
+
+import pytest
+
+from crf_prime import cli
+from crf_prime.errors import (
+    BudgetExhausted,
+    CrfError,
+    ExitCode,
+    InfraError,
+    InputError,
+    NegativeResult,
+    NothingProduced,
+)
+from crf_prime.extras import MissingExtraError
+
+
+def test_every_command_takes_one_config_and_has_a_summary() -> None:
+    for name, target in cli.COMMANDS.items():
+        func = cli.load(target)
+        cls = cli.config_type(func)
+        assert cls == list[str] or hasattr(cls, "model_fields"), name
+        assert cli.summary(func), f"{name} needs a docstring: it is the command's help"
+        assert name.split()[0] == target.split(".")[1], f"{name} must live in the package it is named after ({target})"
+
+
+def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in cli.COMMANDS:
+        assert f"  {name} " in out
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (InputError.field("pool.tiered", "must be true"), 2),
+        (InputError.at("a.toml", 3, "bad"), 2),
+        (NegativeResult("not resolved"), 1),
+        (BudgetExhausted("cap reached"), 3),
+        (InfraError("sandbox gone"), 4),
+        (NothingProduced("0 states"), 5),
+        (MissingExtraError("x"), 6),
+    ],
+)
+def test_errors_exit_with_their_code_and_one_line(monkeypatch, capsys, error: CrfError, code: int) -> None:
+    def boom(config: list[str]) -> int:
+        """a command that fails"""
+        raise error
+
+    monkeypatch.setitem(cli.COMMANDS, "boom", "tests.test_cli:BOOM")
+    monkeypatch.setattr(cli, "load", lambda target: boom)
+    assert cli.main(["boom"]) == code == int(error.exit_code)
+    err = capsys.readouterr().err
+    assert err.startswith("crf-prime boom: error: ") and len(err.strip().splitlines()) == 1
+
+
+def test_input_error_names_the_place() -> None:
+    assert str(InputError.at("sources.txt", 4, "not a pypi: spec")) == "sources.txt:4: not a pypi: spec"
+    assert str(InputError.field("pool.tiered", "must be true")) == "pool.tiered: must be true"
+    assert ExitCode.INTERRUPTED == 130
+
+
+def test_bad_flag_and_bad_toml_are_bad_input(tmp_path, capsys) -> None:
+    assert cli.main(["report", "--runs", "x", "--out", str(tmp_path), "--no-such-flag", "1"]) == 2
+    assert "no-such-flag" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("runs = [\n")
+    assert cli.main(["report", "@", str(bad)]) == 2
+    assert str(bad) in capsys.readouterr().err
+
+
+def test_toml_and_flags_share_names(tmp_path) -> None:
+    from crf_prime.report.cli import ReportConfig
+
+    cfg = tmp_path / "r.toml"
+    cfg.write_text('runs = ["a", "b"]\nout = "o"\nn_boot = 300\n')
+    config = cli.parse("report", ["@", str(cfg), "--n-boot", "400"])
+    assert isinstance(config, ReportConfig)
+    assert config.runs == ["a", "b"] and config.n_boot == 400 and str(config.out) == "o"
+
+
+def test_unknown_command_is_bad_input(capsys) -> None:
+    with pytest.raises(SystemExit) as info:  # argparse, until the last legacy command moves
+        cli.main(["no-such-command"])
+    assert info.value.code == 2
