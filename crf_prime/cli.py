@@ -71,13 +71,20 @@ def split_command(argv: Sequence[str]) -> tuple[str | None, list[str]]:
 
 def parse(name: str, args: list[str]) -> object:
     """Parse a command's arguments into its config (``list[str]`` commands get them verbatim)."""
-    from pydantic_config import cli
+    from pydantic_config import ConfigFileError, cli
 
     func = load(COMMANDS[name])
     cls = config_type(func)
     if cls == list[str]:
         return args
-    return cli(cls, args=args, prog=f"{PROG} {name}", description=inspect.getdoc(func))
+    argv: list[str] | None = None
+    if "--" in args:  # ``-- CMD ARGS``: a program's own argv, for a config with an ``argv`` field
+        i = args.index("--")
+        args, argv = args[:i], args[i + 1 :]
+        if "argv" not in cls.model_fields:
+            raise ConfigFileError(f"`--` passes a program's arguments; {PROG} {name} runs no program")
+    config = cli(cls, args=args, prog=f"{PROG} {name}", description=inspect.getdoc(func))
+    return config if argv is None else config.model_copy(update={"argv": argv})
 
 
 def run(name: str, args: list[str]) -> int:

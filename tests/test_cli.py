@@ -86,3 +86,24 @@ def test_unknown_command_is_bad_input(capsys) -> None:
     with pytest.raises(SystemExit) as info:  # argparse, until the last legacy command moves
         cli.main(["no-such-command"])
     assert info.value.code == 2
+
+
+def test_double_dash_passes_a_programs_argv(monkeypatch) -> None:
+    from pydantic_config import BaseConfig, ConfigFileError
+
+    class RunConfig(BaseConfig):
+        wall: float = 60.0
+        argv: list[str] = []
+
+    def run_it(config: RunConfig) -> int:
+        """run a program"""
+        return 0
+
+    monkeypatch.setitem(cli.COMMANDS, "box run", "x:y")
+    monkeypatch.setattr(cli, "load", lambda target: run_it)
+    config = cli.parse("box run", ["--wall", "5", "--", "python", "--version", "--", "x"])
+    assert config.wall == 5.0 and config.argv == ["python", "--version", "--", "x"]
+    monkeypatch.setitem(cli.COMMANDS, "report", "x:y")
+    monkeypatch.setattr(cli, "load", lambda target: __import__("crf_prime.report.cli").report.cli.run)
+    with pytest.raises(ConfigFileError, match="runs no program"):
+        cli.parse("report", ["--runs", "a", "--out", "o", "--", "ls"])
