@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic_config import BaseConfig, ConfigFileError
 
 from crf_prime import cli
 from crf_prime.errors import (
@@ -88,17 +89,17 @@ def test_unknown_command_is_bad_input(capsys) -> None:
     assert info.value.code == 2
 
 
+class RunConfig(BaseConfig):
+    wall: float = 60.0
+    argv: list[str] = []
+
+
+def run_it(config: RunConfig) -> int:
+    """run a program"""
+    return 0
+
+
 def test_double_dash_passes_a_programs_argv(monkeypatch) -> None:
-    from pydantic_config import BaseConfig, ConfigFileError
-
-    class RunConfig(BaseConfig):
-        wall: float = 60.0
-        argv: list[str] = []
-
-    def run_it(config: RunConfig) -> int:
-        """run a program"""
-        return 0
-
     monkeypatch.setitem(cli.COMMANDS, "box run", "x:y")
     monkeypatch.setattr(cli, "load", lambda target: run_it)
     config = cli.parse("box run", ["--wall", "5", "--", "python", "--version", "--", "x"])
