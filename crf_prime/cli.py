@@ -103,8 +103,21 @@ def run(name: str, args: list[str]) -> int:
 
 
 def fail(name: str, message: str, code: int) -> int:
-    print(f"{PROG} {name}: error: {message}", file=sys.stderr)
+    """One stderr line: prime-pydantic-config's multi-line validation report is folded onto it."""
+    print(f"{PROG} {name}: error: {one_line(message)}", file=sys.stderr)
     return int(code)
+
+
+def one_line(message: str) -> str:
+    """``--n-boot\n  Input should be …`` → ``--n-boot: Input should be …``, errors joined with ``; ``."""
+    head, *rest = message.strip().splitlines() or [""]
+    items: list[str] = []
+    for line in rest:
+        if line.startswith(" ") and items:
+            items[-1] += (": " if items[-1].startswith("--") and ": " not in items[-1] else " ") + line.strip()
+        else:
+            items.append(line.strip())
+    return "; ".join([head.rstrip(":"), *items]) if items else head
 
 
 def print_help() -> None:

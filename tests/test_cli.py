@@ -108,3 +108,11 @@ def test_double_dash_passes_a_programs_argv(monkeypatch) -> None:
     monkeypatch.setattr(cli, "load", lambda target: __import__("crf_prime.report.cli").report.cli.run)
     with pytest.raises(ConfigFileError, match="runs no program"):
         cli.parse("report", ["--runs", "a", "--out", "o", "--", "ls"])
+
+
+def test_validation_errors_fold_onto_one_line(tmp_path, capsys) -> None:
+    out = tmp_path / "o"
+    assert cli.main(["report", "--runs", "x", "--out", str(out), "--n-boot", "-5", "--confidence", "3"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "--n-boot: Input should be greater than or equal to 100" in err and "--confidence: Input should be" in err
