@@ -21,12 +21,13 @@ from crf_prime.errors import CrfError, ExitCode
 # for a command that takes another program's arguments verbatim, like ``check``). Listed in --help order.
 COMMANDS: dict[str, str] = {
     "report": "crf_prime.report.cli:run",
+    "sandbox probe": "crf_prime.sandbox.cli:probe",
+    "sandbox run": "crf_prime.sandbox.cli:run",
 }
 
 # commands not yet moved onto the config CLI: modules with ``register(subparsers)`` (argparse)
 LEGACY_MODULES: tuple[str, ...] = (
     "crf_prime.featdel.cli",
-    "crf_prime.sandbox.cli",
     "crf_prime.swe.cli",
     "crf_prime.traces.cli",
     "crf_prime.teachers.cli",

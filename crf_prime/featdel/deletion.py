@@ -15,6 +15,7 @@ import io
 import tokenize
 from dataclasses import dataclass
 
+from crf_prime.errors import InputError
 from crf_prime.featdel.syntax import parse
 
 STUB = "raise NotImplementedError"
@@ -230,7 +231,7 @@ def unified_diff(path: str, before: str, after: str) -> str:
     return "".join(out)
 
 
-class PatchError(ValueError):
+class PatchError(InputError):
     """A unified diff does not apply exactly."""
 
 

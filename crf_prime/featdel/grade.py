@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from crf_prime.errors import InfraError
 from crf_prime.featdel.models import FailedTest, FeatdelTask, GradeResult
 from crf_prime.featdel.policy import (
     added_violations,
@@ -47,7 +48,7 @@ from crf_prime.featdel.testenv import TestEnv, ensure_test_env
 FORBIDDEN_NAMES = frozenset({"conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "__main__.py"})
 
 
-class GradingError(RuntimeError):
+class GradingError(InfraError):
     """Infrastructure failure while grading (never a wrong answer): the task directory or the sandbox is broken."""
 
 

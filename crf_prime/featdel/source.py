@@ -22,6 +22,7 @@ from configparser import ConfigParser
 from dataclasses import dataclass
 from pathlib import Path
 
+from crf_prime.errors import InputError
 from crf_prime.featdel.models import SourceInfo
 
 # directory names removed anywhere in the tree
@@ -53,7 +54,7 @@ STRIP_FILES = frozenset({".coverage", ".dmypy.json"})
 TEST_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "conftest.py")
 
 
-class SourceError(RuntimeError):
+class SourceError(InputError, RuntimeError):
     """The source cannot be used as a Feature Deletion project; the message says why."""
 
 

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from crf_prime.errors import InfraError
 from crf_prime.swe.changes import Selection, never_graded_dir, path_problem, select_changes
 from crf_prime.swe.directives import is_test_path, patch_files
 from crf_prime.swe.evalscript import eval_script
@@ -48,7 +49,7 @@ HARNESS_MARGIN_S = 120.0
 """Extra seconds the harness itself may take beyond the test timeout before it counts as an infra failure."""
 
 
-class SweInfraError(RuntimeError):
+class SweInfraError(InfraError):
     """The environment could not prepare or run the tests (image, git, runtime, harness timeout)."""
 
 
