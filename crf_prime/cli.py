@@ -23,11 +23,12 @@ COMMANDS: dict[str, str] = {
     "report": "crf_prime.report.cli:run",
     "sandbox probe": "crf_prime.sandbox.cli:probe",
     "sandbox run": "crf_prime.sandbox.cli:run",
+    "featdel generate": "crf_prime.featdel.cli:generate",
+    "featdel validate": "crf_prime.featdel.cli:validate",
 }
 
 # commands not yet moved onto the config CLI: modules with ``register(subparsers)`` (argparse)
 LEGACY_MODULES: tuple[str, ...] = (
-    "crf_prime.featdel.cli",
     "crf_prime.swe.cli",
     "crf_prime.traces.cli",
     "crf_prime.teachers.cli",

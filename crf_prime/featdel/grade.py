@@ -40,9 +40,10 @@ from crf_prime.featdel.policy import (
     project_own_modules,
 )
 from crf_prime.featdel.replay import ReplayVerdict, replay_changes
-from crf_prime.featdel.runner import PytestRun, make_sandbox, run_pytest
+from crf_prime.featdel.runner import PytestRun, run_pytest
 from crf_prime.featdel.source import SourceError, extract_archive, is_test_path, strip_tree
 from crf_prime.featdel.testenv import TestEnv, ensure_test_env
+from crf_prime.placement import GradingSandbox
 
 # files the agent may never add, wherever they are (startup hooks, test config)
 FORBIDDEN_NAMES = frozenset({"conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "__main__.py"})
@@ -320,7 +321,6 @@ def grade_changes(
     *,
     sandbox=None,
     env: TestEnv | None = None,
-    wall_seconds: float = 300.0,
     scan: bool = True,
     replay: bool = True,
     read_only_tree: bool = True,
@@ -334,7 +334,7 @@ def grade_changes(
     hack = detect_hack(task, task_dir, changes) if scan else ""
     if hack:
         return hack_result(task, changes, hack)
-    sandbox = sandbox or make_sandbox(wall_seconds=wall_seconds)
+    sandbox = sandbox or GradingSandbox().sandbox()
     env = env or ensure_test_env(task.test_env)
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-grade-"))
     try:
@@ -347,7 +347,6 @@ def grade_changes(
             pytest_args=task.pytest_args,
             node_ids=task.target_tests,
             protected=tuple(task.protected_files),
-            wall_seconds=wall_seconds,
             read_only_tree=read_only_tree,
         )
     finally:

@@ -29,6 +29,7 @@ from verifiers.v1.types import ID
 
 from crf_prime.harness.executors import Executor, RuntimeExecutor, SandboxExecutor
 from crf_prime.harness.tools import EDIT_PROGRAM, TOOL_NAMES, TOOL_SCHEMAS, VIEW_PROGRAM, ToolOutcome, format_outcome
+from crf_prime.placement import local_workdir
 from crf_prime.sandbox import Sandbox, SandboxConfig, SandboxLimits
 
 logger = logging.getLogger(__name__)
@@ -150,12 +151,12 @@ class SandboxHarness(Harness[SandboxHarnessConfig]):
         return self._sandbox
 
     async def setup(self, runtime: Runtime) -> None:
-        if _local_workdir(runtime) is not None:
+        if local_workdir(runtime) is not None:
             self.sandbox()  # fail before the rollout starts when the box cannot isolate here
 
     def executor(self, runtime: Runtime, data: TaskData) -> Executor:
         env = {**runtime.process_env({}), **self.config.resolved_env}
-        workdir = _local_workdir(runtime)
+        workdir = local_workdir(runtime)
         if workdir is None:
             return RuntimeExecutor(runtime, env=env, output_bytes=self.config.limits.output_bytes)
         ro = [Path(p) for p in [*self.config.ro_binds, *(getattr(data, "sandbox_ro_binds", None) or [])]]
@@ -242,11 +243,3 @@ async def _complete(client: openai.AsyncOpenAI, model: str, messages: list[dict]
     if message["content"] is None and not message.get("tool_calls"):
         message["content"] = ""
     return message
-
-
-def _local_workdir(runtime: Runtime) -> Path | None:
-    """The rollout's host directory when the runtime is the local ``subprocess`` one, else None."""
-    if getattr(runtime, "type", None) != "subprocess":
-        return None
-    workdir = getattr(runtime, "workdir", None)
-    return Path(workdir) if workdir is not None else None

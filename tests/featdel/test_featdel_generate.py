@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 from featdel_support import INFLECTION, TOOLZ, agent_tree, generated
 
-import crf_prime.featdel.cli as featdel_cli
 from crf_prime.cli import main
 from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate, load_tasks, validate_task
 from crf_prime.featdel.grade import grade_tree
-from crf_prime.featdel.runner import make_sandbox
 from crf_prime.featdel.source import SourceError
 from crf_prime.featdel.testenv import ensure_test_env
+from crf_prime.placement import GradingSandbox
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -157,15 +156,15 @@ def test_local_project_with_features_and_cli(tmp_path: Path, capsys: pytest.Capt
     assert summary["pytest_config"] == "pyproject.toml [tool.pytest.ini_options]" and summary["pytest_args"] == []
     assert summary["valid"] == 5
     assert "Feature Deletion: minilib local" in capsys.readouterr().out
-    assert main(["featdel", "validate", str(out)]) == 0
+    assert main(["featdel", "validate", "--task-dir", str(out)]) == 0
     # tamper with a row: validation must now fail and exit non-zero
     rows = (out / "tasks.jsonl").read_text().splitlines()
     bad = json.loads(rows[0])
     bad["gold_patch"] = ""
     (out / "tasks.jsonl").write_text("\n".join([json.dumps(bad), *rows[1:]]) + "\n")
-    assert main(["featdel", "validate", str(out)]) == 1
+    assert main(["featdel", "validate", "--task-dir", str(out)]) == 1
     (out / "tasks.jsonl").write_text("{not json\n")
-    assert main(["featdel", "validate", str(out)]) == 2
+    assert main(["featdel", "validate", "--task-dir", str(out)]) == 2
     assert "tasks.jsonl:1: invalid task row" in capsys.readouterr().err
 
 
@@ -206,13 +205,13 @@ def test_suite_failing_as_shipped_is_a_clear_error(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()  # nothing half-written
     tasks, _ = generate(
         GenerateConfig(
-            source=str(src), out=tmp_path / "out", deselect=("tests/test_minilib.py::test_broken",), max_tasks=1
+            source=str(src), out=tmp_path / "out", deselect=["tests/test_minilib.py::test_broken"], max_tasks=1
         )
     )
     assert len(tasks) == 1 and "--deselect" in tasks[0].pytest_args
     task = tasks[0]
     env = ensure_test_env(task.test_env)
-    assert validate_task(task, tmp_path / "out", sandbox=make_sandbox(), env=env) is None
+    assert validate_task(task, tmp_path / "out", sandbox=GradingSandbox().sandbox(), env=env) is None
 
 
 def test_bad_sources_fail_clearly(tmp_path: Path) -> None:
@@ -220,4 +219,4 @@ def test_bad_sources_fail_clearly(tmp_path: Path) -> None:
         generate(GenerateConfig(source="pypi:toolz", out=tmp_path / "o"))
     with pytest.raises(SourceError, match="not a directory"):
         generate(GenerateConfig(source=str(tmp_path / "missing"), out=tmp_path / "o"))
-    assert featdel_cli.DEFAULT_SOURCE == DEFAULT_SOURCE == TOOLZ
+    assert DEFAULT_SOURCE == TOOLZ
