@@ -42,9 +42,9 @@ class ValidateConfig(GradingSandbox, BaseConfig):
 
 
 def exit_on_sigterm(command: Callable[[C], int]) -> Callable[[C], int]:
-    """Run ``command`` with SIGTERM raising SystemExit(143), like Ctrl-C raises KeyboardInterrupt: every ``finally``
-    runs, so the temporary trees (``crf-featdel-*`` in $TMPDIR, the staging directory beside ``out``) and sandbox
-    boxes are removed on kill too."""
+    """Run ``command`` with SIGTERM raising KeyboardInterrupt, as Ctrl-C does: every ``finally`` runs, so the
+    temporary trees (``crf-featdel-*`` in $TMPDIR, the staging directory beside ``out``) and sandbox boxes are removed
+    on kill too, and the command exits 130 (docs/cli.md)."""
 
     @functools.wraps(command)
     def wrapped(config: C) -> int:
@@ -52,7 +52,7 @@ def exit_on_sigterm(command: Callable[[C], int]) -> Callable[[C], int]:
             return command(config)
 
         def stop(signum: int, _frame: object) -> None:
-            raise SystemExit(128 + signum)
+            raise KeyboardInterrupt(f"signal {signum}")
 
         previous = signal.signal(signal.SIGTERM, stop)
         try:
