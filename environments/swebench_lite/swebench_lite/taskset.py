@@ -23,6 +23,7 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from crf_prime.hints import FailingTest, HintWriterConfig, attach_hint_async, hint_writer
+from crf_prime.placement import local_workdir
 from crf_prime.swe.dataset import LITE, load_instances
 from crf_prime.swe.instance import SweInstance
 from crf_prime.swe.logparse import failure_messages
@@ -93,8 +94,8 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
     def _runner(self, runtime: vf.Runtime) -> SweRunner:
         local = self.data.mirror is not None
         if local:
-            workdir = getattr(runtime, "workdir", None)
-            if runtime.type != "subprocess" or not isinstance(workdir, Path):
+            workdir = local_workdir(runtime)
+            if workdir is None:
                 raise SweInfraError(
                     f"instance {self.key!r} uses a local mirror (repos_dir), which needs the subprocess runtime; "
                     f"got {runtime.type!r}. Unset repos_dir to run the sweb.eval image on docker / prime."
