@@ -541,7 +541,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         (staging / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
         _publish(staging, out)
         return valid, summary
-    finally:  # also on SIGINT / SIGTERM (the CLI turns SIGTERM into SystemExit): nothing half-written stays
+    finally:  # also on SIGINT / SIGTERM (the CLI turns SIGTERM into KeyboardInterrupt): nothing half-written stays
         shutil.rmtree(workspace, ignore_errors=True)
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)

@@ -80,7 +80,7 @@ class FeatureDeletionConfig(vf.TasksetConfig):
     unset, tasks are generated from ``source`` into the crf-prime cache on first use."""
     source: str = DEFAULT_SOURCE
     """Project to generate from when ``tasks`` is unset: a local directory or ``pypi:NAME==VERSION``."""
-    max_tasks: int = 8
+    max_tasks: int = Field(default=8, ge=1)
     """Tasks to generate from ``source`` (ignored with ``tasks``)."""
     seed: int = 0
     """Generation seed (ignored with ``tasks``)."""
