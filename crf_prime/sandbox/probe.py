@@ -27,9 +27,9 @@ BWRAP_ENV = "CRF_SANDBOX_BWRAP"
 """Environment variable naming the bubblewrap binary (default: ``bwrap`` on PATH)."""
 
 OPT_OUT_HINT = (
-    "To run commands WITHOUT isolation instead (only on a throwaway machine), opt in explicitly: "
-    "`unsandboxed = true` (SandboxConfig.unsandboxed: the --unsandboxed flag, the harness's unsandboxed, a "
-    "taskset's task.grading.unsandboxed)."
+    "To run commands WITHOUT isolation instead (only on a throwaway machine), opt in explicitly with "
+    "unsandboxed=True (SandboxConfig.unsandboxed: the --unsandboxed flag, the harness's `unsandboxed`, a "
+    "taskset's `task.grading.unsandboxed`)."
 )
 
 _PROBE_SCRIPT = r"""
