@@ -21,13 +21,17 @@ from crf_prime.errors import CrfError, ExitCode
 # for a command that takes another program's arguments verbatim, like ``check``). Listed in --help order.
 COMMANDS: dict[str, str] = {
     "report": "crf_prime.report.cli:run",
+    "sandbox probe": "crf_prime.sandbox.cli:probe",
+    "sandbox run": "crf_prime.sandbox.cli:run",
+    "featdel generate": "crf_prime.featdel.cli:generate",
+    "featdel validate": "crf_prime.featdel.cli:validate",
+    "swe grade": "crf_prime.swe.cli:grade",
+    "swe mini-fixture": "crf_prime.swe.cli:mini_fixture",
+    "swe test-cmd": "crf_prime.swe.cli:test_cmd",
 }
 
 # commands not yet moved onto the config CLI: modules with ``register(subparsers)`` (argparse)
 LEGACY_MODULES: tuple[str, ...] = (
-    "crf_prime.featdel.cli",
-    "crf_prime.sandbox.cli",
-    "crf_prime.swe.cli",
     "crf_prime.traces.cli",
     "crf_prime.teachers.cli",
     "crf_prime.pairs.cli",

@@ -2,8 +2,8 @@
 
 The splice keeps decorators, signature and docstring byte-identical and replaces everything between the end of the
 header (or of the docstring) and the end of the last body statement with ``raise NotImplementedError``; the rest of
-the file is untouched, so the gold patch is minimal (recipe: ../shared/hosts/sandbox-and-swebench.md §3.1; closest
-public relative: SWE-smith's "LM rewrite" stubs). Comments between the docstring and the first statement go with the
+the file is untouched, so the gold patch is minimal (Cursor's Feature Deletion recipe; closest public relative:
+SWE-smith's "LM rewrite" stubs). Comments between the docstring and the first statement go with the
 body so they cannot leak the implementation.
 """
 
@@ -15,6 +15,7 @@ import io
 import tokenize
 from dataclasses import dataclass
 
+from crf_prime.errors import InputError
 from crf_prime.featdel.syntax import parse
 
 STUB = "raise NotImplementedError"
@@ -230,7 +231,7 @@ def unified_diff(path: str, before: str, after: str) -> str:
     return "".join(out)
 
 
-class PatchError(ValueError):
+class PatchError(InputError):
     """A unified diff does not apply exactly."""
 
 

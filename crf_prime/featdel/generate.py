@@ -21,6 +21,7 @@ import logging
 import os
 import random
 import re
+import secrets
 import shutil
 import tempfile
 import time
@@ -29,7 +30,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
+from pydantic import Field
+from pydantic_config import BaseConfig
+
+from crf_prime.errors import InputError
 from crf_prime.extras import require
 from crf_prime.featdel.deletion import (
     FunctionInfo,
@@ -41,7 +47,7 @@ from crf_prime.featdel.deletion import (
 )
 from crf_prime.featdel.grade import detect_hack, grade_changes, materialise
 from crf_prime.featdel.models import FeatdelTask, GenerateSummary, Rejection, SourceInfo, Target
-from crf_prime.featdel.runner import PytestRun, make_sandbox, run_pytest
+from crf_prime.featdel.runner import PytestRun, run_pytest
 from crf_prime.featdel.source import (
     Project,
     SourceError,
@@ -52,38 +58,46 @@ from crf_prime.featdel.source import (
     source_files,
 )
 from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env, visible_copies
+from crf_prime.placement import GradingSandbox
 
 DEFAULT_SOURCE = "pypi:toolz==1.2.0"
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class GenerateConfig:
-    """Knobs of one generation run (the CLI maps its flags onto these)."""
+class GenerateConfig(GradingSandbox, BaseConfig):
+    """One generation run (``crf-prime featdel generate``: flags, ``@ file.toml`` keys and these fields share names).
+    The sandbox settings (``limits`` of one task's validation run, ``unsandboxed``, ``bwrap``) are
+    :class:`crf_prime.placement.GradingSandbox`'s."""
 
     source: str = DEFAULT_SOURCE
+    """Local project directory or ``pypi:NAME==VERSION`` (a pinned sdist)."""
     out: Path = Path("out/featdel")
-    max_tasks: int = 8
+    """Task directory written (tasks.jsonl, summary.json, bases/, replay/); replaced atomically. It must be absent,
+    empty, or a task directory written before."""
+    max_tasks: Annotated[int, Field(ge=1)] = 8
+    """Stop after this many valid tasks."""
     seed: int = 0
-    workers: int = 0
+    """Sampling seed; the same seed gives the same tasks."""
+    workers: Annotated[int, Field(ge=0)] = 0
     """Parallel validations; 0 = number of CPU cores."""
-    min_statements: int = 2
+    min_statements: Annotated[int, Field(ge=1)] = 2
     """Bodies with fewer statements are too trivial to re-implement."""
-    max_target_tests: int = 40
+    max_target_tests: Annotated[int, Field(ge=1)] = 40
     """Functions covered by more tests are too central (deleting them breaks half the suite)."""
-    max_suite_fraction: float = 0.25
+    max_suite_fraction: Annotated[float, Field(gt=0, le=1)] = 0.25
     """... or by more than this fraction of the suite (but never fewer than 5 tests)."""
-    feature_max_functions: int = 4
-    deselect: tuple[str, ...] = ()
+    feature_max_functions: Annotated[int, Field(ge=1)] = 4
+    """Functions deleted together in one feature task."""
+    deselect: list[str] = []
     """Node ids of tests that fail as shipped and are left out (``--deselect``); everything else must pass."""
-    extra_requirements: tuple[str, ...] = ()
-    """Additional test-only requirements for the venv (e.g. ``hypothesis``)."""
-    unsandboxed: bool = False
-    """Explicit opt-in to run without bubblewrap isolation."""
-    suite_timeout_s: float = 600.0
+    extra_requirements: list[str] = []
+    """Additional test-only requirements for the venv (e.g. ``hypothesis==6.100.0``)."""
+    suite_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    """Wall-clock limit of the one coverage run of the whole suite (seconds)."""
     replay: bool = True
-    """Record gold's calls for the out-of-process replay check (crf_prime/featdel/record.py)."""
-    replay_search: float = 2.0
+    """Record gold's calls for the out-of-process replay check (crf_prime/featdel/record.py); without it tasks are
+    graded by their tests alone."""
+    replay_search: Annotated[float, Field(ge=1)] = 2.0
     """Validate up to this many times ``max_tasks`` candidates looking for tasks the replay covers; uncovered valid
     tasks only fill the places left."""
 
@@ -375,7 +389,7 @@ def build_task(
         protected_files=protected,
         pytest_args=baseline.pytest_args,
         pythonpath=project.pythonpath,
-        test_env=default_spec(project.runtime_requirements + cfg.extra_requirements),
+        test_env=default_spec((*project.runtime_requirements, *cfg.extra_requirements)),
         seed=cfg.seed,
     )
 
@@ -423,8 +437,10 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
     t0 = time.perf_counter()
     seconds: dict[str, float] = {}
     progress = progress or (lambda phase, done, total: None)
-    sandbox = make_sandbox(unsandboxed=cfg.unsandboxed, wall_seconds=300.0)
+    check_out(cfg.out)
+    sandbox = cfg.sandbox()
     workspace = Path(tempfile.mkdtemp(prefix="crf-featdel-gen-"))
+    staging: Path | None = None
     try:
         progress("source", 0, 1)
         project = load_project(cfg.source, workspace)
@@ -438,7 +454,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                 f"({', '.join(map(str, copies))}); an agent could restore the deleted code from it. Uninstall it or "
                 "pick another source."
             )
-        spec = default_spec(project.runtime_requirements + cfg.extra_requirements)
+        spec = default_spec((*project.runtime_requirements, *cfg.extra_requirements))
         env = ensure_test_env(spec, project.top_level)
         seconds["venv"] = time.perf_counter() - t
         progress("coverage", 0, 1)
@@ -450,7 +466,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         rng.shuffle(cands)
 
         out = cfg.out
-        staging = Path(tempfile.mkdtemp(prefix=".featdel-staging-", dir=_parent(out)))
+        staging = _staging_dir(out)
         base_rel = f"bases/{project.info.name}-{project.info.version}.tar.gz"
         base_sha = make_archive(project.root, staging / base_rel)
 
@@ -525,8 +541,10 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         (staging / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
         _publish(staging, out)
         return valid, summary
-    finally:
+    finally:  # also on SIGINT / SIGTERM (the CLI turns SIGTERM into KeyboardInterrupt): nothing half-written stays
         shutil.rmtree(workspace, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _with_replay(task: FeatdelTask, task_dir: Path, sandbox, env: TestEnv) -> tuple[FeatdelTask, None, Counter[str]]:
@@ -550,18 +568,28 @@ def _remove_unused_replays(task_dir: Path, kept: list[FeatdelTask]) -> None:
             p.unlink()
 
 
-def _parent(out: Path) -> Path:
+def check_out(out: Path) -> None:
+    """``out`` must be absent, empty, or a task directory written before (it is replaced); checked before any work."""
+    if out.exists() and not out.is_dir():
+        raise InputError.field("out", f"{out} is a file; give a task directory (it is created or replaced)")
+    if out.is_dir() and not (out / "tasks.jsonl").is_file() and any(out.iterdir()):
+        raise InputError.field("out", f"{out} exists, is not empty and holds no tasks.jsonl; refusing to replace it")
+
+
+def _staging_dir(out: Path) -> Path:
+    """A new hidden directory beside ``out`` (same filesystem, so publishing is a rename), made with the umask's
+    modes (0755 under the usual 022), unlike ``mkdtemp``'s 0700."""
     parent = out.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
-    return parent
+    staging = parent / f".featdel-staging-{os.getpid()}-{secrets.token_hex(4)}"
+    staging.mkdir()
+    return staging
 
 
 def _publish(staging: Path, out: Path) -> None:
     """Replace ``out`` with the finished staging directory (nothing half-written is ever visible)."""
     if out.exists():
-        if not (out / "tasks.jsonl").is_file() and any(out.iterdir()):
-            shutil.rmtree(staging, ignore_errors=True)
-            raise SourceError(f"--out {out}: exists, is not empty and holds no tasks.jsonl; refusing to replace it")
+        check_out(out)  # again: it may have changed during the run
         old = out.with_name(out.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
         out.rename(old)
@@ -588,11 +616,11 @@ def load_tasks(task_dir: Path) -> list[FeatdelTask]:
 
 
 def validate_dir(
-    task_dir: Path, *, unsandboxed: bool = False, workers: int = 0, progress: ProgressFn | None = None
+    task_dir: Path, *, sandbox: GradingSandbox | None = None, workers: int = 0, progress: ProgressFn | None = None
 ) -> list[tuple[FeatdelTask, Rejection | None]]:
     """Re-run validation on every task of a generated directory."""
     tasks = load_tasks(task_dir)
-    sandbox = make_sandbox(unsandboxed=unsandboxed)
+    box = (sandbox or GradingSandbox()).sandbox()
     envs: dict[str, TestEnv] = {}
     for t in tasks:
         key = json.dumps(t.test_env.model_dump(), sort_keys=True)
@@ -603,7 +631,7 @@ def validate_dir(
 
     def one(t: FeatdelTask) -> tuple[FeatdelTask, Rejection | None]:
         env = envs[json.dumps(t.test_env.model_dump(), sort_keys=True)]
-        return t, validate_task(t, task_dir, sandbox=sandbox, env=env)
+        return t, validate_task(t, task_dir, sandbox=box, env=env)
 
     results = []
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:

@@ -5,9 +5,8 @@ configuration file — conftest.py, pytest.ini, tox.ini, setup.cfg, pyproject.to
 the agent's changes to the project's non-test ``.py`` files (or new ``.py`` modules inside its package directories),
 read from the agent's workspace without following its symlinks. Caches are stripped again, the target tests run in
 the sandbox with the whole tree read-only (only ``out/`` is writable and nothing writable is importable), and
-outcomes come from pytest's junit XML, cross-checked against the exit code. Reward-hack surface:
-../shared/hosts/sandbox-and-swebench.md §3.4 and Cursor's Composer 2.5 post (leftover bytecode, type-checker caches,
-git history).
+outcomes come from pytest's junit XML, cross-checked against the exit code. The reward-hack surface Cursor's
+Composer 2.5 post names (leftover bytecode, type-checker caches, git history) is stripped from the base tree.
 
 Code the agent writes runs inside the pytest process, so it could patch pytest from an imported module: no check after
 the run can see that, so the means are forbidden instead: added code must stay inside the allow-list of
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from crf_prime.errors import InfraError
 from crf_prime.featdel.models import FailedTest, FeatdelTask, GradeResult
 from crf_prime.featdel.policy import (
     added_violations,
@@ -39,15 +39,16 @@ from crf_prime.featdel.policy import (
     project_own_modules,
 )
 from crf_prime.featdel.replay import ReplayVerdict, replay_changes
-from crf_prime.featdel.runner import PytestRun, make_sandbox, run_pytest
+from crf_prime.featdel.runner import PytestRun, run_pytest
 from crf_prime.featdel.source import SourceError, extract_archive, is_test_path, strip_tree
 from crf_prime.featdel.testenv import TestEnv, ensure_test_env
+from crf_prime.placement import GradingSandbox
 
 # files the agent may never add, wherever they are (startup hooks, test config)
 FORBIDDEN_NAMES = frozenset({"conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "__main__.py"})
 
 
-class GradingError(RuntimeError):
+class GradingError(InfraError):
     """Infrastructure failure while grading (never a wrong answer): the task directory or the sandbox is broken."""
 
 
@@ -319,7 +320,6 @@ def grade_changes(
     *,
     sandbox=None,
     env: TestEnv | None = None,
-    wall_seconds: float = 300.0,
     scan: bool = True,
     replay: bool = True,
     read_only_tree: bool = True,
@@ -333,7 +333,7 @@ def grade_changes(
     hack = detect_hack(task, task_dir, changes) if scan else ""
     if hack:
         return hack_result(task, changes, hack)
-    sandbox = sandbox or make_sandbox(wall_seconds=wall_seconds)
+    sandbox = sandbox or GradingSandbox().sandbox()
     env = env or ensure_test_env(task.test_env)
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-grade-"))
     try:
@@ -346,7 +346,6 @@ def grade_changes(
             pytest_args=task.pytest_args,
             node_ids=task.target_tests,
             protected=tuple(task.protected_files),
-            wall_seconds=wall_seconds,
             read_only_tree=read_only_tree,
         )
     finally:

@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from crf_prime.errors import InfraError
 from crf_prime.extras import require
 from crf_prime.featdel.models import FeatdelTask
 from crf_prime.featdel.source import is_test_path
@@ -29,7 +30,7 @@ CALL_TIMEOUT_S = 5.0
 _DRIVER = Path(__file__).with_name("replay_box.py")
 
 
-class ReplayError(RuntimeError):
+class ReplayError(InfraError):
     """Infrastructure failure of the replay (the task's replay files are missing or altered)."""
 
 

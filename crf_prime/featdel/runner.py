@@ -69,14 +69,6 @@ class PytestRun:
         return (self.stdout[-n:] + "\n" + self.stderr[-n:]).strip()
 
 
-def make_sandbox(*, unsandboxed: bool = False, wall_seconds: float = 300.0, memory_mb: int | None = 4096):
-    """A :class:`crf_prime.sandbox.Sandbox` with limits suited to test suites."""
-    from crf_prime.sandbox import Sandbox, SandboxLimits
-
-    limits = SandboxLimits(wall_seconds=wall_seconds, memory_mb=memory_mb, pids=512, output_bytes=2_000_000)
-    return Sandbox(limits, unsandboxed=unsandboxed)
-
-
 def pytest_env(repo: Path, pythonpath: Sequence[str], extra_paths: Sequence[Path] = ()) -> dict[str, str]:
     paths = [str((repo / p).resolve()) for p in pythonpath] + [str(p) for p in extra_paths]
     return {

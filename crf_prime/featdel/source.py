@@ -1,6 +1,6 @@
 """Get a project's source tree (local directory or a pinned PyPI sdist), strip what leaks code, read its layout.
 
-Leak surface (../shared/hosts/sandbox-and-swebench.md §3.4): bytecode caches hold the deleted implementation
+Leak surface: bytecode caches hold the deleted implementation
 (``marshal`` + ``dis`` recover it), type-checker caches hold signatures, ``.git`` keeps old blobs, ``*.egg-info`` and
 ``build/``/``dist/`` hold copies or file lists. All are removed from the tree every task is built from.
 """
@@ -22,6 +22,7 @@ from configparser import ConfigParser
 from dataclasses import dataclass
 from pathlib import Path
 
+from crf_prime.errors import InputError
 from crf_prime.featdel.models import SourceInfo
 
 # directory names removed anywhere in the tree
@@ -53,7 +54,7 @@ STRIP_FILES = frozenset({".coverage", ".dmypy.json"})
 TEST_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "conftest.py")
 
 
-class SourceError(RuntimeError):
+class SourceError(InputError, RuntimeError):
     """The source cannot be used as a Feature Deletion project; the message says why."""
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Protocol
 
 from crf_prime.harness.tools import ToolOutcome
+from crf_prime.placement import run_in_runtime
 from crf_prime.sandbox import Sandbox, SandboxLimits
 
 
@@ -66,9 +67,8 @@ class RuntimeExecutor:
         self.output_bytes = output_bytes
 
     async def run(self, argv: Sequence[str], *, timeout_s: float) -> ToolOutcome:
-        wrapped = ["timeout", "-k", "5", f"{timeout_s:g}", *argv]
-        r = await self.runtime.run(wrapped, self.env)  # type: ignore[attr-defined]
-        limit = "wall" if r.exit_code in (124, 137) else None
+        r = await run_in_runtime(self.runtime, argv, self.env, wall_seconds=timeout_s)  # type: ignore[arg-type]
+        limit = "wall" if r.timed_out else None
         return ToolOutcome(
             None if limit else r.exit_code,
             self._cap(r.stdout),

@@ -29,7 +29,8 @@ from verifiers.v1.types import ID
 
 from crf_prime.harness.executors import Executor, RuntimeExecutor, SandboxExecutor
 from crf_prime.harness.tools import EDIT_PROGRAM, TOOL_NAMES, TOOL_SCHEMAS, VIEW_PROGRAM, ToolOutcome, format_outcome
-from crf_prime.sandbox import Sandbox, SandboxLimits
+from crf_prime.placement import local_workdir
+from crf_prime.sandbox import Sandbox, SandboxConfig, SandboxLimits
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +40,11 @@ SYSTEM_PROMPT = (
 )
 
 
-class SandboxHarnessConfig(HarnessConfig):
-    """Knobs of the sandboxed harness (``--env.agent.harness.*`` / TOML ``[env.agent.harness]``)."""
+class SandboxHarnessConfig(HarnessConfig, SandboxConfig):
+    """Knobs of the sandboxed harness (``--env.agent.harness.*`` / TOML ``[env.agent.harness]``). The sandbox
+    settings (``limits``, ``unsandboxed``, ``bwrap``) are :class:`crf_prime.sandbox.SandboxConfig`'s; ``limits`` apply
+    to one command, ``limits.wall_seconds`` being the default a model's call may lower or raise up to
+    ``max_command_timeout_s``."""
 
     id: ID = "crf-sandbox"
     tools: list[str] = Field(default_factory=lambda: list(TOOL_NAMES))
@@ -49,25 +53,13 @@ class SandboxHarnessConfig(HarnessConfig):
     """Harness system prompt, placed before the task's own system prompt."""
     max_turns: int = Field(50, gt=0)
     """Model calls per rollout (the agent seat's ``max_turns`` stop condition also applies)."""
-    command_timeout_s: float = Field(60.0, gt=0)
-    """Default wall-clock limit of one command (seconds); the model may ask for less or up to ``max_command_timeout_s``."""
+    limits: SandboxLimits = SandboxLimits(output_bytes=200_000)
+    """Resource limits of one command (output capped lower than a standalone run's: it goes back to the model)."""
     max_command_timeout_s: float = Field(600.0, gt=0)
     """Upper bound on the per-command timeout the model may request (seconds)."""
     rollout_command_seconds: float = Field(1800.0, gt=0)
     """Total wall-clock seconds of commands per rollout; once spent, tools answer with an error and the loop ends."""
-    memory_mb: int | None = 2048
-    """Memory limit of one command's process tree (MiB)."""
-    pids: int | None = 256
-    """Process-count limit of one command's tree."""
-    cpu_seconds: int | None = None
-    """CPU seconds per process of one command."""
-    file_size_mb: int | None = 256
-    """Largest file a command may write (MiB)."""
-    tmp_size_mb: int = 256
-    """Size of the box's private /tmp (MiB)."""
-    output_bytes: int = 200_000
-    """Bytes of stdout/stderr captured per command and stream."""
-    max_result_chars: int = 16_000
+    max_result_chars: int = Field(16_000, ge=1)
     """Characters of a tool result sent back to the model (the middle is elided beyond this)."""
     ro_binds: list[str] = Field(default_factory=list)
     """Extra host paths visible read-only in the box (e.g. a shared venv). Tasks add their own via a
@@ -75,23 +67,8 @@ class SandboxHarnessConfig(HarnessConfig):
     protected: list[str] = Field(default_factory=list)
     """Paths inside the rollout directory re-bound read-only (relative to it). Tasks add their own via a
     ``sandbox_protected`` field on their TaskData."""
-    unsandboxed: bool = False
-    """Run local commands WITHOUT isolation (explicit opt-out; never a silent fallback)."""
-    bwrap: str | None = None
-    """bubblewrap binary (default: $CRF_SANDBOX_BWRAP, else ``bwrap`` on PATH)."""
     request_timeout_s: float = Field(600.0, gt=0)
     """Timeout of one model call (seconds)."""
-
-    def limits(self) -> SandboxLimits:
-        return SandboxLimits(
-            wall_seconds=self.command_timeout_s,
-            cpu_seconds=self.cpu_seconds,
-            memory_mb=self.memory_mb,
-            pids=self.pids,
-            file_size_mb=self.file_size_mb,
-            output_bytes=self.output_bytes,
-            tmp_size_mb=self.tmp_size_mb,
-        )
 
 
 class _Rollout:
@@ -132,7 +109,7 @@ class _Rollout:
         return format_outcome(outcome, max_chars=self.config.max_result_chars)
 
     def _argv(self, name: str, args: dict[str, Any]) -> tuple[list[str], float]:
-        default = self.config.command_timeout_s
+        default = self.config.limits.wall_seconds
         if name == "bash":
             command = args["command"]
             if not isinstance(command, str) or not command.strip():
@@ -170,24 +147,24 @@ class SandboxHarness(Harness[SandboxHarnessConfig]):
     def sandbox(self) -> Sandbox:
         """The local box (probed once; raises SandboxUnavailable with how to fix it)."""
         if self._sandbox is None:
-            self._sandbox = Sandbox(self.config.limits(), unsandboxed=self.config.unsandboxed, bwrap=self.config.bwrap)
+            self._sandbox = self.config.sandbox()
         return self._sandbox
 
     async def setup(self, runtime: Runtime) -> None:
-        if _local_workdir(runtime) is not None:
+        if local_workdir(runtime) is not None:
             self.sandbox()  # fail before the rollout starts when the box cannot isolate here
 
     def executor(self, runtime: Runtime, data: TaskData) -> Executor:
         env = {**runtime.process_env({}), **self.config.resolved_env}
-        workdir = _local_workdir(runtime)
+        workdir = local_workdir(runtime)
         if workdir is None:
-            return RuntimeExecutor(runtime, env=env, output_bytes=self.config.output_bytes)
+            return RuntimeExecutor(runtime, env=env, output_bytes=self.config.limits.output_bytes)
         ro = [Path(p) for p in [*self.config.ro_binds, *(getattr(data, "sandbox_ro_binds", None) or [])]]
         protected = [Path(p) for p in [*self.config.protected, *(getattr(data, "sandbox_protected", None) or [])]]
         return SandboxExecutor(
             self.sandbox(),
             workdir,
-            limits=self.config.limits(),
+            limits=self.config.limits,
             ro_binds=ro,
             protected=[p for p in protected if (workdir / p).exists()],
             env=env,
@@ -266,11 +243,3 @@ async def _complete(client: openai.AsyncOpenAI, model: str, messages: list[dict]
     if message["content"] is None and not message.get("tool_calls"):
         message["content"] = ""
     return message
-
-
-def _local_workdir(runtime: Runtime) -> Path | None:
-    """The rollout's host directory when the runtime is the local ``subprocess`` one, else None."""
-    if getattr(runtime, "type", None) != "subprocess":
-        return None
-    workdir = getattr(runtime, "workdir", None)
-    return Path(workdir) if workdir is not None else None

@@ -2,44 +2,44 @@
 
 from __future__ import annotations
 
-import argparse
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic_config import BaseConfig
+
+from crf_prime.errors import InputError
+from crf_prime.sandbox.models import SandboxConfig
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "sandbox",
-        help="probe the bubblewrap sandbox or run a command in it (crf-prime addition)",
-        description="The bubblewrap sandbox every crf-prime environment runs model-written commands in.",
-    )
-    sub = parser.add_subparsers(dest="sandbox_command", metavar="SUBCOMMAND", required=True)
-    probe = sub.add_parser("probe", help="check isolation on this host and print the limits it can enforce")
-    probe.add_argument("--bwrap", default=None, help="bubblewrap binary (default: $CRF_SANDBOX_BWRAP or bwrap)")
-    probe.add_argument("--json", action="store_true", help="print the status as JSON")
-    probe.set_defaults(func=probe_command)
-
-    run = sub.add_parser("run", help="run a command in a box: crf-prime sandbox run [OPTIONS] -- CMD [ARGS...]")
-    run.add_argument("--workdir", default=".", help="task directory, bound writable at its own path (default: .)")
-    run.add_argument("--ro-bind", action="append", default=[], metavar="PATH", help="extra read-only bind")
-    run.add_argument("--protect", action="append", default=[], metavar="PATH", help="read-only path inside workdir")
-    run.add_argument("--wall", type=float, default=60.0, help="wall-clock limit in seconds (default 60)")
-    run.add_argument("--memory-mb", type=int, default=2048, help="memory limit in MiB (default 2048)")
-    run.add_argument("--pids", type=int, default=256, help="process limit (default 256)")
-    run.add_argument("--cpu", type=int, default=None, help="CPU seconds per process (default unlimited)")
-    run.add_argument("--unsandboxed", action="store_true", help="run WITHOUT isolation (explicit opt-out)")
-    run.add_argument("--bwrap", default=None, help="bubblewrap binary")
-    run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
-    run.set_defaults(func=run_command)
+class ProbeConfig(BaseConfig):
+    bwrap: str | None = None
+    """bubblewrap binary (default: $CRF_SANDBOX_BWRAP, else ``bwrap`` on PATH)."""
+    format: Literal["table", "json"] = "table"
+    """Print the status as a table or as JSON."""
 
 
-def probe_command(args: argparse.Namespace) -> int:
+class RunConfig(SandboxConfig, BaseConfig):
+    workdir: Path = Path(".")
+    """Task directory (must exist), bound writable at its own path."""
+    ro_binds: list[Path] = []
+    """Extra host paths visible read-only in the box."""
+    protected: list[Path] = []
+    """Paths inside ``workdir`` (relative to it) re-bound read-only."""
+    argv: list[str] = []
+    """The command and its arguments, after a literal ``--``."""
+
+
+def probe(config: ProbeConfig) -> int:
+    """Check isolation on this host and print the limits it can enforce (exit 1: it cannot isolate)."""
     from rich.console import Console
     from rich.table import Table
 
     from crf_prime.sandbox.probe import probe
 
-    status = probe(args.bwrap)
+    status = probe(config.bwrap)
     console = Console()
-    if args.json:
+    if config.format == "json":
         console.print_json(status.model_dump_json())
         return 0 if status.available else 1
     table = Table(title="crf-prime sandbox", show_header=False)
@@ -54,32 +54,19 @@ def probe_command(args: argparse.Namespace) -> int:
     return 0 if status.available else 1
 
 
-def run_command(args: argparse.Namespace) -> int:
-    import sys
-    from pathlib import Path
-
-    from crf_prime.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
-
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        print(
-            "crf-prime sandbox run: no command given (usage: crf-prime sandbox run [OPTIONS] -- CMD)", file=sys.stderr
-        )
-        return 2
-    limits = SandboxLimits(wall_seconds=args.wall, memory_mb=args.memory_mb, pids=args.pids, cpu_seconds=args.cpu)
+def run(config: RunConfig) -> int:
+    """Run a command in a box: crf-prime sandbox run [--field value ...] -- CMD [ARGS...] (exit: the command's)."""
+    if not config.argv:
+        raise InputError.field("argv", "no command given (crf-prime sandbox run [--field value ...] -- CMD [ARGS])")
+    if not config.workdir.is_dir():
+        raise InputError.field("workdir", f"{config.workdir} is not an existing directory")
+    box = config.sandbox()
     try:
-        box = Sandbox(limits, unsandboxed=args.unsandboxed, bwrap=args.bwrap)
-    except SandboxUnavailable as e:
-        print(f"crf-prime sandbox: {e}", file=sys.stderr)
-        return 1
-    result = box.run(
-        cmd,
-        workdir=Path(args.workdir),
-        ro_binds=[Path(p) for p in args.ro_bind],
-        protected=[Path(p) for p in args.protect],
-    )
+        result = box.run(config.argv, workdir=config.workdir, ro_binds=config.ro_binds, protected=config.protected)
+    except ValueError as e:  # the box refuses a bind or workdir before running anything; the message names the field
+        raise InputError(str(e)) from None
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     if result.limit_hit:
-        print(f"crf-prime sandbox: limit hit: {result.limit_hit}", file=sys.stderr)
+        print(f"crf-prime sandbox run: limit hit: {result.limit_hit}", file=sys.stderr)
     return result.exit_code if result.exit_code is not None else 124

@@ -2,36 +2,73 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from crf_prime.errors import InfraError
+
+if TYPE_CHECKING:
+    from crf_prime.sandbox.box import Sandbox
 
 LimitName = Literal["wall", "cpu", "memory", "pids", "file_size", "output"]
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(InfraError):
     """The isolated sandbox cannot run on this host; the message says how to fix it."""
 
 
 class SandboxLimits(BaseModel):
-    """Resource limits of one run. ``None`` = not limited."""
+    """Resource limits of one run, declared once: every command, harness and grader nests this model. ``None`` = not
+    limited."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    wall_seconds: float = 60.0
+    wall_seconds: Annotated[float, Field(gt=0)] = 60.0
     """Wall-clock limit (seconds); on expiry the whole process tree is killed."""
-    cpu_seconds: int | None = None
+    cpu_seconds: Annotated[int, Field(ge=1)] | None = None
     """CPU time per process (seconds, RLIMIT_CPU)."""
-    memory_mb: int | None = 2048
+    memory_mb: Annotated[int, Field(ge=1)] | None = 2048
     """Memory of the whole tree (MiB; cgroup memory controller, else RLIMIT_AS per process)."""
-    pids: int | None = 256
+    pids: Annotated[int, Field(ge=1)] | None = 256
     """Processes + threads alive at once in the tree (cgroup pids controller; not enforceable otherwise for uid 0)."""
-    file_size_mb: int | None = 256
+    file_size_mb: Annotated[int, Field(ge=1)] | None = 256
     """Largest file a process may write (MiB, RLIMIT_FSIZE)."""
-    output_bytes: int = 1_000_000
+    output_bytes: Annotated[int, Field(ge=1)] = 1_000_000
     """Bytes kept per stream (stdout, stderr); the rest is dropped and a truncation marker appended."""
-    tmp_size_mb: int = 256
+    tmp_size_mb: Annotated[int, Field(ge=1)] = 256
     """Size of the private tmpfs mounted on /tmp (MiB)."""
+
+
+class SandboxConfig(BaseModel):
+    """How model-written or graded commands run: the limits, and the one explicit way out of isolation. Commands,
+    the harness and the graders take these fields (by inheriting or nesting this model), so a flag, a TOML key and a
+    taskset field share one name and one default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limits: SandboxLimits = SandboxLimits()
+    """Resource limits of one run."""
+    unsandboxed: bool = False
+    """Run WITHOUT bubblewrap isolation (explicit opt-in, unsafe; never a silent fallback)."""
+    bwrap: str | None = None
+    """bubblewrap binary (default: $CRF_SANDBOX_BWRAP, else ``bwrap`` on PATH)."""
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _over_the_default(cls, value: object, info: ValidationInfo) -> object:
+        """Limits given in part (a TOML table, ``--limits.memory-mb``) override this config's default limits field by
+        field instead of resetting the others to SandboxLimits' own defaults."""
+        default = cls.model_fields[info.field_name].default
+        if isinstance(value, dict) and isinstance(default, SandboxLimits):
+            return {**default.model_dump(), **value}
+        return value
+
+    def sandbox(self) -> Sandbox:
+        """The box these settings describe (probed once; raises :class:`SandboxUnavailable` with how to fix it)."""
+        from crf_prime.sandbox.box import Sandbox
+
+        return Sandbox(self.limits, unsandboxed=self.unsandboxed, bwrap=self.bwrap)
 
 
 class RunResult(BaseModel):

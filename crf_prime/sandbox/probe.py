@@ -2,8 +2,8 @@
 
 The probe runs a tiny Python program in a real box and checks, without sending traffic anywhere off the machine:
 the box sees only the ``lo`` interface and no default route, a listener the probe opens on the host's 127.0.0.1 is
-unreachable from it, it holds no capabilities, and /usr is read-only. Design from
-/work/shared/hosts/sandbox-and-swebench.md §1.7.
+unreachable from it, it holds no capabilities, and /usr is read-only. Each check is one a misconfigured bubblewrap
+(an old version, a missing user or network namespace, a shared net namespace) would fail while still starting.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ BWRAP_ENV = "CRF_SANDBOX_BWRAP"
 """Environment variable naming the bubblewrap binary (default: ``bwrap`` on PATH)."""
 
 OPT_OUT_HINT = (
-    "To run commands WITHOUT isolation instead (only on a throwaway machine), opt in explicitly: "
-    "Sandbox(unsandboxed=True), or `unsandboxed = true` in the harness config."
+    "To run commands WITHOUT isolation instead (only on a throwaway machine), opt in explicitly with "
+    "unsandboxed=True (SandboxConfig.unsandboxed: the --unsandboxed flag, the harness's `unsandboxed`, a "
+    "taskset's `task.grading.unsandboxed`)."
 )
 
 _PROBE_SCRIPT = r"""

@@ -1,101 +1,101 @@
-"""``crf-prime swe ...``: grade a SWE-bench test log offline, build the mini SWE-bench fixture, show an instance's test run.
-
-Only argparse is imported here; handlers import the library lazily.
-"""
+"""``crf-prime swe grade|mini-fixture|test-cmd``: grade a SWE-bench test log offline, build the mini SWE-bench
+fixture, show an instance's test run."""
 
 from __future__ import annotations
 
-import argparse
+from pathlib import Path
+from typing import Literal
+
+from pydantic_config import BaseConfig
+
+from crf_prime.errors import InputError, NegativeResult
+from crf_prime.swe.dataset import LITE
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    swe = subparsers.add_parser(
-        "swe", help="SWE-bench-lite: grade logs with swebench's rules, build the offline fixture"
-    )
-    sub = swe.add_subparsers(dest="swe_command", metavar="SUBCOMMAND", required=True)
-
-    grade = sub.add_parser("grade", help="grade a test log (with >>>>> Start/End Test Output markers) for an instance")
-    grade.add_argument("log", help="log file (the eval script's combined output)")
-    grade.add_argument("--instance", required=True, help="instance_id, e.g. django__django-11099")
-    grade.add_argument("--dataset", default=None, help="local .json/.jsonl/.parquet or HF id (default: SWE-bench_Lite)")
-    grade.add_argument("--split", default="test")
-    grade.add_argument("--parser", default=None, help="log parser name (default: the repo's)")
-    grade.add_argument("--json", action="store_true", help="print the report as JSON")
-    grade.set_defaults(func=_grade)
-
-    fixture = sub.add_parser("mini-fixture", help="write the offline mini SWE-bench (git repo + instances.jsonl)")
-    fixture.add_argument("out", help="empty or new directory")
-    fixture.set_defaults(func=_mini_fixture)
-
-    show = sub.add_parser("test-cmd", help="print the eval script that runs an instance's tests")
-    show.add_argument("--instance", required=True)
-    show.add_argument("--dataset", default=None)
-    show.add_argument("--split", default="test")
-    show.add_argument("--repo-dir", default="/testbed")
-    show.set_defaults(func=_test_cmd)
+class InstanceConfig(BaseConfig):
+    instance: str
+    """instance_id, e.g. ``django__django-11099``."""
+    dataset: str = LITE
+    """Local .json / .jsonl / .parquet file or Hugging Face dataset id."""
+    split: str = "test"
+    """Dataset split."""
 
 
-def _instance(args: argparse.Namespace):  # -> SweInstance
-    from crf_prime.swe.dataset import LITE, load_instances
+class GradeConfig(InstanceConfig):
+    log: Path
+    """Log file: the eval script's combined output, with >>>>> Start/End Test Output markers."""
+    parser: str | None = None
+    """Log parser name (default: the instance repository's)."""
+    format: Literal["table", "json"] = "table"
+    """Print the report as a table or as JSON."""
 
-    (instance,) = load_instances(args.dataset or LITE, args.split, instance_ids=[args.instance])
-    return instance
+
+class FixtureConfig(BaseConfig):
+    out: Path
+    """Directory (new or empty) that receives instances.jsonl and the repos/ git mirrors."""
 
 
-def _grade(args: argparse.Namespace) -> int:
-    from pathlib import Path
+class TestCmdConfig(InstanceConfig):
+    repo_dir: str = "/testbed"
+    """Where the repository lives when the script runs."""
 
+
+def instance(config: InstanceConfig):  # -> SweInstance
+    from crf_prime.swe.dataset import load_instances
+
+    (found,) = load_instances(config.dataset, config.split, instance_ids=[config.instance])
+    return found
+
+
+def grade(config: GradeConfig) -> int:
+    """Grade a test log for an instance with swebench's rules (exit 1: not resolved)."""
     from rich.console import Console
     from rich.table import Table
 
-    from crf_prime.swe.grading import grade_log
-    from crf_prime.swe.specs import repo_spec
+    from crf_prime.swe.grading import grade_instance_log
+    from crf_prime.swe.logparse import PARSERS
 
-    instance = _instance(args)
-    parser = args.parser or repo_spec(instance).log_parser
-    log = Path(args.log).read_text(encoding="utf-8", errors="replace")
-    report = grade_log(instance.instance_id, log, parser, instance.FAIL_TO_PASS, instance.PASS_TO_PASS)
+    if not config.log.is_file():
+        raise InputError.field("log", f"{config.log} {'is a directory' if config.log.is_dir() else 'does not exist'}")
+    if config.parser is not None and config.parser.removeprefix("parse_log_") not in PARSERS:
+        raise InputError.field("parser", f"unknown log parser {config.parser!r}; known: {', '.join(sorted(PARSERS))}")
+    found = instance(config)
+    log = config.log.read_text(encoding="utf-8", errors="replace")
+    report = grade_instance_log(found, log, config.parser)
     console = Console()
-    if args.json:
+    if config.format == "json":
         console.print_json(report.model_dump_json())
     else:
-        table = Table(
-            title=f"{instance.instance_id}: {report.resolution}" + ("" if report.found else " (log rejected)")
-        )
-        table.add_column("list")
-        table.add_column("passed", justify="right")
-        table.add_column("failed", justify="right")
-        table.add_column("failing tests")
-        table.add_row(
-            "FAIL_TO_PASS",
-            str(len(report.f2p_success)),
-            str(len(report.f2p_failure)),
-            "\n".join(report.f2p_failure[:10]),
-        )
-        table.add_row(
-            "PASS_TO_PASS",
-            str(len(report.p2p_success)),
-            str(len(report.p2p_failure)),
-            "\n".join(report.p2p_failure[:10]),
-        )
+        table = Table(title=f"{found.instance_id}: {report.resolution}" + ("" if report.found else " (log rejected)"))
+        for column in ("list", "passed", "failed", "failing tests"):
+            table.add_column(column, justify="right" if column in ("passed", "failed") else "left")
+        for name, passed, failed in (
+            ("FAIL_TO_PASS", report.f2p_success, report.f2p_failure),
+            ("PASS_TO_PASS", report.p2p_success, report.p2p_failure),
+        ):
+            table.add_row(name, str(len(passed)), str(len(failed)), "\n".join(failed[:10]))
         console.print(table)
         if not report.found:
             console.print(f"[red]log not trusted:[/red] {report.reason}")
-    return 0 if report.resolved else 1
+    if not report.resolved:
+        raise NegativeResult(
+            f"{found.instance_id}: {report.resolution}" + (f" ({report.reason})" if report.reason else "")
+        )
+    return 0
 
 
-def _mini_fixture(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+def mini_fixture(config: FixtureConfig) -> int:
+    """Write the offline mini SWE-bench (git repo + instances.jsonl) into a new or empty directory."""
     from crf_prime.swe.fixture import build_mini_swebench
 
-    out = Path(args.out)
-    if out.exists() and any(out.iterdir()):
-        print(f"error: {out} is not empty")
-        return 2
+    out = config.out
+    if out.exists() and not out.is_dir():
+        raise InputError.field("out", f"{out} is a file; give a new or empty directory")
+    if out.is_dir() and any(out.iterdir()):
+        raise InputError.field("out", f"{out} is not empty; give a new or empty directory")
     out.mkdir(parents=True, exist_ok=True)
-    instance = build_mini_swebench(out)
-    print(f"instance {instance.instance_id}: {out / 'instances.jsonl'} (repo mirrors in {out / 'repos'})")
+    built = build_mini_swebench(out)
+    print(f"instance {built.instance_id}: {out / 'instances.jsonl'} (repo mirrors in {out / 'repos'})")
     print(
         "validate: vf-validate swebench-lite --runtime.type subprocess "
         f"--taskset.dataset {out / 'instances.jsonl'} --taskset.repos-dir {out / 'repos'}"
@@ -103,8 +103,9 @@ def _mini_fixture(args: argparse.Namespace) -> int:
     return 0
 
 
-def _test_cmd(args: argparse.Namespace) -> int:
+def test_cmd(config: TestCmdConfig) -> int:
+    """Print the eval script that runs an instance's tests."""
     from crf_prime.swe.evalscript import eval_script
 
-    print(eval_script(_instance(args), repo_dir=args.repo_dir), end="")
+    print(eval_script(instance(config), repo_dir=config.repo_dir), end="")
     return 0

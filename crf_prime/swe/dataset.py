@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from crf_prime.errors import InputError
 from crf_prime.extras import require
 from crf_prime.swe.instance import InstanceError, SweInstance, parse_instance
 
@@ -20,7 +21,7 @@ LITE = "princeton-nlp/SWE-bench_Lite"
 LOCAL_SUFFIXES = (".json", ".jsonl", ".parquet")
 
 
-class DatasetNotFoundError(FileNotFoundError):
+class DatasetNotFoundError(InputError, FileNotFoundError):
     """The dataset source names neither an existing local file nor a loadable Hugging Face dataset."""
 
 

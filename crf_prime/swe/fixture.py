@@ -1,6 +1,6 @@
 """A "mini SWE-bench": one real git repository with a genuine bug, in SWE-bench row format.
 
-Used by the tests and for trying the ``swebench-lite`` environment offline (``crf-prime swe mini-fixture DIR``).
+Used by the tests and for trying the ``swebench-lite`` environment offline (``crf-prime swe mini-fixture --out DIR``).
 The repository ``crf-prime/mini-stats`` has a ``median`` that returns the upper middle element for even-length
 input; the gold patch averages the two middle elements. The test patch adds the tests that expose the bug
 (FAIL_TO_PASS) next to tests that already pass (PASS_TO_PASS). The row carries ``test_cmd`` / ``log_parser``

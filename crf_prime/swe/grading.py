@@ -218,13 +218,12 @@ def grade_log(
     return report.model_copy(update={"exit_code": result.exit_code})
 
 
-def grade_instance_log(instance, log: str) -> GradeReport:
-    """Grade ``log`` for a :class:`~crf_prime.swe.instance.SweInstance` with its repo's parser."""
+def grade_instance_log(instance, log: str, parser: str | None = None) -> GradeReport:
+    """Grade ``log`` for a :class:`~crf_prime.swe.instance.SweInstance` with ``parser`` (default: its repo's)."""
     from crf_prime.swe.specs import repo_spec
 
-    return grade_log(
-        instance.instance_id, log, repo_spec(instance).log_parser, instance.FAIL_TO_PASS, instance.PASS_TO_PASS
-    )
+    parser = parser or repo_spec(instance).log_parser
+    return grade_log(instance.instance_id, log, parser, instance.FAIL_TO_PASS, instance.PASS_TO_PASS)
 
 
 _BAD = {FAILED: 2, ERROR: 2, SKIPPED: 1, XFAIL: 1, PASSED: 0}

@@ -14,8 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from crf_prime.errors import InputError
 
-class InstanceError(ValueError):
+
+class InstanceError(InputError):
     """A dataset row is not a valid SWE-bench instance; the message names the row and the field."""
 
 

@@ -30,10 +30,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from crf_prime.errors import InfraError
+from crf_prime.placement import GRADING_LIMITS, RUNTIME_MARGIN_S, GradingConfig, RuntimeLike, run_in_runtime
+from crf_prime.sandbox import SandboxLimits
 from crf_prime.swe.changes import Selection, never_graded_dir, path_problem, select_changes
 from crf_prime.swe.directives import is_test_path, patch_files
 from crf_prime.swe.evalscript import eval_script
@@ -44,17 +47,21 @@ from crf_prime.swe.instance import SweInstance
 from crf_prime.swe.specs import repo_spec
 from crf_prime.swe.workspace import Entry, TreeTooLarge, read_tree, remove_file, write_file
 
-HARNESS_MARGIN_S = 120.0
-"""Extra seconds the harness itself may take beyond the test timeout before it counts as an infra failure."""
+SWE_GRADING_LIMITS = GRADING_LIMITS.model_copy(update={"wall_seconds": 1800.0, "output_bytes": 20_000_000})
+"""swebench's test timeout (1800 s; hitting it grades as unresolved) and room for a large repo's test log."""
 
 
-class SweInfraError(RuntimeError):
+class SweGradingConfig(GradingConfig):
+    """Where and how an instance's tests run (``[env.taskset.task.grading]``, the same table as feature-deletion's):
+    ``limits.wall_seconds`` is the test command's timeout in either placement; ``unsandboxed`` and ``python`` (default:
+    this process's interpreter, whose bin dir leads PATH) apply to the local placement."""
+
+    limits: SandboxLimits = SWE_GRADING_LIMITS
+    """Limits of the test run; hitting ``wall_seconds`` grades as unresolved, like the swebench harness."""
+
+
+class SweInfraError(InfraError):
     """The environment could not prepare or run the tests (image, git, runtime, harness timeout)."""
-
-
-class RuntimeLike(Protocol):
-    async def run(self, argv: list[str], env: dict[str, str]) -> Any: ...
-    async def write(self, path: str, data: bytes) -> None: ...
 
 
 class EvalRun(BaseModel):
@@ -147,19 +154,18 @@ class SweRunner:
         instance: SweInstance,
         *,
         repo_dir: str,
-        test_timeout: float = 1800.0,
+        grading: GradingConfig | None = None,
         reinstall: bool = True,
-        local_python: str | None = None,
-        unsandboxed: bool = False,
+        local: bool = False,
         mirror: Path | None = None,
     ) -> None:
         self.instance = instance
         self.repo_dir = repo_dir
-        self.test_timeout = test_timeout
+        self.grading = grading or SweGradingConfig()
+        self.test_timeout = self.grading.limits.wall_seconds
         self.reinstall = reinstall
-        self.local_python = local_python
+        self.local_python = (self.grading.python or sys.executable) if local else None
         """Set for the local placement: the interpreter whose bin dir leads PATH in the sandboxed test run."""
-        self.unsandboxed = unsandboxed
         self.mirror = mirror
         """Local placement: the grader-owned git repository the fresh grading tree is cloned from."""
         self.spec = repo_spec(instance)
@@ -339,14 +345,13 @@ class SweRunner:
         return model_patch, selection, check
 
     async def _run_sandboxed(self, scratch: Path) -> tuple[str, str, int | None, bool]:
-        from crf_prime.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
+        from crf_prime.sandbox import SandboxUnavailable
 
         assert self.local_python is not None
         python = Path(self.local_python)
         prefix = Path(sys.prefix) if Path(self.local_python) == Path(sys.executable) else python.parent.parent
-        limits = SandboxLimits(wall_seconds=self.test_timeout, output_bytes=20_000_000, memory_mb=4096, pids=512)
         try:
-            sandbox = Sandbox(limits, unsandboxed=self.unsandboxed)
+            sandbox = self.grading.sandbox()
             result = await asyncio.wait_for(
                 sandbox.arun(
                     ["bash", str(scratch / "bin" / "eval.sh")],
@@ -354,7 +359,7 @@ class SweRunner:
                     ro_binds=[prefix, scratch / "bin"],
                     env={"PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin"},
                 ),
-                self.test_timeout + HARNESS_MARGIN_S,
+                self.test_timeout + RUNTIME_MARGIN_S,
             )
         except SandboxUnavailable as e:
             raise SweInfraError(f"cannot run the tests sandboxed: {e}") from e
@@ -434,17 +439,12 @@ class SweRunner:
         await _must(runtime, f"cd {self._q} && {apply_tests}", "applying the test patch")
         script = eval_script(self.instance, repo_dir=self.repo_dir, reinstall=self.reinstall, spec=self.spec)
         await runtime.write(f"{scratch}/eval.sh", script.encode())
-        result = await _run(
-            runtime,
-            f"timeout --kill-after=10 {self.test_timeout:g} bash {q(scratch + '/eval.sh')}",
-            timeout=self.test_timeout + HARNESS_MARGIN_S,
-        )
-        timed_out = result.exit_code in (124, 137)
+        result = await run_in_runtime(runtime, ["bash", f"{scratch}/eval.sh"], {}, wall_seconds=self.test_timeout)
         return self._grade(
             result.stdout,
             result.exit_code,
-            timed_out,
-            prepare=result.stderr or "",
+            result.timed_out,
+            prepare=result.stderr,
             model_patch=model_patch,
             dropped=dropped,
             check=check,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from crf_prime.errors import InputError
 from crf_prime.swe.instance import SweInstance
 
 PYTEST = "pytest -rA"
@@ -118,7 +119,7 @@ LITE_REPOS: tuple[str, ...] = (
 )
 
 
-class UnknownRepoError(KeyError):
+class UnknownRepoError(InputError, KeyError):
     """No test command is known for an instance's repository."""
 
     def __str__(self) -> str:

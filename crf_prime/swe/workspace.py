@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from crf_prime.errors import InputError
+
 MAX_FILE_BYTES = 8 << 20
 """Files larger than this are recorded as ``large`` without their content (a source fix is never that big)."""
 MAX_ENTRIES = 200_000
@@ -30,7 +32,7 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 Kind = Literal["file", "link", "large", "other"]
 
 
-class TreeTooLarge(ValueError):
+class TreeTooLarge(InputError):
     """The tree holds more than :data:`MAX_ENTRIES` entries or :data:`MAX_TOTAL_BYTES` bytes."""
 
 

@@ -17,6 +17,7 @@ from vf_cli_support import VALIDATE_HAS_NOOP, only_episode, tool_messages, vf_ev
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.models import FeatdelTask
 from crf_prime.loopback import LoopbackOpenAI, Reply
+from crf_prime.placement import GradingConfig
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -205,7 +206,7 @@ async def test_grading_through_the_runtime_api(task_dir: Path, runtime: vf.Runti
     tasks = FeatureDeletionTaskset(FeatureDeletionConfig(id="feature-deletion", tasks=task_dir)).load()
     python = str(ensure_test_env(tasks[0].data.featdel.test_env).python)
     config = FeatureDeletionConfig(
-        id="feature-deletion", tasks=task_dir, task=FeatureDeletionTaskConfig(runtime_python=python)
+        id="feature-deletion", tasks=task_dir, task=FeatureDeletionTaskConfig(grading=GradingConfig(python=python))
     )
     task = FeatureDeletionTaskset(config).load()[0]
     assert task.config.grade_in == "auto"

@@ -32,7 +32,7 @@ def test_generate_cli_reports_the_missing_extra(
     (src / "tests" / "test_lib.py").write_text("from lib import f\n\n\ndef test_f():\n    assert f() == 1\n")
     monkeypatch.setitem(sys.modules, "coverage", None)
     rc = main(["featdel", "generate", "--source", str(src), "--out", str(tmp_path / "out"), "--unsandboxed"])
-    assert rc == 1
+    assert rc == 6  # MissingExtraError's code (docs/cli.md)
     err = " ".join(capsys.readouterr().err.split())
     assert "pip install 'crf-prime[featdel]'" in err
     assert not (tmp_path / "out").exists()

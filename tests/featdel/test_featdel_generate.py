@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import textwrap
 from pathlib import Path
 
 import pytest
 from featdel_support import INFLECTION, TOOLZ, agent_tree, generated
 
-import crf_prime.featdel.cli as featdel_cli
 from crf_prime.cli import main
 from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate, load_tasks, validate_task
 from crf_prime.featdel.grade import grade_tree
-from crf_prime.featdel.runner import make_sandbox
 from crf_prime.featdel.source import SourceError
 from crf_prime.featdel.testenv import ensure_test_env
+from crf_prime.placement import GradingSandbox
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -156,16 +157,28 @@ def test_local_project_with_features_and_cli(tmp_path: Path, capsys: pytest.Capt
     assert summary["filtered"] == {}
     assert summary["pytest_config"] == "pyproject.toml [tool.pytest.ini_options]" and summary["pytest_args"] == []
     assert summary["valid"] == 5
-    assert "Feature Deletion: minilib local" in capsys.readouterr().out
-    assert main(["featdel", "validate", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "Feature Deletion: minilib local" in captured.out
+    # not a terminal: progress arrives as plain lines while the run goes, ending with every task validated
+    prefix = "crf-prime featdel generate: "
+    lines = [line.removeprefix(prefix) for line in captured.err.splitlines() if line.startswith(prefix)]
+    assert lines[:4] == ["fetching source 0/1", "test venv 0/1", "suite + coverage 0/1", "validating tasks 0/10"]
+    assert lines[-1] == "validating tasks 5/10"
+    # written with the umask's modes (0755 / 0644 under 022), not mkdtemp's 0700
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
+    assert {stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()} == {0o666 & ~umask}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_dir()} == {0o777 & ~umask}
+    assert main(["featdel", "validate", "--task-dir", str(out)]) == 0
     # tamper with a row: validation must now fail and exit non-zero
     rows = (out / "tasks.jsonl").read_text().splitlines()
     bad = json.loads(rows[0])
     bad["gold_patch"] = ""
     (out / "tasks.jsonl").write_text("\n".join([json.dumps(bad), *rows[1:]]) + "\n")
-    assert main(["featdel", "validate", str(out)]) == 1
+    assert main(["featdel", "validate", "--task-dir", str(out)]) == 1
     (out / "tasks.jsonl").write_text("{not json\n")
-    assert main(["featdel", "validate", str(out)]) == 2
+    assert main(["featdel", "validate", "--task-dir", str(out)]) == 2
     assert "tasks.jsonl:1: invalid task row" in capsys.readouterr().err
 
 
@@ -206,13 +219,13 @@ def test_suite_failing_as_shipped_is_a_clear_error(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()  # nothing half-written
     tasks, _ = generate(
         GenerateConfig(
-            source=str(src), out=tmp_path / "out", deselect=("tests/test_minilib.py::test_broken",), max_tasks=1
+            source=str(src), out=tmp_path / "out", deselect=["tests/test_minilib.py::test_broken"], max_tasks=1
         )
     )
     assert len(tasks) == 1 and "--deselect" in tasks[0].pytest_args
     task = tasks[0]
     env = ensure_test_env(task.test_env)
-    assert validate_task(task, tmp_path / "out", sandbox=make_sandbox(), env=env) is None
+    assert validate_task(task, tmp_path / "out", sandbox=GradingSandbox().sandbox(), env=env) is None
 
 
 def test_bad_sources_fail_clearly(tmp_path: Path) -> None:
@@ -220,4 +233,49 @@ def test_bad_sources_fail_clearly(tmp_path: Path) -> None:
         generate(GenerateConfig(source="pypi:toolz", out=tmp_path / "o"))
     with pytest.raises(SourceError, match="not a directory"):
         generate(GenerateConfig(source=str(tmp_path / "missing"), out=tmp_path / "o"))
-    assert featdel_cli.DEFAULT_SOURCE == DEFAULT_SOURCE == TOOLZ
+    assert DEFAULT_SOURCE == TOOLZ
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_max_tasks_out_of_range_is_bad_input_before_any_work(tmp_path: Path, capsys, value: str) -> None:
+    out = tmp_path / "out"
+    assert (
+        main(["featdel", "generate", "--source", str(tmp_path / "none"), "--out", str(out), "--max-tasks", value]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("crf-prime featdel generate: error: ") and "--max-tasks" in err
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_out_of_the_wrong_kind_is_bad_input(tmp_path: Path, capsys) -> None:
+    src = _project(tmp_path / "minilib", GOOD_TESTS)
+    file = tmp_path / "file"
+    file.write_text("x")
+    assert main(["featdel", "generate", "--source", str(src), "--out", str(file)]) == 2
+    assert capsys.readouterr().err == (
+        f"crf-prime featdel generate: error: out: {file} is a file; give a task directory (it is created or replaced)\n"
+    )
+    other = tmp_path / "other"
+    (other / "keep").mkdir(parents=True)
+    assert main(["featdel", "generate", "--source", str(src), "--out", str(other)]) == 2
+    assert "out: " in capsys.readouterr().err and (other / "keep").is_dir()
+    assert main(["featdel", "validate", "--task-dir", str(file)]) == 2
+    assert capsys.readouterr().err == (
+        f"crf-prime featdel validate: error: task_dir: {file} is a file; give a directory written by featdel generate\n"
+    )
+    assert file.read_text() == "x"
+
+
+def test_a_failed_run_leaves_no_staging_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import crf_prime.featdel.generate as gen
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("sandbox broke")
+
+    monkeypatch.setattr(gen, "validate_task", broken)
+    src = _project(tmp_path / "src" / "minilib", GOOD_TESTS)
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(RuntimeError, match="sandbox broke"):
+        generate(GenerateConfig(source=str(src), out=work / "out", max_tasks=1))
+    assert sorted(p.name for p in work.iterdir()) == []

@@ -20,8 +20,9 @@ from featdel_support import INFLECTION, agent_tree, forward_call, generated, set
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.grade import grade_tree, materialise
 from crf_prime.featdel.models import FeatdelTask
-from crf_prime.featdel.runner import make_sandbox, run_pytest
+from crf_prime.featdel.runner import run_pytest
 from crf_prime.featdel.testenv import ensure_test_env
+from crf_prime.placement import GradingSandbox
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -80,7 +81,7 @@ def naive_passes(task: FeatdelTask, task_dir: Path, tree: Path) -> bool:
             if not (run_dir / "repo" / rel).exists():
                 shutil.copy2(pristine / rel, run_dir / "repo" / rel)
         run = run_pytest(
-            make_sandbox(),
+            GradingSandbox().sandbox(),
             ensure_test_env(task.test_env),
             run_dir,
             pythonpath=task.pythonpath,

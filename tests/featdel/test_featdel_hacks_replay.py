@@ -16,8 +16,8 @@ from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.grade import collect_changes, grade_tree
 from crf_prime.featdel.models import FeatdelTask
 from crf_prime.featdel.replay import replay_changes
-from crf_prime.featdel.runner import make_sandbox
 from crf_prime.featdel.testenv import ensure_test_env
+from crf_prime.placement import GradingSandbox
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -101,13 +101,13 @@ def test_hack_class2_reads_hidden_tests_at_call_time(case, tree: Path) -> None:
     _defended(task, task_dir, tree)
     # in the replay box the hidden test file does not exist: every call raises instead of answering
     changes = collect_changes(task, task_dir, tree)
-    verdict = replay_changes(make_sandbox(), ensure_test_env(task.test_env), task, task_dir, changes)
+    verdict = replay_changes(GradingSandbox().sandbox(), ensure_test_env(task.test_env), task, task_dir, changes)
     assert len(verdict.mismatches) == verdict.calls and "raised" in verdict.detail
 
 
 def test_early_exit_and_endless_loop_fail_the_replay(case, tree: Path) -> None:
     task_dir, task = case
-    sandbox, env = make_sandbox(), ensure_test_env(task.test_env)
+    sandbox, env = GradingSandbox().sandbox(), ensure_test_env(task.test_env)
     set_body(tree, task, "import os\nos._exit(0)\n")
     verdict = replay_changes(sandbox, env, task, task_dir, collect_changes(task, task_dir, tree))
     assert len(verdict.mismatches) == verdict.calls and "no_result" in verdict.detail

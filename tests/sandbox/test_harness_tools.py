@@ -22,11 +22,13 @@ from crf_prime.harness.tools import ToolOutcome, format_outcome
 from crf_prime.loopback import LoopbackOpenAI, Reply
 from crf_prime.sandbox import Sandbox
 
-CONFIG = SandboxHarnessConfig(command_timeout_s=10, memory_mb=256, pids=64, tmp_size_mb=16)
+CONFIG = SandboxHarnessConfig.model_validate(
+    {"limits": {"wall_seconds": 10, "memory_mb": 256, "pids": 64, "tmp_size_mb": 16}}
+)
 
 
 def _rollout(workdir: Path, config: SandboxHarnessConfig = CONFIG) -> _Rollout:
-    executor = SandboxExecutor(Sandbox(config.limits()), workdir, limits=config.limits())
+    executor = SandboxExecutor(Sandbox(config.limits), workdir, limits=config.limits)
     return _Rollout(executor, config)
 
 

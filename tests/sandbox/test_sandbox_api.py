@@ -196,7 +196,7 @@ async def test_cancelling_arun_kills_the_box(tmp_path: Path) -> None:
 def test_cli_probe_reports_missing_bwrap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from crf_prime.cli import main
 
-    assert main(["sandbox", "probe", "--json", "--bwrap", str(tmp_path / "nope")]) == 1
+    assert main(["sandbox", "probe", "--format", "json", "--bwrap", str(tmp_path / "nope")]) == 1
     status = json.loads(capsys.readouterr().out)
     assert status["available"] is False
     assert "apt-get install bubblewrap" in status["reason"]
@@ -211,7 +211,9 @@ def test_cli_probe_and_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "available" in out and "isolation:bwrap" in out
     assert main(["sandbox", "run", "--workdir", str(tmp_path), "--", "sh", "-c", "echo hi; exit 3"]) == 3
     assert capsys.readouterr().out == "hi\n"
-    assert main(["sandbox", "run", "--workdir", str(tmp_path), "--wall", "0.5", "--", "sleep", "5"]) == 124
+    assert (
+        main(["sandbox", "run", "--workdir", str(tmp_path), "--limits.wall-seconds", "0.5", "--", "sleep", "5"]) == 124
+    )
     assert "limit hit: wall" in capsys.readouterr().err
 
 

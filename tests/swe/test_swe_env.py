@@ -150,7 +150,7 @@ async def test_edited_tests_and_forging_conftest_do_not_count(mini: Path, runtim
 
 
 async def test_test_timeout_is_unresolved_not_an_error(mini: Path, runtime: vf.Runtime) -> None:
-    (task,) = list(_taskset(mini, test_timeout=3.0))
+    (task,) = list(_taskset(mini, grading={"limits": {"wall_seconds": 3.0}}))
     trace = _trace(task)
     await task.setup(trace, runtime)
     stats = _workdir(runtime) / "ministats" / "stats.py"

@@ -16,15 +16,17 @@ import json
 import os
 import random
 import shlex
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import verifiers.v1 as vf
 from pydantic import Field
 
+from crf_prime.errors import InfraError
+from crf_prime.featdel.generate import DEFAULT_SOURCE
 from crf_prime.featdel.models import FeatdelTask, GradeResult
 from crf_prime.hints import HintWriterConfig
+from crf_prime.placement import GradingConfig, local_workdir, run_in_runtime
 
 if TYPE_CHECKING:
     from verifiers.v1.runtimes import Runtime
@@ -48,17 +50,17 @@ class FeatureDeletionData(vf.TaskData):
 class FeatureDeletionTaskConfig(vf.TaskConfig):
     """Run-time knobs under ``--env.taskset.task.*``."""
 
-    grade_timeout_s: float = 300.0
-    """Wall-clock limit (seconds) of the sandboxed test run at grading."""
-    unsandboxed: bool = False
-    """Grade WITHOUT bubblewrap isolation (explicit opt-in; only for hosts that cannot run bubblewrap)."""
+    grading: GradingConfig = GradingConfig()
+    """Where and under which limits the hidden tests run (``[...env.taskset.task.grading]``, the same table as
+    swebench-lite's): ``limits.wall_seconds`` (300) bounds the grading run in either placement, ``unsandboxed``
+    grades without bubblewrap (explicit opt-in, for hosts that cannot run it), ``python`` is the interpreter with
+    pytest and the project's dependencies when grading in the runtime (default ``python3``; the sandbox placement
+    uses the task's test venv)."""
     grade_in: Literal["auto", "sandbox", "runtime"] = "auto"
     """Where the hidden tests run: "sandbox" = crf-prime's bubblewrap box on this host (the agent never touched the
     grader's interpreter); "runtime" = a fresh directory inside the rollout's runtime via ``runtime.run`` (for
     container runtimes whose image holds the project's test environment); "auto" = sandbox for the local subprocess
     runtime, runtime otherwise."""
-    runtime_python: str = "python3"
-    """Interpreter (with pytest and the project's dependencies) used when grading inside the runtime."""
     hint_writer: HintWriterConfig | None = None
     """Have a teacher of the pool (``configs/teachers.toml``) phrase the channel-2 hint, budget-capped and journaled
     (``[...env.taskset.task.hint_writer]``); None = the templated hint only. A failed or refused call keeps the
@@ -76,9 +78,9 @@ class FeatureDeletionConfig(vf.TasksetConfig):
     tasks: Path | None = Field(default_factory=_default_tasks)
     """Task directory (or its tasks.jsonl) from ``crf-prime featdel generate``; default ``$CRF_FEATDEL_TASKS``. When
     unset, tasks are generated from ``source`` into the crf-prime cache on first use."""
-    source: str = "pypi:toolz==1.2.0"
+    source: str = DEFAULT_SOURCE
     """Project to generate from when ``tasks`` is unset: a local directory or ``pypi:NAME==VERSION``."""
-    max_tasks: int = 8
+    max_tasks: int = Field(default=8, ge=1)
     """Tasks to generate from ``source`` (ignored with ``tasks``)."""
     seed: int = 0
     """Generation seed (ignored with ``tasks``)."""
@@ -106,7 +108,7 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
         from crf_prime.featdel.grade import materialise
         from crf_prime.featdel.testenv import ensure_test_env
 
-        workdir = _local_workdir(runtime)
+        workdir = local_workdir(runtime)
         if workdir is not None:
             await asyncio.to_thread(ensure_test_env, self.row.test_env)
             await asyncio.to_thread(materialise, self.row, Path(self.data.task_dir), workdir, hidden=False)
@@ -128,23 +130,15 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
     async def _grade(self, runtime: Runtime) -> GradeResult:
         """Grade the runtime's current tree. Infrastructure failures (sandbox, task directory) raise."""
         from crf_prime.featdel.grade import grade_changes
-        from crf_prime.featdel.runner import make_sandbox
 
         changes = await self._collect(runtime)
         where = self.config.grade_in
         if where == "auto":
-            where = "sandbox" if _local_workdir(runtime) is not None else "runtime"
+            where = "sandbox" if local_workdir(runtime) is not None else "runtime"
         if where == "runtime":
             return await self._grade_in_runtime(runtime, changes)
-        sandbox = make_sandbox(unsandboxed=self.config.unsandboxed, wall_seconds=self.config.grade_timeout_s)
-        return await asyncio.to_thread(
-            grade_changes,
-            self.row,
-            Path(self.data.task_dir),
-            changes,
-            sandbox=sandbox,
-            wall_seconds=self.config.grade_timeout_s,
-        )
+        sandbox = self.config.grading.sandbox()
+        return await asyncio.to_thread(grade_changes, self.row, Path(self.data.task_dir), changes, sandbox=sandbox)
 
     async def _grade_in_runtime(self, runtime: Runtime, changes: dict[str, str | None]) -> GradeResult:
         """Same fresh-copy grading, executed with ``runtime.run`` in a new directory of the runtime."""
@@ -165,37 +159,39 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
             archive = (Path(tmp) / "repo.tar.gz").read_bytes()
         remote = f"/tmp/crf-featdel-grade-{uuid.uuid4().hex}"
         await runtime.write(f"{remote}/repo.tar.gz", archive)
-        timeout = int(self.config.grade_timeout_s)
+        python = self.config.grading.python or "python3"
         args = [*self.row.pytest_args, *self.row.target_tests]
-        script = (
-            f"mkdir -p {remote}/repo && tar -xzf {remote}/repo.tar.gz -C {remote}/repo && cd {remote}/repo && "
-            f"timeout -k 5 {timeout} {shlex.quote(self.config.runtime_python)} -s -m pytest -p no:cacheprovider -q "
-            f"--rootdir={remote}/repo --junitxml={remote}/junit.xml " + " ".join(shlex.quote(a) for a in args)
-        )
+        unpack = f"mkdir -p {remote}/repo && tar -xzf {remote}/repo.tar.gz -C {remote}/repo"
+        unpacked = await runtime.run(["sh", "-c", unpack], {})
+        if unpacked.exit_code != 0:
+            raise InfraError(f"grading in the runtime: unpacking the grading tree failed: {unpacked.stderr[-500:]}")
+        pytest = [python, "-s", "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--rootdir={remote}/repo"]
+        pytest += [f"--junitxml={remote}/junit.xml", *args]
         env = {
             "PYTHONPATH": ":".join(os.path.normpath(f"{remote}/repo/{p}") for p in self.row.pythonpath),
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONNOUSERSITE": "1",
         }
-        t0 = time.perf_counter()
-        result = await runtime.run(["sh", "-c", script], env)
-        duration = time.perf_counter() - t0
+        script = f'cd {shlex.quote(remote)}/repo && exec "$@"'
+        result = await run_in_runtime(
+            runtime, ["sh", "-c", script, "sh", *pytest], env, wall_seconds=self.config.grading.limits.wall_seconds
+        )
         found = (await runtime.run(["test", "-f", f"{remote}/junit.xml"], {})).exit_code == 0
         outcomes = (
             parse_junit((await runtime.read(f"{remote}/junit.xml", max_bytes=50_000_000)).decode()) if found else {}
         )
         await runtime.run(["rm", "-rf", remote], {})
         if result.exit_code == 127 or (result.exit_code == 1 and "No module named pytest" in result.stderr):
-            raise RuntimeError(
-                f"grading in the runtime: {self.config.runtime_python!r} cannot run pytest there "
-                f"(set --env.taskset.task.runtime-python or grade_in='sandbox'): {result.stderr[-500:]}"
+            raise InfraError(
+                f"grading in the runtime: {python!r} cannot run pytest there "
+                f"(set --env.taskset.task.grading.python or grade_in='sandbox'): {result.stderr[-500:]}"
             )
         run = PytestRun(
             exit_code=result.exit_code,
             outcomes=outcomes,
             junit_found=found,
-            duration_s=duration,
-            limit_hit="wall" if result.exit_code in (124, 137) else None,
+            duration_s=result.duration_s,
+            limit_hit="wall" if result.timed_out else None,
             stdout=result.stdout,
             stderr=result.stderr,
         )
@@ -209,10 +205,9 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
         needs only the project's source, and gold's outcomes never leave the host."""
         from crf_prime.featdel.grade import with_replay
         from crf_prime.featdel.replay import replay_changes
-        from crf_prime.featdel.runner import make_sandbox
         from crf_prime.featdel.testenv import ensure_test_env
 
-        sandbox = make_sandbox(unsandboxed=self.config.unsandboxed, wall_seconds=self.config.grade_timeout_s)
+        sandbox = self.config.grading.sandbox()
         env = await asyncio.to_thread(ensure_test_env, self.row.test_env)
         verdict = await asyncio.to_thread(replay_changes, sandbox, env, self.row, Path(self.data.task_dir), changes)
         return with_replay(graded, verdict)
@@ -221,7 +216,7 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
         from crf_prime.featdel.grade import allowed_new_file, collect_changes, snapshot_files
 
         task_dir = Path(self.data.task_dir)
-        workdir = _local_workdir(runtime)
+        workdir = local_workdir(runtime)
         if workdir is not None:
             return await asyncio.to_thread(collect_changes, self.row, task_dir, workdir)
         # container runtimes: read the allow-listed files back through the runtime API
@@ -315,7 +310,7 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
                     out=out,
                     max_tasks=self.config.max_tasks,
                     seed=self.config.seed,
-                    unsandboxed=self.config.task.unsandboxed,
+                    unsandboxed=self.config.task.grading.unsandboxed,
                 )
             )
         return out
@@ -353,15 +348,6 @@ def resolve_task_dir(given: Path | str) -> Path:
         f"taskset.tasks: {str(given)!r} {why}; give a task directory written by 'crf-prime featdel generate' "
         "or the tasks.jsonl inside it"
     )
-
-
-def _local_workdir(runtime: Runtime) -> Path | None:
-    """The runtime's directory on this host when it is a local (subprocess) runtime, else None."""
-    from verifiers.v1.runtimes.subprocess import SubprocessRuntime
-
-    if isinstance(runtime, SubprocessRuntime) and isinstance(runtime.workdir, Path):
-        return runtime.workdir
-    return None
 
 
 def _snapshot_bytes(row: FeatdelTask, task_dir: Path) -> dict[str, bytes]:

@@ -23,10 +23,11 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from crf_prime.hints import FailingTest, HintWriterConfig, attach_hint_async, hint_writer
+from crf_prime.placement import local_workdir
 from crf_prime.swe.dataset import LITE, load_instances
 from crf_prime.swe.instance import SweInstance
 from crf_prime.swe.logparse import failure_messages
-from crf_prime.swe.runner import EvalRun, SweInfraError, SweRunner
+from crf_prime.swe.runner import EvalRun, SweGradingConfig, SweInfraError, SweRunner
 
 logger = logging.getLogger(__name__)
 
@@ -55,14 +56,13 @@ class SweData(vf.TaskData):
 class SweTaskConfig(vf.TaskConfig):
     """Run-time knobs of each task (``--env.taskset.task.*``)."""
 
-    test_timeout: float = 1800.0
-    """Timeout (in seconds) of the test command; hitting it grades as unresolved, like the swebench harness."""
+    grading: SweGradingConfig = Field(default_factory=SweGradingConfig)
+    """Where and under which limits the tests run (``[...env.taskset.task.grading]``, the same table as
+    feature-deletion's): ``limits.wall_seconds`` (1800) is the test command's timeout, hitting it grades as
+    unresolved like the swebench harness; local placement only: ``python`` (default: this process's interpreter)
+    leads PATH, ``unsandboxed`` runs the tests without bubblewrap (explicit opt-in; never a fallback)."""
     reinstall: bool = True
     """Re-run the repo's install step before the tests, as the swebench eval script does (compiled repos need it)."""
-    python: str | None = None
-    """Local placement: interpreter whose bin dir leads PATH for the sandboxed test run (default: this process's)."""
-    unsandboxed_tests: bool = False
-    """Local placement: run the test command without bubblewrap isolation (explicit opt-in; never a fallback)."""
     hide_future_commits: bool = True
     """In setup, delete refs that are not ancestors of base_commit and expire reflogs, so git history does not hold
     the upstream fix."""
@@ -94,8 +94,8 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
     def _runner(self, runtime: vf.Runtime) -> SweRunner:
         local = self.data.mirror is not None
         if local:
-            workdir = getattr(runtime, "workdir", None)
-            if runtime.type != "subprocess" or not isinstance(workdir, Path):
+            workdir = local_workdir(runtime)
+            if workdir is None:
                 raise SweInfraError(
                     f"instance {self.key!r} uses a local mirror (repos_dir), which needs the subprocess runtime; "
                     f"got {runtime.type!r}. Unset repos_dir to run the sweb.eval image on docker / prime."
@@ -106,10 +106,9 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
         return SweRunner(
             self.data.instance,
             repo_dir=repo_dir,
-            test_timeout=self.config.test_timeout,
+            grading=self.config.grading,
             reinstall=self.config.reinstall,
-            local_python=(self.config.python or sys.executable) if local else None,
-            unsandboxed=self.config.unsandboxed_tests,
+            local=local,
             mirror=Path(self.data.mirror) if local and self.data.mirror else None,
         )
 
@@ -117,7 +116,7 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
         """Local placement: the task's Python leads PATH, so the agent (and the tests) run with its packages."""
         if self.data.mirror is None:
             return {}
-        python = Path(self.config.python or sys.executable)
+        python = Path(self.config.grading.python or sys.executable)
         return {"PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin"}
 
     async def setup(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
