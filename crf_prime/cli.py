@@ -21,6 +21,10 @@ from crf_prime.errors import CrfError, ExitCode
 # for a command that takes another program's arguments verbatim, like ``check``). Listed in --help order.
 COMMANDS: dict[str, str] = {
     "report": "crf_prime.report.cli:run",
+    "traces ingest": "crf_prime.traces.cli:run",
+    "teachers replay": "crf_prime.teachers.cli:run",
+    "pairs": "crf_prime.pairs.cli:run",
+    "hints": "crf_prime.hints.cli:run",
 }
 
 # commands not yet moved onto the config CLI: modules with ``register(subparsers)`` (argparse)
@@ -28,10 +32,6 @@ LEGACY_MODULES: tuple[str, ...] = (
     "crf_prime.featdel.cli",
     "crf_prime.sandbox.cli",
     "crf_prime.swe.cli",
-    "crf_prime.traces.cli",
-    "crf_prime.teachers.cli",
-    "crf_prime.pairs.cli",
-    "crf_prime.hints.cli",
     "crf_prime.relay.cli",
     "crf_prime.check.cli",
 )

@@ -22,7 +22,7 @@ from enum import IntEnum
 from typing import Literal
 
 from crf_prime.pairs.normalize import CanonicalAction, CanonicalCall, canonical_action, collapse, normalise_path
-from crf_prime.traces.models import Action
+from crf_prime.records.models import Action
 
 
 class Tier(IntEnum):

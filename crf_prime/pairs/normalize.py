@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from crf_prime.traces.models import Action
+from crf_prime.records.models import Action
 
 TOOL_ALIASES: dict[str, str] = {
     **dict.fromkeys(

@@ -26,19 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from crf_prime.records.journal import JournalRecord, Key, read_journal
 from crf_prime.teachers.config import BudgetConfig
-from crf_prime.teachers.journal import (
-    CallEvent,
-    GroupCommit,
-    Intent,
-    IntentLog,
-    Journal,
-    JournalRecord,
-    Key,
-    intents_path,
-    read_intents,
-    read_journal,
-)
+from crf_prime.teachers.journal import CallEvent, GroupCommit, Intent, IntentLog, Journal, intents_path, read_intents
 from crf_prime.teachers.money import Ask
 
 Verdict = Literal["send", "done", "shared", "job_budget", "trace_budget"]

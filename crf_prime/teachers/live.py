@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from crf_prime.extras import require
+from crf_prime.records.journal import JournalRecord
 from crf_prime.teachers.backends import RayBackend, actor_name
 from crf_prime.teachers.config import PoolConfig
-from crf_prime.teachers.journal import JournalRecord
 from crf_prime.teachers.ledger import Admission, Ledger
 from crf_prime.teachers.money import Ask
 from crf_prime.teachers.pool import TeacherPool

@@ -14,10 +14,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from crf_prime.teachers.journal import JournalRecord
+from crf_prime.records.journal import JournalRecord
 from crf_prime.teachers.pool import StateOutcome
-
-PROTOTYPE = {"usd_per_100_steps": 0.98, "p95_step_s_sequential": 20.5, "teachers": 3}
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

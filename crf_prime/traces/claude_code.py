@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from crf_prime.records.models import Action, ToolCall, TraceState
 from crf_prime.traces.chat import content_text, make_state, tool_message
-from crf_prime.traces.models import Action, ToolCall, TraceState
 from crf_prime.traces.records import IngestReport, iter_jsonl_offsets
 
 _CONVERSATIONAL = {"user", "assistant", "system"}

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from crf_prime.loopback import Reply
+from crf_prime.records.models import Action, Source, ToolCall, TraceState
 from crf_prime.teachers.config import PoolConfig, TeacherConfig
-from crf_prime.traces.models import Action, Source, ToolCall, TraceState
 
 TOOLS = (
     {
@@ -81,7 +81,8 @@ def teacher(name: str, base_url: str, **kw) -> TeacherConfig:
 
 def pool_config(teachers: list[TeacherConfig], **kw) -> PoolConfig:
     budget = kw.pop("budget", {})
-    return PoolConfig(teachers=tuple(teachers), budget=budget, pool=kw)
+    votes = {k: kw.pop(k) for k in ("exclude_same_family", "tier") if k in kw}
+    return PoolConfig(teachers=tuple(teachers), budget=budget, pool={**kw, "votes": votes})
 
 
 class Router:

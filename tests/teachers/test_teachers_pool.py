@@ -10,7 +10,7 @@ from teachers_helpers import Router, answer, make_state, pool_config, teacher, w
 
 from crf_prime.cli import main
 from crf_prime.loopback import LoopbackOpenAI, Reply
-from crf_prime.teachers.journal import read_journal
+from crf_prime.records.journal import read_journal
 from crf_prime.teachers.replay import replay_async
 
 pytestmark = pytest.mark.timeout(120)
@@ -147,7 +147,19 @@ def test_cli_replay_writes_journal_and_report(tmp_path, capsys):
 
         os.environ["CRF_TEST_KEY"] = "sk-test"
         try:
-            rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out"), "--no-progress"])
+            rc = main(
+                [
+                    "teachers",
+                    "replay",
+                    "@",
+                    str(toml),
+                    "--states",
+                    str(states),
+                    "--out",
+                    str(tmp_path / "out"),
+                    "--no-progress",
+                ]
+            )
         finally:
             del os.environ["CRF_TEST_KEY"]
     assert rc == 0 and len(server.requests) == 30
@@ -160,13 +172,13 @@ def test_cli_replay_writes_journal_and_report(tmp_path, capsys):
     assert "cost feasibility" in out and "$ per trace" in out
 
 
-def test_cli_bad_config_names_file_and_field(tmp_path, capsys):
+def test_cli_bad_config_names_the_field(tmp_path, capsys):
     states = write_states(tmp_path / "states.jsonl", [make_state(0)])
     toml = tmp_path / "teachers.toml"
     toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\nmax_concurrency = 0\n')
-    rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out")])
+    rc = main(["teachers", "replay", "@", str(toml), "--states", str(states), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert rc == 2 and str(toml) in err and "teachers[0 name='a'].max_concurrency" in err
+    assert rc == 2 and "--teachers[0].max-concurrency" in err and "must be >= 1 (got 0)" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -176,7 +188,7 @@ def test_cli_bad_states_line_names_file_and_line(tmp_path, capsys):
         f.write('{"state_id": "x"}\n')
     toml = tmp_path / "teachers.toml"
     toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n')
-    rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out")])
+    rc = main(["teachers", "replay", "@", str(toml), "--states", str(states), "--out", str(tmp_path / "out")])
     assert rc == 2 and f"{states}:2: not a TraceState row" in capsys.readouterr().err
 
 
@@ -191,7 +203,7 @@ async def test_tiered_agreement_uses_the_pairs_equivalence_tier(tmp_path, agreem
             teacher("cheap2", server.base_url, tier=0),
             teacher("big", server.base_url, tier=1),
         ]
-        cfg = pool_config(teachers, tiered=True, agreement_tier=agreement_tier)
+        cfg = pool_config(teachers, tiered=True, tier=agreement_tier)
         report = await replay_async(states, cfg, tmp_path / "out")
     assert sum(1 for model, _ in router.calls if model == "model-big") == big_asked
     assert report.agreement_source == f"crf_prime.pairs.same_action (min_tier={agreement_tier})"
@@ -200,7 +212,7 @@ async def test_tiered_agreement_uses_the_pairs_equivalence_tier(tmp_path, agreem
 def test_live_p95_looks_at_the_last_window_of_calls_only():
     from teachers_helpers import bash
 
-    from crf_prime.teachers.journal import JournalRecord
+    from crf_prime.records.journal import JournalRecord
     from crf_prime.teachers.replay import LIVE_P95_WINDOW, Progress
 
     p = Progress()
@@ -216,7 +228,20 @@ def test_cli_budget_without_prices_is_refused_at_launch(tmp_path, capsys):
     states = write_states(tmp_path / "states.jsonl", [make_state(0)])
     toml = tmp_path / "teachers.toml"
     toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n')
-    rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out"), "--budget-usd", "1"])
+    rc = main(
+        [
+            "teachers",
+            "replay",
+            "@",
+            str(toml),
+            "--states",
+            str(states),
+            "--out",
+            str(tmp_path / "out"),
+            "--budget.job-usd",
+            "1",
+        ]
+    )
     err = capsys.readouterr().err
-    assert rc == 2 and f"{toml}: teachers[0 name='a'].price_in_per_mtok / price_out_per_mtok" in err
+    assert rc == 2 and "error: teachers[0 name='a'].price_in_per_mtok / price_out_per_mtok" in err
     assert not (tmp_path / "out").exists()

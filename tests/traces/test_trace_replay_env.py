@@ -10,13 +10,15 @@ import pytest
 import verifiers.v1 as vf
 from replay_support import act, write_replay_inputs
 from trace_replay import ReplayHarness, TraceReplayConfig, TraceReplayTaskset
+from trace_replay.taskset import ReplayTaskConfig
 from verifiers.v1.runtimes import provision_runtime
 from verifiers.v1.runtimes.subprocess import SubprocessConfig
 from verifiers.v1.utils.loaders import default_harness_id, taskset_class
 from vf_cli_support import VALIDATE_HAS_NOOP, only_episode, vf_eval, vf_validate
 
 from crf_prime.loopback import LoopbackOpenAI, Reply
-from crf_prime.traces.models import Action
+from crf_prime.pairs import VoteConfig
+from crf_prime.records.models import Action
 
 
 @pytest.fixture
@@ -66,7 +68,8 @@ def test_load_keeps_states_with_consensus(inputs) -> None:
     assert t0.data.student_action == states[0].student_action
     assert len(list(_taskset(inputs, num_tasks=2).load())) == 2
     # a stricter threshold drops s0/s1 (2 of 3 < 0.7)
-    assert [t.data.state_id for t in _taskset(inputs, threshold=0.7).load()] == [states[4].state_id]
+    strict = ReplayTaskConfig(votes=VoteConfig(threshold=0.7))
+    assert [t.data.state_id for t in _taskset(inputs, task=strict).load()] == [states[4].state_id]
 
 
 async def test_offline_scoring(inputs) -> None:
@@ -142,9 +145,9 @@ def test_vf_eval_rollout_with_replay_harness(inputs, tmp_path: Path) -> None:
 async def test_live_pool_mode(tmp_path: Path) -> None:
     """No journal: the taskset asks a live (detached Ray actors) teacher pool at scoring time."""
     ray = pytest.importorskip("ray")
+    from crf_prime.records.journal import read_journal
     from crf_prime.teachers import live
     from crf_prime.teachers.config import PoolConfig, TeacherConfig
-    from crf_prime.teachers.journal import read_journal
 
     states_path, _, states = write_replay_inputs(tmp_path)
     read_call = {"name": "Read", "arguments": json.dumps({"file_path": "/home/dev/proj/tests/test_parse.py"})}
