@@ -194,3 +194,38 @@ async def test_live_pool_mode(tmp_path: Path) -> None:
     assert trace.rewards["agreement"].score == pytest.approx(2 / 3) and trace.metrics["matches_consensus"] == 1.0
     assert again.rewards["agreement"].score == pytest.approx(1 / 3) and again.metrics["matches_consensus"] == 0.0
     assert sorted(r.teacher for r in read_journal(journal)) == ["a", "b", "c"]
+
+
+async def test_live_mode_counts_votes_with_the_tasksets_settings(tmp_path: Path, monkeypatch) -> None:
+    """Live mode votes with the taskset's ``task.votes`` (threshold, min_support, min_teachers, family): on main it
+    built its own defaults from the scoring knobs, so 2 of 3 teachers made a consensus under a 0.9 threshold.
+
+    The pool is the real in-process TeacherPool over loopback teachers; only the Ray attach is replaced (the Ray
+    live pool itself is covered by ``test_live_pool_mode``)."""
+    from trace_replay import taskset as taskset_module
+
+    from crf_prime.teachers.backends import AsyncioBackend
+    from crf_prime.teachers.config import BudgetConfig, PoolOptions, TeacherConfig
+    from crf_prime.teachers.ledger import Ledger
+    from crf_prime.teachers.pool import TeacherPool
+
+    states_path, _, _ = write_replay_inputs(tmp_path)
+    read = {"name": "Read", "arguments": json.dumps({"file_path": "/home/dev/proj/tests/test_parse.py"})}
+    ls = {"name": "Bash", "arguments": json.dumps({"command": "ls -R"})}
+    with LoopbackOpenAI(lambda body: Reply(tool_calls=[ls if body["model"] == "model-c" else read])) as server:
+        teachers = [
+            TeacherConfig(name=n, model=f"model-{n}", base_url=server.base_url, api_key_var="", model_family=n)
+            for n in "abc"
+        ]
+        backend = AsyncioBackend(teachers)
+        pool = TeacherPool(teachers, backend, Ledger(tmp_path / "live.jsonl", BudgetConfig()), PoolOptions())
+        monkeypatch.setattr(taskset_module, "_live_pool", lambda config: pool)
+        task_config = ReplayTaskConfig(live_pool="p", votes=VoteConfig(threshold=0.9))
+        cfg = TraceReplayConfig(id="trace-replay", states=str(states_path), num_tasks=1, task=task_config)
+        (task,) = TraceReplayTaskset(cfg).load()
+        try:
+            assert await task.agreement_of(act("Read", {"file_path": "/home/dev/proj/tests/test_parse.py"})) == 2 / 3
+            assert await task.validate(None) is False  # 2 of 3 agree: below the taskset's 0.9, no consensus
+        finally:
+            await backend.close()
+    assert len(server.requests) == 3
