@@ -65,9 +65,15 @@ def run(config: IngestConfig) -> int:
         files = expand_paths(config.paths)
         input_bytes = sum(p.stat().st_size for p in files)
         with _progress(console, "sizing", input_bytes, config.progress_every) as on_read:
-            n_states, chars = estimate_output(files, spec, report=IngestReport(on_read=on_read), **options)
+            sizing = IngestReport(on_read=on_read)
+            n_states, chars = estimate_output(files, spec, report=sizing, **options)
         if n_states == 0:
-            raise NothingProduced(f"0 states in {len(files)} file(s); nothing written to {config.out}")
+            read_as = ", ".join(f"{fmt}: {n}" for fmt, n in sorted(sizing.formats.items()))
+            skipped = ", ".join(f"{why}: {n}" for why, n in sizing.skipped.most_common(3))
+            raise NothingProduced(
+                f"0 states from {len(files)} file(s) read as {read_as} ({sizing.records} records; skipped {skipped or '-'})"
+                f"; nothing written to {config.out}. Is --format right?"
+            )
         console.print(
             f"ingest: will write {n_states} states, about {_mb(chars)} (input {_mb(input_bytes)})"
             + ("" if config.max_context_chars else "; cap each state's context with --max-context-chars"),
