@@ -60,7 +60,7 @@ class JournalRecord(BaseModel):
     """Worst-case cost reserved against the caps before the call was sent."""
     possibly_paid: bool = False
     """The request reached the provider but its cost is unknown (timeout, cut or unreadable response, crash): booked
-    at ``reserved_usd``, and re-sent only with ``--resend-lost``."""
+    at ``reserved_usd``, and re-sent only with ``--pool.resend-lost``."""
     shared_from: str = ""
     """Not a call: the answer to the same question asked at this state (``cost_usd`` 0)."""
 

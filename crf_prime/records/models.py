@@ -2,7 +2,7 @@
 
 A ``TraceState`` is everything a teacher needs to propose the next action (the conversation so far, in OpenAI chat
 format, and the tools offered) plus the action the recorded ("student") model actually took. Rows are frozen and
-written as JSONL by ``crf-prime ingest``; the teacher pool, the pair builder and the trace_replay environment read
+written as JSONL by ``crf-prime traces ingest``; the teacher pool, the pair builder and the trace_replay environment read
 them back.
 """
 

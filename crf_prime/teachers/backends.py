@@ -4,7 +4,7 @@ Both backends expose ``await backend.ask(teacher_name, payload) -> JournalRecord
 The Ray backend creates each actor with ``num_cpus=0`` (it only waits on HTTP), a high ``max_concurrency`` (the
 teacher's own semaphore inside the actor is the real cap) and ``max_restarts`` so a dead actor process comes back
 with a fresh client. A call whose actor died under it may have reached the provider: it comes back as a failed,
-possibly paid record (booked at its reservation, re-asked only with ``--resend-lost``), never silently re-sent;
+possibly paid record (booked at its reservation, re-asked only with ``--pool.resend-lost``), never silently re-sent;
 HTTP retries stay in the client. Ray is imported lazily (extra ``ray``).
 
 Only the asyncio backend ``reports_wire``: its client runs in the pool's task, so the pool can mark a call "sent"

@@ -58,7 +58,7 @@ class ReplayReport(BaseModel):
     calls_from_journal: int
     lost_in_previous_crash: int
     """Calls possibly paid with their answer lost (at the provider when a previous run died): booked at their
-    reservation, not re-sent unless ``--resend-lost``."""
+    reservation, not re-sent unless ``--pool.resend-lost``."""
     lost_usd: float
     """What those calls are booked at (their reservations)."""
     lost_calls: tuple[str, ...]

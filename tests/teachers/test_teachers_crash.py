@@ -1,6 +1,6 @@
-"""kill -9 in the middle of `crf-prime replay`, then resume, against a billing fault server: the ledger equals what
+"""kill -9 in the middle of `crf-prime teachers replay`, then resume, against a billing fault server: the ledger equals what
 the server charged, no question is paid twice, the call that never reached the provider is re-sent by itself and
-the ones that may have been paid only with --resend-lost."""
+the ones that may have been paid only with --pool.resend-lost."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ async def test_job_budget_stops_sending_and_resume_sends_only_the_rest(tmp_path)
         # each call reserves $0.01: sent at spend 0.00, 0.01, 0.02; at 0.03 the next worst case would cross $0.035
         assert len(server.requests) == 3
         assert report.budget_stopped.startswith("job budget reached: spent $0.0300 of $0.0350;")
-        assert "--budget-usd" in report.budget_stopped
+        assert "--budget.job-usd" in report.budget_stopped
         assert report.cost_journal_usd == pytest.approx(0.03)
 
         cfg2 = cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"job_usd": 1.0})})

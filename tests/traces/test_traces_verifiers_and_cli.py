@@ -1,4 +1,4 @@
-"""verifiers v1 traces.jsonl written by verifiers' own writer; the `crf-prime ingest` command; the memory bound."""
+"""verifiers v1 traces.jsonl written by verifiers' own writer; the `crf-prime traces ingest` command; the memory bound."""
 
 from __future__ import annotations
 
