@@ -16,6 +16,7 @@ from verifiers.v1.runtimes.subprocess import SubprocessConfig
 from verifiers.v1.utils.loaders import default_harness_id, taskset_class
 from vf_cli_support import VALIDATE_HAS_NOOP, only_episode, vf_eval, vf_validate
 
+from crf_prime.errors import InputError
 from crf_prime.loopback import LoopbackOpenAI, Reply
 from crf_prime.pairs import VoteConfig
 from crf_prime.records.models import Action
@@ -95,9 +96,9 @@ async def test_offline_scoring(inputs) -> None:
 
 def test_load_needs_a_vote_source(tmp_path: Path, inputs) -> None:
     states_path, _, _ = inputs
-    with pytest.raises(ValueError, match=r"set taskset\.journal"):
+    with pytest.raises(InputError, match=r"set taskset\.journal"):
         list(TraceReplayTaskset(TraceReplayConfig(id="trace-replay", states=str(states_path))).load())
-    with pytest.raises(FileNotFoundError, match=r"nope\.jsonl"):
+    with pytest.raises(InputError, match=r"nope\.jsonl"):
         list(
             TraceReplayTaskset(
                 TraceReplayConfig(id="trace-replay", states=str(states_path), journal=str(tmp_path / "nope.jsonl"))

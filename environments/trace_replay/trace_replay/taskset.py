@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from verifiers.v1.dialects.chat import parse_message
 from verifiers.v1.errors import TaskError
 
+from crf_prime.errors import InputError
 from crf_prime.extras import require
 from crf_prime.pairs.build import VoteConfig, latest_answers, vote
 from crf_prime.pairs.equivalence import TIER_BY_NAME, match_tier
@@ -166,11 +167,13 @@ class TraceReplayTaskset(vf.Taskset[ReplayTask, TraceReplayConfig]):
     def load(self) -> Iterator[ReplayTask]:
         c = self.config
         if c.journal is None and c.task.live_pool is None:
-            raise ValueError("trace-replay: set taskset.journal (a replay journal) or taskset.task.live_pool")
+            raise InputError.field(
+                "taskset.journal", "trace-replay: set taskset.journal (a replay journal) or taskset.task.live_pool"
+            )
         answers = {}
         if c.journal is not None:
             if not Path(c.journal).is_file():
-                raise FileNotFoundError(f"trace-replay: taskset.journal {c.journal!r} does not exist")
+                raise InputError.field("taskset.journal", f"{c.journal} does not exist")
             answers = latest_answers(read_journal(c.journal))
         n = 0
         for state in read_states(c.states):
