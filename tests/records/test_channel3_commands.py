@@ -7,21 +7,12 @@ import socket
 from pathlib import Path
 
 import pytest
+from records_support import state
 
 from crf_prime.cli import main
-from crf_prime.records import Action, JournalRecord, Source, ToolCall, TraceState
+from crf_prime.records import Action, JournalRecord
 
 FIX = Path(__file__).resolve().parents[1] / "traces" / "fixtures"
-
-
-def state(i: int) -> TraceState:
-    call = ToolCall(id="c", name="bash", arguments='{"command": "ls"}')
-    return TraceState(
-        state_id=f"s{i}",
-        messages=({"role": "user", "content": f"state s{i}"},),
-        student_action=Action(tool_calls=(call,)),
-        source=Source(format="swe-gym", file="t.jsonl", line=i + 1, trace_id="t"),
-    )
 
 
 def closed_port() -> int:

@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from records_support import state
 
 from crf_prime.cli import main
-from crf_prime.records import Action, Source, StatesFileError, ToolCall, TraceState, read_states
+from crf_prime.records import StatesFileError, read_states
 
 PACKAGE = Path(__file__).resolve().parents[2] / "crf_prime"
 LAYERS = ("records", "traces", "pairs", "teachers")
@@ -63,16 +64,6 @@ def test_a_lower_layer_imports_alone_in_a_fresh_interpreter(module: str, absent:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
-
-
-def state(i: int) -> TraceState:
-    call = ToolCall(id="c", name="bash", arguments='{"command": "ls"}')
-    return TraceState(
-        state_id=f"s{i}",
-        messages=({"role": "user", "content": f"state s{i}"},),
-        student_action=Action(tool_calls=(call,)),
-        source=Source(format="swe-gym", file="t.jsonl", line=i + 1, trace_id="t"),
-    )
 
 
 def test_read_states_names_file_and_line(tmp_path: Path) -> None:

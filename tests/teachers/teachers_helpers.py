@@ -63,6 +63,11 @@ def write_teachers_toml(path: Path, base_url: str, names: tuple[str, ...], max_c
     return path
 
 
+def replay_argv(toml: Path, states: Path, out: Path, *extra: str) -> list[str]:
+    """``crf-prime teachers replay @ TOML --states STATES --out OUT EXTRA...``, as ``crf_prime.cli.main`` takes it."""
+    return ["teachers", "replay", "@", str(toml), "--states", str(states), "--out", str(out), *extra]
+
+
 def state_of(body: dict) -> str:
     for m in body.get("messages", []):
         found = re.search(r"state (s\d+)", str(m.get("content") or ""))

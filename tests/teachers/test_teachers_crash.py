@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from teachers_helpers import answer, make_state, write_states
+from teachers_helpers import answer, make_state, replay_argv, write_states
 
 from crf_prime.cli import main
 from crf_prime.loopback import Billing, LoopbackOpenAI, Reply
@@ -92,19 +92,7 @@ def test_kill_9_then_resume_ledger_equals_the_bill(tmp_path, capsys):
     journal = out / "journal.jsonl"
     with LoopbackOpenAI(script, billing=Billing(price_out_per_mtok=PRICE_OUT)) as server:
         toml = write_toml(tmp_path / "teachers.toml", server.base_url)
-        argv = [
-            "teachers",
-            "replay",
-            "@",
-            str(toml),
-            "--states",
-            str(path),
-            "--out",
-            str(out),
-            "--no-progress",
-            "--pool.window",
-            "3",
-        ]
+        argv = replay_argv(toml, path, out, "--no-progress", "--pool.window", "3")
         env = {**os.environ, "CRF_TEST_KEY": "sk-test"}
         proc = subprocess.Popen([sys.executable, "-m", "crf_prime.cli", *argv], env=env, stdout=subprocess.DEVNULL)
         try:

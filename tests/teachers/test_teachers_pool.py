@@ -6,7 +6,16 @@ import json
 import math
 
 import pytest
-from teachers_helpers import Router, answer, make_state, pool_config, teacher, write_states, write_teachers_toml
+from teachers_helpers import (
+    Router,
+    answer,
+    make_state,
+    pool_config,
+    replay_argv,
+    teacher,
+    write_states,
+    write_teachers_toml,
+)
 
 from crf_prime.cli import main
 from crf_prime.loopback import LoopbackOpenAI, Reply
@@ -147,19 +156,7 @@ def test_cli_replay_writes_journal_and_report(tmp_path, capsys):
 
         os.environ["CRF_TEST_KEY"] = "sk-test"
         try:
-            rc = main(
-                [
-                    "teachers",
-                    "replay",
-                    "@",
-                    str(toml),
-                    "--states",
-                    str(states),
-                    "--out",
-                    str(tmp_path / "out"),
-                    "--no-progress",
-                ]
-            )
+            rc = main(replay_argv(toml, states, tmp_path / "out", "--no-progress"))
         finally:
             del os.environ["CRF_TEST_KEY"]
     assert rc == 0 and len(server.requests) == 30
@@ -176,7 +173,7 @@ def test_cli_bad_config_names_the_field(tmp_path, capsys):
     states = write_states(tmp_path / "states.jsonl", [make_state(0)])
     toml = tmp_path / "teachers.toml"
     toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\nmax_concurrency = 0\n')
-    rc = main(["teachers", "replay", "@", str(toml), "--states", str(states), "--out", str(tmp_path / "out")])
+    rc = main(replay_argv(toml, states, tmp_path / "out"))
     err = capsys.readouterr().err
     assert rc == 2 and "--teachers[0].max-concurrency" in err and "must be >= 1 (got 0)" in err
     assert not (tmp_path / "out").exists()
@@ -188,7 +185,7 @@ def test_cli_bad_states_line_names_file_and_line(tmp_path, capsys):
         f.write('{"state_id": "x"}\n')
     toml = tmp_path / "teachers.toml"
     toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n')
-    rc = main(["teachers", "replay", "@", str(toml), "--states", str(states), "--out", str(tmp_path / "out")])
+    rc = main(replay_argv(toml, states, tmp_path / "out"))
     assert rc == 2 and f"{states}:2: not a TraceState row" in capsys.readouterr().err
 
 
@@ -228,20 +225,7 @@ def test_cli_budget_without_prices_is_refused_at_launch(tmp_path, capsys):
     states = write_states(tmp_path / "states.jsonl", [make_state(0)])
     toml = tmp_path / "teachers.toml"
     toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n')
-    rc = main(
-        [
-            "teachers",
-            "replay",
-            "@",
-            str(toml),
-            "--states",
-            str(states),
-            "--out",
-            str(tmp_path / "out"),
-            "--budget.job-usd",
-            "1",
-        ]
-    )
+    rc = main(replay_argv(toml, states, tmp_path / "out", "--budget.job-usd", "1"))
     err = capsys.readouterr().err
     assert rc == 2 and "error: teachers[0 name='a'].price_in_per_mtok / price_out_per_mtok" in err
     assert not (tmp_path / "out").exists()

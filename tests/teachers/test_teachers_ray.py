@@ -11,7 +11,16 @@ import sys
 import textwrap
 
 import pytest
-from teachers_helpers import Router, answer, make_state, pool_config, teacher, write_states, write_teachers_toml
+from teachers_helpers import (
+    Router,
+    answer,
+    make_state,
+    pool_config,
+    replay_argv,
+    teacher,
+    write_states,
+    write_teachers_toml,
+)
 
 from crf_prime.loopback import Billing, LoopbackOpenAI, Reply
 from crf_prime.records.journal import read_journal
@@ -160,18 +169,7 @@ def test_cli_replay_on_the_ray_backend(ray_cluster, tmp_path, monkeypatch):
     with LoopbackOpenAI(router) as server:
         toml = write_teachers_toml(tmp_path / "teachers.toml", server.base_url, ("a", "b"))
         monkeypatch.setenv("CRF_TEST_KEY", "sk-test")
-        argv = [
-            "teachers",
-            "replay",
-            "@",
-            str(toml),
-            "--states",
-            str(states),
-            "--out",
-            str(tmp_path / "out"),
-            "--backend",
-            "ray",
-        ]
+        argv = replay_argv(toml, states, tmp_path / "out", "--backend", "ray")
         assert main([*argv, "--no-progress"]) == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert (report["backend"], report["states"], report["calls_sent"]) == ("ray", 6, 12)
