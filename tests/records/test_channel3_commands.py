@@ -156,3 +156,20 @@ def test_out_is_a_file_or_a_directory_as_each_command_says(inputs, capsys, build
 def test_hints_out_must_be_a_file(inputs, capsys) -> None:
     assert main(["hints", "--traces", str(inputs["traces"]), "--out", str(inputs["tmp"])]) == 2
     assert one_error_line(capsys, "hints").endswith(f"out: {inputs['tmp']} is a directory; this output is a file")
+
+
+def test_replay_stopped_by_the_job_budget_exits_3_and_keeps_what_it_paid_for(inputs, capsys) -> None:
+    from crf_prime.loopback import LoopbackOpenAI, Reply
+    from crf_prime.records import read_journal
+
+    inputs["states"].write_text("".join(state(i).model_dump_json() + "\n" for i in range(5)))
+    with LoopbackOpenAI(lambda body: Reply(content="ls", cost=0.01)) as server:
+        inputs["teachers"].write_text(
+            f'[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "{server.base_url}"\napi_key_var = ""\n'
+            "max_concurrency = 1\nprice_out_per_mtok = 100.0\n[teachers.sampling]\nmax_tokens = 100\n"
+        )  # every call reserves exactly $0.01
+        argv = replay(inputs, "--out", out(inputs), "--budget.job-usd", "0.025", "--pool.window", "1")
+        assert main(argv) == 3
+    err = one_error_line(capsys, "teachers replay")
+    assert "spend cap reached: job budget reached: spent $0.0200 of $0.0250" in err
+    assert len(server.requests) == 2 and len(list(read_journal(inputs["tmp"] / "out" / "journal.jsonl"))) == 2
