@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from crf_prime.pairs.equivalence import TIER_BY_NAME, TierName, match_canonical
 from crf_prime.pairs.normalize import CanonicalAction, canonical_action
-from crf_prime.records.family import model_family
+from crf_prime.records.family import family_of
 from crf_prime.records.journal import JournalRecord
 from crf_prime.records.models import Action, TeacherRequest, TraceState
 
@@ -145,7 +145,7 @@ def vote(request: TeacherRequest, answers: Mapping[str, JournalRecord], config: 
     voters, excluded = [], []
     for teacher in sorted(answers):
         rec = answers[teacher]
-        fam = (rec.model_family or model_family(rec.model)).strip().lower()
+        fam = family_of(rec.model_family, rec.model)
         if config.exclude_same_family and family and fam == family:
             excluded.append(teacher)
         else:

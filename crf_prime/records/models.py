@@ -2,8 +2,8 @@
 
 A ``TraceState`` is everything a teacher needs to propose the next action (the conversation so far, in OpenAI chat
 format, and the tools offered) plus the action the recorded ("student") model actually took. Rows are frozen and
-written as JSONL by ``crf-prime traces ingest``; the teacher pool, the pair builder and the trace_replay environment read
-them back.
+written as JSONL by ``crf-prime traces ingest``; the teacher pool, the pair builder and the trace_replay environment
+read them back. A :class:`TeacherRequest` is what the teacher pool is asked: a state's context, or any other.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from crf_prime.records.family import family_of
 
 TraceFormat = Literal["claude-code", "openhands", "swe-smith", "swe-gym", "verifiers"]
 
@@ -91,14 +93,12 @@ class TraceState(BaseModel):
 
     def request(self) -> TeacherRequest:
         """What the teacher pool is asked at this state."""
-        from crf_prime.records.family import model_family
-
         return TeacherRequest(
             key=self.state_id,
             messages=self.messages,
             tools=self.tools,
             trace_id=self.source.trace_id,
-            model_family=(self.model_family or model_family(self.source_model)).strip().lower(),
+            model_family=family_of(self.model_family, self.source_model),
             student_action=self.student_action,
         )
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from crf_prime.records.family import model_family
+from crf_prime.records.family import family_of
 from crf_prime.records.journal import JournalRecord
 from crf_prime.records.models import TeacherRequest, TraceState
 from crf_prime.teachers.agreement import all_agree
@@ -56,7 +56,7 @@ class _LedgerWire:
 
 
 def teacher_family(t: TeacherConfig) -> str:
-    return (t.model_family or model_family(t.model)).strip().lower()
+    return family_of(t.model_family, t.model)
 
 
 @dataclass

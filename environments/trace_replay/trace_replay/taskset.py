@@ -27,7 +27,7 @@ from crf_prime.errors import InputError
 from crf_prime.extras import require
 from crf_prime.pairs.build import VoteConfig, latest_answers, vote
 from crf_prime.pairs.equivalence import TIER_BY_NAME, match_tier
-from crf_prime.records.family import model_family
+from crf_prime.records.family import family_of
 from crf_prime.records.journal import read_journal
 from crf_prime.records.models import Action, TeacherRequest, ToolCall, TraceState
 from crf_prime.records.states import read_states
@@ -206,7 +206,7 @@ def request_of(data: ReplayData) -> TeacherRequest:
         messages=tuple(_wire(m) for m in data.prompt or ()),
         tools=tuple(data.tools),
         trace_id=data.trace_id,
-        model_family=(data.model_family or model_family(data.source_model)).strip().lower(),
+        model_family=family_of(data.model_family, data.source_model),
         student_action=data.student_action,
     )
 
