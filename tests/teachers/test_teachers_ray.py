@@ -182,20 +182,17 @@ async def test_small_states_travel_inline_large_ones_by_one_shared_ref(ray_clust
     from crf_prime.teachers.backends import INLINE_LIMIT
 
     big_text = "x" * (INLINE_LIMIT + 1)
-    small = make_state(0).request()
-    big = (
-        make_state(1)
-        .model_copy(
-            update={"messages": ({"role": "user", "content": "state s0001: " + big_text}, *make_state(1).messages)}
-        )
-        .request()
+    small = make_state(0)
+    big = make_state(1).model_copy(
+        update={"messages": ({"role": "user", "content": "state s0001: " + big_text}, *make_state(1).messages)}
     )
     router = Router(lambda model, sid, n: answer())
     with LoopbackOpenAI(router) as server:
         cfg = pool_config([teacher("a", server.base_url), teacher("b", server.base_url)])
         pool, backend, ledger = _pool(cfg, tmp_path / "journal.jsonl")
-        assert backend.prepare(small) is small
-        assert isinstance(backend.prepare(big), ray.ObjectRef)
+        small_request = small.request()
+        assert backend.prepare(small_request) is small_request
+        assert isinstance(backend.prepare(big.request()), ray.ObjectRef)
         outcomes = await pool.replay([small, big])
         await backend.close()
         ledger.close()
