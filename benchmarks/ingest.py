@@ -1,4 +1,4 @@
-"""``crf-prime ingest`` cost of printing the output size first: the sizing pass against the writing pass.
+"""``crf-prime traces ingest`` cost of printing the output size first: the sizing pass against the writing pass.
 
 Builds one Claude Code JSONL of many concatenated sessions (tool results of a few KB, as in real sessions), then
 times, in the same run, the writing pass alone (the baseline: ``ingest_to_jsonl``) and the sizing pass

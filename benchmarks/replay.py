@@ -43,12 +43,12 @@ import time
 from pathlib import Path
 
 from crf_prime.loopback import LoopbackOpenAI, Reply
+from crf_prime.records.models import Action, Source, ToolCall, TraceState
 from crf_prime.teachers.backends import AsyncioBackend, RayBackend
 from crf_prime.teachers.config import BudgetConfig, PoolOptions, TeacherConfig
 from crf_prime.teachers.ledger import Ledger
 from crf_prime.teachers.money import Ask
 from crf_prime.teachers.pool import TeacherPool
-from crf_prime.traces.models import Action, Source, ToolCall, TraceState
 
 # (name, mean latency s, concurrency)
 TEACHERS = (("cheap", 0.15, 4), ("mid", 0.25, 6), ("big", 0.40, 8))
@@ -148,7 +148,7 @@ class Timed:
         state, inner_payload = payload
         t0 = time.perf_counter()
         rec = await self.inner.ask(teacher, inner_payload)
-        self.client_s[(state.state_id, teacher)] = time.perf_counter() - t0
+        self.client_s[(state.key, teacher)] = time.perf_counter() - t0
         return rec
 
     async def close(self):
@@ -206,7 +206,9 @@ async def run_pool(backend_name: str, base_url: str, states, lat, workdir: Path)
     warm = make_states(1)[0].model_copy(
         update={"state_id": "w0000", "messages": ({"role": "user", "content": "state w0000"},)}
     )
-    await asyncio.gather(*(inner.ask(t.name, inner.prepare(warm)) for t in teachers for _ in range(t.max_concurrency)))
+    await asyncio.gather(
+        *(inner.ask(t.name, inner.prepare(warm.request())) for t in teachers for _ in range(t.max_concurrency))
+    )
     backend = Timed(inner, lat)
     journal = workdir / f"{backend_name}-{time.monotonic_ns()}.jsonl"
     ledger = TimedLedger(Ledger(journal, BUDGET))

@@ -20,22 +20,22 @@ from crf_prime.errors import CrfError, ExitCode
 # command → "module:function"; the function's one parameter is annotated with its config class (or ``list[str]``
 # for a command that takes another program's arguments verbatim, like ``check``). Listed in --help order.
 COMMANDS: dict[str, str] = {
-    "report": "crf_prime.report.cli:run",
-    "sandbox probe": "crf_prime.sandbox.cli:probe",
-    "sandbox run": "crf_prime.sandbox.cli:run",
     "featdel generate": "crf_prime.featdel.cli:generate",
     "featdel validate": "crf_prime.featdel.cli:validate",
+    "sandbox probe": "crf_prime.sandbox.cli:probe",
+    "sandbox run": "crf_prime.sandbox.cli:run",
     "swe grade": "crf_prime.swe.cli:grade",
     "swe mini-fixture": "crf_prime.swe.cli:mini_fixture",
     "swe test-cmd": "crf_prime.swe.cli:test_cmd",
+    "hints": "crf_prime.hints.cli:run",
+    "traces ingest": "crf_prime.traces.cli:run",
+    "teachers replay": "crf_prime.teachers.cli:run",
+    "pairs": "crf_prime.pairs.cli:run",
+    "report": "crf_prime.report.cli:run",
 }
 
 # commands not yet moved onto the config CLI: modules with ``register(subparsers)`` (argparse)
 LEGACY_MODULES: tuple[str, ...] = (
-    "crf_prime.traces.cli",
-    "crf_prime.teachers.cli",
-    "crf_prime.pairs.cli",
-    "crf_prime.hints.cli",
     "crf_prime.relay.cli",
     "crf_prime.check.cli",
 )

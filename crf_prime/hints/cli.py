@@ -1,41 +1,47 @@
-"""``crf-prime hints TRACES.jsonl``: re-run error-site detection over saved episodes and show the hints (argparse only
-at import). Useful to inspect what channel 2 would feed opsd for a vf-eval run or a prime-rl rollout file."""
+"""``crf-prime hints --traces traces.jsonl``: re-run error-site detection over saved episodes and show the hints.
+
+Useful to inspect what channel 2 would feed opsd for a vf-eval run or a prime-rl rollout file.
+"""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+from pydantic_config import BaseConfig
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "hints",
-        help="error sites and channel-2 hints of saved episodes (traces.jsonl)",
-        description=(
-            "Analyse every trace of a verifiers traces.jsonl (vf-eval results, prime-rl rollouts/step_N/...) and "
-            "print error-site counts per kind and the hints; --out writes one JSON row per trace. Channel 2 "
-            "(hint self-distillation) is Cursor's recipe; the detectors and templates are crf-prime's."
-        ),
-    )
-    p.add_argument("traces", type=Path, help="traces.jsonl of verifiers Episode records")
-    p.add_argument("--show", type=int, default=3, help="hints to print (default 3)")
-    p.add_argument("--out", type=Path, help="write {episode, trace, hint, sites} rows as JSONL here")
-    p.set_defaults(func=run)
+class HintsConfig(BaseConfig):
+    traces: Path
+    """traces.jsonl of verifiers Episode records (a file: vf-eval results, prime-rl rollouts/step_N/...)."""
+    show: Annotated[int, Field(ge=0)] = 3
+    """Hints to print."""
+    out: Path | None = None
+    """Output file: one ``{episode, trace, hint, sites}`` JSON row per trace (written atomically)."""
 
 
-def run(args: argparse.Namespace) -> int:
+def run(config: HintsConfig) -> int:
+    """Error sites and channel-2 hints of saved episodes (a verifiers traces.jsonl)."""
     import json
     from collections import Counter
 
     from rich.console import Console
     from rich.table import Table
 
+    from crf_prime.errors import InputError
     from crf_prime.hints import build_hint
+    from crf_prime.outputs import output_file
 
+    if not config.traces.is_file():
+        why = "is a directory; give its traces.jsonl" if config.traces.is_dir() else "no such file"
+        raise InputError.field("traces", f"{config.traces} {why}")
+    if config.out is not None:
+        output_file("out", config.out)
     console = Console()
     kinds: Counter[str] = Counter()
     rows = []
-    with args.traces.open(encoding="utf-8") as f:
+    with config.traces.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -43,10 +49,7 @@ def run(args: argparse.Namespace) -> int:
                 episode = json.loads(line)
                 traces = episode["traces"]
             except (json.JSONDecodeError, KeyError, TypeError) as e:
-                console.print(
-                    f"[red]error:[/red] {args.traces}:{lineno}: not a verifiers episode record ({e})", soft_wrap=True
-                )
-                return 2
+                raise InputError.at(config.traces, lineno, f"not a verifiers episode record ({e})") from None
             for trace in traces:
                 hint, sites = build_hint(trace)
                 kinds.update(s.kind for s in sites)
@@ -59,13 +62,13 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     with_hint = [r for r in rows if r["hint"]]
     console.print(f"{len(with_hint)} of {len(rows)} traces get a non-empty hint")
-    for r in with_hint[: args.show]:
+    for r in with_hint[: config.show]:
         console.print(f"[bold]{r['trace']}[/bold]\n{r['hint']}\n")
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_name(args.out.name + ".tmp")
+    if config.out is not None:
+        config.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = config.out.with_name(config.out.name + ".tmp")
         with tmp.open("w", encoding="utf-8") as f:
             for r in rows:
                 f.write(json.dumps({**r, "sites": [s.model_dump() for s in r["sites"]]}) + "\n")
-        tmp.replace(args.out)
+        tmp.replace(config.out)
     return 0

@@ -5,7 +5,7 @@ The request goes through the teacher pool of ``crf_prime.teachers`` (one ``[[tea
 :class:`~crf_prime.teachers.TeacherClient` (its retries, timeout and concurrency cap) and
 :class:`~crf_prime.teachers.Ledger` (spend caps enforced on each call's worst case before it is sent -- the job cap
 and the per-episode cap alike --, append-only journal, one paid answer per question).
-The hint prompt is a :class:`~crf_prime.traces.models.TraceState` whose id hashes the prompt, so a re-run of the same
+The hint prompt is a :class:`~crf_prime.records.TeacherRequest` whose key hashes the prompt, so a re-run of the same
 episode with the same teacher is answered from the journal and not paid twice.
 
 Only episodes with at least one error site are sent; a clean episode keeps the empty hint without a call. When the
@@ -181,7 +181,7 @@ class LLMHintWriter:
 
         self._ledger = Ledger(self.journal, self.budget, retry_failed=True)  # reads the journal: off the event loop
         backend = AsyncioBackend([self.teacher], api_keys={self.teacher.name: self._api_key})
-        return TeacherPool([self.teacher], backend, self._ledger, PoolOptions(exclude_same_family=False))
+        return TeacherPool([self.teacher], backend, self._ledger, PoolOptions())
 
     async def _live_pool(self) -> TeacherPool:
         """Join (or, first, serve) the named detached pool: one ledger actor shared by every process on the cluster."""
@@ -195,28 +195,21 @@ class LLMHintWriter:
         def join() -> TeacherPool:
             if not ray.is_initialized():
                 ray.init(address=self.ray_address, namespace=live_mode.DEFAULT_NAMESPACE, log_to_driver=False)
-            config = PoolConfig(
-                teachers=(self.teacher,), budget=self.budget, pool=PoolOptions(exclude_same_family=False)
-            )
+            config = PoolConfig(teachers=(self.teacher,), budget=self.budget, pool=PoolOptions())
             return live_mode.serve(config, self.journal, name=self.live, api_keys={self.teacher.name: self._api_key})
 
         return await asyncio.to_thread(join)
 
     async def write(self, trace: Any, evidence: str) -> HintReply:
         """Ask the teacher (or the journal) for a hint; never raises for API, budget or journal trouble."""
-        from crf_prime.traces.models import Action, Source, TraceState
+        from crf_prime.records.models import TeacherRequest
 
         messages = self.prompt(trace, evidence)
         episode = _episode_id(trace)
-        state = TraceState(
-            state_id=hint_state_id(messages),
-            messages=tuple(messages),
-            student_action=Action(),
-            source=Source(format="verifiers", file=str(self.journal), line=0, trace_id=episode),
-        )
+        request = TeacherRequest(key=hint_state_id(messages), messages=tuple(messages), trace_id=episode)
         try:
             pool = await self._ensure_pool()
-            out = await pool.replay_state(state)
+            out = await pool.ask(request)
             snap = (await pool.ledger.snapshot()) if out.budget_skipped else {}
         except Exception as e:  # journal I/O and the like: the templated hint stays, the trace says why
             return HintReply(None, error=f"{type(e).__name__}: {e}")

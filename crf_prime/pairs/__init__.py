@@ -1,6 +1,6 @@
 """Teacher disagreement to preference pairs (channel 3: crf-prime's own research addition, not Cursor's recipe)."""
 
-from crf_prime.pairs.build import PairConfig, PreferencePair, build_pairs, vote
+from crf_prime.pairs.build import PairConfig, PreferencePair, VoteConfig, build_pairs, vote
 from crf_prime.pairs.equivalence import Tier, match_tier, same_action
 from crf_prime.pairs.filters import FilterConfig, normalise_pairs
 from crf_prime.pairs.normalize import canonical_action, canonical_call
@@ -12,6 +12,7 @@ __all__ = [
     "PairStats",
     "PreferencePair",
     "Tier",
+    "VoteConfig",
     "build_pairs",
     "canonical_action",
     "canonical_call",

@@ -19,21 +19,24 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from crf_prime.pairs.equivalence import TIER_BY_NAME, TierName, match_canonical
 from crf_prime.pairs.normalize import CanonicalAction, canonical_action
-from crf_prime.traces.family import model_family
-from crf_prime.traces.models import Action, TraceState
-
-if TYPE_CHECKING:
-    from crf_prime.teachers.journal import JournalRecord
+from crf_prime.records.family import family_of
+from crf_prime.records.journal import JournalRecord
+from crf_prime.records.models import Action, TeacherRequest, TraceState
 
 
-class PairConfig(BaseModel):
-    """Pair-construction thresholds (TOML ``[pairs]`` or ``crf-prime pairs`` flags)."""
+class VoteConfig(BaseModel):
+    """How teachers' answers at a state become a vote: who votes, what counts as the same step, what a consensus is.
+
+    Declared once and nested wherever votes are counted: ``crf-prime pairs`` (``--votes.*``), the teacher pool's
+    tiered escalation and same-family exclusion (``[pool.votes]`` of ``teachers.toml``), and the trace_replay
+    environment (``[env.taskset.task.votes]``: which states become tasks and how live mode scores them).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -47,10 +50,15 @@ class PairConfig(BaseModel):
     """Weakest equivalence tier counted as "same action": exact | key_args | text."""
     text_similarity: float = Field(0.8, ge=0.0, le=1.0)
     """difflib ratio for the text tier."""
+    exclude_same_family: bool = True
+    """Teachers whose model family equals the trace's neither are asked nor vote (circularity guard)."""
+
+
+class PairConfig(VoteConfig):
+    """Pair construction: the votes plus which kinds of pair to emit."""
+
     student_over_minority: bool = True
     """Also emit student > minority-teacher pairs when the student agrees with the plurality."""
-    exclude_same_family: bool = True
-    """Drop votes of teachers whose model family equals the trace's (circularity guard)."""
 
 
 class PreferencePair(BaseModel):
@@ -127,12 +135,17 @@ def latest_answers(records: Iterable[JournalRecord]) -> dict[str, dict[str, Jour
     return out
 
 
-def vote(state: TraceState, answers: Mapping[str, JournalRecord], config: PairConfig) -> StateVotes:
-    family = state.model_family or model_family(state.source_model)
+def vote(request: TeacherRequest, answers: Mapping[str, JournalRecord], config: VoteConfig) -> StateVotes:
+    """Cluster the voting teachers' answers to ``request`` and find the consensus, if the thresholds are met.
+
+    ``request`` is what the teachers were asked (:meth:`TraceState.request`, or one built by live mode): its
+    ``model_family`` excludes same-family votes and its ``student_action`` is placed in a cluster.
+    """
+    family = request.model_family
     voters, excluded = [], []
     for teacher in sorted(answers):
         rec = answers[teacher]
-        fam = rec.model_family or model_family(rec.model)
+        fam = family_of(rec.model_family, rec.model)
         if config.exclude_same_family and family and fam == family:
             excluded.append(teacher)
         else:
@@ -143,7 +156,7 @@ def vote(state: TraceState, answers: Mapping[str, JournalRecord], config: PairCo
         text_similarity=config.text_similarity,
     )
     clusters.sort(key=lambda c: -len(c.teachers))  # stable: ties keep first-seen (name) order
-    student = canonical_action(state.student_action)
+    student = canonical_action(request.student_action or Action())
     min_tier = TIER_BY_NAME[config.tier]
     student_cluster = next(
         (
@@ -160,7 +173,7 @@ def vote(state: TraceState, answers: Mapping[str, JournalRecord], config: PairCo
         tied = len(clusters) > 1 and len(clusters[1].teachers) == top
         if not tied and top >= config.min_support and top >= config.threshold * n:
             consensus = 0
-    return StateVotes(state.state_id, state.source.trace_id, voters, excluded, clusters, student_cluster, consensus)
+    return StateVotes(request.key, request.trace_id, voters, excluded, clusters, student_cluster, consensus)
 
 
 def pairs_for_state(state: TraceState, votes: StateVotes, config: PairConfig) -> list[PreferencePair]:
@@ -223,7 +236,7 @@ def build_pairs(
         got = answers.get(state.state_id)
         if not got:
             continue
-        v = vote(state, got, config)
+        v = vote(state.request(), got, config)
         if votes_out is not None:
             votes_out.append(v)
         yield from pairs_for_state(state, v, config)

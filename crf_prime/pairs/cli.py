@@ -1,87 +1,84 @@
-"""``crf-prime pairs``: a replay journal + states to TRL DPO preference pairs, with a normalisation pass and stats."""
+"""``crf-prime pairs --journal J --states S --out pairs.jsonl``: a replay journal + states to TRL DPO preference
+pairs, with a normalisation pass and stats."""
 
 from __future__ import annotations
 
-import argparse
+from pathlib import Path
 
-HELP = (
-    "Turn teacher (dis)agreement from a replay journal into DPO preference pairs (channel 3: trace replay, "
-    "crf-prime's own research addition, not part of Cursor's Composer recipe)."
-)
+from pydantic_config import BaseConfig
 
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("pairs", help=HELP, description=HELP)
-    p.add_argument("journal", metavar="JOURNAL", help="replay journal JSONL written by `crf-prime replay`")
-    p.add_argument("--states", required=True, help="states JSONL written by `crf-prime ingest`")
-    p.add_argument("--out", required=True, help="output pairs JSONL (TRL conversational preference format)")
-    p.add_argument("--threshold", type=float, default=0.5, help="plurality share of voting teachers needed (0.5)")
-    p.add_argument("--min-support", type=int, default=2, help="teachers that must agree for a consensus (2)")
-    p.add_argument("--min-teachers", type=int, default=2, help="voting teachers needed at a state (2)")
-    p.add_argument("--tier", choices=("exact", "key_args", "text"), default="key_args", help="equivalence tier")
-    p.add_argument("--text-similarity", type=float, default=0.8, help="difflib ratio for the text tier")
-    p.add_argument("--no-student-over-minority", action="store_true", help="only majority > student pairs")
-    p.add_argument("--include-same-family", action="store_true", help="keep votes of the trace's model family")
-    p.add_argument("--max-prompt-chars", type=int, default=400_000)
-    p.add_argument("--max-action-chars", type=int, default=40_000)
-    p.add_argument("--stats-out", help="also write the stats as JSON here")
-    p.add_argument("--hf-dataset", metavar="DIR", help="also save a datasets.Dataset here (needs the hf extra)")
-    p.set_defaults(func=run_pairs)
+from crf_prime.pairs.build import PairConfig
+from crf_prime.pairs.filters import FilterConfig
 
 
-def run_pairs(args: argparse.Namespace) -> int:
+class PairsConfig(BaseConfig):
+    journal: Path
+    """Replay journal JSONL written by ``crf-prime teachers replay`` (a file: ``OUT/journal.jsonl``)."""
+    states: Path
+    """States JSONL written by ``crf-prime traces ingest`` (a file)."""
+    out: Path
+    """Output file: pairs JSONL in TRL's conversational preference format (written atomically)."""
+    votes: PairConfig = PairConfig()
+    """How the teachers' answers become a consensus and which pairs are emitted."""
+    filters: FilterConfig = FilterConfig()
+    """Length limits of the normalisation pass."""
+    stats_out: Path | None = None
+    """Also write the stats as JSON to this file."""
+    hf_dataset: Path | None = None
+    """Also save a ``datasets.Dataset`` to this directory (needs the hf extra)."""
+
+
+def run(config: PairsConfig) -> int:
+    """Turn teacher (dis)agreement from a replay journal into DPO pairs (channel 3: crf-prime's addition, not part of Cursor's recipe)."""
     from collections import Counter
-    from pathlib import Path
 
-    from pydantic import ValidationError
     from rich.console import Console
-    from rich.table import Table
 
-    from crf_prime.pairs.build import PairConfig, build_pairs
-    from crf_prime.pairs.filters import FilterConfig, normalise_pairs
+    from crf_prime.errors import InputError, NothingProduced
+    from crf_prime.outputs import output_dir, output_file
+    from crf_prime.pairs.build import build_pairs
+    from crf_prime.pairs.filters import normalise_pairs
     from crf_prime.pairs.io import to_hf_dataset, write_pairs_jsonl
     from crf_prime.pairs.stats import compute_stats
-    from crf_prime.teachers.journal import JournalError, read_journal
-    from crf_prime.traces.ingest import read_states
-    from crf_prime.traces.records import IngestError
+    from crf_prime.records.journal import read_journal
+    from crf_prime.records.states import read_states
 
+    output_file("out", config.out)
+    if config.stats_out is not None:
+        output_file("stats_out", config.stats_out)
+    if config.hf_dataset is not None:
+        output_dir("hf_dataset", config.hf_dataset)
+    if not config.journal.is_file():
+        raise InputError.field("journal", f"{config.journal}: no such file")
     console = Console(stderr=True)
-    try:
-        config = PairConfig(
-            threshold=args.threshold,
-            min_support=args.min_support,
-            min_teachers=args.min_teachers,
-            tier=args.tier,
-            text_similarity=args.text_similarity,
-            student_over_minority=not args.no_student_over_minority,
-            exclude_same_family=not args.include_same_family,
-        )
-        filters = FilterConfig(max_prompt_chars=args.max_prompt_chars, max_action_chars=args.max_action_chars)
-    except ValidationError as e:
-        console.print(f"[red]error:[/red] {e}")
-        return 2
-    for p in (args.journal, args.states):
-        if not Path(p).is_file():
-            console.print(f"[red]error:[/red] {p}: no such file")
-            return 1
     votes: list = []
     counts: Counter[str] = Counter()
-    kept: list = []
-    try:
-        with console.status("building pairs"):
-            raw = build_pairs(read_states(args.states), read_journal(args.journal), config, votes_out=votes)
-            kept = list(normalise_pairs(raw, filters, counts))
-    except (IngestError, JournalError) as e:
-        console.print(f"[red]error:[/red] {e}")
-        return 1
-    write_pairs_jsonl(kept, args.out)
+    with console.status("building pairs"):
+        raw = build_pairs(read_states(config.states), read_journal(config.journal), config.votes, votes_out=votes)
+        kept = list(normalise_pairs(raw, config.filters, counts))
+    if not votes:
+        raise NothingProduced(
+            f"no state of {config.states} has an answer in {config.journal}: is it the journal of these states?"
+        )
+    if not kept:
+        raise NothingProduced(
+            f"0 pairs: {len(votes)} states have answers, {sum(v.consensus is not None for v in votes)} a consensus, "
+            f"dropped {dict(counts)}; see --votes.* and --filters.*"
+        )
+    write_pairs_jsonl(kept, config.out)
     stats = compute_stats(votes, kept)
-    if args.stats_out:
-        Path(args.stats_out).write_text(stats.model_dump_json(indent=2))
-    if args.hf_dataset:
-        to_hf_dataset(kept).save_to_disk(args.hf_dataset)
+    if config.stats_out is not None:
+        config.stats_out.write_text(stats.model_dump_json(indent=2))
+    if config.hf_dataset is not None:
+        to_hf_dataset(kept).save_to_disk(str(config.hf_dataset))
+    console.print(_table(config.out, stats, counts, len(kept)))
+    return 0
 
-    table = Table(title=f"pairs -> {args.out}")
+
+def _table(out: Path, stats, counts, written: int):  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
+    table = Table(title=f"pairs -> {out}")
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("states with answers", str(stats.states_voted))
@@ -92,7 +89,7 @@ def run_pairs(args: argparse.Namespace) -> int:
     for reason, n in sorted(counts.items()):
         if reason != "kept":
             table.add_row(f"dropped: {reason}", str(n))
-    table.add_row("pairs written", str(len(kept)))
+    table.add_row("pairs written", str(written))
     table.add_row("pairs/trace (mean, max)", f"{stats.pairs_per_trace_mean:.2f}, {stats.pairs_per_trace_max}")
     table.add_row("margin: pairs vs random", f"{stats.pair_margin_mean:.3f} vs {stats.random_margin_mean:.3f}")
     table.add_row("chosen out-votes rejected", f"{stats.pair_chosen_wins:.0%} vs {stats.random_chosen_wins:.0%} random")
@@ -100,5 +97,4 @@ def run_pairs(args: argparse.Namespace) -> int:
         table.add_row(f"agreement with student: {t}", f"{rate:.0%}")
     for t, n in stats.excluded_same_family.items():
         table.add_row(f"excluded (same family): {t}", str(n))
-    console.print(table)
-    return 0
+    return table

@@ -1,6 +1,6 @@
 """Tiered action equivalence: do two actions propose the same next step?
 
-Tiers, strongest first (hosts/teachers-and-traces.md §4.3, cheapest deterministic matchers only):
+Tiers, strongest first (cheapest deterministic matchers only: no model call decides whether two steps agree):
 
 1. ``exact``: equal canonical calls (same canonical tools, same normalised arguments, same order) — or, for
    text-only actions, equal normalised text.
@@ -22,7 +22,7 @@ from enum import IntEnum
 from typing import Literal
 
 from crf_prime.pairs.normalize import CanonicalAction, CanonicalCall, canonical_action, collapse, normalise_path
-from crf_prime.traces.models import Action
+from crf_prime.records.models import Action
 
 
 class Tier(IntEnum):

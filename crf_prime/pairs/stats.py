@@ -10,7 +10,7 @@ compute the same numbers. Random pairs average ~0 margin and ~50% "chosen wins";
 from __future__ import annotations
 
 import random
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from statistics import mean
 
@@ -92,10 +92,3 @@ def compute_stats(votes: Sequence[StateVotes], pairs: Sequence[PreferencePair], 
         random_chosen_wins=mean(m > 0 for m in random_margins) if random_margins else 0.0,
         random_pairs=len(random_margins),
     )
-
-
-def per_trace_counts(pairs: Sequence[PreferencePair]) -> dict[str, int]:
-    out: dict[str, int] = defaultdict(int)
-    for p in pairs:
-        out[p.trace_id] += 1
-    return dict(out)

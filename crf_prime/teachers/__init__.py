@@ -22,8 +22,8 @@ _EXPORTS = {
     "TeacherConfig": "config",
     "load_pool_config": "config",
     "Journal": "journal",
-    "JournalRecord": "journal",
-    "read_journal": "journal",
+    "JournalRecord": "crf_prime.records.journal",
+    "read_journal": "crf_prime.records.journal",
     "Ledger": "ledger",
     "StateOutcome": "pool",
     "TeacherPool": "pool",
@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from crf_prime.records.journal import JournalRecord, read_journal
     from crf_prime.teachers.backends import AsyncioBackend, RayBackend
     from crf_prime.teachers.client import TeacherClient
     from crf_prime.teachers.config import (
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
         TeacherConfig,
         load_pool_config,
     )
-    from crf_prime.teachers.journal import Journal, JournalRecord, read_journal
+    from crf_prime.teachers.journal import Journal
     from crf_prime.teachers.ledger import Ledger
     from crf_prime.teachers.pool import StateOutcome, TeacherPool
 
@@ -67,6 +68,6 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'crf_prime.teachers' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"crf_prime.teachers.{module}"), name)
+    value = getattr(importlib.import_module(module if "." in module else f"crf_prime.teachers.{module}"), name)
     globals()[name] = value
     return value

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from crf_prime.pairs.equivalence import TierName, same_action
-from crf_prime.traces.models import Action
+from crf_prime.pairs.build import VoteConfig
+from crf_prime.pairs.equivalence import same_action
+from crf_prime.records.models import Action
 
 SAME_ACTION_SOURCE = "crf_prime.pairs.same_action"
 
 
-def all_agree(actions: Sequence[Action], student: Action | None, *, min_tier: TierName = "key_args") -> bool:
-    """True when every action (and the student's, if given) is the same step as the first one at ``min_tier``."""
+def all_agree(actions: Sequence[Action], student: Action | None, votes: VoteConfig) -> bool:
+    """True when every action (and the student's, if given) is the same step as the first one at ``votes.tier``."""
     pool = list(actions) + ([student] if student is not None else [])
-    return all(same_action(pool[0], other, min_tier=min_tier) for other in pool[1:])
+    return all(
+        same_action(pool[0], other, min_tier=votes.tier, text_similarity=votes.text_similarity) for other in pool[1:]
+    )

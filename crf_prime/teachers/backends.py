@@ -1,10 +1,10 @@
 """Where teacher clients run: in this event loop (asyncio) or in one Ray async actor per teacher.
 
-Both backends expose ``await backend.ask(teacher_name, state) -> JournalRecord`` and never raise for API errors.
+Both backends expose ``await backend.ask(teacher_name, payload) -> JournalRecord`` and never raise for API errors.
 The Ray backend creates each actor with ``num_cpus=0`` (it only waits on HTTP), a high ``max_concurrency`` (the
 teacher's own semaphore inside the actor is the real cap) and ``max_restarts`` so a dead actor process comes back
 with a fresh client. A call whose actor died under it may have reached the provider: it comes back as a failed,
-possibly paid record (booked at its reservation, re-asked only with ``--resend-lost``), never silently re-sent;
+possibly paid record (booked at its reservation, re-asked only with ``--pool.resend-lost``), never silently re-sent;
 HTTP retries stay in the client. Ray is imported lazily (extra ``ray``).
 
 Only the asyncio backend ``reports_wire``: its client runs in the pool's task, so the pool can mark a call "sent"
@@ -20,19 +20,20 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from crf_prime.records.journal import JournalRecord
+from crf_prime.records.models import TeacherRequest
 from crf_prime.teachers.client import TeacherClient
 from crf_prime.teachers.config import TeacherConfig
-from crf_prime.teachers.journal import JournalRecord
-from crf_prime.traces.models import TraceState
 
 
 class Backend(Protocol):
     teachers: dict[str, TeacherConfig]
 
-    async def ask(self, teacher: str, state: Any) -> JournalRecord: ...
+    async def ask(self, teacher: str, payload: Any) -> JournalRecord: ...
 
-    def prepare(self, state: TraceState) -> Any:
-        """What to pass to ``ask`` for this state (Ray: the state, or one object-store ref shared by all teachers)."""
+    def prepare(self, request: TeacherRequest) -> Any:
+        """What to pass to ``ask`` for this request (Ray: the request, or one object-store ref shared by all
+        teachers)."""
         ...
 
     async def close(self) -> None: ...
@@ -48,11 +49,11 @@ class AsyncioBackend:
         self.teachers = {t.name: t for t in teachers}
         self._clients = {t.name: TeacherClient(t, api_key=keys.get(t.name)) for t in teachers}
 
-    def prepare(self, state: TraceState) -> TraceState:
-        return state
+    def prepare(self, request: TeacherRequest) -> TeacherRequest:
+        return request
 
-    async def ask(self, teacher: str, state: TraceState) -> JournalRecord:
-        return await self._clients[teacher].ask(state)
+    async def ask(self, teacher: str, payload: TeacherRequest) -> JournalRecord:
+        return await self._clients[teacher].ask(payload)
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._clients.values()))
@@ -65,8 +66,8 @@ class TeacherActor:
         self.config = TeacherConfig.model_validate(config)
         self.client = TeacherClient(self.config, api_key=api_key)
 
-    async def ask(self, state: TraceState) -> JournalRecord:
-        return await self.client.ask(state)
+    async def ask(self, request: TeacherRequest) -> JournalRecord:
+        return await self.client.ask(request)
 
     async def pid(self) -> int:
         return os.getpid()
@@ -79,9 +80,10 @@ INLINE_LIMIT = 100 * 1024
 """Ray's default ``max_direct_call_object_size`` (bytes): task arguments below it travel inline in the task."""
 
 
-def approx_size(state: TraceState) -> int:
-    """Rough serialised size of a state in bytes (characters of its messages and tools): cheap, no serialisation."""
-    return sum(len(str(m)) for m in state.messages) + sum(len(str(t)) for t in state.tools)
+def approx_size(request: TeacherRequest) -> int:
+    """Rough serialised size of a request in bytes (characters of its messages and tools): cheap, no
+    serialisation."""
+    return sum(len(str(m)) for m in request.messages) + sum(len(str(t)) for t in request.tools)
 
 
 def actor_name(prefix: str, teacher: str) -> str:
@@ -136,24 +138,24 @@ class RayBackend:
     def actors(self) -> dict[str, Any]:
         return dict(self._actors)
 
-    def prepare(self, state: TraceState) -> Any:
-        """The state itself when it is small (Ray inlines it in each task: no object-store put on the event loop,
+    def prepare(self, request: TeacherRequest) -> Any:
+        """The request itself when it is small (Ray inlines it in each task: no object-store put on the event loop,
         no fetch in the actor; ~half the round trip), else one object-store ref shared by every teacher's call."""
-        if approx_size(state) < INLINE_LIMIT:
-            return state
-        return self._ray.put(state)
+        if approx_size(request) < INLINE_LIMIT:
+            return request
+        return self._ray.put(request)
 
-    async def ask(self, teacher: str, state: Any) -> JournalRecord:
+    async def ask(self, teacher: str, payload: Any) -> JournalRecord:
         start = time.perf_counter()
         try:
-            return await self._actors[teacher].ask.remote(state)
+            return await self._actors[teacher].ask.remote(payload)
         except self._ray.exceptions.RayActorError as e:  # the process died with the call: it may have been sent
             self.actor_deaths += 1
             error = e
         cfg = self.teachers[teacher]
-        st = await state if isinstance(state, self._ray.ObjectRef) else state
+        request = await payload if isinstance(payload, self._ray.ObjectRef) else payload
         return JournalRecord(
-            state_id=st.state_id,
+            state_id=request.key,
             teacher=teacher,
             model=cfg.model,
             model_family=cfg.model_family,
@@ -168,7 +170,7 @@ class RayBackend:
             latency_s=time.perf_counter() - start,
             attempt=1,
             ts=time.time(),
-            trace_id=st.source.trace_id,
+            trace_id=request.trace_id,
         )
 
     async def pids(self) -> dict[str, int]:

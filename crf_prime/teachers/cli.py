@@ -1,129 +1,127 @@
-"""``crf-prime replay``: ask a pool of teacher models for the next action at every recorded trace state.
+"""``crf-prime teachers replay @ configs/teachers.toml --states states.jsonl --out DIR``: ask a pool of teacher models
+for the next action at every recorded trace state.
 
+The teachers TOML is the command's config (``[[teachers]]``, ``[budget]``, ``[pool]``), so a TOML key and a flag are
+the same setting: ``--budget.job-usd 5``, ``--pool.tiered``, ``--pool.votes.exclude-same-family false``.
 Channel 3 (trace replay) is crf-prime's own research addition, not part of Cursor's Composer 2.5 recipe.
-Only argparse is imported here; the library is imported when the command runs.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+from typing import Literal
 
-HELP = "replay trace states with a pool of teacher models (channel 3: crf-prime's addition, not Cursor's recipe)"
+from pydantic_config import BaseConfig
 
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "replay",
-        help=HELP,
-        description=HELP + ". Writes DIR/journal.jsonl (append-only, resumable) and DIR/report.json.",
-    )
-    p.add_argument("states", type=Path, help="states.jsonl written by `crf-prime ingest`")
-    p.add_argument("--teachers", type=Path, required=True, help="teacher pool TOML (see configs/teachers.toml)")
-    p.add_argument("--out", type=Path, required=True, help="output directory (journal + report); rerun to resume")
-    p.add_argument("--backend", choices=["asyncio", "ray"], default="asyncio", help="where teacher clients run")
-    p.add_argument("--budget-usd", type=float, default=None, help="hard spend cap for the job (overrides TOML)")
-    p.add_argument("--per-trace-usd", type=float, default=None, help="hard spend cap per trace (overrides TOML)")
-    p.add_argument("--tiered", action=argparse.BooleanOptionalAction, default=None, help="cheap tiers first")
-    p.add_argument(
-        "--include-same-family", action="store_true", help="also ask teachers of the trace's own model family"
-    )
-    p.add_argument(
-        "--resend-lost",
-        action="store_true",
-        help="re-ask calls that may have been paid without an answer (in flight at a crash, timed out, cut off)",
-    )
-    p.add_argument(
-        "--window", type=int, default=None, help="states in flight at once (default 2x the summed teacher concurrency)"
-    )
-    p.add_argument("--live", metavar="NAME", default=None, help="use (or start) the named detached Ray pool NAME")
-    p.add_argument("--ray-address", default=None, help="Ray cluster to connect to (ray backend / live mode)")
-    p.add_argument("--no-progress", action="store_true", help="no live progress bar")
-    p.set_defaults(func=replay_command)
+from crf_prime.teachers.config import PoolConfig
 
 
-def replay_command(args: argparse.Namespace) -> int:
+class ReplayConfig(PoolConfig, BaseConfig):
+    """A teacher pool (the ``teachers.toml`` tables) plus where the states come from and the journal goes."""
+
+    states: Path
+    """States JSONL written by ``crf-prime traces ingest`` (a file)."""
+    out: Path
+    """Output directory: journal.jsonl (append-only; rerun with the same ``out`` to resume) and report.json."""
+    backend: Literal["asyncio", "ray"] = "asyncio"
+    """Where the teacher clients run: this process's event loop, or one Ray actor per teacher."""
+    live: str | None = None
+    """Use (or start) the named detached Ray pool NAME, which env-server processes attach to."""
+    ray_address: str | None = None
+    """Ray cluster to connect to (ray backend / live mode); default: start a local one."""
+    progress: bool = True
+    """Live progress bar on a terminal."""
+
+
+def run(config: ReplayConfig) -> int:
+    """Replay trace states with a pool of teacher models (channel 3: crf-prime's addition, not part of Cursor's recipe)."""
     import asyncio
-    import sys
-    import time
+    from collections import Counter
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from crf_prime.teachers.config import ConfigError, load_pool_config
-    from crf_prime.teachers.replay import EXIT_BUDGET, StatesFileError, check_states, replay_async
+    from crf_prime.errors import BudgetExhausted, InfraError, NothingProduced
+    from crf_prime.outputs import output_dir
+    from crf_prime.records.states import count_states
+    from crf_prime.teachers.replay import replay_async
     from crf_prime.teachers.report import render
 
-    err = Console(stderr=True, soft_wrap=True)
-    try:
-        config = load_pool_config(args.teachers)
-        total = check_states(args.states)
-        for t in config.teachers:
-            t.api_key()
-    except (ConfigError, StatesFileError) as e:
-        err.print(f"[bold red]error:[/] {e}")
-        return 2
-    budget = config.budget.model_copy(
-        update={k: v for k, v in (("job_usd", args.budget_usd), ("per_trace_usd", args.per_trace_usd)) if v is not None}
-    )
-    pool_opts = config.pool.model_copy(
-        update={
-            k: v
-            for k, v in (
-                ("tiered", args.tiered),
-                ("exclude_same_family", False if args.include_same_family else None),
-                ("resend_lost", True if args.resend_lost else None),
-                ("window", args.window),
-            )
-            if v is not None
-        }
-    )
-    config = config.model_copy(update={"budget": budget, "pool": pool_opts})
-    try:
-        config.checked()  # the caps as overridden on the command line
-    except ConfigError as e:
-        err.print(f"[bold red]error:[/] {args.teachers}: {e}")
-        return 2
-    if args.backend == "ray" or args.live:
+    config.checked()
+    output_dir("out", config.out)
+    total = count_states(config.states)
+    if total == 0:
+        raise NothingProduced(f"states: {config.states} has no states; nothing to replay")
+    for t in config.teachers:
+        t.api_key()
+    if config.backend == "ray" or config.live:
         from crf_prime.extras import require
 
         ray = require("ray", "ray")
         if not ray.is_initialized():
-            kw = {"address": args.ray_address} if args.ray_address else {"include_dashboard": False}
-            ray.init(log_to_driver=False, namespace="crf-prime" if args.live else None, **kw)
+            kw = {"address": config.ray_address} if config.ray_address else {"include_dashboard": False}
+            ray.init(log_to_driver=False, namespace="crf-prime" if config.live else None, **kw)
 
-    console = Console(width=None if sys.stdout.isatty() else 140)
-    with Progress(
-        TextColumn("[bold]replay"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=args.no_progress or not sys.stdout.isatty(),
-    ) as bar:
-        task = bar.add_task("states", total=total, stats="")
+    import sys
 
-        last = [0.0]
-
-        def on_progress(p) -> None:  # type: ignore[no-untyped-def]
-            now = time.monotonic()
-            if now - last[0] < 0.25 and p.states < total:  # at most 4 refreshes/s (each sorts the live p95 window)
-                return
-            last[0] = now
-            p95 = p.p95()
-            bar.update(
-                task,
-                completed=p.states,
-                stats=f"calls {p.calls} (err {p.errors})  spend ${p.spend:.4f}  "
-                f"p95 {'-' if p95 is None else f'{p95:.2f}s'}",
-            )
-
+    console = Console(width=None if sys.stdout.isatty() else 140)  # the report is the command's output
+    with _progress_bar(console, total, config.progress) as on_progress:
         report = asyncio.run(
-            replay_async(args.states, config, args.out, backend=args.backend, live=args.live, on_progress=on_progress)
+            replay_async(
+                config.states,
+                PoolConfig.model_validate(config.model_dump(include=set(PoolConfig.model_fields))),
+                config.out,
+                backend=config.backend,
+                live=config.live,
+                on_progress=on_progress,
+            )
         )
     render(report, console)
-    console.print(f"journal: {args.out / 'journal.jsonl'}  report: {args.out / 'report.json'}")
+    console.print(f"journal: {config.out / 'journal.jsonl'}  report: {config.out / 'report.json'}")
     if report.budget_stopped:
-        return EXIT_BUDGET
+        raise BudgetExhausted(f"spend cap reached: {report.budget_stopped}; rerun with a higher cap to go on")
+    if report.calls_sent and not sum(t.ok for t in report.teachers):
+        errors = Counter[str]()
+        for t in report.teachers:
+            errors.update(t.errors)
+        why = ", ".join(f"{kind}: {n}" for kind, n in errors.most_common())
+        raise InfraError(f"all {report.calls_sent} teacher calls failed ({why}); is the teacher server up?")
     return 0
+
+
+def _progress_bar(console, total: int, enabled: bool):  # type: ignore[no-untyped-def]
+    """A live bar on a terminal (at most 4 refreshes/s: each sorts the live p95 window); nothing otherwise."""
+    import contextlib
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    @contextlib.contextmanager
+    def bar():  # type: ignore[no-untyped-def]
+        with Progress(
+            TextColumn("[bold]replay"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not enabled or not console.is_terminal,
+        ) as progress:
+            task = progress.add_task("states", total=total, stats="")
+            last = [0.0]
+
+            def on_progress(p) -> None:  # type: ignore[no-untyped-def]
+                now = time.monotonic()
+                if now - last[0] < 0.25 and p.states < total:
+                    return
+                last[0] = now
+                p95 = p.p95()
+                progress.update(
+                    task,
+                    completed=p.states,
+                    stats=f"calls {p.calls} (err {p.errors})  spend ${p.spend:.4f}  "
+                    f"p95 {'-' if p95 is None else f'{p95:.2f}s'}",
+                )
+
+            yield on_progress
+
+    return bar()

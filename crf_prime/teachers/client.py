@@ -29,9 +29,9 @@ import openai
 from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
+from crf_prime.records.journal import JournalRecord
+from crf_prime.records.models import Action, TeacherRequest, ToolCall
 from crf_prime.teachers.config import TeacherConfig
-from crf_prime.teachers.journal import JournalRecord
-from crf_prime.traces.models import Action, ToolCall, TraceState
 
 _REASONING_KEYS = ("reasoning_content", "reasoning", "thinking", "reasoning_details")
 _RETRY_STATUS = {408, 409, 429}
@@ -114,9 +114,9 @@ def refused_or_unsent(exc: BaseException) -> bool:
     return isinstance(cause, _NOT_SENT)
 
 
-def teacher_messages(state: TraceState) -> list[dict[str, Any]]:
-    """The state's context as sent to a teacher: reasoning/thinking fields dropped (other models cannot use them)."""
-    return [{k: v for k, v in m.items() if k not in _REASONING_KEYS} for m in state.messages]
+def teacher_messages(request: TeacherRequest) -> list[dict[str, Any]]:
+    """The context as sent to a teacher: reasoning/thinking fields dropped (other models cannot use them)."""
+    return [{k: v for k, v in m.items() if k not in _REASONING_KEYS} for m in request.messages]
 
 
 def _status(exc: BaseException) -> int | None:
@@ -292,27 +292,27 @@ class TeacherClient:
     async def close(self) -> None:
         await self._client.close()
 
-    def request(self, state: TraceState) -> dict[str, Any]:
-        """Keyword arguments of ``chat.completions.create`` for this state."""
-        return request_kwargs(self.config, teacher_messages(state), list(state.tools))
+    def request(self, request: TeacherRequest) -> dict[str, Any]:
+        """Keyword arguments of ``chat.completions.create`` for this request."""
+        return request_kwargs(self.config, teacher_messages(request), list(request.tools))
 
-    async def ask(self, state: TraceState) -> JournalRecord:
+    async def ask(self, request: TeacherRequest) -> JournalRecord:
         async with self._sem:
             call = _Call()
             token = _CALL.set(call)
             try:
-                rec = await self._ask(state, call)
+                rec = await self._ask(request, call)
             finally:
                 _CALL.reset(token)
             if call.infra_error is not None:
                 raise call.infra_error
             return rec
 
-    async def _ask(self, state: TraceState, call: _Call) -> JournalRecord:
+    async def _ask(self, request: TeacherRequest, call: _Call) -> JournalRecord:
         cfg = self.config
         start = time.perf_counter()
         attempts = 0
-        kwargs = self.request(state)
+        kwargs = self.request(request)
         # 0.5·2^(n-1) s capped at 8 s, plus up to 0.5 s of jitter; spelled with names tenacity 8.2–9.2 all have
         # (prime-rl locks 9.1.4, whose wait_exponential_jitter has no ``multiplier``)
         backoff = wait_exponential(multiplier=0.5, max=8.0) + wait_random(0, 0.5)
@@ -340,8 +340,8 @@ class TeacherClient:
                     action, usage = await self._once(kwargs, call)
         except Exception as exc:  # every API/transport failure becomes a record; nothing crosses a process boundary
             usage = getattr(exc, "usage", None)
-            return self._record(state, start, attempts, None, usage, error=exc, call=call)
-        return self._record(state, start, attempts, action, usage, call=call)
+            return self._record(request, start, attempts, None, usage, error=exc, call=call)
+        return self._record(request, start, attempts, action, usage, call=call)
 
     async def _once(self, kwargs: dict[str, Any], call: _Call) -> tuple[Action, Any]:
         call.on_wire = False
@@ -414,7 +414,7 @@ class TeacherClient:
 
     def _record(
         self,
-        state: TraceState,
+        request: TeacherRequest,
         start: float,
         attempts: int,
         action: Action | None,
@@ -436,7 +436,7 @@ class TeacherClient:
         else:
             cost, source = 0.0, ""
         return JournalRecord(
-            state_id=state.state_id,
+            state_id=request.key,
             teacher=cfg.name,
             model=cfg.model,
             model_family=cfg.model_family,
@@ -453,5 +453,5 @@ class TeacherClient:
             latency_s=time.perf_counter() - start,
             attempt=max(1, attempts),
             ts=time.time(),
-            trace_id=state.source.trace_id,
+            trace_id=request.trace_id,
         )

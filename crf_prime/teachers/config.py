@@ -11,12 +11,15 @@ import os
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from crf_prime.errors import InputError
+from crf_prime.pairs.build import VoteConfig
 
-class ConfigError(ValueError):
+
+class ConfigError(InputError):
     """A teacher config file or field is invalid; the message names the file and the field."""
 
 
@@ -150,7 +153,7 @@ def check_priced(
         if not t.priced:
             raise ConfigError(
                 f"teachers[{i} name={t.name!r}].price_in_per_mtok / price_out_per_mtok: a spend cap ([budget] or "
-                f"--budget-usd / --per-trace-usd) needs the teacher's prices, to reserve each call's worst case "
+                f"--budget.job-usd / --budget.per-trace-usd) needs the teacher's prices, to reserve each call's worst case "
                 f"before it is sent; both are 0"
             )
 
@@ -160,13 +163,12 @@ class PoolOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    exclude_same_family: bool = True
-    """Do not ask teachers of the trace's own model family (circularity); the report lists the exclusions."""
+    votes: VoteConfig = VoteConfig()
+    """The votes the answers feed: ``exclude_same_family`` (do not ask teachers of the trace's own model family; the
+    report lists the exclusions), and ``tier`` / ``text_similarity`` (tiered querying: what counts as agreement)."""
     tiered: bool = False
     """Ask low tiers first; escalate a state only on disagreement among them or with the student."""
-    agreement_tier: Literal["exact", "key_args", "text"] = "key_args"
-    """Tiered querying: weakest ``crf_prime.pairs`` equivalence tier that still counts as agreement."""
-    window: int | None = None
+    window: Annotated[int, Field(ge=1)] | None = None
     """States in flight at once (driver-side backpressure); default 2 x the sum of the teachers' concurrency."""
     retry_failed: bool = True
     """On resume, ask again where the journal only holds failed calls (except possibly paid ones: ``resend_lost``)."""
@@ -181,8 +183,11 @@ class PoolConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     teachers: tuple[TeacherConfig, ...]
+    """The ``[[teachers]]`` tables: one per teacher model (names unique)."""
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    """The ``[budget]`` table: hard spend caps."""
     pool: PoolOptions = Field(default_factory=PoolOptions)
+    """The ``[pool]`` table: scheduling and the votes the answers feed."""
 
     @model_validator(mode="after")
     def _unique_names(self) -> PoolConfig:

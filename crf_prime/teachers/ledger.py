@@ -26,19 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from crf_prime.records.journal import JournalRecord, Key, read_journal
 from crf_prime.teachers.config import BudgetConfig
-from crf_prime.teachers.journal import (
-    CallEvent,
-    GroupCommit,
-    Intent,
-    IntentLog,
-    Journal,
-    JournalRecord,
-    Key,
-    intents_path,
-    read_intents,
-    read_journal,
-)
+from crf_prime.teachers.journal import CallEvent, GroupCommit, Intent, IntentLog, Journal, intents_path, read_intents
 from crf_prime.teachers.money import Ask
 
 Verdict = Literal["send", "done", "shared", "job_budget", "trace_budget"]
@@ -137,7 +127,7 @@ class Ledger:
                 ok=False,
                 action=None,
                 error="possibly paid, answer lost: the request was at the provider when a previous run died; "
-                "booked at its reservation and not re-sent (resend with --resend-lost)",
+                "booked at its reservation and not re-sent (resend with --pool.resend-lost)",
                 error_type="lost",
                 input_tokens=0,
                 output_tokens=0,
@@ -221,7 +211,7 @@ class Ledger:
         return (
             f"job budget reached: spent {_usd(self.spent)} of {_usd(cap or 0.0)}{pending}; {why}. In-flight calls "
             f"finished and nothing new was sent. The journal {self.journal_path} is complete up to here: rerun the "
-            f"same command with a higher --budget-usd to resume."
+            f"same command with a higher --budget.job-usd to resume."
         )
 
     def _wake(self) -> None:

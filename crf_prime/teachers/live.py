@@ -13,10 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from crf_prime.errors import InfraError
 from crf_prime.extras import require
+from crf_prime.records.journal import JournalRecord
 from crf_prime.teachers.backends import RayBackend, actor_name
 from crf_prime.teachers.config import PoolConfig
-from crf_prime.teachers.journal import JournalRecord
 from crf_prime.teachers.ledger import Admission, Ledger
 from crf_prime.teachers.money import Ask
 from crf_prime.teachers.pool import TeacherPool
@@ -66,7 +67,7 @@ class RemoteLedger:
 def _ray() -> Any:
     ray = require("ray", "ray")
     if not ray.is_initialized():
-        raise RuntimeError("live mode needs a Ray connection: call ray.init(address=...) first")
+        raise InfraError("live mode needs a Ray connection: call ray.init(address=...) first")
     return ray
 
 
@@ -100,7 +101,7 @@ def attach(name: str = "crf-teachers", *, namespace: str = DEFAULT_NAMESPACE) ->
     try:
         ledger = ray.get_actor(f"{name}:ledger", namespace=namespace)
     except ValueError as e:
-        raise RuntimeError(f"no live teacher pool named {name!r} in Ray namespace {namespace!r}: serve it first") from e
+        raise InfraError(f"no live teacher pool named {name!r} in Ray namespace {namespace!r}: serve it first") from e
     config = PoolConfig.model_validate(ray.get(ledger.pool_config.remote(), timeout=60))
     actors = {t.name: ray.get_actor(actor_name(name, t.name), namespace=namespace) for t in config.teachers}
     backend = RayBackend(config.teachers, actors=actors)

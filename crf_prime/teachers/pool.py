@@ -15,14 +15,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from crf_prime.records.family import family_of
+from crf_prime.records.journal import JournalRecord
+from crf_prime.records.models import TeacherRequest, TraceState
 from crf_prime.teachers.agreement import all_agree
 from crf_prime.teachers.backends import Backend
 from crf_prime.teachers.client import WIRE, question_params, teacher_messages
 from crf_prime.teachers.config import PoolOptions, TeacherConfig
-from crf_prime.teachers.journal import JournalRecord
 from crf_prime.teachers.ledger import Admission
 from crf_prime.teachers.money import Ask, Content, params_json, plan
-from crf_prime.traces.models import TraceState
 
 
 class LedgerLike(Protocol):
@@ -54,20 +55,8 @@ class _LedgerWire:
         await self.ledger.mark_refused(self.question)
 
 
-def _family_of_model(model: str) -> str:
-    try:  # the traces team's normaliser, when present
-        from crf_prime.traces.family import model_family
-    except ImportError:
-        return ""
-    return model_family(model)
-
-
 def teacher_family(t: TeacherConfig) -> str:
-    return (t.model_family or _family_of_model(t.model)).strip().lower()
-
-
-def state_family(state: TraceState) -> str:
-    return (state.model_family or _family_of_model(state.source_model)).strip().lower()
+    return family_of(t.model_family, t.model)
 
 
 @dataclass
@@ -99,24 +88,24 @@ class StateOutcome:
 
 
 class _Payload:
-    """The backend's form of a state, made on first use (answers reused from the journal need none), and the
-    state's content digest, computed once for all its teachers."""
+    """The backend's form of a request, made on first use (answers reused from the journal need none), and the
+    request's content digest, computed once for all its teachers."""
 
-    def __init__(self, backend: Backend, state: TraceState) -> None:
-        self._backend, self._state, self._value, self._made = backend, state, None, False
+    def __init__(self, backend: Backend, request: TeacherRequest) -> None:
+        self._backend, self._request, self._value, self._made = backend, request, None, False
         self._content: Content | None = None
 
     def get(self) -> Any:
         if not self._made:
-            self._value, self._made = self._backend.prepare(self._state), True
+            self._value, self._made = self._backend.prepare(self._request), True
         return self._value
 
     def ask(self, t: TeacherConfig, params: bytes) -> Ask:
         if self._content is None:
-            self._content = Content.of(teacher_messages(self._state), list(self._state.tools))
+            self._content = Content.of(teacher_messages(self._request), list(self._request.tools))
         question, reserve = plan(t, params, self._content)
-        s = self._state
-        return Ask(s.state_id, t.name, question, reserve, s.source.trace_id)
+        r = self._request
+        return Ask(r.key, t.name, question, reserve, r.trace_id)
 
 
 class TeacherPool:
@@ -140,10 +129,10 @@ class TeacherPool:
             (t.name, tools): params_json(question_params(t, tools)) for t in self.teachers for tools in (False, True)
         }
 
-    def eligible(self, state: TraceState) -> tuple[list[TeacherConfig], list[str]]:
-        if not self.options.exclude_same_family:
+    def eligible(self, request: TeacherRequest) -> tuple[list[TeacherConfig], list[str]]:
+        if not self.options.votes.exclude_same_family:
             return list(self.teachers), []
-        fam = state_family(state)
+        fam = request.model_family
         keep = [t for t in self.teachers if not (fam and teacher_family(t) == fam)]
         return keep, [t.name for t in self.teachers if t not in keep]
 
@@ -159,7 +148,7 @@ class TeacherPool:
         return total / n if n else 0.0
 
     async def _call(
-        self, t: TeacherConfig, state: TraceState, payload: _Payload, out: StateOutcome, times: list
+        self, t: TeacherConfig, request: TeacherRequest, payload: _Payload, out: StateOutcome, times: list
     ) -> None:
         """Admit, send and journal one call. The teacher's slot is held from admission until the answer is in:
         its journal write (fsync) runs after the slot is freed, so the next call to that teacher does not wait for
@@ -169,7 +158,7 @@ class TeacherPool:
         await slot.acquire()
         rec: JournalRecord | None = None
         try:
-            ask = payload.ask(t, self._params[(t.name, bool(state.tools))])
+            ask = payload.ask(t, self._params[(t.name, bool(request.tools))])
             adm = await self.ledger.admit(ask, sent=not self._reports_wire)
         except BaseException:
             slot.release()
@@ -215,21 +204,22 @@ class TeacherPool:
         if self.on_record is not None:
             self.on_record(rec, out)
 
-    async def replay_state(self, state: TraceState) -> StateOutcome:
-        out = StateOutcome(state_id=state.state_id, trace_id=state.source.trace_id)
-        teachers, out.excluded = self.eligible(state)
-        payload = _Payload(self.backend, state)
+    async def ask(self, request: TeacherRequest) -> StateOutcome:
+        """Ask every eligible teacher (tier by tier when tiered) once; answers already journaled are reused."""
+        out = StateOutcome(state_id=request.key, trace_id=request.trace_id)
+        teachers, out.excluded = self.eligible(request)
+        payload = _Payload(self.backend, request)
         times: list[tuple[float, float]] = []
         for i, tier in enumerate(self.tiers):
             group = [t for t in teachers if tier is None or t.tier == tier]
             if not group:
                 continue
-            await asyncio.gather(*(self._call(t, state, payload, out, times) for t in group))
+            await asyncio.gather(*(self._call(t, request, payload, out, times) for t in group))
             if self.stopped:
                 break
             later = [t for t in teachers if tier is not None and t.tier in self.tiers[i + 1 :]]
             answers = [r.action for r in out.records if r.ok and r.action is not None]
-            if later and answers and all_agree(answers, state.student_action, min_tier=self.options.agreement_tier):
+            if later and answers and all_agree(answers, request.student_action, self.options.votes):
                 out.skipped_by_tier = [t.name for t in later]
                 out.saved_usd = sum(self._estimate(t, out.records) for t in later)
                 break
@@ -255,7 +245,7 @@ class TeacherPool:
 
         async def one(state: TraceState) -> StateOutcome:
             try:
-                out = await self.replay_state(state)
+                out = await self.ask(state.request())
             finally:
                 sem.release()
             outcomes.append(out)

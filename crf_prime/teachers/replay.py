@@ -1,4 +1,4 @@
-"""``crf-prime replay`` as a library function: states file + teacher config -> journal + cost/latency report.
+"""``crf-prime teachers replay`` as a library function: states file + teacher config -> journal + cost/latency report.
 
 Channel 3 (trace replay) is crf-prime's own addition to Cursor's Composer 2.5 recipe.
 """
@@ -8,54 +8,21 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
+from crf_prime.records.journal import JournalRecord
+from crf_prime.records.states import read_states
 from crf_prime.teachers.agreement import SAME_ACTION_SOURCE
 from crf_prime.teachers.backends import AsyncioBackend, Backend, RayBackend
 from crf_prime.teachers.config import PoolConfig
-from crf_prime.teachers.journal import JournalRecord
 from crf_prime.teachers.ledger import Ledger
 from crf_prime.teachers.pool import StateOutcome, TeacherPool
 from crf_prime.teachers.report import ReplayReport, build_report, percentile
-from crf_prime.traces.models import TraceState
 
 JOURNAL_NAME = "journal.jsonl"
 REPORT_NAME = "report.json"
-EXIT_BUDGET = 3
-
-
-class StatesFileError(ValueError):
-    """A states file line is not a TraceState; the message names file and line."""
-
-
-def iter_states(path: str | Path) -> Iterator[TraceState]:
-    """Stream TraceState rows from a JSONL file (constant memory); bad lines raise with file:line."""
-    path = Path(path)
-    with path.open("rb") as f:
-        for i, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                yield TraceState.model_validate_json(raw)
-            except ValidationError as e:
-                first = e.errors()[0]
-                where = ".".join(str(x) for x in first["loc"]) or "(row)"
-                raise StatesFileError(f"{path}:{i}: not a TraceState row: {where}: {first['msg']}") from None
-
-
-def check_states(path: str | Path) -> int:
-    """Validate the whole file before anything is paid for; returns the number of states."""
-    if not Path(path).exists():
-        raise StatesFileError(f"{path}: states file not found")
-    n = sum(1 for _ in iter_states(path))
-    if n == 0:
-        raise StatesFileError(f"{path}: no states")
-    return n
 
 
 LIVE_P95_WINDOW = 2048
@@ -131,7 +98,7 @@ async def replay_async(
     pool.on_record = on_record
     start = time.perf_counter()
     try:
-        outcomes = await pool.replay(iter_states(states_path), on_state=on_state)
+        outcomes = await pool.replay(read_states(states_path), on_state=on_state)
     finally:
         if live is None:
             await be.close()
@@ -145,7 +112,7 @@ async def replay_async(
         tiered=config.pool.tiered,
         ledger_snapshot=snapshot,
         stopped=pool.stopped,
-        agreement_source=f"{SAME_ACTION_SOURCE} (min_tier={config.pool.agreement_tier})",
+        agreement_source=f"{SAME_ACTION_SOURCE} (min_tier={config.pool.votes.tier})",
     )
     tmp = out / (REPORT_NAME + ".tmp")
     tmp.write_text(json.dumps(report.model_dump(), indent=2) + "\n")

@@ -14,10 +14,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from crf_prime.teachers.journal import JournalRecord
+from crf_prime.records.journal import JournalRecord
 from crf_prime.teachers.pool import StateOutcome
-
-PROTOTYPE = {"usd_per_100_steps": 0.98, "p95_step_s_sequential": 20.5, "teachers": 3}
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -60,7 +58,7 @@ class ReplayReport(BaseModel):
     calls_from_journal: int
     lost_in_previous_crash: int
     """Calls possibly paid with their answer lost (at the provider when a previous run died): booked at their
-    reservation, not re-sent unless ``--resend-lost``."""
+    reservation, not re-sent unless ``--pool.resend-lost``."""
     lost_usd: float
     """What those calls are booked at (their reservations)."""
     lost_calls: tuple[str, ...]

@@ -7,8 +7,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from crf_prime.traces.family import model_family
-from crf_prime.traces.models import Action, Source, ToolCall, TraceFormat, TraceState
+from crf_prime.records.family import model_family
+from crf_prime.records.models import Action, Source, ToolCall, TraceFormat, TraceState
 from crf_prime.traces.records import state_id, truncate_middle
 
 SYNTHETIC_SYSTEM_PROMPT = (

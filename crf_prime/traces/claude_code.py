@@ -1,6 +1,6 @@
 """Claude Code session JSONL (``~/.claude/projects/<cwd>/<sessionId>.jsonl``) to trace states.
 
-Format (no official schema; see hosts/teachers-and-traces.md §3.1): one JSON record per line, linked by
+Format (Anthropic publishes no schema; this is what Claude Code writes): one JSON record per line, linked by
 ``uuid``/``parentUuid`` into a DAG. One API reply is often written as several ``assistant`` lines (one content
 block each) sharing ``message.id``; tool results come back as ``user`` lines with ``tool_result`` blocks
 (``is_error``); sub-agent records carry ``isSidechain``; ``isMeta`` lines are injected notices; ``/compact`` starts a
@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from crf_prime.records.models import Action, ToolCall, TraceState
 from crf_prime.traces.chat import content_text, make_state, tool_message
-from crf_prime.traces.models import Action, ToolCall, TraceState
 from crf_prime.traces.records import IngestReport, iter_jsonl_offsets
 
 _CONVERSATIONAL = {"user", "assistant", "system"}

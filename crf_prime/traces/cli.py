@@ -1,129 +1,87 @@
-"""``crf-prime ingest``: agent traces (Claude Code, OpenHands, SWE-smith, SWE-Gym, verifiers) to TraceState JSONL."""
+"""``crf-prime traces ingest --paths PATH ... --out states.jsonl``: agent traces (Claude Code, OpenHands, SWE-smith,
+SWE-Gym, verifiers) to TraceState JSONL."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import Field, field_validator
+from pydantic_config import BaseConfig
 
 if TYPE_CHECKING:
     from crf_prime.traces.records import IngestReport
 
-FORMATS = ("auto", "claude-code", "openhands", "swe-smith", "swe-gym", "verifiers")
 
-HELP = (
-    "Ingest recorded agent traces into replayable states (channel 3: trace replay, crf-prime's own research "
-    "addition, not part of Cursor's Composer recipe)."
-)
+class IngestConfig(BaseConfig):
+    paths: Annotated[list[Path], Field(min_length=1)]
+    """Trace files or directories (``*.jsonl`` / ``*.json`` inside, recursively)."""
+    out: Path
+    """Output file: JSONL of TraceState rows (written atomically; a failed run leaves nothing)."""
+    format: list[str] = []
+    """``FORMAT`` (at most one: the default) or ``GLOB=FORMAT`` rules for the matching files, e.g.
+    ``--format 'runs/*.json=openhands'``. Formats: auto, claude-code, openhands, swe-smith, swe-gym, verifiers
+    (default: auto, detected per file; files of no known format are skipped and counted)."""
+    max_observation_chars: Annotated[int, Field(ge=0)] = 30_000
+    """Truncate longer tool/user observations in the middle (0 = never)."""
+    max_context_chars: Annotated[int, Field(ge=0)] = 0
+    """Cap each state's context at about this many characters: the system prompt and the task are kept, then the
+    most recent messages that fit (0 = no cap). Every state repeats its trace so far, so without a cap the output can
+    be tens of times its input; its estimated size is printed before anything is written."""
+    progress_every: Annotated[float, Field(gt=0)] = 10.0
+    """When stderr is not a terminal, print a plain progress line at most this often (seconds)."""
 
+    @field_validator("format")
+    @classmethod
+    def _formats(cls, values: list[str]) -> list[str]:
+        from crf_prime.traces.ingest import FormatSpec
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("ingest", help=HELP, description=HELP)
-    p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories (*.jsonl / *.json inside)")
-    p.add_argument(
-        "--format",
-        action="append",
-        default=[],
-        type=_format_value,
-        metavar="[GLOB=]FORMAT",
-        help=f"trace format, one of {', '.join(FORMATS)} (default: auto, detected per file; files of no known format "
-        "are skipped and counted). GLOB=FORMAT applies to the matching files only and may be repeated, e.g. "
-        "--format 'runs/*.json=openhands'",
-    )
-    p.add_argument("--out", required=True, help="output JSONL of TraceState rows (written atomically)")
-    p.add_argument(
-        "--max-observation-chars",
-        type=_int_at_least(0),
-        default=30_000,
-        help="truncate longer tool/user observations in the middle (0 = never)",
-    )
-    p.add_argument(
-        "--max-context-chars",
-        type=_int_at_least(0),
-        default=0,
-        help="cap each state's context at about this many characters: the system prompt and the task are kept, then "
-        "the most recent messages that fit (0 = no cap). Every state repeats its trace so far, so without a cap the "
-        "output can be tens of times its input; its estimated size is printed before anything is written",
-    )
-    p.add_argument(
-        "--progress-every",
-        type=_float_above(0),
-        default=10.0,
-        metavar="SECONDS",
-        help="when stderr is not a terminal, print a plain progress line at most this often (default 10)",
-    )
-    p.set_defaults(func=run_ingest)
+        FormatSpec.parse(values)  # a typo fails at launch
+        return values
 
 
-def _int_at_least(low: int):
-    def check(value: str) -> int:
-        n = int(value)
-        if n < low:
-            raise argparse.ArgumentTypeError(f"{value}: must be an integer >= {low}")
-        return n
-
-    return check
-
-
-def _float_above(low: float):
-    def check(value: str) -> float:
-        x = float(value)
-        if not x > low:
-            raise argparse.ArgumentTypeError(f"{value}: must be a number > {low}")
-        return x
-
-    return check
-
-
-def _format_value(value: str) -> str:
-    """argparse check of one ``--format`` value, so a typo fails at launch."""
-    from crf_prime.traces.ingest import format_choice
-
-    try:
-        format_choice(value.rpartition("=")[2])
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
-    return value
-
-
-def run_ingest(args: argparse.Namespace) -> int:
+def run(config: IngestConfig) -> int:
+    """Ingest recorded agent traces into replayable states (channel 3: crf-prime's addition, not part of Cursor's recipe)."""
     from rich.console import Console
-    from rich.markup import escape
 
+    from crf_prime.errors import NothingProduced
+    from crf_prime.outputs import output_file
     from crf_prime.traces.ingest import FormatSpec, estimate_output, expand_paths, ingest_to_jsonl
-    from crf_prime.traces.records import IngestError, IngestReport
+    from crf_prime.traces.records import IngestReport
 
+    output_file("out", config.out)
+    spec = FormatSpec.parse(config.format)
     console = Console(stderr=True)
-    try:
-        spec = FormatSpec.parse(args.format)
-    except ValueError as e:
-        console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
-        return 2
     options = {
-        "max_observation_chars": args.max_observation_chars or None,
-        "max_context_chars": args.max_context_chars or None,
+        "max_observation_chars": config.max_observation_chars or None,
+        "max_context_chars": config.max_context_chars or None,
     }
-    try:
-        with _cleanup_on_signals():
-            files = expand_paths(args.paths)
-            input_bytes = sum(p.stat().st_size for p in files)
-            with _progress(console, "sizing", input_bytes, args.progress_every) as on_read:
-                n_states, chars = estimate_output(files, spec, report=IngestReport(on_read=on_read), **options)
-            console.print(
-                f"ingest: will write {n_states} states, about {_mb(chars)} (input {_mb(input_bytes)})"
-                + ("" if args.max_context_chars else "; cap each state's context with --max-context-chars"),
-                soft_wrap=True,
+    with _cleanup_on_signals():
+        files = expand_paths(config.paths)
+        input_bytes = sum(p.stat().st_size for p in files)
+        with _progress(console, "sizing", input_bytes, config.progress_every) as on_read:
+            sizing = IngestReport(on_read=on_read)
+            n_states, chars = estimate_output(files, spec, report=sizing, **options)
+        if n_states == 0:
+            read_as = ", ".join(f"{fmt}: {n}" for fmt, n in sorted(sizing.formats.items()))
+            skipped = ", ".join(f"{why}: {n}" for why, n in sizing.skipped.most_common(3))
+            raise NothingProduced(
+                f"0 states from {len(files)} file(s) read as {read_as} ({sizing.records} records; skipped {skipped or '-'})"
+                f"; nothing written to {config.out}. Is --format right?"
             )
-            with _progress(console, "ingest", input_bytes, args.progress_every) as on_read:
-                report = ingest_to_jsonl(files, args.out, spec, report=IngestReport(on_read=on_read), **options)
-    except IngestError as e:
-        console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
-        return 1
-    _print_summary(console, args.out, report)
+        console.print(
+            f"ingest: will write {n_states} states, about {_mb(chars)} (input {_mb(input_bytes)})"
+            + ("" if config.max_context_chars else "; cap each state's context with --max-context-chars"),
+            soft_wrap=True,
+        )
+        with _progress(console, "ingest", input_bytes, config.progress_every) as on_read:
+            report = ingest_to_jsonl(files, config.out, spec, report=IngestReport(on_read=on_read), **options)
+    _print_summary(console, config.out, report)
     return 0
 
 
@@ -198,7 +156,7 @@ def _progress(console, label: str, total_bytes: int, every: float) -> Iterator[C
     yield on_read
 
 
-def _print_summary(console, out: str, report: IngestReport) -> None:
+def _print_summary(console, out: Path, report: IngestReport) -> None:
     from rich.markup import escape
     from rich.table import Table
 

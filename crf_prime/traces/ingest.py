@@ -15,11 +15,11 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Literal, get_args
 
+from crf_prime.records.models import TraceFormat, TraceState
 from crf_prime.traces.claude_code import ingest_claude_code
 from crf_prime.traces.messages_rows import ingest_swe_gym, ingest_swe_smith
-from crf_prime.traces.models import TraceFormat, TraceState
 from crf_prime.traces.openhands import ingest_openhands, is_v0_event, is_v1_event
-from crf_prime.traces.records import IngestError, IngestReport, iter_records
+from crf_prime.traces.records import IngestError, IngestReport, NothingIngested, iter_records
 from crf_prime.traces.verifiers_traces import ingest_verifiers
 
 FormatChoice = Literal["auto", "claude-code", "openhands", "swe-smith", "swe-gym", "verifiers"]
@@ -179,12 +179,12 @@ def ingest_file(
         raise IngestError(f"{path}: no parsable {resolved} record ({bad} malformed lines; e.g. {first})")
 
 
-def nothing_read(files: list[Path], report: IngestReport) -> IngestError:
+def nothing_read(files: list[Path], report: IngestReport) -> NothingIngested:
     """The error of a run where no input file could be read as a trace."""
     if not files:
-        return IngestError("nothing to ingest: no *.jsonl / *.json file under the given paths")
+        return NothingIngested("nothing to ingest: no *.jsonl / *.json file under the given paths")
     reasons = "; ".join(report.unread[:5]) + ("; ..." if len(report.unread) > 5 else "")
-    return IngestError(f"nothing could be ingested from {len(files)} file(s): {reasons}")
+    return NothingIngested(f"nothing could be ingested from {len(files)} file(s): {reasons}")
 
 
 def ingest(
@@ -267,19 +267,6 @@ def make_dirs(path: Path) -> list[Path]:
     for d in reversed(created):
         os.chmod(d, OUTPUT_DIR_MODE)
     return created
-
-
-def read_states(path: str | Path) -> Iterator[TraceState]:
-    """Stream :class:`TraceState` rows back from a states JSONL; a bad line raises with ``file:line``."""
-    path = Path(path)
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield TraceState.model_validate_json(line)
-            except ValueError as e:
-                raise IngestError(f"{path}:{line_no}: not a TraceState row: {e}") from e
 
 
 _MESSAGE_OVERHEAD = 40

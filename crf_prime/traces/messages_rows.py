@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from crf_prime.records.models import TraceFormat, TraceState
 from crf_prime.traces.chat import (
     action_from_openai,
     clean_context,
@@ -27,7 +28,6 @@ from crf_prime.traces.chat import (
     tool_schema_from_any,
     tool_schemas_from_calls,
 )
-from crf_prime.traces.models import TraceFormat, TraceState
 from crf_prime.traces.records import IngestReport, iter_records
 
 _ROLES = {"system", "user", "assistant", "tool"}

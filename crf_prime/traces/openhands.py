@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from crf_prime.records.models import Action, ToolCall, TraceState
 from crf_prime.traces.chat import (
     action_from_openai,
     arguments_string,
@@ -30,7 +31,6 @@ from crf_prime.traces.chat import (
     tool_message,
     tool_schema_from_any,
 )
-from crf_prime.traces.models import Action, ToolCall, TraceState
 from crf_prime.traces.records import IngestReport, iter_records
 
 # V0 actions without tool_call_metadata (non-function-calling agents): the equivalent CodeAct tool call

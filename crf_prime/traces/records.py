@@ -16,14 +16,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crf_prime.errors import ExitCode, InputError
+
 MAX_REPORTED_MALFORMED = 200
 """Malformed locations kept verbatim in the report; beyond this only the count grows."""
 
 _CHUNK = 1 << 16
 
 
-class IngestError(ValueError):
+class IngestError(InputError):
     """Input that cannot be ingested at all (unparsable file, unknown format); the message names the file."""
+
+
+class NothingIngested(IngestError):
+    """No input file could be read as a trace (none given, all empty or of no known format): nothing to write."""
+
+    exit_code = ExitCode.NOTHING
 
 
 @dataclass
@@ -164,10 +172,6 @@ def iter_records(path: Path, report: IngestReport) -> Iterator[tuple[int, Any]]:
     """Records of a JSONL file or of a top-level JSON array, chosen by the first non-blank character."""
     first = _first_char(path)
     return iter_json_array(path, report) if first == "[" else iter_jsonl(path, report)
-
-
-def is_array_file(path: Path) -> bool:
-    return _first_char(path) == "["
 
 
 def truncate_middle(text: str, limit: int | None) -> str:

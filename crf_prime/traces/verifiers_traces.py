@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from crf_prime.records.models import TraceState
 from crf_prime.traces.chat import action_from_openai, clean_context, make_state, tool_schema_from_any
-from crf_prime.traces.models import TraceState
 from crf_prime.traces.records import IngestReport, iter_records
 
 

@@ -96,13 +96,14 @@ def test_tasks_dir_without_tasks_jsonl(launch: Path) -> None:
 def test_bad_taskset_field_names_the_key(launch: Path, tmp_path: Path) -> None:
     overlay = tmp_path / "bad.toml"
     overlay.write_text(
-        (LADDER / "a3_replay.toml").read_text().replace('journal = "replay/run/journal.jsonl"', "threshold = 1.5")
+        (LADDER / "a3_replay.toml").read_text()
         + '\n[orchestrator.train.source.env.taskset.task]\ntierr = "exact"\n'
+        + "\n[orchestrator.train.source.env.taskset.task.votes]\nthreshold = 1.5\n"
     )
     report = run_check(launch, *A1, "@", str(overlay))
     assert sorted(problems(report)) == [
         "orchestrator.train.source[1].env.taskset.task.tierr: Extra inputs are not permitted (got 'exact')",
-        "orchestrator.train.source[1].env.taskset.threshold: Input should be less than or equal to 1 (got 1.5)",
+        "orchestrator.train.source[1].env.taskset.task.votes.threshold: Input should be less than or equal to 1 (got 1.5)",
     ]
 
 

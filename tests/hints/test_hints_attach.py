@@ -278,7 +278,7 @@ def test_cli_over_a_traces_jsonl(tmp_path, capsys):
         )
     )
     out = tmp_path / "hints.jsonl"
-    assert main(["hints", str(path), "--out", str(out)]) == 0
+    assert main(["hints", "--traces", str(path), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "1 of 2 traces get a non-empty hint" in printed and "unknown_tool" in printed
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -288,8 +288,8 @@ def test_cli_over_a_traces_jsonl(tmp_path, capsys):
     ]
     assert rows[0]["sites"][0]["kind"] == "unknown_tool" and rows[1]["sites"] == []
     path.write_text("not json\n")
-    assert main(["hints", str(path)]) == 2
-    assert f"{path}:1: not a verifiers episode record" in capsys.readouterr().out
+    assert main(["hints", "--traces", str(path)]) == 2
+    assert f"{path}:1: not a verifiers episode record" in capsys.readouterr().err
 
 
 def test_parametrized_cases_with_one_message_are_grouped():

@@ -39,7 +39,7 @@ def test_hints_from_a_vf_eval_trace(tmp_path: Path, capsys):
         traces = vf_eval("crf-tiny-box", server.base_url, tmp_path / "outputs", env=env, timeout=240)
 
     rows_path = tmp_path / "hints.jsonl"
-    assert main(["hints", str(traces), "--out", str(rows_path)]) == 0
+    assert main(["hints", "--traces", str(traces), "--out", str(rows_path)]) == 0
     (row,) = [json.loads(line) for line in rows_path.read_text().splitlines()]
     kinds = [(s["kind"], s["tool"]) for s in row["sites"]]
     assert kinds == [

@@ -11,9 +11,10 @@ import pytest
 from crf_prime.cli import main
 from crf_prime.pairs import FilterConfig, PairConfig, PreferencePair, build_pairs, compute_stats, normalise_pairs
 from crf_prime.pairs.io import read_pairs_jsonl, to_hf_dataset
-from crf_prime.teachers.journal import Journal, JournalRecord, read_journal
+from crf_prime.records.journal import JournalRecord, read_journal
+from crf_prime.records.models import Action, ToolCall
+from crf_prime.teachers.journal import Journal
 from crf_prime.traces import ingest
-from crf_prime.traces.models import Action, ToolCall
 
 FIX = Path(__file__).parents[1] / "traces" / "fixtures"
 TEACHERS = {
@@ -209,6 +210,7 @@ def test_cli_pairs(tmp_path: Path, states, journal: Path, capsys: pytest.Capture
     rc = main(
         [
             "pairs",
+            "--journal",
             str(journal),
             "--states",
             str(states_path),
@@ -229,12 +231,11 @@ def test_cli_pairs(tmp_path: Path, states, journal: Path, capsys: pytest.Capture
     # bad states file -> error naming file:line, nothing written
     bad = tmp_path / "bad_states.jsonl"
     bad.write_text('{"nope": 1}\n')
-    assert main(["pairs", str(journal), "--states", str(bad), "--out", str(tmp_path / "p2.jsonl")]) == 1
+    assert main(["pairs", "--journal", str(journal), "--states", str(bad), "--out", str(tmp_path / "p2.jsonl")]) == 2
     assert "bad_states.jsonl:1" in capsys.readouterr().err
     assert not (tmp_path / "p2.jsonl").exists()
 
 
 def test_pairs_help_names_provenance(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["pairs", "--help"])
+    assert main(["pairs", "--help"]) == 0
     assert "not part of Cursor's" in " ".join(capsys.readouterr().out.split())

@@ -8,7 +8,7 @@ import pytest
 
 from crf_prime.pairs import Tier, canonical_action, canonical_call, match_tier, same_action
 from crf_prime.pairs.normalize import embedded_calls, normalise_path
-from crf_prime.traces.models import Action, ToolCall
+from crf_prime.records.models import Action, ToolCall
 
 
 def call(name: str, args: dict | str, text: str = "") -> Action:

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from crf_prime.loopback import Reply
+from crf_prime.records.models import Action, Source, ToolCall, TraceState
 from crf_prime.teachers.config import PoolConfig, TeacherConfig
-from crf_prime.traces.models import Action, Source, ToolCall, TraceState
 
 TOOLS = (
     {
@@ -63,6 +63,11 @@ def write_teachers_toml(path: Path, base_url: str, names: tuple[str, ...], max_c
     return path
 
 
+def replay_argv(toml: Path, states: Path, out: Path, *extra: str) -> list[str]:
+    """``crf-prime teachers replay @ TOML --states STATES --out OUT EXTRA...``, as ``crf_prime.cli.main`` takes it."""
+    return ["teachers", "replay", "@", str(toml), "--states", str(states), "--out", str(out), *extra]
+
+
 def state_of(body: dict) -> str:
     for m in body.get("messages", []):
         found = re.search(r"state (s\d+)", str(m.get("content") or ""))
@@ -81,7 +86,8 @@ def teacher(name: str, base_url: str, **kw) -> TeacherConfig:
 
 def pool_config(teachers: list[TeacherConfig], **kw) -> PoolConfig:
     budget = kw.pop("budget", {})
-    return PoolConfig(teachers=tuple(teachers), budget=budget, pool=kw)
+    votes = {k: kw.pop(k) for k in ("exclude_same_family", "tier") if k in kw}
+    return PoolConfig(teachers=tuple(teachers), budget=budget, pool={**kw, "votes": votes})
 
 
 class Router:

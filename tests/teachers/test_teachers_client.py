@@ -9,8 +9,8 @@ import pytest
 from teachers_helpers import TOOLS, answer, make_state, teacher
 
 from crf_prime.loopback import LoopbackOpenAI, Reply
+from crf_prime.records.journal import JournalRecord
 from crf_prime.teachers.client import TeacherClient
-from crf_prime.teachers.journal import JournalRecord
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -19,7 +19,7 @@ async def ask(replies: list[Reply], **cfg) -> tuple[JournalRecord, LoopbackOpenA
     with LoopbackOpenAI(replies) as server:
         client = TeacherClient(teacher("a", server.base_url, **cfg))
         try:
-            rec = await client.ask(make_state(1))
+            rec = await client.ask(make_state(1).request())
         finally:
             await client.close()
     return rec, server
@@ -100,7 +100,7 @@ async def test_the_wire_is_told_before_each_request_is_written_and_after_each_re
         ) as server:
             wire.server = server
             client = TeacherClient(teacher("a", server.base_url, max_attempts=3))
-            rec = await client.ask(make_state(1))
+            rec = await client.ask(make_state(1).request())
             await client.close()
     finally:
         WIRE.reset(token)
@@ -153,7 +153,7 @@ async def test_connection_refused_becomes_a_record():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     client = TeacherClient(teacher("a", f"http://127.0.0.1:{port}/v1", max_attempts=2))
-    rec = await client.ask(make_state(1))
+    rec = await client.ask(make_state(1).request())
     await client.close()
     assert not rec.ok and rec.error_type == "connection" and rec.attempt == 2
 
@@ -178,9 +178,9 @@ async def test_request_matches_the_sdk_create_call_byte_for_byte():
     with LoopbackOpenAI([answer("a"), answer("b")]) as server:
         async with httpx.AsyncClient(event_hooks={"request": [hook]}) as http:
             client = TeacherClient(teacher("a", server.base_url, sampling=sampling), api_key="sk-1", http_client=http)
-            rec = await client.ask(make_state(1))
+            rec = await client.ask(make_state(1).request())
             sdk = openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-1", max_retries=0, http_client=http)
-            await sdk.chat.completions.create(**client.request(make_state(1)))
+            await sdk.chat.completions.create(**client.request(make_state(1).request()))
     assert rec.ok
     assert seen[0] == seen[1]
     assert seen[0][1] == "Bearer sk-1" and seen[0][2]["provider"] == {"order": ["x"]} and seen[0][2]["top_p"] == 0.9

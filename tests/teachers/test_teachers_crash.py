@@ -1,6 +1,6 @@
-"""kill -9 in the middle of `crf-prime replay`, then resume, against a billing fault server: the ledger equals what
+"""kill -9 in the middle of `crf-prime teachers replay`, then resume, against a billing fault server: the ledger equals what
 the server charged, no question is paid twice, the call that never reached the provider is re-sent by itself and
-the ones that may have been paid only with --resend-lost."""
+the ones that may have been paid only with --pool.resend-lost."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from teachers_helpers import answer, make_state, write_states
+from teachers_helpers import answer, make_state, replay_argv, write_states
 
 from crf_prime.cli import main
 from crf_prime.loopback import Billing, LoopbackOpenAI, Reply
-from crf_prime.teachers.journal import intents_path, read_intents, read_journal
-from crf_prime.traces.models import TraceState
+from crf_prime.records.journal import read_journal
+from crf_prime.records.models import TraceState
+from crf_prime.teachers.journal import intents_path, read_intents
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
@@ -91,7 +92,7 @@ def test_kill_9_then_resume_ledger_equals_the_bill(tmp_path, capsys):
     journal = out / "journal.jsonl"
     with LoopbackOpenAI(script, billing=Billing(price_out_per_mtok=PRICE_OUT)) as server:
         toml = write_toml(tmp_path / "teachers.toml", server.base_url)
-        argv = ["replay", str(path), "--teachers", str(toml), "--out", str(out), "--no-progress", "--window", "3"]
+        argv = replay_argv(toml, path, out, "--no-progress", "--pool.window", "3")
         env = {**os.environ, "CRF_TEST_KEY": "sk-test"}
         proc = subprocess.Popen([sys.executable, "-m", "crf_prime.cli", *argv], env=env, stdout=subprocess.DEVNULL)
         try:
@@ -122,7 +123,7 @@ def test_kill_9_then_resume_ledger_equals_the_bill(tmp_path, capsys):
             charged_after_resume = server.charged_usd
             paid_after_resume = paid_per_question(server)
             # the user asks for the possibly paid calls again: paid a second time, knowingly, and still booked right
-            assert main([*argv, "--resend-lost"]) == 0
+            assert main([*argv, "--pool.resend-lost"]) == 0
         finally:
             del os.environ["CRF_TEST_KEY"]
     assert "possibly paid, answer lost" in capsys.readouterr().out

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from teachers_helpers import bash
 
+from crf_prime.records.journal import JournalError, JournalRecord, read_journal
 from crf_prime.teachers.config import ConfigError, load_pool_config
-from crf_prime.teachers.journal import GroupCommit, Journal, JournalError, JournalRecord, read_journal
+from crf_prime.teachers.journal import GroupCommit, Journal
 
 
 def rec(state: str, teacher: str = "a", ok: bool = True) -> JournalRecord:
@@ -82,7 +83,7 @@ def test_example_config_loads():
     cfg = load_pool_config(Path(__file__).parents[2] / "configs" / "teachers.toml")
     assert [t.name for t in cfg.teachers] == ["qwen-coder", "deepseek", "claude-sonnet"]
     assert all(t.base_url == "https://openrouter.ai/api/v1" for t in cfg.teachers)
-    assert [t.tier for t in cfg.teachers] == [0, 0, 1] and cfg.pool.exclude_same_family
+    assert [t.tier for t in cfg.teachers] == [0, 0, 1] and cfg.pool.votes.exclude_same_family
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,12 @@ import pytest
 from teachers_helpers import answer, make_state, pool_config, teacher, write_states
 
 from crf_prime.loopback import Billing, LoopbackOpenAI, Reply
+from crf_prime.records.journal import read_journal
+from crf_prime.records.models import TraceState
 from crf_prime.teachers.client import question_params, teacher_messages
 from crf_prime.teachers.config import ConfigError
-from crf_prime.teachers.journal import read_journal
 from crf_prime.teachers.money import Content, params_json, plan
 from crf_prime.teachers.replay import replay_async
-from crf_prime.traces.models import TraceState
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -231,13 +231,13 @@ async def test_a_cancelled_call_at_the_provider_stays_booked_and_frees_its_quest
         ledger = Ledger(tmp_path / "journal.jsonl")
         backend = AsyncioBackend([t])
         pool = TeacherPool([t], backend, ledger, PoolOptions())
-        hung = asyncio.create_task(pool.replay_state(make_state(0)))
+        hung = asyncio.create_task(pool.ask(make_state(0).request()))
         await asyncio.to_thread(server.wait_for, lambda s: len(s.requests) == 1, 30)
         hung.cancel()
         with pytest.raises(asyncio.CancelledError):
             await hung
         assert ledger.spent == pytest.approx(reservation(t, make_state(0)))  # it may have been paid
-        out = await pool.replay_state(same_question(1, 0))  # the question is free again: asked, answered
+        out = await pool.ask(same_question(1, 0).request())  # the question is free again: asked, answered
         await backend.close()
         ledger.close()
     assert [r.ok for r in out.sent] == [True] and len(server.requests) == 2

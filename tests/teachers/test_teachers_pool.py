@@ -6,11 +6,20 @@ import json
 import math
 
 import pytest
-from teachers_helpers import Router, answer, make_state, pool_config, teacher, write_states, write_teachers_toml
+from teachers_helpers import (
+    Router,
+    answer,
+    make_state,
+    pool_config,
+    replay_argv,
+    teacher,
+    write_states,
+    write_teachers_toml,
+)
 
 from crf_prime.cli import main
 from crf_prime.loopback import LoopbackOpenAI, Reply
-from crf_prime.teachers.journal import read_journal
+from crf_prime.records.journal import read_journal
 from crf_prime.teachers.replay import replay_async
 
 pytestmark = pytest.mark.timeout(120)
@@ -29,7 +38,7 @@ async def test_job_budget_stops_sending_and_resume_sends_only_the_rest(tmp_path)
         # each call reserves $0.01: sent at spend 0.00, 0.01, 0.02; at 0.03 the next worst case would cross $0.035
         assert len(server.requests) == 3
         assert report.budget_stopped.startswith("job budget reached: spent $0.0300 of $0.0350;")
-        assert "--budget-usd" in report.budget_stopped
+        assert "--budget.job-usd" in report.budget_stopped
         assert report.cost_journal_usd == pytest.approx(0.03)
 
         cfg2 = cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"job_usd": 1.0})})
@@ -147,7 +156,7 @@ def test_cli_replay_writes_journal_and_report(tmp_path, capsys):
 
         os.environ["CRF_TEST_KEY"] = "sk-test"
         try:
-            rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out"), "--no-progress"])
+            rc = main(replay_argv(toml, states, tmp_path / "out", "--no-progress"))
         finally:
             del os.environ["CRF_TEST_KEY"]
     assert rc == 0 and len(server.requests) == 30
@@ -160,13 +169,13 @@ def test_cli_replay_writes_journal_and_report(tmp_path, capsys):
     assert "cost feasibility" in out and "$ per trace" in out
 
 
-def test_cli_bad_config_names_file_and_field(tmp_path, capsys):
+def test_cli_bad_config_names_the_field(tmp_path, capsys):
     states = write_states(tmp_path / "states.jsonl", [make_state(0)])
     toml = tmp_path / "teachers.toml"
     toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\nmax_concurrency = 0\n')
-    rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out")])
+    rc = main(replay_argv(toml, states, tmp_path / "out"))
     err = capsys.readouterr().err
-    assert rc == 2 and str(toml) in err and "teachers[0 name='a'].max_concurrency" in err
+    assert rc == 2 and "--teachers[0].max-concurrency" in err and "must be >= 1 (got 0)" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -176,7 +185,7 @@ def test_cli_bad_states_line_names_file_and_line(tmp_path, capsys):
         f.write('{"state_id": "x"}\n')
     toml = tmp_path / "teachers.toml"
     toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n')
-    rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out")])
+    rc = main(replay_argv(toml, states, tmp_path / "out"))
     assert rc == 2 and f"{states}:2: not a TraceState row" in capsys.readouterr().err
 
 
@@ -191,7 +200,7 @@ async def test_tiered_agreement_uses_the_pairs_equivalence_tier(tmp_path, agreem
             teacher("cheap2", server.base_url, tier=0),
             teacher("big", server.base_url, tier=1),
         ]
-        cfg = pool_config(teachers, tiered=True, agreement_tier=agreement_tier)
+        cfg = pool_config(teachers, tiered=True, tier=agreement_tier)
         report = await replay_async(states, cfg, tmp_path / "out")
     assert sum(1 for model, _ in router.calls if model == "model-big") == big_asked
     assert report.agreement_source == f"crf_prime.pairs.same_action (min_tier={agreement_tier})"
@@ -200,7 +209,7 @@ async def test_tiered_agreement_uses_the_pairs_equivalence_tier(tmp_path, agreem
 def test_live_p95_looks_at_the_last_window_of_calls_only():
     from teachers_helpers import bash
 
-    from crf_prime.teachers.journal import JournalRecord
+    from crf_prime.records.journal import JournalRecord
     from crf_prime.teachers.replay import LIVE_P95_WINDOW, Progress
 
     p = Progress()
@@ -216,7 +225,7 @@ def test_cli_budget_without_prices_is_refused_at_launch(tmp_path, capsys):
     states = write_states(tmp_path / "states.jsonl", [make_state(0)])
     toml = tmp_path / "teachers.toml"
     toml.write_text('[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_var = ""\n')
-    rc = main(["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out"), "--budget-usd", "1"])
+    rc = main(replay_argv(toml, states, tmp_path / "out", "--budget.job-usd", "1"))
     err = capsys.readouterr().err
-    assert rc == 2 and f"{toml}: teachers[0 name='a'].price_in_per_mtok / price_out_per_mtok" in err
+    assert rc == 2 and "error: teachers[0 name='a'].price_in_per_mtok / price_out_per_mtok" in err
     assert not (tmp_path / "out").exists()

@@ -11,14 +11,23 @@ import sys
 import textwrap
 
 import pytest
-from teachers_helpers import Router, answer, make_state, pool_config, teacher, write_states, write_teachers_toml
+from teachers_helpers import (
+    Router,
+    answer,
+    make_state,
+    pool_config,
+    replay_argv,
+    teacher,
+    write_states,
+    write_teachers_toml,
+)
 
 from crf_prime.loopback import Billing, LoopbackOpenAI, Reply
+from crf_prime.records.journal import read_journal
+from crf_prime.records.states import read_states
 from crf_prime.teachers.backends import RayBackend
-from crf_prime.teachers.journal import read_journal
 from crf_prime.teachers.ledger import Ledger
 from crf_prime.teachers.pool import TeacherPool
-from crf_prime.teachers.replay import iter_states
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 NAMESPACE = "crf-teachers-tests"
@@ -123,16 +132,16 @@ async def test_live_pool_shared_by_two_processes(ray_cluster, tmp_path):
         cfg = pool_config([t], budget={"job_usd": 0.125})
         pool = live.serve(cfg, journal, name="live-test", namespace=NAMESPACE, api_keys={"a": "sk-test"})
         try:
-            first = await pool.replay(iter_states(states_a))
+            first = await pool.replay(read_states(states_a))
             assert sum(len(o.sent) for o in first) == 10
             script = textwrap.dedent(
                 f"""
                 import asyncio, json, ray
                 from crf_prime.teachers import live
-                from crf_prime.teachers.replay import iter_states
+                from crf_prime.records.states import read_states
                 ray.init(address={ray_cluster.address_info["address"]!r}, namespace={NAMESPACE!r}, log_to_driver=False)
                 pool = live.attach("live-test", namespace={NAMESPACE!r})
-                outs = asyncio.run(pool.replay(iter_states({str(states_b)!r})))
+                outs = asyncio.run(pool.replay(read_states({str(states_b)!r})))
                 print(json.dumps({{"sent": sum(len(o.sent) for o in outs),
                                    "reused": sum(len(o.records) - len(o.sent) for o in outs),
                                    "stopped": pool.stopped}}))
@@ -160,7 +169,7 @@ def test_cli_replay_on_the_ray_backend(ray_cluster, tmp_path, monkeypatch):
     with LoopbackOpenAI(router) as server:
         toml = write_teachers_toml(tmp_path / "teachers.toml", server.base_url, ("a", "b"))
         monkeypatch.setenv("CRF_TEST_KEY", "sk-test")
-        argv = ["replay", str(states), "--teachers", str(toml), "--out", str(tmp_path / "out"), "--backend", "ray"]
+        argv = replay_argv(toml, states, tmp_path / "out", "--backend", "ray")
         assert main([*argv, "--no-progress"]) == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert (report["backend"], report["states"], report["calls_sent"]) == ("ray", 6, 12)
@@ -181,8 +190,9 @@ async def test_small_states_travel_inline_large_ones_by_one_shared_ref(ray_clust
     with LoopbackOpenAI(router) as server:
         cfg = pool_config([teacher("a", server.base_url), teacher("b", server.base_url)])
         pool, backend, ledger = _pool(cfg, tmp_path / "journal.jsonl")
-        assert backend.prepare(small) is small
-        assert isinstance(backend.prepare(big), ray.ObjectRef)
+        small_request = small.request()
+        assert backend.prepare(small_request) is small_request
+        assert isinstance(backend.prepare(big.request()), ray.ObjectRef)
         outcomes = await pool.replay([small, big])
         await backend.close()
         ledger.close()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from crf_prime.teachers.journal import Journal, JournalRecord
-from crf_prime.traces import TraceState, ingest
-from crf_prime.traces.models import Action, ToolCall
+from crf_prime.records import TraceState
+from crf_prime.records.journal import JournalRecord
+from crf_prime.records.models import Action, ToolCall
+from crf_prime.teachers.journal import Journal
+from crf_prime.traces import ingest
 
 FIX = Path(__file__).parent / "fixtures"
 TEACHERS = {

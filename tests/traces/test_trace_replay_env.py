@@ -10,13 +10,16 @@ import pytest
 import verifiers.v1 as vf
 from replay_support import act, write_replay_inputs
 from trace_replay import ReplayHarness, TraceReplayConfig, TraceReplayTaskset
+from trace_replay.taskset import ReplayTaskConfig
 from verifiers.v1.runtimes import provision_runtime
 from verifiers.v1.runtimes.subprocess import SubprocessConfig
 from verifiers.v1.utils.loaders import default_harness_id, taskset_class
 from vf_cli_support import VALIDATE_HAS_NOOP, only_episode, vf_eval, vf_validate
 
+from crf_prime.errors import InputError
 from crf_prime.loopback import LoopbackOpenAI, Reply
-from crf_prime.traces.models import Action
+from crf_prime.pairs import VoteConfig
+from crf_prime.records.models import Action
 
 
 @pytest.fixture
@@ -66,7 +69,8 @@ def test_load_keeps_states_with_consensus(inputs) -> None:
     assert t0.data.student_action == states[0].student_action
     assert len(list(_taskset(inputs, num_tasks=2).load())) == 2
     # a stricter threshold drops s0/s1 (2 of 3 < 0.7)
-    assert [t.data.state_id for t in _taskset(inputs, threshold=0.7).load()] == [states[4].state_id]
+    strict = ReplayTaskConfig(votes=VoteConfig(threshold=0.7))
+    assert [t.data.state_id for t in _taskset(inputs, task=strict).load()] == [states[4].state_id]
 
 
 async def test_offline_scoring(inputs) -> None:
@@ -92,9 +96,9 @@ async def test_offline_scoring(inputs) -> None:
 
 def test_load_needs_a_vote_source(tmp_path: Path, inputs) -> None:
     states_path, _, _ = inputs
-    with pytest.raises(ValueError, match=r"set taskset\.journal"):
+    with pytest.raises(InputError, match=r"set taskset\.journal"):
         list(TraceReplayTaskset(TraceReplayConfig(id="trace-replay", states=str(states_path))).load())
-    with pytest.raises(FileNotFoundError, match=r"nope\.jsonl"):
+    with pytest.raises(InputError, match=r"nope\.jsonl"):
         list(
             TraceReplayTaskset(
                 TraceReplayConfig(id="trace-replay", states=str(states_path), journal=str(tmp_path / "nope.jsonl"))
@@ -142,9 +146,9 @@ def test_vf_eval_rollout_with_replay_harness(inputs, tmp_path: Path) -> None:
 async def test_live_pool_mode(tmp_path: Path) -> None:
     """No journal: the taskset asks a live (detached Ray actors) teacher pool at scoring time."""
     ray = pytest.importorskip("ray")
+    from crf_prime.records.journal import read_journal
     from crf_prime.teachers import live
     from crf_prime.teachers.config import PoolConfig, TeacherConfig
-    from crf_prime.teachers.journal import read_journal
 
     states_path, _, states = write_replay_inputs(tmp_path)
     read_call = {"name": "Read", "arguments": json.dumps({"file_path": "/home/dev/proj/tests/test_parse.py"})}
@@ -191,3 +195,38 @@ async def test_live_pool_mode(tmp_path: Path) -> None:
     assert trace.rewards["agreement"].score == pytest.approx(2 / 3) and trace.metrics["matches_consensus"] == 1.0
     assert again.rewards["agreement"].score == pytest.approx(1 / 3) and again.metrics["matches_consensus"] == 0.0
     assert sorted(r.teacher for r in read_journal(journal)) == ["a", "b", "c"]
+
+
+async def test_live_mode_counts_votes_with_the_tasksets_settings(tmp_path: Path, monkeypatch) -> None:
+    """Live mode votes with the taskset's ``task.votes`` (threshold, min_support, min_teachers, family): on main it
+    built its own defaults from the scoring knobs, so 2 of 3 teachers made a consensus under a 0.9 threshold.
+
+    The pool is the real in-process TeacherPool over loopback teachers; only the Ray attach is replaced (the Ray
+    live pool itself is covered by ``test_live_pool_mode``)."""
+    from trace_replay import taskset as taskset_module
+
+    from crf_prime.teachers.backends import AsyncioBackend
+    from crf_prime.teachers.config import BudgetConfig, PoolOptions, TeacherConfig
+    from crf_prime.teachers.ledger import Ledger
+    from crf_prime.teachers.pool import TeacherPool
+
+    states_path, _, _ = write_replay_inputs(tmp_path)
+    read = {"name": "Read", "arguments": json.dumps({"file_path": "/home/dev/proj/tests/test_parse.py"})}
+    ls = {"name": "Bash", "arguments": json.dumps({"command": "ls -R"})}
+    with LoopbackOpenAI(lambda body: Reply(tool_calls=[ls if body["model"] == "model-c" else read])) as server:
+        teachers = [
+            TeacherConfig(name=n, model=f"model-{n}", base_url=server.base_url, api_key_var="", model_family=n)
+            for n in "abc"
+        ]
+        backend = AsyncioBackend(teachers)
+        pool = TeacherPool(teachers, backend, Ledger(tmp_path / "live.jsonl", BudgetConfig()), PoolOptions())
+        monkeypatch.setattr(taskset_module, "_live_pool", lambda config: pool)
+        task_config = ReplayTaskConfig(live_pool="p", votes=VoteConfig(threshold=0.9))
+        cfg = TraceReplayConfig(id="trace-replay", states=str(states_path), num_tasks=1, task=task_config)
+        (task,) = TraceReplayTaskset(cfg).load()
+        try:
+            assert await task.agreement_of(act("Read", {"file_path": "/home/dev/proj/tests/test_parse.py"})) == 2 / 3
+            assert await task.validate(None) is False  # 2 of 3 agree: below the taskset's 0.9, no consensus
+        finally:
+            await backend.close()
+    assert len(server.requests) == 3

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from crf_prime.traces import IngestError, IngestReport, detect_format, ingest, read_states
+from crf_prime.records import read_states
+from crf_prime.traces import IngestError, IngestReport, detect_format, ingest
 from crf_prime.traces.chat import SYNTHETIC_SYSTEM_PROMPT
 from crf_prime.traces.ingest import FormatSpec, ingest_to_jsonl
 

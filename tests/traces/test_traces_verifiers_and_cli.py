@@ -1,4 +1,4 @@
-"""verifiers v1 traces.jsonl written by verifiers' own writer; the `crf-prime ingest` command; the memory bound."""
+"""verifiers v1 traces.jsonl written by verifiers' own writer; the `crf-prime traces ingest` command; the memory bound."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from crf_prime.cli import main
-from crf_prime.traces import IngestReport, detect_format, ingest, read_states
+from crf_prime.records import read_states
+from crf_prime.traces import IngestReport, detect_format, ingest
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -116,7 +117,7 @@ def test_verifiers_traces_jsonl(tmp_path: Path) -> None:
 def test_cli_ingest_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "states.jsonl"
     vf_path = write_vf_traces(tmp_path / "run")
-    assert main(["ingest", str(FIX), str(vf_path), "--out", str(out)]) == 0
+    assert main(["traces", "ingest", "--paths", str(FIX), str(vf_path), "--out", str(out)]) == 0
     rows = list(read_states(out))
     assert len(rows) == 19 + 2
     assert {r.source.format for r in rows} == {"claude-code", "openhands", "swe-smith", "swe-gym", "verifiers"}
@@ -127,18 +128,22 @@ def test_cli_ingest_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_cli_ingest_forced_format_and_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "s.jsonl"
-    assert main(["ingest", str(FIX / "swe_gym.jsonl"), "--format", "swe-gym", "--out", str(out)]) == 0
+    assert (
+        main(["traces", "ingest", "--paths", str(FIX / "swe_gym.jsonl"), "--format", "swe-gym", "--out", str(out)]) == 0
+    )
     assert len(out.read_text().splitlines()) == 2
     bad = tmp_path / "bad.jsonl"
     bad.write_text("nope\n")
-    assert main(["ingest", str(bad), "--format", "swe-smith", "--out", str(tmp_path / "x.jsonl")]) == 1
+    assert (
+        main(["traces", "ingest", "--paths", str(bad), "--format", "swe-smith", "--out", str(tmp_path / "x.jsonl")])
+        == 2
+    )
     assert "bad.jsonl" in capsys.readouterr().err
     assert not (tmp_path / "x.jsonl").exists()
 
 
 def test_cli_help_says_channel_3_is_crf_prime_addition(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["ingest", "--help"])
+    assert main(["traces", "ingest", "--help"]) == 0
     assert "not part of Cursor's" in " ".join(capsys.readouterr().out.split())
 
 
@@ -229,7 +234,22 @@ def test_cli_ingest_mixed_directory_with_format_per_glob(tmp_path: Path, capsys:
     (tmp_path / "session.jsonl").write_text((FIX / "claude_code_session.jsonl").read_text())
     out = tmp_path / "out" / "states.jsonl"
     glob = f"{runs}/traj*.json=openhands"
-    assert main(["ingest", str(tmp_path / "session.jsonl"), str(runs), "--format", glob, "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "traces",
+                "ingest",
+                "--paths",
+                str(tmp_path / "session.jsonl"),
+                str(runs),
+                "--format",
+                glob,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert [r.source.format for r in read_states(out)] == ["claude-code"] * 5 + ["openhands"] * 4
     err = " ".join(capsys.readouterr().err.split())
     assert "skipped: undetected_file │ 1" in err
@@ -237,9 +257,21 @@ def test_cli_ingest_mixed_directory_with_format_per_glob(tmp_path: Path, capsys:
 
 
 def test_cli_ingest_bad_format_fails_at_launch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(["ingest", str(FIX), "--format", "runs/*.json=open-hands", "--out", str(tmp_path / "s.jsonl")])
-    assert exc.value.code == 2
+    assert (
+        main(
+            [
+                "traces",
+                "ingest",
+                "--paths",
+                str(FIX),
+                "--format",
+                "runs/*.json=open-hands",
+                "--out",
+                str(tmp_path / "s.jsonl"),
+            ]
+        )
+        == 2
+    )
     assert "unknown trace format 'open-hands'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
@@ -247,7 +279,7 @@ def test_cli_ingest_bad_format_fails_at_launch(tmp_path: Path, capsys: pytest.Ca
 def test_cli_ingest_nothing_readable_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "metadata.json").write_text(json.dumps({"agent_class": "CodeActAgent"}) + "\n")
     out = tmp_path / "new" / "states.jsonl"
-    assert main(["ingest", str(tmp_path / "metadata.json"), "--out", str(out)]) == 1
+    assert main(["traces", "ingest", "--paths", str(tmp_path / "metadata.json"), "--out", str(out)]) == 5
     err = " ".join(capsys.readouterr().err.split())
     assert "nothing could be ingested from 1 file(s)" in err and "metadata.json: cannot detect" in err
     assert not (tmp_path / "new").exists()
@@ -257,7 +289,7 @@ def test_outputs_are_world_readable_whatever_the_umask(tmp_path: Path) -> None:
     out = tmp_path / "a" / "b" / "states.jsonl"
     old = os.umask(0o077)
     try:
-        assert main(["ingest", str(FIX / "swe_gym.jsonl"), "--out", str(out)]) == 0
+        assert main(["traces", "ingest", "--paths", str(FIX / "swe_gym.jsonl"), "--out", str(out)]) == 0
     finally:
         os.umask(old)
     assert [oct(p.stat().st_mode & 0o777) for p in (tmp_path / "a", out.parent, out)] == ["0o755", "0o755", "0o644"]
@@ -303,7 +335,7 @@ def test_cli_prints_estimate_first_and_plain_progress_within_one_file(
         "".join(json.dumps({**_long_gym_row(20, "r" * 500), "instance_id": f"i{n}"}) + "\n" for n in range(50))
     )
     out = tmp_path / "states.jsonl"
-    assert main(["ingest", str(path), "--out", str(out), "--progress-every", "1e-9"]) == 0
+    assert main(["traces", "ingest", "--paths", str(path), "--out", str(out), "--progress-every", "1e-9"]) == 0
     lines = capsys.readouterr().err.splitlines()
     total = f"{path.stat().st_size / 1e6:.1f} MB"
     estimate = next(i for i, line in enumerate(lines) if line.startswith("ingest: will write 1050 states, about "))
@@ -323,10 +355,9 @@ def test_cli_prints_estimate_first_and_plain_progress_within_one_file(
 def test_cli_numeric_options_checked_at_launch(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(["ingest", str(FIX), "--out", str(tmp_path / "s.jsonl"), *argv])
-    assert exc.value.code == 2
-    assert f"argument {argv[0]}: {argv[1]}: must be" in capsys.readouterr().err
+    assert main(["traces", "ingest", "--paths", str(FIX), "--out", str(tmp_path / "s.jsonl"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("crf-prime traces ingest: error: ") and argv[0] in err and "greater than" in err
     assert not list(tmp_path.iterdir())
 
 
@@ -354,7 +385,17 @@ sys.exit(main(sys.argv[1:]))
 def test_signal_removes_the_temp_output(tmp_path: Path, sig: signal.Signals) -> None:
     out = tmp_path / "out" / "states.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-c", _BLOCK_IN_WRITE_PASS, "ingest", str(FIX / "swe_gym.jsonl"), "--out", str(out)],
+        [
+            sys.executable,
+            "-c",
+            _BLOCK_IN_WRITE_PASS,
+            "traces",
+            "ingest",
+            "--paths",
+            str(FIX / "swe_gym.jsonl"),
+            "--out",
+            str(out),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -1,7 +1,7 @@
 """The trace-replay taskset: one task per replayed trace state with a teacher consensus.
 
-Data: ``crf-prime ingest`` states (``TraceState`` JSONL) and the teachers' answers at those states — from a replay
-journal written by ``crf-prime replay`` (default), or asked on demand from a live teacher pool (named detached Ray
+Data: ``crf-prime traces ingest`` states (``TraceState`` JSONL) and the teachers' answers at those states — from a replay
+journal written by ``crf-prime teachers replay`` (default), or asked on demand from a live teacher pool (named detached Ray
 actors started with ``crf_prime.teachers.live.serve``; optional, needs the ``ray`` extra). Votes go through the
 same family exclusion and tiered action equivalence as the DPO pairs (``crf_prime.pairs``).
 
@@ -16,18 +16,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import verifiers.v1 as vf
 from pydantic import BaseModel, ConfigDict, Field
 from verifiers.v1.dialects.chat import parse_message
 from verifiers.v1.errors import TaskError
 
+from crf_prime.errors import InputError
 from crf_prime.extras import require
-from crf_prime.pairs.build import PairConfig, latest_answers, vote
-from crf_prime.pairs.equivalence import TIER_BY_NAME, TierName, match_tier
-from crf_prime.traces.ingest import read_states
-from crf_prime.traces.models import Action, ToolCall, TraceState
+from crf_prime.pairs.build import VoteConfig, latest_answers, vote
+from crf_prime.pairs.equivalence import TIER_BY_NAME, match_tier
+from crf_prime.records.family import family_of
+from crf_prime.records.journal import read_journal
+from crf_prime.records.models import Action, TeacherRequest, ToolCall, TraceState
+from crf_prime.records.states import read_states
 
 
 class Vote(BaseModel):
@@ -61,18 +64,15 @@ class ReplayData(vf.TaskData):
 class ReplayTaskConfig(vf.TaskConfig):
     """Scoring knobs (``--env.taskset.task.*``)."""
 
-    tier: TierName = "key_args"
-    """Weakest action-equivalence tier that counts as agreement: exact | key_args | text."""
-    text_similarity: float = Field(0.8, ge=0.0, le=1.0)
-    """difflib ratio for the text tier."""
+    votes: VoteConfig = VoteConfig()
+    """How teacher answers become a vote (``--env.taskset.task.votes.*``): which states have a consensus and become
+    tasks, which teachers vote, what counts as the same step when scoring. Journal and live mode use the same."""
     live_pool: str | None = None
     """Name of a live teacher pool to ask at scoring time for states without journal votes (needs ray)."""
     live_namespace: str = "crf-prime"
     """Ray namespace of the live pool."""
     ray_address: str = "auto"
     """Ray cluster to connect to when this process has no Ray connection yet (env-server processes)."""
-    exclude_same_family: bool = True
-    """Live mode: drop votes of teachers in the trace's model family."""
 
 
 def _policy_action(trace: vf.Trace) -> Action | None:
@@ -89,7 +89,8 @@ class ReplayTask(vf.Task[ReplayData, vf.State, ReplayTaskConfig]):
     NEEDS_CONTAINER = False
 
     def _agrees(self, a: Action, b: Action) -> bool:
-        return match_tier(a, b, text_similarity=self.config.text_similarity) >= TIER_BY_NAME[self.config.tier]
+        votes = self.config.votes
+        return match_tier(a, b, text_similarity=votes.text_similarity) >= TIER_BY_NAME[votes.tier]
 
     async def _votes(self) -> tuple[list[Vote], Action | None]:
         if self.data.votes or self.config.live_pool is None:
@@ -137,18 +138,10 @@ class TraceReplayConfig(vf.TasksetConfig):
     """Taskset knobs (``--env.taskset.*`` / TOML ``[env.taskset]``)."""
 
     states: str = "states.jsonl"
-    """States JSONL written by ``crf-prime ingest``."""
+    """States JSONL written by ``crf-prime traces ingest``."""
     journal: str | None = None
-    """Replay journal written by ``crf-prime replay``; required unless ``task.live_pool`` is set."""
-    threshold: float = Field(0.5, ge=0.0, le=1.0)
-    """Plurality share of the voting teachers needed for a state to become a task."""
-    min_support: int = Field(2, ge=1)
-    """Teachers that must agree for a consensus."""
-    min_teachers: int = Field(2, ge=1)
-    """Voting teachers needed at a state."""
-    exclude_same_family: bool = True
-    """Drop votes of teachers in the trace's model family (circularity guard)."""
-    num_tasks: int | None = None
+    """Replay journal written by ``crf-prime teachers replay``; required unless ``task.live_pool`` is set."""
+    num_tasks: Annotated[int, Field(ge=1)] | None = None
     """Keep only the first N tasks."""
     task: ReplayTaskConfig = ReplayTaskConfig()
 
@@ -171,36 +164,24 @@ def _data(state: TraceState, votes: list[Vote], consensus: Action | None) -> Rep
 
 
 class TraceReplayTaskset(vf.Taskset[ReplayTask, TraceReplayConfig]):
-    def pair_config(self) -> PairConfig:
-        c = self.config
-        return PairConfig(
-            threshold=c.threshold,
-            min_support=c.min_support,
-            min_teachers=c.min_teachers,
-            tier=c.task.tier,
-            text_similarity=c.task.text_similarity,
-            exclude_same_family=c.exclude_same_family,
-        )
-
     def load(self) -> Iterator[ReplayTask]:
         c = self.config
         if c.journal is None and c.task.live_pool is None:
-            raise ValueError("trace-replay: set taskset.journal (a replay journal) or taskset.task.live_pool")
+            raise InputError.field(
+                "taskset.journal", "trace-replay: set taskset.journal (a replay journal) or taskset.task.live_pool"
+            )
         answers = {}
         if c.journal is not None:
-            from crf_prime.teachers.journal import read_journal
-
             if not Path(c.journal).is_file():
-                raise FileNotFoundError(f"trace-replay: taskset.journal {c.journal!r} does not exist")
+                raise InputError.field("taskset.journal", f"{c.journal} does not exist")
             answers = latest_answers(read_journal(c.journal))
-        cfg = self.pair_config()
         n = 0
         for state in read_states(c.states):
             if c.num_tasks is not None and n >= c.num_tasks:
                 return
             got = answers.get(state.state_id)
             if got:
-                v = vote(state, got, cfg)
+                v = vote(state.request(), got, c.task.votes)
                 if v.consensus is None:
                     continue
                 votes = [Vote(teacher=t, action=got[t].action) for t in v.voters]  # type: ignore[arg-type]
@@ -218,35 +199,39 @@ _LIVE: dict[tuple[str, str, str], tuple[list[Vote], Action | None]] = {}
 _LIVE_LOCK = threading.Lock()  # ray.init/attach are synchronous
 
 
-async def _live_votes(data: ReplayData, config: ReplayTaskConfig) -> tuple[list[Vote], Action | None]:
-    """Ask the live teacher pool at this state (once per process; the pool's journal dedups across processes)."""
-    key = (config.live_namespace, config.live_pool or "", data.state_id)
-    if key in _LIVE:
-        return _LIVE[key]
-    from crf_prime.teachers.live import attach
-    from crf_prime.traces.models import Source
-
-    state = TraceState(
-        state_id=data.state_id,
+def request_of(data: ReplayData) -> TeacherRequest:
+    """What the live pool is asked at a replayed state: the same question the offline replay asked."""
+    return TeacherRequest(
+        key=data.state_id,
         messages=tuple(_wire(m) for m in data.prompt or ()),
         tools=tuple(data.tools),
+        trace_id=data.trace_id,
+        model_family=family_of(data.model_family, data.source_model),
         student_action=data.student_action,
-        source=Source(format="verifiers", file="", line=0, trace_id=data.trace_id),
-        source_model=data.source_model,
-        model_family=data.model_family,
-        step=data.step,
     )
+
+
+def _live_pool(config: ReplayTaskConfig) -> Any:
+    """The named live teacher pool, attached once per process (``ray.init``/``attach`` are synchronous)."""
+    from crf_prime.teachers.live import attach
+
     with _LIVE_LOCK:
         ray = require("ray", "ray")
         if not ray.is_initialized():
             ray.init(address=config.ray_address, namespace=config.live_namespace, log_to_driver=False)
-        pool = attach(config.live_pool or "", namespace=config.live_namespace)
-    outcome = await pool.replay_state(state)
+        return attach(config.live_pool or "", namespace=config.live_namespace)
+
+
+async def _live_votes(data: ReplayData, config: ReplayTaskConfig) -> tuple[list[Vote], Action | None]:
+    """Ask the live teacher pool at this state (once per process; the pool's journal dedups across processes) and
+    count the answers with the task's votes, exactly as :meth:`TraceReplayTaskset.load` counts journal answers."""
+    key = (config.live_namespace, config.live_pool or "", data.state_id)
+    if key in _LIVE:
+        return _LIVE[key]
+    request = request_of(data)
+    outcome = await _live_pool(config).ask(request)
     answers = {r.teacher: r for r in outcome.records if r.ok and r.action is not None}
-    cfg = PairConfig(
-        tier=config.tier, text_similarity=config.text_similarity, exclude_same_family=config.exclude_same_family
-    )
-    v = vote(state, answers, cfg)
+    v = vote(request, answers, config.votes)
     result = (
         [Vote(teacher=t, action=answers[t].action) for t in v.voters],
         v.clusters[v.consensus].action if v.consensus is not None else None,

@@ -2,8 +2,8 @@
 
 A ``TraceState`` is everything a teacher needs to propose the next action (the conversation so far, in OpenAI chat
 format, and the tools offered) plus the action the recorded ("student") model actually took. Rows are frozen and
-written as JSONL by ``crf-prime ingest``; the teacher pool, the pair builder and the trace_replay environment read
-them back.
+written as JSONL by ``crf-prime traces ingest``; the teacher pool, the pair builder and the trace_replay environment
+read them back. A :class:`TeacherRequest` is what the teacher pool is asked: a state's context, or any other.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from crf_prime.records.family import family_of
 
 TraceFormat = Literal["claude-code", "openhands", "swe-smith", "swe-gym", "verifiers"]
 
@@ -88,3 +90,38 @@ class TraceState(BaseModel):
     """Normalised family of ``source_model`` (e.g. ``anthropic``); teachers of this family are excluded."""
     step: int = 0
     """0-based index of this state within its trace."""
+
+    def request(self) -> TeacherRequest:
+        """What the teacher pool is asked at this state."""
+        return TeacherRequest(
+            key=self.state_id,
+            messages=self.messages,
+            tools=self.tools,
+            trace_id=self.source.trace_id,
+            model_family=family_of(self.model_family, self.source_model),
+            student_action=self.student_action,
+        )
+
+
+class TeacherRequest(BaseModel):
+    """One question for the teacher pool: a context and the tools offered, journaled under ``key``.
+
+    Trace replay asks one per recorded state (:meth:`TraceState.request`); hints and the trace_replay environment's
+    live mode build one directly.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    """Journal key (the ``state_id`` of its rows): a rerun with the same key reuses the answers already paid for."""
+    messages: tuple[dict[str, Any], ...]
+    """The context, OpenAI chat messages; reasoning fields are dropped before sending."""
+    tools: tuple[dict[str, Any], ...] = ()
+    """OpenAI tool schemas offered to the teachers."""
+    trace_id: str = ""
+    """Trace (or episode) the question belongs to: the per-trace spend cap counts by it."""
+    model_family: str = ""
+    """Normalised family of the model whose context this is; teachers of that family are not asked (when the pool
+    excludes the same family)."""
+    student_action: Action | None = None
+    """The recorded action, if any: tiered querying escalates when the cheap tier disagrees with it."""

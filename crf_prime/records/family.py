@@ -90,3 +90,9 @@ def model_family(model: str) -> str:
             elif word.startswith(marker) or "-".join(words[i : i + 2]).startswith(marker):
                 return family
     return parts[-1]
+
+
+def family_of(declared: str, model: str) -> str:
+    """The family a state or a teacher belongs to: the declared ``model_family`` when set, else the family of its
+    model name; lower-cased, so a trace's and a teacher's families compare as equal strings."""
+    return (declared or model_family(model)).strip().lower()
