@@ -21,6 +21,10 @@ from crf_prime.errors import CrfError, ExitCode
 # for a command that takes another program's arguments verbatim, like ``check``). Listed in --help order.
 COMMANDS: dict[str, str] = {
     "report": "crf_prime.report.cli:run",
+    "check": "crf_prime.check.cli:run",
+    "relay serve": "crf_prime.relay.cli:serve",
+    "relay pull": "crf_prime.relay.cli:pull",
+    "loopback serve": "crf_prime.loopback.cli:serve",
 }
 
 # commands not yet moved onto the config CLI: modules with ``register(subparsers)`` (argparse)
@@ -32,8 +36,6 @@ LEGACY_MODULES: tuple[str, ...] = (
     "crf_prime.teachers.cli",
     "crf_prime.pairs.cli",
     "crf_prime.hints.cli",
-    "crf_prime.relay.cli",
-    "crf_prime.check.cli",
 )
 
 PROG = "crf-prime"
