@@ -1,6 +1,6 @@
 """Tiered action equivalence: do two actions propose the same next step?
 
-Tiers, strongest first (hosts/teachers-and-traces.md §4.3, cheapest deterministic matchers only):
+Tiers, strongest first (cheap deterministic matchers only, so a verdict is reproducible and costs no model call):
 
 1. ``exact``: equal canonical calls (same canonical tools, same normalised arguments, same order) — or, for
    text-only actions, equal normalised text.

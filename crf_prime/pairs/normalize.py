@@ -4,7 +4,7 @@ Tool names are mapped to a small vocabulary (Claude Code ``Bash``, OpenHands ``e
 are all ``bash``; ``str_replace_editor`` is split by its ``command`` into read/write/edit), arguments are parsed
 from their JSON string, cosmetic keys (``description``, ``timeout``, ``thought``, ``security_risk``...) dropped,
 paths normalised (``os.path.normpath``, sandbox roots such as ``/testbed/`` and ``/workspace/<repo>/`` stripped),
-strings whitespace-collapsed and keys sorted, i.e. BFCL-style AST matching (hosts/teachers-and-traces.md §4.3).
+strings whitespace-collapsed and keys sorted, i.e. BFCL-style AST matching.
 SWE-agent ``xml``/``ticks`` trajectories keep the action as text; :func:`embedded_calls` parses it back into calls.
 """
 

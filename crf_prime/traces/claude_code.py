@@ -1,6 +1,6 @@
 """Claude Code session JSONL (``~/.claude/projects/<cwd>/<sessionId>.jsonl``) to trace states.
 
-Format (no official schema; see hosts/teachers-and-traces.md §3.1): one JSON record per line, linked by
+Format (no official schema; as Claude Code writes it): one JSON record per line, linked by
 ``uuid``/``parentUuid`` into a DAG. One API reply is often written as several ``assistant`` lines (one content
 block each) sharing ``message.id``; tool results come back as ``user`` lines with ``tool_result`` blocks
 (``is_error``); sub-agent records carry ``isSidechain``; ``isMeta`` lines are injected notices; ``/compact`` starts a
