@@ -80,3 +80,9 @@ def test_pull_servers_are_one_list_and_the_gate_is_nested() -> None:
         600.0,
     )
     assert parse("relay pull", ["--server", "http://a:8765", "--broadcast-dir", "/x"]).gate is None
+
+
+def test_pull_help_points_the_gate_at_the_engine_port(capsys) -> None:
+    assert main(["relay", "pull", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "http://127.0.0.1:8100" in out and "http://127.0.0.1:8000" not in out  # docs/multinode.md says why
