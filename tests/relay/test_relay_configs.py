@@ -72,3 +72,16 @@ def test_overlay_validates_as_rl_config(rl_config, stack: str) -> None:
         assert cfg.slurm.job_name == "crf-prime"
         assert cfg.slurm.shared_fs is (stack == "slurm")
         assert cfg.slurm.template_path.name == "multi_node_rl.sbatch.j2"
+
+
+@pytest.mark.prime_rl
+def test_gate_upstream_in_the_docs_is_prime_rls_engine_port() -> None:
+    with prime_rl_on_path():
+        from prime_rl.configs.inference import InferenceConfig
+
+        config = InferenceConfig()
+    engine = config.backend_port
+    assert (engine, config.server.port) == (8100, 8000)  # the engine the gate fronts, the router it does not
+    pages = [REPO / "docs" / "multinode.md", MULTINODE / "decentralized.toml"]
+    for page in pages:
+        assert f"--gate.upstream http://127.0.0.1:{engine}" in page.read_text(), page
