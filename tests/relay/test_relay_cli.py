@@ -86,3 +86,15 @@ def test_pull_help_points_the_gate_at_the_engine_port(capsys) -> None:
     assert main(["relay", "pull", "--help"]) == 0
     out = capsys.readouterr().out
     assert "http://127.0.0.1:8100" in out and "http://127.0.0.1:8000" not in out  # docs/multinode.md says why
+
+
+def test_pull_toml_and_flags_share_names(tmp_path: Path) -> None:
+    toml = tmp_path / "relay.toml"
+    toml.write_text('server = ["http://a:8765"]\nbroadcast_dir = "/x"\nkeep = 3\n[gate]\nupstream = "http://e:8100"\n')
+    config = parse("relay pull", ["@", str(toml), "--gate.port", "8191", "--keep", "4"])
+    assert (config.server, config.keep, config.gate.upstream, config.gate.port) == (
+        ["http://a:8765"],
+        4,
+        "http://e:8100",
+        8191,
+    )
