@@ -160,3 +160,21 @@ def test_block_runs(block: Block, tmp_path: Path) -> None:
                 os.killpg(proc.pid, signal.SIGKILL)  # whatever the block started and left running
             proc.wait()
     assert code == 0, f"{block.where} exited {code}\n{block.code}\n{log.read_text()}"
+
+
+LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s#]+)(?:#[^)\s]*)?\)")
+NAMED_PAGE = re.compile(r"`(?P<target>docs/[\w./-]+\.md)`")
+
+
+def test_pages_the_docs_link_or_name_exist() -> None:
+    missing = []
+    for page in PAGES:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            targets = [(page.parent / m["target"], m["target"]) for m in LINK.finditer(line)]
+            targets += [(REPO / m["target"], m["target"]) for m in NAMED_PAGE.finditer(line)]
+            missing += [
+                f"{page.relative_to(REPO)}:{number}: {name}"
+                for path, name in targets
+                if not re.match(r"[a-z]+:", name) and not path.exists()
+            ]
+    assert missing == []
