@@ -2,7 +2,8 @@
 
 The splice keeps decorators, signature and docstring byte-identical and replaces everything between the end of the
 header (or of the docstring) and the end of the last body statement with ``raise NotImplementedError``; the rest of
-the file is untouched, so the gold patch is minimal (closest public relative: SWE-smith's "LM rewrite" stubs). Comments between the docstring and the first statement go with the
+the file is untouched, so the gold patch is minimal (recipe: ../shared/hosts/sandbox-and-swebench.md §3.1; closest
+public relative: SWE-smith's "LM rewrite" stubs). Comments between the docstring and the first statement go with the
 body so they cannot leak the implementation.
 """
 

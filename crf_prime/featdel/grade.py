@@ -5,8 +5,9 @@ configuration file — conftest.py, pytest.ini, tox.ini, setup.cfg, pyproject.to
 the agent's changes to the project's non-test ``.py`` files (or new ``.py`` modules inside its package directories),
 read from the agent's workspace without following its symlinks. Caches are stripped again, the target tests run in
 the sandbox with the whole tree read-only (only ``out/`` is writable and nothing writable is importable), and
-outcomes come from pytest's junit XML, cross-checked against the exit code. Reward-hack surface
-(Cursor's Composer 2.5 post): leftover bytecode, type-checker caches, git history.
+outcomes come from pytest's junit XML, cross-checked against the exit code. Reward-hack surface:
+../shared/hosts/sandbox-and-swebench.md §3.4 and Cursor's Composer 2.5 post (leftover bytecode, type-checker caches,
+git history).
 
 Code the agent writes runs inside the pytest process, so it could patch pytest from an imported module: no check after
 the run can see that, so the means are forbidden instead: added code must stay inside the allow-list of

@@ -1,6 +1,6 @@
 """Get a project's source tree (local directory or a pinned PyPI sdist), strip what leaks code, read its layout.
 
-Leak surface: bytecode caches hold the deleted implementation
+Leak surface (../shared/hosts/sandbox-and-swebench.md §3.4): bytecode caches hold the deleted implementation
 (``marshal`` + ``dis`` recover it), type-checker caches hold signatures, ``.git`` keeps old blobs, ``*.egg-info`` and
 ``build/``/``dist/`` hold copies or file lists. All are removed from the tree every task is built from.
 """

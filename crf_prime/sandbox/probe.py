@@ -2,7 +2,8 @@
 
 The probe runs a tiny Python program in a real box and checks, without sending traffic anywhere off the machine:
 the box sees only the ``lo`` interface and no default route, a listener the probe opens on the host's 127.0.0.1 is
-unreachable from it, it holds no capabilities, and /usr is read-only.
+unreachable from it, it holds no capabilities, and /usr is read-only. Design from
+/work/shared/hosts/sandbox-and-swebench.md §1.7.
 """
 
 from __future__ import annotations
