@@ -31,6 +31,7 @@ def test_serve_port_in_use_is_one_line_and_exit_4(tmp_path: Path, busy_port: int
     assert main([*argv, "--port", str(busy_port)]) == 4
     line = one_error_line(capsys.readouterr().err, "relay serve")
     assert line.endswith(f"cannot serve {tmp_path / 'data'} on 127.0.0.1:{busy_port}: Address already in use")
+    assert not (tmp_path / "data").exists()  # nothing written before the port was taken
 
 
 def test_gate_port_in_use_is_one_line_and_exit_4(tmp_path: Path, busy_port: int, capsys) -> None:
