@@ -92,3 +92,9 @@ def test_serves_until_sigterm_with_a_ready_file(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_command_that_cannot_start_is_bad_input(capsys) -> None:
+    assert main(["loopback", "serve", "--", "no-such-command-crf"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "crf-prime loopback serve: error: argv: cannot run no-such-command-crf: No such file or directory"
