@@ -98,7 +98,7 @@ class Server:
 
 
 def serve(lat, no_nagle: bool, urls, stop) -> None:
-    if not no_nagle:  # measure the server as it was before TCP_NODELAY (for comparison only)
+    if not no_nagle:  # measure the server with Nagle's algorithm on (for comparison only)
         from crf_prime.loopback import server as loopback_server
 
         loopback_server._Handler.disable_nagle_algorithm = False

@@ -32,13 +32,11 @@ COMMANDS: dict[str, str] = {
     "teachers replay": "crf_prime.teachers.cli:run",
     "pairs": "crf_prime.pairs.cli:run",
     "report": "crf_prime.report.cli:run",
+    "check": "crf_prime.check.cli:run",
+    "relay serve": "crf_prime.relay.cli:serve",
+    "relay pull": "crf_prime.relay.cli:pull",
+    "loopback serve": "crf_prime.loopback.cli:serve",
 }
-
-# commands not yet moved onto the config CLI: modules with ``register(subparsers)`` (argparse)
-LEGACY_MODULES: tuple[str, ...] = (
-    "crf_prime.relay.cli",
-    "crf_prime.check.cli",
-)
 
 PROG = "crf-prime"
 DESCRIPTION = (
@@ -126,30 +124,9 @@ def one_line(message: str) -> str:
 
 def print_help() -> None:
     lines = [f"usage: {PROG} COMMAND [@ config.toml] [--field value ...]", "", DESCRIPTION, "", "commands:"]
-    for name, target in COMMANDS.items():
-        lines.append(f"  {name:<20} {summary(load(target))}")
-    parser = legacy_parser()
-    for action in parser._subparsers._group_actions if parser._subparsers else ():
-        for choice in action._choices_actions:
-            lines.append(f"  {choice.dest:<20} {choice.help or ''}")
+    lines += [f"  {name:<20} {summary(load(target))}" for name, target in COMMANDS.items()]
     lines += ["", f"`{PROG} COMMAND --help` shows a command's fields; exit codes: docs/cli.md"]
     print("\n".join(lines))
-
-
-def legacy_parser():
-    import argparse
-
-    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in LEGACY_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
-                raise
-            continue
-        module.register(sub)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,21 +140,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG} {__version__}")
         return 0
     name, args = split_command(argv)
-    if name is not None:
-        try:
-            return run(name, args)
-        except SystemExit as e:  # --help
-            return int(e.code or 0)
-    parser = legacy_parser()
-    parsed = parser.parse_args(argv)
-    func = getattr(parsed, "func", None)
-    if func is None:
-        parser.print_help()
-        return 2
+    if name is None:
+        known = sorted({n.split()[0] for n in COMMANDS})
+        return fail(" ".join(argv[:2]), f"unknown command; the commands are {', '.join(known)} (--help)", 2)
     try:
-        return int(func(parsed) or 0)
-    except CrfError as e:
-        return fail(parsed.command, str(e), e.exit_code)
+        return run(name, args)
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,5 +2,4 @@
 
 Name a function here in ``[trainer.loss] type = "custom"``, e.g. ``import_path = "loss_fns.policy.dr_grpo"``.
 Every loss has prime-rl's signature ``fn(inputs: LossInputs, **kwargs) -> LossOutputs`` and works on one sequence.
-``loss_fns.logit`` holds full-vocabulary kernels for trainers that have logits (prime-rl's hook does not).
 """

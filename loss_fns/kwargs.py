@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from crf_prime.errors import InputError
+
 KWARGS_KEY = "trainer.loss.kwargs"
 """Where prime-rl's TOML keeps a custom loss's keyword arguments."""
 
@@ -36,8 +38,12 @@ class LossKwargs(BaseModel):
         return data
 
 
-class LossKwargsError(ValueError):
-    """Invalid ``[trainer.loss.kwargs]``; the message names each offending TOML key."""
+class LossKwargsError(InputError):
+    """Invalid ``[trainer.loss.kwargs]``; the message names each offending TOML key.
+
+    On crf-prime's error base (a ``ValueError`` too), so ``crf-prime check`` and prime-rl's trainer see the same
+    error; ``crf_prime.errors`` imports nothing else, so the trainer process loads no crf-prime CLI code.
+    """
 
 
 def describe_errors(error: ValidationError, prefix: str, model: type[BaseModel]) -> str:

@@ -1,12 +1,12 @@
 """``crf-prime check @ a.toml @ b.toml [--key value …] [--check.base-dir DIR] [--check.prime-rl auto|require|skip]``.
 
-Every argument but ``--check.*`` is the run's own, as ``uv run rl`` takes it (argparse sees them as plain words; the
-check's settings are a pydantic model parsed by prime-pydantic-config, like every prime-rl and verifiers CLI).
+Every argument but ``--check.*`` is the run's own, as ``uv run rl`` takes it, so the command receives them verbatim;
+the check's settings are :class:`~crf_prime.check.models.CheckConfig`, parsed by prime-pydantic-config like every
+other command's config.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 USAGE = """usage: crf-prime check @ a.toml [@ b.toml …] [--key value …] [--check.base-dir DIR] [--check.prime-rl MODE]
@@ -21,37 +21,24 @@ teachers files exist; then print the channel mix per step. Exit 0 when ready, 1 
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "check",
-        help="validate a prime-rl run config (@ a.toml @ b.toml --key value) before launch; print the channel mix",
-        description=USAGE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        prefix_chars="+",  # the run's --flags are arguments of the check, not options of this parser
-        add_help=False,
-    )
-    p.add_argument("args", nargs="*", metavar="ARG", help="`uv run rl` arguments")
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
+def run(args: list[str]) -> int:
+    """Validate a prime-rl run config (@ a.toml @ b.toml --key value) before launch; print the channel mix."""
     from pydantic_config import ConfigFileError, cli
 
-    from crf_prime.check.compose import ArgsError, split_own_args
+    from crf_prime.check.compose import split_own_args
     from crf_prime.check.models import CheckConfig
     from crf_prime.check.report import print_report
     from crf_prime.check.run import check
+    from crf_prime.errors import InputError
 
-    if not args.args or args.args[0] in ("-h", "--help"):
+    if not args or args[0] in ("-h", "--help"):
         sys.stdout.write(USAGE)
-        return 0 if args.args else 2
+        return 0 if args else 2
+    own, rl_args = split_own_args(args)
     try:
-        own, rl_args = split_own_args(args.args)
         config = cli(CheckConfig, args=[token for name, value in own.items() for token in (f"--{name}", value)])
-    except (ArgsError, ConfigFileError) as e:
-        message = str(e).replace("\n--", "\n--check.")  # name the flags as the user typed them
-        print(f"crf-prime check: {message}", file=sys.stderr)
-        return 2
+    except ConfigFileError as e:
+        raise InputError(e.message.replace("\n--", "\n--check.")) from e  # name the flags as the user typed them
     report = check(rl_args, config)
     print_report(report)
     return 0 if report.ok else 1

@@ -15,11 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from crf_prime.errors import InputError
+
 CONFIG_SIGN = "@"
 OWN_PREFIX = "--check."
 
 
-class ArgsError(ValueError):
+class ArgsError(InputError):
     """An argument list that ``uv run rl`` would not accept either (missing file, bad TOML, dangling ``@``)."""
 
 

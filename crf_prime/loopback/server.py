@@ -105,7 +105,13 @@ class LoopbackOpenAI:
     """
 
     def __init__(
-        self, script: Script, *, model: str = "scripted", host: str = "127.0.0.1", billing: Billing | None = None
+        self,
+        script: Script,
+        *,
+        model: str = "scripted",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        billing: Billing | None = None,
     ) -> None:
         self.model = model
         self.requests: list[dict] = []
@@ -118,6 +124,7 @@ class LoopbackOpenAI:
         self._arrived = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._host = host
+        self._port = port
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -137,7 +144,7 @@ class LoopbackOpenAI:
             server_owner = owner
 
         self._stopping.clear()
-        self._server = _Server((self._host, 0), Handler)
+        self._server = _Server((self._host, self._port), Handler)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="loopback-openai", daemon=True
         )

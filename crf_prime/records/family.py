@@ -1,6 +1,7 @@
 """Model family normalisation: map a recorded model name to the vendor family used for same-family exclusion.
 
-Traces from model family F must not be judged by teachers of family F (circularity, see DESIGN.md "Traces").
+Traces from model family F must not be judged by teachers of family F: a teacher would be grading its own family's
+choices (circular agreement).
 Names arrive in many spellings (``anthropic/claude-sonnet-4-5``, ``litellm_proxy/claude-3-5-sonnet-20241022``,
 ``gpt-4o-2024-08-06_maxiter_30_N_v2.1``, ``Qwen/Qwen3-Coder-480B-A35B-Instruct``); this module strips routing
 prefixes and matches the base name against known family markers.

@@ -16,12 +16,14 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from crf_prime.errors import InfraError
+
 INDEX_NAME = "crf-relay.json"
 """File name of the index in a relay server's data directory (served at ``/crf-relay.json``)."""
 
 
-class RelayError(RuntimeError):
-    """A relay operation failed; the message names the step, file or server involved."""
+class RelayError(InfraError):
+    """A relay operation failed (a host, not the input); the message names the step, file or server involved."""
 
 
 def safe_relpath(name: str) -> str:

@@ -59,7 +59,6 @@ class RelayOrigin:
         self.data_dir = Path(data_dir).resolve()
         self.shard_size = shard_size
         self.keep = keep
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         index_path = self.data_dir / INDEX_NAME
         try:
             self.index = read_index(index_path) if index_path.exists() else RelayIndex()
@@ -68,9 +67,15 @@ class RelayOrigin:
                 f"{index_path} is not an index this relay version can read (an older relay or damage left it): "
                 f"remove {self.data_dir} and start again"
             ) from e
-        write_model_atomic(index_path, self.index)  # an empty index means "reachable, nothing published yet"
-        self._remove_unindexed_versions()
+        # bind before writing anything: a port in use leaves no data directory behind
         self._server = RelayHTTPServer(self.data_dir, host, port, on_request=on_request)
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            write_model_atomic(index_path, self.index)  # an empty index means "reachable, nothing published yet"
+            self._remove_unindexed_versions()
+        except BaseException:
+            self._server.close()
+            raise
         self._server.set_index(self.index)
         self.host = host
         self.port: int = self._server.port

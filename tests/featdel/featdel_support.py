@@ -18,7 +18,7 @@ from crf_prime.featdel.generate import GenerateConfig, generate
 from crf_prime.featdel.grade import materialise
 from crf_prime.featdel.models import FeatdelTask, GenerateSummary
 
-# pinned real sources (../shared/hosts/sandbox-and-swebench.md §4.1: pass with only pytest from the sdist)
+# pinned real sources whose own test suites pass with only pytest installed beside the sdist
 INFLECTION = "pypi:inflection==0.5.1"
 TOOLZ = "pypi:toolz==1.2.0"
 

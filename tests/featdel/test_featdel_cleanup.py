@@ -79,7 +79,7 @@ def test_interrupted_generate_leaves_nothing(tmp_path: Path, sig: signal.Signals
     )
     try:
         deadline = time.monotonic() + 600
-        # interrupt while a grading tree exists (the validation phase), the case that used to leave base trees
+        # interrupt while a grading tree exists (the validation phase), the case that could leave base trees behind
         while not any(n.startswith("crf-featdel-grade-") for n in _leftovers(tmpdir)):
             assert proc.poll() is None, f"generate ended before validating: {proc.stderr.read().decode()[-2000:]}"
             assert time.monotonic() < deadline, "generate never reached validation"

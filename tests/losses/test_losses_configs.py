@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import pkgutil
 import tomllib
 from pathlib import Path
 
 import pytest
 import torch
 
-from loss_fns.compat import import_object
 from loss_fns.types import LossInputs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ CASES = _custom_losses()
 @pytest.mark.skipif(not CASES, reason="no config names a loss_fns function yet")
 @pytest.mark.parametrize(("path", "import_path", "kwargs"), CASES, ids=[c[0] for c in CASES])
 def test_config_loss_runs(path: str, import_path: str, kwargs: dict) -> None:
-    fn = import_object(import_path)
+    fn = pkgutil.resolve_name(import_path)  # a dotted path, as prime-rl resolves import_path
     trainer = torch.tensor([-0.5, -1.0, -0.2], requires_grad=True)
     inputs = LossInputs(
         trainer_logprobs=trainer,

@@ -1,4 +1,4 @@
-"""Token self-distillation, composer_loss and the 2026-05/06 compatibility adapter."""
+"""Token self-distillation and composer_loss."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from loss_fns import compat, composer, distill, policy
+from loss_fns import composer, distill, policy
 from loss_fns.types import LossInputs, LossOutputs
 
 LN2 = math.log(2.0)
@@ -119,28 +119,6 @@ def test_outputs_are_loss_outputs() -> None:
     out = policy.dr_grpo(make_inputs([-0.1], [-0.1], None))
     assert isinstance(out, LossOutputs)
     assert isinstance(make_inputs([-0.1], [-0.1], None), LossInputs)
-
-
-def test_legacy_inputs_and_setup_loss_fns() -> None:
-    legacy = compat.LegacyLossInputs(
-        trainer_logprobs=torch.tensor([-LN2, -2 * LN2], dtype=torch.float64, requires_grad=True),
-        inference_logprobs=torch.tensor([-LN2, -2 * LN2], dtype=torch.float64),
-        teacher_logprobs=torch.tensor([-2 * LN2, -LN2], dtype=torch.float64),
-        advantages=torch.tensor([1.0, -1.0], dtype=torch.float64),
-        loss_mask=torch.tensor([True, True]),
-    )
-    fns = compat.setup_loss_fns({"import_path": "loss_fns.policy.dapo", "kwargs": {"clip_high": 0.5}})
-    assert set(fns) == {"rl", "opd", "sft"}
-    rl = fns["rl"](legacy)
-    current = compat.to_current(legacy)
-    assert torch.equal(current.ref_logprobs, legacy.teacher_logprobs) and current.loss_weights is None
-    assert torch.equal(rl.loss, policy.dapo(current, clip_high=0.5).loss)
-    opd = fns["opd"](legacy)
-    assert opd.loss.item() == pytest.approx(LN2 * LN2, abs=1e-12)
-    sft = fns["sft"](legacy)
-    assert sft.loss.item() == pytest.approx(3 * LN2, abs=1e-12) and "sft/nll" in sft.metrics
-    with pytest.raises(ValueError, match=r"trainer\.loss\.import_path"):
-        compat.setup_loss_fns({"import_path": "loss_fns.policy.nope"})
 
 
 @pytest.mark.parametrize(

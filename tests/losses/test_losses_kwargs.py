@@ -131,3 +131,16 @@ def test_docs_kwargs_table_is_the_models() -> None:
     start = docs.index("| `import_path` | kwarg | default | range | meaning |")
     table = docs[start:].split("\n\n", 1)[0].splitlines()[2:]
     assert table == kwargs_table_rows()
+
+
+def test_kwargs_error_is_on_the_error_base_and_loads_no_cli() -> None:
+    import subprocess
+    import sys
+
+    from crf_prime.errors import ExitCode, InputError
+
+    assert issubclass(kwargs.LossKwargsError, InputError) and issubclass(kwargs.LossKwargsError, ValueError)
+    assert kwargs.LossKwargsError.exit_code == ExitCode.BAD_INPUT
+    probe = "import sys, loss_fns.composer; print(sorted(m for m in sys.modules if m.startswith('crf_prime')))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "['crf_prime', 'crf_prime.errors']"

@@ -141,11 +141,9 @@ def test_types_interoperate(prime) -> None:
     assert isinstance(prime_inputs, types.LossInputs)
     out = composer.composer_loss(prime_inputs)
     assert isinstance(out, prime_loss.LossOutputs)  # prime-rl's class once its loss module is loaded
-    from loss_fns import compat
-
     config_cls, _ = prime
-    fns = compat.setup_loss_fns(config_cls(import_path="loss_fns.policy.cispo", kwargs={"ratio_max": 3.0}))
-    assert isinstance(fns["rl"](prime_inputs), prime_loss.LossOutputs)
+    rl_fn = prime_loss.setup_rl_loss_fn(config_cls(import_path="loss_fns.policy.cispo", kwargs={"ratio_max": 3.0}))
+    assert isinstance(rl_fn(prime_inputs), prime_loss.LossOutputs)  # through prime-rl's own setup
 
 
 def test_prime_classes_used_when_importable_first() -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import tomllib
 from pathlib import Path
 
 import pytest
 from prime_rl_support import prime_rl_on_path
 
-from crf_prime.relay import cli as relay_cli
+from crf_prime.relay.cli import GateConfig
 
 REPO = Path(__file__).resolve().parents[2]
 MULTINODE = REPO / "configs" / "multinode"
@@ -22,19 +21,13 @@ STACKS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _pull_defaults() -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    relay_cli.register(parser.add_subparsers())
-    return parser.parse_args(["relay", "pull", "--server", "http://127.0.0.1:1", "--broadcast-dir", "/x"])
-
-
 def test_overlays_parse_and_point_admin_calls_at_the_gate() -> None:
     tables = {p.name: tomllib.loads(p.read_text()) for p in sorted(MULTINODE.glob("*.toml"))}
     assert sorted(tables) == ["decentralized.toml", "slurm.toml", "slurm_node_local_venv.toml"]
     dec = tables["decentralized.toml"]
     assert dec["weight_broadcast"] == {"type": "filesystem"} and dec["inference"] == "None"
     assert Path(dec["output_dir"]).is_absolute()
-    gate_port = _pull_defaults().gate_port
+    gate_port = GateConfig.model_fields["port"].default
     assert all(
         url.split(":")[-1] == f"{gate_port}/v1" for url in dec["orchestrator"]["model"]["client"]["admin_base_url"]
     )
@@ -79,3 +72,16 @@ def test_overlay_validates_as_rl_config(rl_config, stack: str) -> None:
         assert cfg.slurm.job_name == "crf-prime"
         assert cfg.slurm.shared_fs is (stack == "slurm")
         assert cfg.slurm.template_path.name == "multi_node_rl.sbatch.j2"
+
+
+@pytest.mark.prime_rl
+def test_gate_upstream_in_the_docs_is_prime_rls_engine_port() -> None:
+    with prime_rl_on_path():
+        from prime_rl.configs.inference import InferenceConfig
+
+        config = InferenceConfig()
+    engine = config.backend_port
+    assert (engine, config.server.port) == (8100, 8000)  # the engine the gate fronts, the router it does not
+    pages = [REPO / "docs" / "multinode.md", MULTINODE / "decentralized.toml"]
+    for page in pages:
+        assert f"--gate.upstream http://127.0.0.1:{engine}" in page.read_text(), page

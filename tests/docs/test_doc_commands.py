@@ -1,0 +1,180 @@
+"""Every ```bash block of README.md and docs/*.md runs here, on CPU, or says why it cannot.
+
+A block runs in a temporary directory that sees the checkout's read-only inputs (``configs/``, ``tests/``,
+``environments/``; ``$CRF_PRIME_DIR`` is the checkout) with the repo's venv first on ``PATH``, and must exit 0. A
+block that cannot run here carries an HTML comment on the line before its fence:
+
+- ``<!-- doc-test: skip (REASON) -->``: needs what this machine lacks (a GPU, a prime-rl checkout, Docker, a paid
+  API, the network);
+- ``<!-- doc-test: pending (REASON) -->``: uses a command that is being renamed; it is turned on once it settles;
+- ``<!-- doc-test: slow -->``: runs only with ``CRF_DOC_TEST_SLOW=1``.
+
+A block that needs a model starts one with ``crf-prime loopback serve`` itself, as a reader would.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+INPUTS = ("configs", "tests", "environments")
+"""Checkout directories a block may read by relative path, as from the checkout's root."""
+TIMEOUT_S = 300
+MARK = re.compile(r"^<!--\s*doc-test:\s*(?P<kind>skip|pending|slow)\s*(?:\((?P<reason>[^()]+)\))?\s*-->$")
+FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced shell block of a page and its doc-test mark."""
+
+    where: str
+    """``page:line`` of the opening fence."""
+    code: str
+    kind: str
+    """``run``, ``skip``, ``pending`` or ``slow``."""
+    reason: str = ""
+
+
+def parse_blocks(text: str, page: str) -> list[Block]:
+    """The ``bash`` blocks of a markdown text; a ``doc-test`` comment that marks no bash block is an error."""
+    lines = text.splitlines()
+    blocks: list[Block] = []
+    marks_used: set[int] = set()
+    i = 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if fence is None:
+            i += 1
+            continue
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
+        if end is None:
+            raise ValueError(f"{page}:{i + 1}: code fence never closed")
+        if fence["lang"] == "bash":
+            indent = len(fence["indent"])
+            code = "\n".join(line[indent:] for line in lines[i + 1 : end]) + "\n"
+            kind, reason = "run", ""
+            above = next((j for j in range(i - 1, -1, -1) if lines[j].strip()), None)
+            if above is not None and "doc-test" in lines[above]:
+                mark = MARK.match(lines[above].strip())
+                if mark is None:
+                    raise ValueError(f"{page}:{above + 1}: unreadable doc-test mark {lines[above].strip()!r}")
+                kind, reason = mark["kind"], (mark["reason"] or "").strip()
+                if kind != "slow" and not reason:
+                    raise ValueError(f"{page}:{above + 1}: a {kind} mark needs a reason in parentheses")
+                marks_used.add(above)
+            blocks.append(Block(f"{page}:{i + 1}", code, kind, reason))
+        i = end + 1
+    stray = [n + 1 for n, line in enumerate(lines) if re.match(r"\s*<!--\s*doc-test", line) and n not in marks_used]
+    if stray:
+        raise ValueError(f"{page}:{stray[0]}: doc-test mark not right above a ```bash block")
+    return blocks
+
+
+def all_blocks() -> list[Block]:
+    return [b for page in PAGES for b in parse_blocks(page.read_text(), str(page.relative_to(REPO)))]
+
+
+BLOCKS = all_blocks()
+RUNNABLE = [b for b in BLOCKS if b.kind in ("run", "slow")]
+
+
+def test_parser_reads_marks_indentation_and_other_fences() -> None:
+    text = (
+        "intro\n```\nplain fence\n```\n"
+        "<!-- doc-test: skip (needs a GPU) -->\n```bash\nuv run rl\n```\n"
+        "1. step\n   ```bash\n   echo one \\\n       two\n   ```\n"
+        "<!-- doc-test: slow -->\n\n```bash\nsleep 1\n```\n```toml\na = 1\n```\n"
+    )
+    assert parse_blocks(text, "p.md") == [
+        Block("p.md:6", "uv run rl\n", "skip", "needs a GPU"),
+        Block("p.md:10", "echo one \\\n    two\n", "run"),
+        Block("p.md:16", "sleep 1\n", "slow"),
+    ]
+    with pytest.raises(ValueError, match=r"p.md:1: a skip mark needs a reason"):
+        parse_blocks("<!-- doc-test: skip -->\n```bash\nx\n```\n", "p.md")
+    with pytest.raises(ValueError, match=r"p.md:1: doc-test mark not right above"):
+        parse_blocks("<!-- doc-test: skip (x) -->\ntext\n```toml\nx\n```\n", "p.md")
+    with pytest.raises(ValueError, match=r"p.md:1: unreadable doc-test mark"):
+        parse_blocks("<!-- doc-test: skipp (x) -->\n```bash\nx\n```\n", "p.md")
+
+
+def test_every_block_runs_or_is_marked(capsys: pytest.CaptureFixture[str]) -> None:
+    counts = collections.Counter((b.kind, b.reason) for b in BLOCKS)
+    with capsys.disabled():
+        print(f"\ndoc-command blocks: {len(BLOCKS)}, run by default: {counts['run', '']}")
+        for (kind, reason), n in sorted(counts.items()):
+            if kind != "run":
+                print(f"  {n:3d} {kind}{f' ({reason})' if reason else ''}")
+    assert sum(counts.values()) == len(BLOCKS) > 0
+    assert counts["run", ""] >= 3, "the docs must keep blocks that run here"
+
+
+def workdir(tmp_path: Path) -> Path:
+    """A fresh directory that sees the checkout's inputs; what a block writes stays here."""
+    tmp_path.mkdir()
+    for name in INPUTS:
+        (tmp_path / name).symlink_to(REPO / name, target_is_directory=True)
+    return tmp_path
+
+
+def block_env() -> dict[str, str]:
+    venv_bin = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}  # a block starts its own model
+    env.update(PATH=f"{venv_bin}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv_bin.parent))
+    env["CRF_PRIME_DIR"] = str(REPO)
+    return env
+
+
+@pytest.mark.parametrize("block", RUNNABLE, ids=[b.where for b in RUNNABLE])
+def test_block_runs(block: Block, tmp_path: Path) -> None:
+    if block.kind == "slow" and not os.environ.get("CRF_DOC_TEST_SLOW"):
+        pytest.skip("a slow doc block: set CRF_DOC_TEST_SLOW=1")
+    cwd = workdir(tmp_path / "work")
+    log = tmp_path / "output.log"  # a file, not a pipe: a server the block left behind cannot hold the test open
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            ["bash", "-e", "-o", "pipefail", "-c", block.code],
+            cwd=cwd,
+            env=block_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            code = proc.wait(timeout=TIMEOUT_S)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever the block started and left running
+            proc.wait()
+    assert code == 0, f"{block.where} exited {code}\n{block.code}\n{log.read_text()}"
+
+
+LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s#]+)(?:#[^)\s]*)?\)")
+NAMED_PAGE = re.compile(r"`(?P<target>docs/[\w./-]+\.md)`")
+
+
+def test_pages_the_docs_link_or_name_exist() -> None:
+    missing = []
+    for page in PAGES:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            targets = [(page.parent / m["target"], m["target"]) for m in LINK.finditer(line)]
+            targets += [(REPO / m["target"], m["target"]) for m in NAMED_PAGE.finditer(line)]
+            missing += [
+                f"{page.relative_to(REPO)}:{number}: {name}"
+                for path, name in targets
+                if not re.match(r"[a-z]+:", name) and not path.exists()
+            ]
+    assert missing == []
