@@ -6,8 +6,8 @@ block that cannot run here carries an HTML comment on the line before its fence:
 
 - ``<!-- doc-test: skip (REASON) -->``: needs what this machine lacks (a GPU, a prime-rl checkout, Docker, a paid
   API, the network);
-- ``<!-- doc-test: pending (REASON) -->``: uses a command that is being renamed; it is turned on once it settles;
-- ``<!-- doc-test: slow -->``: runs only with ``CRF_DOC_TEST_SLOW=1``.
+- ``<!-- doc-test: slow -->``: takes a minute (it fetches a PyPI package or runs an environment); it runs by default
+  with pytest's ``slow`` mark (``-m 'not slow'`` leaves it out).
 
 A block that needs a model starts one with ``crf-prime loopback serve`` itself, as a reader would.
 """
@@ -31,7 +31,7 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 INPUTS = ("configs", "tests", "environments")
 """Checkout directories a block may read by relative path, as from the checkout's root."""
 TIMEOUT_S = 300
-MARK = re.compile(r"^<!--\s*doc-test:\s*(?P<kind>skip|pending|slow)\s*(?:\((?P<reason>[^()]+)\))?\s*-->$")
+MARK = re.compile(r"^<!--\s*doc-test:\s*(?P<kind>skip|slow)\s*(?:\((?P<reason>[^()]+)\))?\s*-->$")
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
 
 
@@ -43,7 +43,7 @@ class Block:
     """``page:line`` of the opening fence."""
     code: str
     kind: str
-    """``run``, ``skip``, ``pending`` or ``slow``."""
+    """``run``, ``skip`` or ``slow``."""
     reason: str = ""
 
 
@@ -87,7 +87,11 @@ def all_blocks() -> list[Block]:
 
 
 BLOCKS = all_blocks()
-RUNNABLE = [b for b in BLOCKS if b.kind in ("run", "slow")]
+RUNNABLE = [
+    pytest.param(b, id=b.where, marks=[pytest.mark.slow] if b.kind == "slow" else [])
+    for b in BLOCKS
+    if b.kind != "skip"
+]
 
 
 def test_parser_reads_marks_indentation_and_other_fences() -> None:
@@ -137,10 +141,8 @@ def block_env() -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("block", RUNNABLE, ids=[b.where for b in RUNNABLE])
+@pytest.mark.parametrize("block", RUNNABLE)
 def test_block_runs(block: Block, tmp_path: Path) -> None:
-    if block.kind == "slow" and not os.environ.get("CRF_DOC_TEST_SLOW"):
-        pytest.skip("a slow doc block: set CRF_DOC_TEST_SLOW=1")
     cwd = workdir(tmp_path / "work")
     log = tmp_path / "output.log"  # a file, not a pipe: a server the block left behind cannot hold the test open
     with open(log, "w") as out:
