@@ -9,11 +9,14 @@ handled here, once: one line on stderr and the error's exit code.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
+import signal
 import sys
+import threading
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from crf_prime.errors import CrfError, ExitCode
 
@@ -89,19 +92,51 @@ def parse(name: str, args: list[str]) -> object:
     return config if argv is None else config.model_copy(update={"argv": argv})
 
 
+def config_files(args: Sequence[str]) -> list[str]:
+    """The files an argument list loads (``@ a.toml``, ``@a.toml``, ``--pool @ pool.toml``): named in a config error,
+    since a field's value may come from any of them."""
+    files = []
+    for i, arg in enumerate(args):
+        if arg == "@" and i + 1 < len(args):
+            files.append(args[i + 1])
+        elif arg.startswith("@") and len(arg) > 1:
+            files.append(arg[1:])
+    return files
+
+
 def run(name: str, args: list[str]) -> int:
     """Parse and run one command; every user-facing error becomes one stderr line and its exit code."""
     from pydantic_config import ConfigFileError
 
     try:
         config = parse(name, args)
-        return int(load(COMMANDS[name])(config) or 0)
+        with sigterm_interrupts():
+            return int(load(COMMANDS[name])(config) or 0)
     except ConfigFileError as e:
-        return fail(name, e.message, ExitCode.BAD_INPUT)
+        files = config_files(args)
+        return fail(name, e.message + (f" (config: {', '.join(files)})" if files else ""), ExitCode.BAD_INPUT)
     except CrfError as e:
         return fail(name, str(e), e.exit_code)
     except KeyboardInterrupt:
         return fail(name, "interrupted", ExitCode.INTERRUPTED)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM behaves like Ctrl-C: every ``finally`` runs (temp outputs, staging trees and boxes are removed) and the
+    command exits 130."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def fail(name: str, message: str, code: int) -> int:

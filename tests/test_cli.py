@@ -71,6 +71,11 @@ def test_bad_flag_and_bad_toml_are_bad_input(tmp_path, capsys) -> None:
     bad.write_text("runs = [\n")
     assert cli.main(["report", "@", str(bad)]) == 2
     assert str(bad) in capsys.readouterr().err
+    good = tmp_path / "good.toml"
+    good.write_text('runs = ["a"]\nout = "o"\nn_boot = -1\n')
+    assert cli.main(["report", "@", str(good)]) == 2
+    err = capsys.readouterr().err
+    assert "--n-boot: Input should be greater than or equal to 100" in err and f"(config: {good})" in err
 
 
 def test_toml_and_flags_share_names(tmp_path) -> None:

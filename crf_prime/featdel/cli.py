@@ -7,10 +7,7 @@ the library's fields are one declaration. Progress goes to stderr: a live bar on
 
 from __future__ import annotations
 
-import functools
-import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,28 +36,6 @@ class ValidateConfig(GradingSandbox, BaseConfig):
     """Task directory written by ``crf-prime featdel generate`` (holds tasks.jsonl)."""
     workers: Annotated[int, Field(ge=0)] = 0
     """Parallel validations; 0 = number of CPU cores."""
-
-
-def exit_on_sigterm(command: Callable[[C], int]) -> Callable[[C], int]:
-    """Run ``command`` with SIGTERM raising KeyboardInterrupt, as Ctrl-C does: every ``finally`` runs, so the
-    temporary trees (``crf-featdel-*`` in $TMPDIR, the staging directory beside ``out``) and sandbox boxes are removed
-    on kill too, and the command exits 130 (docs/cli.md)."""
-
-    @functools.wraps(command)
-    def wrapped(config: C) -> int:
-        if threading.current_thread() is not threading.main_thread():
-            return command(config)
-
-        def stop(signum: int, _frame: object) -> None:
-            raise KeyboardInterrupt(f"signal {signum}")
-
-        previous = signal.signal(signal.SIGTERM, stop)
-        try:
-            return command(config)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-
-    return wrapped
 
 
 @contextmanager
@@ -96,7 +71,6 @@ def progress_lines(prog: str) -> Iterator[ProgressFn]:
         yield bar
 
 
-@exit_on_sigterm
 def generate(config: GenerateConfig) -> int:
     """Generate validated 're-implement the deleted feature' tasks (tasks.jsonl + base archive + summary.json)."""
     from rich.console import Console
@@ -136,7 +110,6 @@ def generate(config: GenerateConfig) -> int:
     return 0
 
 
-@exit_on_sigterm
 def validate(config: ValidateConfig) -> int:
     """Re-check a generated task directory (exit 1 if any task is invalid)."""
     from rich.console import Console

@@ -4,8 +4,6 @@ SWE-Gym, verifiers) to TraceState JSONL."""
 from __future__ import annotations
 
 import contextlib
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -61,56 +59,31 @@ def run(config: IngestConfig) -> int:
         "max_observation_chars": config.max_observation_chars or None,
         "max_context_chars": config.max_context_chars or None,
     }
-    with _cleanup_on_signals():
-        files = expand_paths(config.paths)
-        input_bytes = sum(p.stat().st_size for p in files)
-        with _progress(console, "sizing", input_bytes, config.progress_every) as on_read:
-            sizing = IngestReport(on_read=on_read)
-            n_states, chars = estimate_output(files, spec, report=sizing, **options)
-        if n_states == 0:
-            read_as = ", ".join(f"{fmt}: {n}" for fmt, n in sorted(sizing.formats.items()))
-            skipped = ", ".join(f"{why}: {n}" for why, n in sizing.skipped.most_common(3))
-            raise NothingProduced(
-                f"0 states from {len(files)} file(s) read as {read_as} ({sizing.records} records; skipped {skipped or '-'})"
-                f"; nothing written to {config.out}. Is --format right?"
-            )
-        console.print(
-            f"ingest: will write {n_states} states, about {_mb(chars)} (input {_mb(input_bytes)})"
-            + ("" if config.max_context_chars else "; cap each state's context with --max-context-chars"),
-            soft_wrap=True,
+    files = expand_paths(config.paths)
+    input_bytes = sum(p.stat().st_size for p in files)
+    with _progress(console, "sizing", input_bytes, config.progress_every) as on_read:
+        sizing = IngestReport(on_read=on_read)
+        n_states, chars = estimate_output(files, spec, report=sizing, **options)
+    if n_states == 0:
+        read_as = ", ".join(f"{fmt}: {n}" for fmt, n in sorted(sizing.formats.items()))
+        skipped = ", ".join(f"{why}: {n}" for why, n in sizing.skipped.most_common(3))
+        raise NothingProduced(
+            f"0 states from {len(files)} file(s) read as {read_as} ({sizing.records} records; skipped {skipped or '-'})"
+            f"; nothing written to {config.out}. Is --format right?"
         )
-        with _progress(console, "ingest", input_bytes, config.progress_every) as on_read:
-            report = ingest_to_jsonl(files, config.out, spec, report=IngestReport(on_read=on_read), **options)
+    console.print(
+        f"ingest: will write {n_states} states, about {_mb(chars)} (input {_mb(input_bytes)})"
+        + ("" if config.max_context_chars else "; cap each state's context with --max-context-chars"),
+        soft_wrap=True,
+    )
+    with _progress(console, "ingest", input_bytes, config.progress_every) as on_read:
+        report = ingest_to_jsonl(files, config.out, spec, report=IngestReport(on_read=on_read), **options)
     _print_summary(console, config.out, report)
     return 0
 
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
-
-
-class _Interrupted(BaseException):
-    """Raised in the main thread by SIGTERM so ``finally`` blocks (temp-file removal) run before the exit."""
-
-
-@contextlib.contextmanager
-def _cleanup_on_signals() -> Iterator[None]:
-    """SIGTERM behaves like Ctrl-C: the hidden temp output is removed, then the process exits 128 + signal."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise _Interrupted(signum)
-
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
-        yield
-        return
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    except _Interrupted as e:
-        raise SystemExit(128 + e.args[0]) from None
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
