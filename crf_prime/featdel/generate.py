@@ -58,6 +58,7 @@ from crf_prime.featdel.source import (
     source_files,
 )
 from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env, visible_copies
+from crf_prime.outputs import output_dir
 from crf_prime.placement import GradingSandbox
 
 DEFAULT_SOURCE = "pypi:toolz==1.2.0"
@@ -570,8 +571,7 @@ def _remove_unused_replays(task_dir: Path, kept: list[FeatdelTask]) -> None:
 
 def check_out(out: Path) -> None:
     """``out`` must be absent, empty, or a task directory written before (it is replaced); checked before any work."""
-    if out.exists() and not out.is_dir():
-        raise InputError.field("out", f"{out} is a file; give a task directory (it is created or replaced)")
+    output_dir("out", out)
     if out.is_dir() and not (out / "tasks.jsonl").is_file() and any(out.iterdir()):
         raise InputError.field("out", f"{out} exists, is not empty and holds no tasks.jsonl; refusing to replace it")
 

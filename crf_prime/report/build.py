@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from crf_prime.extras import require
+from crf_prime.outputs import output_dir
 from crf_prime.report.load import ArmData, ReportInputError
 from crf_prime.report.stats import Estimate, paired_difference, pass_at_1
 
@@ -136,8 +137,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 def write_report(report: Report, arms: Sequence[ArmData], out_dir: Path) -> dict[str, Path]:
     """report.md, report.json and report.png in ``out_dir``; each file appears whole or not at all."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ReportInputError(f"out: {out_dir} is a file; the report is a directory")
+    output_dir("out", out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out_dir / "report.md", "json": out_dir / "report.json", "png": out_dir / "report.png"}
     fd, tmp_png = tempfile.mkstemp(dir=out_dir, prefix=".report.png.", suffix=".png")

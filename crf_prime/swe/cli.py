@@ -86,11 +86,10 @@ def grade(config: GradeConfig) -> int:
 
 def mini_fixture(config: FixtureConfig) -> int:
     """Write the offline mini SWE-bench (git repo + instances.jsonl) into a new or empty directory."""
+    from crf_prime.outputs import output_dir
     from crf_prime.swe.fixture import build_mini_swebench
 
-    out = config.out
-    if out.exists() and not out.is_dir():
-        raise InputError.field("out", f"{out} is a file; give a new or empty directory")
+    out = output_dir("out", config.out)
     if out.is_dir() and any(out.iterdir()):
         raise InputError.field("out", f"{out} is not empty; give a new or empty directory")
     out.mkdir(parents=True, exist_ok=True)

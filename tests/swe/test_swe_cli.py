@@ -84,6 +84,6 @@ def test_mini_fixture_out_must_be_a_directory(tmp_path: Path, capsys: pytest.Cap
     assert main(["swe", "mini-fixture", "--out", str(file)]) == 2
     assert (
         capsys.readouterr().err
-        == f"crf-prime swe mini-fixture: error: out: {file} is a file; give a new or empty directory\n"
+        == f"crf-prime swe mini-fixture: error: out: {file} is a file; this output is a directory\n"
     )
     assert file.read_text() == "x"
