@@ -253,7 +253,7 @@ def test_out_of_the_wrong_kind_is_bad_input(tmp_path: Path, capsys) -> None:
     file.write_text("x")
     assert main(["featdel", "generate", "--source", str(src), "--out", str(file)]) == 2
     assert capsys.readouterr().err == (
-        f"crf-prime featdel generate: error: out: {file} is a file; give a task directory (it is created or replaced)\n"
+        f"crf-prime featdel generate: error: out: {file} is a file; this output is a directory\n"
     )
     other = tmp_path / "other"
     (other / "keep").mkdir(parents=True)
