@@ -24,7 +24,7 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from crf_prime.featdel.models import FeatdelTask, GradeResult
-from crf_prime.hints import HintWriterConfig
+from crf_prime.hints import HintTaskConfig
 
 if TYPE_CHECKING:
     from verifiers.v1.runtimes import Runtime
@@ -45,7 +45,7 @@ class FeatureDeletionData(vf.TaskData):
     the project's dependencies, never the project), so the agent can run the visible tests."""
 
 
-class FeatureDeletionTaskConfig(vf.TaskConfig):
+class FeatureDeletionTaskConfig(vf.TaskConfig, HintTaskConfig):
     """Run-time knobs under ``--env.taskset.task.*``."""
 
     grade_timeout_s: float = 300.0
@@ -59,10 +59,6 @@ class FeatureDeletionTaskConfig(vf.TaskConfig):
     runtime, runtime otherwise."""
     runtime_python: str = "python3"
     """Interpreter (with pytest and the project's dependencies) used when grading inside the runtime."""
-    hint_writer: HintWriterConfig | None = None
-    """Have a teacher of the pool (``configs/teachers.toml``) phrase the channel-2 hint, budget-capped and journaled
-    (``[...env.taskset.task.hint_writer]``); None = the templated hint only. A failed or refused call keeps the
-    templated hint and records why in ``trace.info["hint_error"]``."""
 
 
 def _default_tasks() -> Path | None:
@@ -257,7 +253,12 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
             failing.insert(0, FailingTest(name="grader", message=f"reward hack detected: {result.hack}"))
         graded = json.loads(result.model_dump_json())
         trace.info[GRADE_KEY] = graded
-        await attach_hint_async(trace, failing_tests=failing, writer=hint_writer(self.config.hint_writer))
+        await attach_hint_async(
+            trace,
+            failing_tests=failing,
+            writer=hint_writer(self.config.hint_writer),
+            target=self.config.hint_target,
+        )
         return graded
 
     @vf.metric
