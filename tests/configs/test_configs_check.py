@@ -40,17 +40,18 @@ def test_every_ladder_arm_is_ready_to_launch(launch: Path, arm: str) -> None:
 def test_a2_mix_is_ratio_times_group_size_normalised(launch: Path) -> None:
     report = run_check(launch, *rl_args("A2"))
     mix = {s.name: (s.algo, s.ratio, s.group_size, s.share) for s in report.train}
-    assert mix == {"featdel": ("grpo", 1.0, 8, 8 / 8.5), "featdel-hints": ("opsd", 0.5, 1, 0.5 / 8.5)}
-    assert report.hint_share == 0.5 / 8.5
+    assert mix == {"featdel": ("grpo", 1.0, 8, 8 / 12), "featdel-hints": ("opsd", 4.0, 1, 4 / 12)}
+    assert report.hint_share == 4 / 12  # the third a2_hints.toml promises
 
 
 def test_a4_mix_counts_the_replay_source_at_the_orchestrator_group_size(launch: Path) -> None:
     report = run_check(launch, *rl_args("A4"))
     assert [(s.name, s.share) for s in report.train] == [
-        ("featdel", 8 / 12.5),
-        ("featdel-hints", 0.5 / 12.5),
-        ("replay", 4 / 12.5),
+        ("featdel", 8 / 18),
+        ("featdel-hints", 6 / 18),
+        ("replay", 4 / 18),
     ]
+    assert report.hint_share == 6 / 18  # the third a4_all.toml promises
 
 
 def test_cli_string_kwarg_is_coerced_and_reported(launch: Path) -> None:
