@@ -24,19 +24,14 @@ def _get(obj: Any, key: str) -> Any:
     return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
 
 
-def _producer(index: int, nodes: Sequence[Any], messages: Sequence[Msg], by_call: dict[str, int]) -> int | None:
-    """The assistant turn behind message ``index``: itself, the turn whose call it answers, or its nearest sampled
-    ancestor."""
-    msg = messages[index]
-    if msg.role == "assistant":
-        return index
-    if msg.tool_call_id and msg.tool_call_id in by_call:
-        return by_call[msg.tool_call_id]
-    parent = _get(nodes[index], "parent") if index < len(nodes) else index - 1
-    while parent is not None and parent >= 0:
-        if messages[parent].role == "assistant":
-            return parent
-        parent = _get(nodes[parent], "parent") if parent < len(nodes) else parent - 1
+def _producer(index: int, nodes: Sequence[Any], messages: Sequence[Msg]) -> int | None:
+    """The assistant turn behind message ``index``: itself, else its nearest assistant ancestor (a tool result's
+    ancestors lead back to the turn that made the call; tool-call ids alone are not unique across turns)."""
+    current: int | None = index
+    while current is not None and current >= 0:
+        if messages[current].role == "assistant":
+            return current
+        current = _get(nodes[current], "parent") if current < len(nodes) else current - 1
     return None
 
 
@@ -50,23 +45,21 @@ def error_turns(trace: Any, sites: Iterable[ErrorSite], *, edit_tools: Sequence[
     nodes = _get(trace, "nodes") or []
     messages = episode_messages(trace)
     sampled = [i for i, node in enumerate(nodes) if any(_get(node, "mask") or ())]
-    by_call = {call[0]: i for i, m in enumerate(messages) if m.role == "assistant" for call in m.tool_calls}
     sites = list(sites)
     turns: set[int] = set()
-    failed_calls: set[str] = set()
+    failed_calls: set[tuple[int, str]] = set()  # (turn, tool_call_id) of calls whose result is an error site
     for site in sites:
-        if site.index < 0:
+        if site.index < 0 or (turn := _producer(site.index, nodes, messages)) is None:
             continue
+        turns.add(turn)
         if messages[site.index].role == "tool":
-            failed_calls.add(messages[site.index].tool_call_id or "")
-        if (turn := _producer(site.index, nodes, messages, by_call)) is not None:
-            turns.add(turn)
+            failed_calls.add((turn, messages[site.index].tool_call_id or ""))
     if any(site.kind == "failing_test" for site in sites):
         edits = {
             i
             for i, m in enumerate(messages)
             if m.role == "assistant"
-            and any(name in edit_tools and call_id not in failed_calls for call_id, name, _ in m.tool_calls)
+            and any(name in edit_tools and (i, call_id) not in failed_calls for call_id, name, _ in m.tool_calls)
         }
         turns |= edits or turns or set(sampled[-1:])
     return sorted(turns & set(sampled))

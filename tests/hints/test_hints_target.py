@@ -51,7 +51,7 @@ class Builder:
 
     def turn(self, calls: list[tuple[str, str, str]], completion: int = 5, content: str | None = None) -> int:
         """An assistant turn with ``(name, arguments, result)`` calls; returns its node index."""
-        ids = [f"c{self.next_token}-{k}" for k in range(len(calls))]
+        ids = [f"call_{k}" for k in range(len(calls))]  # per turn, as verifiers' renderer client numbers them
         msg = AssistantMessage(
             content=content,
             tool_calls=[ToolCall(id=i, name=n, arguments=a) for i, (n, a, _) in zip(ids, calls, strict=True)] or None,
