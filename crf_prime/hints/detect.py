@@ -218,6 +218,7 @@ def detect_error_sites(
                 sites.append(ErrorSite(kind="invalid_json", index=i, detail=DROPPED_CALL))
             for call_id, name, raw in msg.tool_calls:
                 calls[call_id] = (i, name, raw)
+                flagged_calls.discard(call_id)  # ids repeat across turns (verifiers' renderer client: call_0, ...)
                 site = _check_call(i, name, raw, tools)
                 if site is not None:
                     sites.append(site)

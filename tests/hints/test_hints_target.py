@@ -6,60 +6,11 @@ from __future__ import annotations
 
 import pytest
 import verifiers.v1 as vf
-from verifiers.v1.configs.agent import AgentConfig
-from verifiers.v1.trace import AgentInfo, TraceTask
-from verifiers.v1.types import AssistantMessage, Tool, ToolCall, ToolMessage, UserMessage
+from planted_sites import EDIT_ARGS, Builder
 
 from crf_prime.hints import TURNS_KEY, FailingTest, analyse, attach_hint, error_turns
 
-BASH = Tool(name="bash", description="Run a shell command", parameters={"type": "object"})
-EDIT = Tool(name="edit", description="Replace text in a file", parameters={"type": "object"})
-SUBMIT = Tool(name="submit", description="Submit the work", parameters={"type": "object"})
 TB = "Traceback (most recent call last):\n  File \"/w/app.py\", line 7, in <module>\n    main()\nKeyError: 'user'\n"
-SCAFFOLD = 2
-"""Generation-prompt tokens leading each assistant node (not sampled)."""
-
-
-class Builder:
-    """A trace built turn by turn, each node with token ids, the trainable mask and logprobs as verifiers lays them
-    out (``graph._commit_turn``): input nodes all False, assistant nodes scaffold False + completion True."""
-
-    def __init__(self) -> None:
-        self.trace = vf.Trace(
-            task=TraceTask(type="T", data=vf.TaskData(prompt="fix it")), agent=AgentInfo(config=AgentConfig())
-        )
-        self.trace.tools = [BASH, EDIT, SUBMIT]
-        self.next_token = 100
-        self._add(UserMessage(content="fix it"), 4)
-
-    def _tokens(self, n: int) -> list[int]:
-        self.next_token += n
-        return list(range(self.next_token - n, self.next_token))
-
-    def _add(self, message, n: int, sampled: int = 0) -> int:
-        parent = len(self.trace.nodes) - 1 if self.trace.nodes else None
-        node = vf.MessageNode(
-            parent=parent,
-            message=message,
-            sampled=bool(sampled),
-            token_ids=self._tokens(n + sampled),
-            mask=[False] * n + [True] * sampled,
-            logprobs=[-0.01 * (self.next_token - k) for k in range(sampled)],
-        )
-        self.trace.nodes.append(node)
-        return len(self.trace.nodes) - 1
-
-    def turn(self, calls: list[tuple[str, str, str]], completion: int = 5, content: str | None = None) -> int:
-        """An assistant turn with ``(name, arguments, result)`` calls; returns its node index."""
-        ids = [f"call_{k}" for k in range(len(calls))]  # per turn, as verifiers' renderer client numbers them
-        msg = AssistantMessage(
-            content=content,
-            tool_calls=[ToolCall(id=i, name=n, arguments=a) for i, (n, a, _) in zip(ids, calls, strict=True)] or None,
-        )
-        index = self._add(msg, SCAFFOLD, completion)
-        for i, (name, _, result) in zip(ids, calls, strict=True):
-            self._add(ToolMessage(tool_call_id=i, content=result, name=name), 3)
-        return index
 
 
 def sampled_positions(trace: vf.Trace) -> list[int]:
@@ -112,14 +63,15 @@ def test_episode_target_leaves_the_trace_alone():
 
 def test_failing_tests_land_on_the_successful_edit_turns():
     b = Builder()
-    b.turn([("edit", '{"path": "a.py"}', "error: old_str not found in a.py")])
-    good_edit = b.turn([("edit", '{"path": "a.py"}', "edited a.py")])
+    b.turn([("edit", EDIT_ARGS, "error: old_str not found in a.py")])
+    good_edit = b.turn([("edit", EDIT_ARGS, "edited a.py")])
     run = b.turn([("bash", '{"command": "pytest -q"}', "1 failed\nexit code: 1")])
     b.turn([("submit", "{}", "submitted")])
     failing = [FailingTest(name="tests/test_a.py::test_x", message="E assert None == 3")]
     attach_hint(b.trace, failing_tests=failing, target="error_turns")
     failed_edit = 1
-    # the failed edit (its own tool error), the edit that produced the failing code, the failing test run
+    # the failed edit (its own tool error), the edit that produced the failing code, the failing test run (its call
+    # id is the refused edit's, call_0: a flagged call of one turn does not hide another turn's error)
     assert b.trace.info[TURNS_KEY] == [failed_edit, good_edit, run]
     expected = [pos for i in (failed_edit, good_edit, run) for pos in node_positions(b.trace, i)]
     assert sampled_positions(b.trace) == expected
