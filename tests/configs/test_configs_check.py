@@ -201,3 +201,24 @@ def test_prime_rl_required_but_absent_is_a_problem(launch: Path, monkeypatch: py
     report = check(A1, CheckConfig(base_dir=launch, prime_rl="auto"))
     assert report.ok and report.rl_config == "skipped"
     assert any(note.startswith("RLConfig not validated: prime-rl is not importable") for note in report.notes)
+
+
+def test_check_prints_the_hint_share_and_the_distilled_share(launch: Path) -> None:
+    from rich.console import Console
+
+    from crf_prime.check.report import print_report
+
+    console = Console(record=True, width=200)
+    print_report(run_check(launch, *rl_args("A2")), console)
+    text = console.export_text()
+    assert "hint-distilled samples (algo opsd): 33.3% of each step's rollouts\n" in text
+    assert "share of trainer samples for an error-site rate p: 33.3% at p = 1, 20.0% at p = 0.5\n" in text
+
+
+def test_distilled_share_is_rho_p_over_rho_p_plus_the_rest_shipped() -> None:
+    from crf_prime.check.mix import distilled_share
+
+    assert distilled_share(1 / 3, 1.0) == pytest.approx(1 / 3)
+    assert distilled_share(1 / 3, 0.5) == pytest.approx(0.2)
+    assert distilled_share(0.5, 0.8, kept=0.5) == pytest.approx(0.4 / 0.65)
+    assert distilled_share(0.0, 1.0) == 0.0
