@@ -262,6 +262,13 @@ def _checks(report: dict) -> list[str]:
     return failed
 
 
+def _median_max(values: list[int]) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{ordered[len(ordered) // 2]}, {ordered[-1]}"
+
+
 def print_report(reports: list[dict], total_s: float) -> bool:
     ok = True
     for report in reports:
@@ -272,6 +279,7 @@ def print_report(reports: list[dict], total_s: float) -> bool:
             header += (
                 " | hint rollouts finished (with error site) | hint-distilled samples | expected at p, q"
                 " | distilled tokens in error turns | empty hints | ref≠sampling tokens"
+                " | distilled turns | tokens between hint and turn (median, max)"
             )
         header += " | replay rewards" if any("replay" in r["sources"] for r in report["steps"]) else ""
         print(header)
@@ -306,6 +314,8 @@ def print_report(reports: list[dict], total_s: float) -> bool:
                     + (f" ({d['tokens_unattributed']} unattributed)" if d.get("tokens_unattributed") else ""),
                     f"{row['hints']['empty']}/{row['hints']['samples']}",
                     str(d.get("ref_differs_from_inference", 0)),
+                    str(d.get("turns", 0)),
+                    _median_max(d.get("hint_distances", [])),
                 ]
             if "replay" in src:
                 cells.append(" ".join(f"{x:g}" for x in src["replay"]["rewards"]))
