@@ -20,7 +20,7 @@ from crf_prime.hints import FailingTest, analyse, build_hint, error_turns
 
 BASH = Tool(
     name="bash",
-    description="Run a shell command",
+    description="Run a shell command",  # required at the verifiers commit prime-rl pins
     parameters={
         "type": "object",
         "properties": {"command": {"type": "string"}},
