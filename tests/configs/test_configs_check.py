@@ -222,3 +222,18 @@ def test_distilled_share_is_rho_p_over_rho_p_plus_the_rest_shipped() -> None:
     assert distilled_share(1 / 3, 0.5) == pytest.approx(0.2)
     assert distilled_share(0.5, 0.8, kept=0.5) == pytest.approx(0.4 / 0.65)
     assert distilled_share(0.0, 1.0) == 0.0
+
+
+def test_hint_target_that_does_not_match_the_algorithm_is_noted(launch: Path) -> None:
+    assert not [n for n in run_check(launch, *rl_args("A2")).notes if "hint_target" in n]
+    field = "orchestrator.train.source[{}].env.taskset.task.hint_target"
+    overlay = launch / "a2_episode.toml"
+    overlay.write_text(
+        (LADDER / "a2_hints.toml").read_text().replace('hint_target = "error_turns"', 'hint_target = "episode"')
+    )
+    episode = run_check(launch, *rl_args("A2")[:-2], "@", str(overlay))
+    opsd_note = (
+        f"{field.format(1)}: 'episode' on an opsd source distils every turn, and episodes without an error site under "
+        "an empty hint; 'error_turns' distils the error turns only (docs/running.md)"
+    )
+    assert [n for n in episode.notes if "hint_target" in n] == [opsd_note]
