@@ -217,6 +217,7 @@ def arm_report(run_dir: Path, steps: int, sources: list[str], hint_sources: list
         "sources": sources,
         "hint_sources": hint_sources,
         "configured_hint_share": configured_share(orch) if hint_sources else 0.0,
+        "batch_size": orch.get("batch_size") or 0,
         "detector": detector_scores(run_dir, steps),
     }
 
@@ -262,6 +263,35 @@ def _checks(report: dict) -> list[str]:
     return failed
 
 
+SHARE_KEYS = ("hint_done", "all_done", "with_site", "distilled", "samples", "batch")
+
+
+def share_counts(report: dict, row: dict) -> dict[str, int]:
+    """One step's counts behind the hint share: rollouts finished (hint source / all), hint rollouts with an error
+    site, hint-distilled trainer samples, trainer samples, and the batch size they were cut from."""
+    done = row["finished"]["rollouts"]
+    samples = (row["trainer"] or {}).get("samples_per_source", {})
+    return {
+        "hint_done": sum(done.get(s, 0) for s in report["hint_sources"]),
+        "all_done": sum(done.values()),
+        "with_site": row["finished"]["hint_with_error_site"],
+        "distilled": ((row["trainer"] or {}).get("distill") or {}).get("samples", 0),
+        "samples": sum(samples.values()),
+        "batch": report["batch_size"],
+    }
+
+
+def _expected(report: dict, m: dict[str, int], rho: float | None = None) -> str:
+    """ρp/(ρp+(1-ρ)q) from ρ (default: the configured one), the measured p and q (the batch is cut before the
+    zero-advantage filter: its other traces are batch − distilled, of which samples − distilled reached the
+    trainer)."""
+    rho = report["configured_hint_share"] if rho is None else rho
+    p = m["with_site"] / m["hint_done"] if m["hint_done"] else 0.0
+    others = m["batch"] - m["distilled"]
+    q = (m["samples"] - m["distilled"]) / others if others > 0 else 1.0
+    return f"ρ={rho:.2f} p={p:.2f} q={q:.2f}: {distilled_share(rho, p, q):.0%}"
+
+
 def _median_max(values: list[int]) -> str:
     if not values:
         return "-"
@@ -277,7 +307,7 @@ def print_report(reports: list[dict], total_s: float) -> bool:
         header = "step | rollouts per source | mean reward per source | reward = grader | loss | finite"
         if report["hint_sources"]:
             header += (
-                " | hint rollouts finished (with error site) | hint-distilled samples | expected at p, q"
+                " | hint rollouts finished (with error site) | hint-distilled samples | expected (ρp/(ρp+(1-ρ)q))"
                 " | distilled tokens in error turns | empty hints | ref≠sampling tokens"
                 " | distilled turns | tokens between hint and turn (median, max)"
             )
@@ -295,21 +325,13 @@ def print_report(reports: list[dict], total_s: float) -> bool:
                 str(t.get("finite")),
             ]
             if report["hint_sources"]:
-                samples = t.get("samples_per_source", {})
-                total = sum(samples.values()) or 1
                 d = t.get("distill", {})
-                distilled = d.get("samples", 0)
                 inside = d.get("tokens_in_error_turns", 0)
-                done = row["finished"]["rollouts"]
-                hint_done = sum(done.get(s, 0) for s in report["hint_sources"])
-                other_done = sum(n for s, n in done.items() if s not in report["hint_sources"])
-                p = row["finished"]["hint_with_error_site"] / hint_done if hint_done else 0.0
-                q = (total - distilled) / other_done if other_done else 1.0
-                expected = distilled_share(report["configured_hint_share"], p, min(q, 1.0))
+                m = share_counts(report, row)
                 cells += [
-                    f"{hint_done}/{hint_done + other_done} ({row['finished']['hint_with_error_site']})",
-                    f"{distilled}/{total} = {distilled / total:.0%}",
-                    f"p={p:.2f} q={min(q, 1.0):.2f}: {expected:.0%}",
+                    f"{m['hint_done']}/{m['all_done']} ({m['with_site']})",
+                    f"{m['distilled']}/{m['samples']} = {m['distilled'] / max(m['samples'], 1):.0%}",
+                    _expected(report, m),
                     f"{inside}/{d.get('tokens', 0)} = {inside / max(d.get('tokens', 0), 1):.0%}"
                     + (f" ({d['tokens_unattributed']} unattributed)" if d.get("tokens_unattributed") else ""),
                     f"{row['hints']['empty']}/{row['hints']['samples']}",
@@ -321,11 +343,21 @@ def print_report(reports: list[dict], total_s: float) -> bool:
                 cells.append(" ".join(f"{x:g}" for x in src["replay"]["rewards"]))
             print(" | ".join(cells))
         if report["hint_sources"]:
+            rho = report["configured_hint_share"]
+            m = {k: sum(share_counts(report, row)[k] for row in report["steps"]) for k in SHARE_KEYS}
+            m["batch"] = report["batch_size"] * len(report["steps"])
             print(
-                f"configured share of rollouts from the hint source (ratio·group_size normalised): "
-                f"{report['configured_hint_share']:.1%}; a hint rollout without an error site yields no sample, so the "
-                "distilled share of samples is ρp/(ρp+(1-ρ)q), p = hint rollouts with an error site, q = other "
-                "rollouts shipped"
+                f"configured share of rollouts from the hint source (ratio·group_size normalised): ρ = {rho:.1%}; "
+                "a hint rollout without an error site yields no sample, so the expected hint-distilled share of "
+                "samples is ρp/(ρp+(1-ρ)q): p = hint rollouts with an error site, q = other samples left after "
+                "prime-rl's zero-advantage filter"
+            )
+            print(
+                f"all {len(report['steps'])} steps: hint rollouts {m['hint_done']}/{m['all_done']} = "
+                f"{m['hint_done'] / max(m['all_done'], 1):.0%} of the rollouts finished (configured {rho:.0%}); "
+                f"hint-distilled samples {m['distilled']}/{m['samples']} = {m['distilled'] / max(m['samples'], 1):.0%}"
+                f"; expected {_expected(report, m)}, at the drawn share "
+                f"{_expected(report, m, m['hint_done'] / max(m['all_done'], 1))}"
             )
             print(
                 f"opsd scoring calls to the inference server: {report['scoring_calls']}, of which "
