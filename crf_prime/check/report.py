@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from crf_prime.check.mix import distilled_share
 from crf_prime.check.models import CheckReport
 
 
@@ -24,7 +25,16 @@ def print_report(report: CheckReport, console: Console | None = None) -> None:
     console = console or Console(soft_wrap=True)
     if report.train:
         console.print(mix_table(report))
-        console.print(f"hint-distilled samples (algo opsd): {report.hint_share:.1%} of each step's rollouts")
+        console.print(
+            f"hint-distilled samples (algo opsd): {report.hint_share:.1%} of each step's rollouts", markup=False
+        )
+        if report.hint_share:
+            rates = ", ".join(f"{distilled_share(report.hint_share, p):.1%} at p = {p:g}" for p in (1.0, 0.5))
+            console.print(
+                f"  a hint rollout without an error site yields no sample; share of trainer samples for an error-site "
+                f"rate p: {rates}",
+                markup=False,
+            )
     if report.eval:
         console.print(f"eval sources: {', '.join(report.eval)}")
     console.print(f"prime-rl RLConfig: {report.rl_config}")

@@ -10,7 +10,7 @@ from crf_prime.check.loss import check_loss
 from crf_prime.check.mix import channel_mix
 from crf_prime.check.models import CheckConfig, CheckReport, Problem
 from crf_prime.check.prime_rl import absolute_files, import_rl_config, parse_rl_config, sources_of
-from crf_prime.check.sources import check_sources, source_tables
+from crf_prime.check.sources import check_sources, hint_target_notes, source_tables
 
 DEFAULT_ALGO = "grpo"
 """prime-rl's default ``orchestrator.algo.type``."""
@@ -28,6 +28,7 @@ def check(args: Sequence[str], config: CheckConfig = CheckConfig()) -> CheckRepo
     problems, notes = check_loss(composed)
     report.problems += problems
     report.notes += notes
+    report.notes += hint_target_notes(composed)  # before check_sources: verifiers' validation rewrites env tables
     report.problems += check_sources(composed, config.base_dir)
     sources = sources_of(validated) if validated is not None else _raw_sources(composed, report)
     if sources:

@@ -106,3 +106,26 @@ def check_hint_writer(key: str, writer: Any, base_dir: Path) -> list[Problem]:
     if writer.name not in names:
         return [Problem(key=f"{key}.name", message=f"{writer.name!r} is not a teacher of {writer.teachers} ({names})")]
     return []
+
+
+def hint_target_notes(config: dict[str, Any]) -> list[str]:
+    """Train sources whose ``task.hint_target`` does not match their algorithm: an opsd source that distils whole
+    episodes (clean ones under an empty hint), or another source that trains only error turns."""
+    default_algo = (_table(_table(config.get("orchestrator")).get("algo"))).get("type", "grpo")
+    tables, _ = source_tables(config)
+    notes = []
+    for key, source in tables:
+        if not key.startswith("orchestrator.train."):
+            continue
+        task = _table(_table(_table(source.get("env")).get("taskset")).get("task"))
+        target = task.get("hint_target", "episode")
+        algo = _table(source.get("algo")).get("type", default_algo)
+        field = f"{key}.env.taskset.task.hint_target"
+        if algo == "opsd" and target != "error_turns":
+            notes.append(
+                f"{field}: {target!r} on an opsd source distils every turn, and episodes without an error site under "
+                "an empty hint; 'error_turns' distils the error turns only (docs/running.md)"
+            )
+        elif algo != "opsd" and target == "error_turns":
+            notes.append(f"{field}: 'error_turns' on a {algo} source trains only the turns that produced an error site")
+    return notes

@@ -1,7 +1,8 @@
 """The one call environments make after scoring: analyse the episode and store the hint in ``trace.info["hint"]``.
 
 prime-rl's ``opsd`` algorithm reads ``trace.info[demo_key]`` and raises when it is missing, so the key is always
-written, as an empty string when there is nothing to say (opsd then scores the branch under an empty system block).
+written, as an empty string when there is nothing to say. On the hint source (``target="error_turns"``) only the error
+turns stay trainable, so an episode with nothing to say yields no sample at all.
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from crf_prime.hints.detect import detect_error_sites, episode_messages, episode_tools, tool_specs
-from crf_prime.hints.models import ErrorSite, FailingTest
+from crf_prime.hints.models import ErrorSite, FailingTest, HintTarget
+from crf_prime.hints.target import error_turns, keep_turns
 from crf_prime.hints.templates import MAX_CHARS, render_hint
 
 HINT_KEY = "hint"
 """``trace.info`` key; configs/ladder sets ``demo_key = "hint"`` to match."""
 SITES_KEY = "hint_sites"
 """``trace.info`` key holding the detected error sites (list of dicts) for analysis and the LLM writer."""
+TURNS_KEY = "hint_turns"
+"""``trace.info`` key holding the node indices of the turns left trainable (``hint_target = "error_turns"`` only)."""
 MAX_STORED_SITES = 32
 """Error sites kept in ``trace.info`` (it rides along every rollout record); the hint itself uses all of them."""
 
@@ -61,17 +65,36 @@ def attach_hint(
     failing_tests: Sequence[FailingTest] = (),
     tools: Sequence[str] | None = None,
     max_chars: int = MAX_CHARS,
+    target: HintTarget = "episode",
 ) -> str:
     """Write the episode's hint (possibly ``""``) into ``trace.info["hint"]`` and return it.
 
     ``trace`` is a verifiers v1 ``Trace`` (or a trace record dict); ``failing_tests`` are the tests that failed when the
-    environment scored it; ``tools`` overrides the tool names the agent was offered (default: ``trace.tools``).
+    environment scored it; ``tools`` overrides the tool names the agent was offered (default: ``trace.tools``);
+    ``target="error_turns"`` keeps only the error turns trainable (``crf_prime.hints.target``).
     """
     hint, sites = build_hint(trace, failing_tests=failing_tests, tools=tools, max_chars=max_chars)
-    info = trace["info"] if isinstance(trace, dict) else trace.info
-    if isinstance(trace, dict) and info is None:
-        info = trace["info"] = {}
-    info[HINT_KEY] = hint
-    info["hint_source"] = "template"
-    info[SITES_KEY] = sites_record(sites)
+    store_hint(trace, hint, sites, source="template", target=target)
     return hint
+
+
+def trace_info(trace: Any) -> dict:
+    """``trace.info`` of a ``Trace`` or a trace record dict (created on a record that has none)."""
+    if not isinstance(trace, dict):
+        return trace.info
+    if trace.get("info") is None:
+        trace["info"] = {}
+    return trace["info"]
+
+
+def store_hint(trace: Any, hint: str, sites: list[ErrorSite], *, source: str, target: HintTarget) -> None:
+    """Record the hint, where it came from and its sites on the trace; with ``error_turns`` also narrow the trainable
+    tokens to the error turns (``trace.info["hint_turns"]``: their node indices)."""
+    info = trace_info(trace)
+    info[HINT_KEY] = hint
+    info["hint_source"] = source
+    info[SITES_KEY] = sites_record(sites)
+    if target == "error_turns":
+        turns = error_turns(trace, sites)
+        keep_turns(trace, turns)
+        info[TURNS_KEY] = turns

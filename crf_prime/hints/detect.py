@@ -34,6 +34,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 MAX_DETAIL = 300
 """Characters of evidence kept per error site."""
+MIN_DROPPED_TOKENS = 3
+"""Sampled tokens of an empty turn from which it counts as a dropped tool call (more than a stop token and a
+newline)."""
+DROPPED_CALL = "the tool call could not be parsed (invalid JSON, no tool name or no closing tag) and was dropped"
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,9 @@ class Msg:
     tool_calls: tuple[tuple[str, str, str], ...] = ()  # (id, name, raw arguments)
     tool_call_id: str | None = None
     name: str | None = None
+    reasoning: str = ""
+    sampled_tokens: int = 0
+    """Tokens the model sampled for this message (its node's trainable mask); 0 when unknown or not sampled."""
 
 
 @dataclass
@@ -87,7 +94,7 @@ def _call_fields(call: Any) -> tuple[str, str, str]:
     return str(_get(call, "id", "") or ""), str(name or ""), arguments or ""
 
 
-def to_msg(message: Any) -> Msg:
+def to_msg(message: Any, sampled_tokens: int = 0) -> Msg:
     """Normalise a verifiers message model or an OpenAI-style dict."""
     calls = tuple(_call_fields(c) for c in (_get(message, "tool_calls") or ()))
     return Msg(
@@ -96,6 +103,8 @@ def to_msg(message: Any) -> Msg:
         tool_calls=calls,
         tool_call_id=_get(message, "tool_call_id"),
         name=_get(message, "name"),
+        reasoning=str(_get(message, "reasoning_content") or ""),
+        sampled_tokens=sampled_tokens,
     )
 
 
@@ -103,7 +112,7 @@ def episode_messages(trace: Any) -> list[Msg]:
     """All messages of an episode in creation order (every graph node once, so compacted-away turns count too)."""
     nodes = _get(trace, "nodes")
     if nodes:
-        return [to_msg(_get(node, "message")) for node in nodes]
+        return [to_msg(_get(node, "message"), sum(map(bool, _get(node, "mask") or ()))) for node in nodes]
     if isinstance(trace, Sequence) and not isinstance(trace, str | bytes):
         return [to_msg(m) for m in trace]
     return [to_msg(m) for m in (_get(trace, "messages") or ())]
@@ -205,8 +214,11 @@ def detect_error_sites(
 
     for i, msg in enumerate(messages):
         if msg.role == "assistant":
+            if _dropped_call(msg):
+                sites.append(ErrorSite(kind="invalid_json", index=i, detail=DROPPED_CALL))
             for call_id, name, raw in msg.tool_calls:
                 calls[call_id] = (i, name, raw)
+                flagged_calls.discard(call_id)  # ids repeat across turns (verifiers' renderer client: call_0, ...)
                 site = _check_call(i, name, raw, tools)
                 if site is not None:
                     sites.append(site)
@@ -243,6 +255,13 @@ def detect_error_sites(
                 ErrorSite(kind="repeated_failure", index=i, tool=name, arguments=condense(raw, 160), count=count)
             )
     return sites
+
+
+def _dropped_call(msg: Msg) -> bool:
+    """A sampled turn that left no text, no reasoning and no tool call: its tokens were a tool call the client could
+    not parse and dropped (verifiers' renderer client keeps only parsed calls, ``v1/clients/train.py``)."""
+    empty = not (msg.text.strip() or msg.reasoning.strip() or msg.tool_calls)
+    return empty and msg.sampled_tokens >= MIN_DROPPED_TOKENS
 
 
 def _check_result(index: int, name: str, text: str) -> ErrorSite | None:

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crf_prime.hints.attach import HINT_KEY, SITES_KEY, build_hint, sites_record
+from crf_prime.hints.attach import build_hint, store_hint, trace_info
 from crf_prime.hints.detect import condense, episode_messages
-from crf_prime.hints.models import FailingTest, HintWriterConfig
+from crf_prime.hints.models import FailingTest, HintTarget, HintWriterConfig
 from crf_prime.hints.templates import MAX_CHARS
 
 if TYPE_CHECKING:
@@ -265,6 +265,7 @@ async def attach_hint_async(
     tools: Sequence[str] | None = None,
     writer: LLMHintWriter | None = None,
     max_chars: int = MAX_CHARS,
+    target: HintTarget = "episode",
 ) -> str:
     """``attach_hint`` with an optional LLM writer; without one it stores exactly the templated hint.
 
@@ -272,9 +273,7 @@ async def attach_hint_async(
     (paid now), or ``hint_error`` when the templated hint was kept.
     """
     hint, sites = build_hint(trace, failing_tests=failing_tests, tools=tools, max_chars=max_chars)
-    info = trace["info"] if isinstance(trace, dict) else trace.info
-    if isinstance(trace, dict) and info is None:
-        info = trace["info"] = {}
+    info = trace_info(trace)
     source = "template"
     if writer is not None and sites:
         reply = await writer.write(trace, hint)
@@ -285,9 +284,7 @@ async def attach_hint_async(
             hint, source = condense_lines(reply.text, max_chars), "llm"
             info["hint_cached"] = reply.cached
         info["hint_cost_usd"] = reply.cost_usd
-    info[HINT_KEY] = hint
-    info["hint_source"] = source
-    info[SITES_KEY] = sites_record(sites)
+    store_hint(trace, hint, sites, source=source, target=target)
     return hint
 
 

@@ -92,3 +92,22 @@ class HintWriterConfig(BaseModel):
     """Upper bound on generated tokens per hint (the teacher's own ``sampling.max_tokens`` if that is lower)."""
     transcript_chars: int = Field(default=4000, ge=0)
     """Characters of the end of the episode sent with the task and the error sites."""
+
+
+HintTarget = Literal["episode", "error_turns"]
+"""Which sampled turns of an episode keep their trainable tokens after the hint is attached."""
+
+
+class HintTaskConfig(BaseModel):
+    """Channel-2 settings of an environment's task config (``[...env.taskset.task]``), shared by the tasksets that
+    write hints."""
+
+    hint_writer: HintWriterConfig | None = None
+    """Have a teacher of the pool (``configs/teachers.toml``) phrase the channel-2 hint, budget-capped and journaled
+    (``[...env.taskset.task.hint_writer]``); None = the templated hint only. A failed or refused call keeps the
+    templated hint and records why in ``trace.info["hint_error"]``."""
+    hint_target: HintTarget = "episode"
+    """``"episode"`` leaves the trace's trainable tokens alone (every source that is not the hint source).
+    ``"error_turns"`` keeps them only on the assistant turns that produced an error site, so prime-rl's opsd distils
+    those turns and nothing else, and an episode without an error site keeps none and yields no trainer sample. Set it
+    on the opsd source only."""

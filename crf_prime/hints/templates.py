@@ -55,6 +55,11 @@ def _line(site: ErrorSite, tools: Mapping[str, ToolSpec] | None) -> str:
                 names = ", ".join(f"`{n}`" for n in sorted(tools))
                 return f"Reminder: the available tools are {names}; {tool} is not one of them."
             return f"{tool} is not an available tool; call only the tools listed in the prompt."
+        case "invalid_json" if site.tool is None:
+            return (
+                "Your tool call could not be parsed and was dropped: write each call as one JSON object with "
+                "the tool's name and its arguments, inside the tool-call tags."
+            )
         case "invalid_json":
             why = f" ({site.detail})" if site.detail else ""
             return f"Tool arguments must be one valid JSON object; your call to {tool} was not{why}."

@@ -16,6 +16,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from crf_prime.check.mix import distilled_share
+
 _GRADES: dict[str, float] = {}
 PLANTED_AS: dict[str, set[str]] = {
     "traceback": {"traceback"},
@@ -82,9 +84,37 @@ def detector_scores(run_dir: Path, steps: int) -> dict[str, dict[str, int]]:
     return scores
 
 
-def _episodes(run_dir: Path, step: int) -> list[dict]:
-    path = run_dir / "rollouts" / f"step_{step}" / "train" / "effective" / "traces.jsonl"
+def _episodes(run_dir: Path, step: int, which: str = "effective") -> list[dict]:
+    """Episodes of step N: ``effective`` = those of its training batch, ``all`` = every episode finished for it."""
+    path = run_dir / "rollouts" / f"step_{step}" / "train" / which / "traces.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def finished(run_dir: Path, step: int, hint_sources: list[str]) -> dict:
+    """Rollouts finished for step N per source, and the hint rollouts among them that kept error turns to distil."""
+    per_source: dict[str, int] = {}
+    with_site = 0
+    for episode in _episodes(run_dir, step, "all"):
+        for trace in episode["traces"]:
+            source = episode["env"]["name"]
+            per_source[source] = per_source.get(source, 0) + 1
+            if source in hint_sources:
+                with_site += bool((trace.get("info") or {}).get("hint_turns"))
+    return {"rollouts": per_source, "hint_with_error_site": with_site}
+
+
+def configured_share(orch: dict) -> float:
+    """The opsd sources' share of rollouts the composed config sets (ratio·group_size normalised, crf-prime check)."""
+    from crf_prime.check.mix import channel_mix
+
+    default_group = orch.get("group_size") or 1
+    mix = channel_mix(
+        [
+            (s["name"], s["algo"]["type"], float(s.get("ratio", 1.0)), int(s.get("group_size") or default_group))
+            for s in orch["train"]["source"]
+        ]
+    )
+    return sum(s.share for s in mix if s.algo == "opsd")
 
 
 def _reward(trace: dict) -> float:
@@ -161,7 +191,16 @@ def arm_report(run_dir: Path, steps: int, sources: list[str], hint_sources: list
                     hints["empty"] += int(not (trace.get("info") or {}).get("hint"))
                     for site in (trace.get("info") or {}).get("hint_sites") or []:
                         hints["site_kinds"][site["kind"]] = hints["site_kinds"].get(site["kind"], 0) + 1
-        out.append({"step": step, "sources": per_source, "regrade": regrade, "hints": hints, "trainer": trainer})
+        out.append(
+            {
+                "step": step,
+                "sources": per_source,
+                "finished": finished(run_dir, step, hint_sources),
+                "regrade": regrade,
+                "hints": hints,
+                "trainer": trainer,
+            }
+        )
     scoring = [json.loads(x) for x in (run_dir / "rehearsal-logs" / "completions.jsonl").read_text().splitlines()]
     scoring = [r for r in scoring if r.get("score")]
     orch = json.loads((run_dir / "configs" / "orchestrator.json").read_text())
@@ -179,6 +218,8 @@ def arm_report(run_dir: Path, steps: int, sources: list[str], hint_sources: list
         "steps": out,
         "sources": sources,
         "hint_sources": hint_sources,
+        "configured_hint_share": configured_share(orch) if hint_sources else 0.0,
+        "batch_size": orch.get("batch_size") or 0,
         "detector": detector_scores(run_dir, steps),
     }
 
@@ -208,6 +249,11 @@ def _checks(report: dict) -> list[str]:
         if row["regrade"]["mismatches"]:
             failed.append(f"step {step}: reward differs from the grader: {row['regrade']['mismatches']}")
         hint_tokens = trainer["distill"]["tokens"]
+        if report["hint_sources"] and trainer["distill"]["tokens_in_error_turns"] != hint_tokens:
+            outside = hint_tokens - trainer["distill"]["tokens_in_error_turns"]
+            failed.append(f"step {step}: {outside} of {hint_tokens} distilled tokens lie outside the error turns")
+        if report["hint_sources"] and row["hints"]["empty"]:
+            failed.append(f"step {step}: {row['hints']['empty']} distilled sample(s) with an empty hint")
         if (
             report["hint_sources"]
             and trainer["distill"]["samples"]
@@ -219,6 +265,42 @@ def _checks(report: dict) -> list[str]:
     return failed
 
 
+SHARE_KEYS = ("hint_done", "all_done", "with_site", "distilled", "samples", "batch")
+
+
+def share_counts(report: dict, row: dict) -> dict[str, int]:
+    """One step's counts behind the hint share: rollouts finished (hint source / all), hint rollouts with an error
+    site, hint-distilled trainer samples, trainer samples, and the batch size they were cut from."""
+    done = row["finished"]["rollouts"]
+    samples = (row["trainer"] or {}).get("samples_per_source", {})
+    return {
+        "hint_done": sum(done.get(s, 0) for s in report["hint_sources"]),
+        "all_done": sum(done.values()),
+        "with_site": row["finished"]["hint_with_error_site"],
+        "distilled": ((row["trainer"] or {}).get("distill") or {}).get("samples", 0),
+        "samples": sum(samples.values()),
+        "batch": report["batch_size"],
+    }
+
+
+def _expected(report: dict, m: dict[str, int], rho: float | None = None) -> str:
+    """ρp/(ρp+(1-ρ)q) from ρ (default: the configured one), the measured p and q (the batch is cut before the
+    zero-advantage filter: its other traces are batch − distilled, of which samples − distilled reached the
+    trainer)."""
+    rho = report["configured_hint_share"] if rho is None else rho
+    p = m["with_site"] / m["hint_done"] if m["hint_done"] else 0.0
+    others = m["batch"] - m["distilled"]
+    q = (m["samples"] - m["distilled"]) / others if others > 0 else 1.0
+    return f"ρ={rho:.2f} p={p:.2f} q={q:.2f}: {distilled_share(rho, p, q):.0%}"
+
+
+def _median_max(values: list[int]) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{ordered[len(ordered) // 2]}, {ordered[-1]}"
+
+
 def print_report(reports: list[dict], total_s: float) -> bool:
     ok = True
     for report in reports:
@@ -226,7 +308,11 @@ def print_report(reports: list[dict], total_s: float) -> bool:
               f"processes left: {len(report['leftover_processes'])}")  # fmt: skip
         header = "step | rollouts per source | mean reward per source | reward = grader | loss | finite"
         if report["hint_sources"]:
-            header += " | hint-distilled share | distilled tokens in error turns | empty hints | ref≠sampling tokens"
+            header += (
+                " | hint rollouts finished (with error site) | hint-distilled samples | expected (ρp/(ρp+(1-ρ)q))"
+                " | distilled tokens in error turns | empty hints | ref≠sampling tokens"
+                " | distilled turns | tokens between hint and turn (median, max)"
+            )
         header += " | replay rewards" if any("replay" in r["sources"] for r in report["steps"]) else ""
         print(header)
         for row in report["steps"]:
@@ -241,22 +327,40 @@ def print_report(reports: list[dict], total_s: float) -> bool:
                 str(t.get("finite")),
             ]
             if report["hint_sources"]:
-                samples = t.get("samples_per_source", {})
-                total = sum(samples.values()) or 1
-                distilled = sum(samples.get(s, 0) for s in report["hint_sources"])
                 d = t.get("distill", {})
                 inside = d.get("tokens_in_error_turns", 0)
+                m = share_counts(report, row)
                 cells += [
-                    f"{distilled}/{total} = {distilled / total:.0%}",
+                    f"{m['hint_done']}/{m['all_done']} ({m['with_site']})",
+                    f"{m['distilled']}/{m['samples']} = {m['distilled'] / max(m['samples'], 1):.0%}",
+                    _expected(report, m),
                     f"{inside}/{d.get('tokens', 0)} = {inside / max(d.get('tokens', 0), 1):.0%}"
                     + (f" ({d['tokens_unattributed']} unattributed)" if d.get("tokens_unattributed") else ""),
                     f"{row['hints']['empty']}/{row['hints']['samples']}",
                     str(d.get("ref_differs_from_inference", 0)),
+                    str(d.get("turns", 0)),
+                    _median_max(d.get("hint_distances", [])),
                 ]
             if "replay" in src:
                 cells.append(" ".join(f"{x:g}" for x in src["replay"]["rewards"]))
             print(" | ".join(cells))
         if report["hint_sources"]:
+            rho = report["configured_hint_share"]
+            m = {k: sum(share_counts(report, row)[k] for row in report["steps"]) for k in SHARE_KEYS}
+            m["batch"] = report["batch_size"] * len(report["steps"])
+            print(
+                f"configured share of rollouts from the hint source (ratio·group_size normalised): ρ = {rho:.1%}; "
+                "a hint rollout without an error site yields no sample, so the expected hint-distilled share of "
+                "samples is ρp/(ρp+(1-ρ)q): p = hint rollouts with an error site, q = other samples left after "
+                "prime-rl's zero-advantage filter"
+            )
+            print(
+                f"all {len(report['steps'])} steps: hint rollouts {m['hint_done']}/{m['all_done']} = "
+                f"{m['hint_done'] / max(m['all_done'], 1):.0%} of the rollouts finished (configured {rho:.0%}); "
+                f"hint-distilled samples {m['distilled']}/{m['samples']} = {m['distilled'] / max(m['samples'], 1):.0%}"
+                f"; expected {_expected(report, m)}, at the drawn share "
+                f"{_expected(report, m, m['hint_done'] / max(m['all_done'], 1))}"
+            )
             print(
                 f"opsd scoring calls to the inference server: {report['scoring_calls']}, of which "
                 f"{report['scoring_calls_with_hint_block']} start with the arm's hint template as a system message"

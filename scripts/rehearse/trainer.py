@@ -110,7 +110,8 @@ def main() -> None:
         metrics: dict[str, list[float]] = {}
         samples: dict[str, int] = {}
         mismatch: list[float] = []
-        distill = {"samples": 0, "tokens": 0, "tokens_in_error_turns": 0, "tokens_unattributed": 0}
+        distill = {"samples": 0, "tokens": 0, "tokens_in_error_turns": 0, "tokens_unattributed": 0, "turns": 0}
+        distill["hint_distances"] = []
         distill["ref_differs_from_inference"] = 0
         for mb in micro_batches:
             lengths = list(mb["sequence_lengths"])
@@ -200,6 +201,9 @@ def _distillation(mb, offset: int, n: int, completions: dict, acc: dict) -> None
         sel = torch.tensor(distilled)
         acc["ref_differs_from_inference"] += int(((ref - inf).abs() > 1e-4)[sel].sum())
     for start, end in _spans(distilled):
+        # opsd's hint is a leading system message: this many of the sample's tokens lie between it and the turn
+        acc["turns"] += 1
+        acc["hint_distances"].append(start)
         span = tuple(ids[start:end])
         kind = completions.get(span, "unattributed")
         if kind == "unattributed":

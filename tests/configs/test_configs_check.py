@@ -40,17 +40,18 @@ def test_every_ladder_arm_is_ready_to_launch(launch: Path, arm: str) -> None:
 def test_a2_mix_is_ratio_times_group_size_normalised(launch: Path) -> None:
     report = run_check(launch, *rl_args("A2"))
     mix = {s.name: (s.algo, s.ratio, s.group_size, s.share) for s in report.train}
-    assert mix == {"featdel": ("grpo", 1.0, 8, 8 / 8.5), "featdel-hints": ("opsd", 0.5, 1, 0.5 / 8.5)}
-    assert report.hint_share == 0.5 / 8.5
+    assert mix == {"featdel": ("grpo", 1.0, 8, 8 / 12), "featdel-hints": ("opsd", 4.0, 1, 4 / 12)}
+    assert report.hint_share == 4 / 12  # the third a2_hints.toml promises
 
 
 def test_a4_mix_counts_the_replay_source_at_the_orchestrator_group_size(launch: Path) -> None:
     report = run_check(launch, *rl_args("A4"))
     assert [(s.name, s.share) for s in report.train] == [
-        ("featdel", 8 / 12.5),
-        ("featdel-hints", 0.5 / 12.5),
-        ("replay", 4 / 12.5),
+        ("featdel", 8 / 18),
+        ("featdel-hints", 6 / 18),
+        ("replay", 4 / 18),
     ]
+    assert report.hint_share == 6 / 18  # the third a4_all.toml promises
 
 
 def test_cli_string_kwarg_is_coerced_and_reported(launch: Path) -> None:
@@ -201,3 +202,39 @@ def test_prime_rl_required_but_absent_is_a_problem(launch: Path, monkeypatch: py
     report = check(A1, CheckConfig(base_dir=launch, prime_rl="auto"))
     assert report.ok and report.rl_config == "skipped"
     assert any(note.startswith("RLConfig not validated: prime-rl is not importable") for note in report.notes)
+
+
+def test_check_prints_the_hint_share_and_the_distilled_share(launch: Path) -> None:
+    from rich.console import Console
+
+    from crf_prime.check.report import print_report
+
+    console = Console(record=True, width=200)
+    print_report(run_check(launch, *rl_args("A2")), console)
+    text = console.export_text()
+    assert "hint-distilled samples (algo opsd): 33.3% of each step's rollouts\n" in text
+    assert "share of trainer samples for an error-site rate p: 33.3% at p = 1, 20.0% at p = 0.5\n" in text
+
+
+def test_distilled_share_is_rho_p_over_rho_p_plus_the_rest_shipped() -> None:
+    from crf_prime.check.mix import distilled_share
+
+    assert distilled_share(1 / 3, 1.0) == pytest.approx(1 / 3)
+    assert distilled_share(1 / 3, 0.5) == pytest.approx(0.2)
+    assert distilled_share(0.5, 0.8, kept=0.5) == pytest.approx(0.4 / 0.65)
+    assert distilled_share(0.0, 1.0) == 0.0
+
+
+def test_hint_target_that_does_not_match_the_algorithm_is_noted(launch: Path) -> None:
+    assert not [n for n in run_check(launch, *rl_args("A2")).notes if "hint_target" in n]
+    field = "orchestrator.train.source[{}].env.taskset.task.hint_target"
+    overlay = launch / "a2_episode.toml"
+    overlay.write_text(
+        (LADDER / "a2_hints.toml").read_text().replace('hint_target = "error_turns"', 'hint_target = "episode"')
+    )
+    episode = run_check(launch, *rl_args("A2")[:-2], "@", str(overlay))
+    opsd_note = (
+        f"{field.format(1)}: 'episode' on an opsd source distils every turn, and episodes without an error site under "
+        "an empty hint; 'error_turns' distils the error turns only (docs/running.md)"
+    )
+    assert [n for n in episode.notes if "hint_target" in n] == [opsd_note]

@@ -6,33 +6,15 @@ import json
 
 import pytest
 import verifiers.v1 as vf
+from planted_sites import BASH, EDIT
 from verifiers.v1.configs.agent import AgentConfig
 from verifiers.v1.trace import AgentInfo, TraceTask
-from verifiers.v1.types import AssistantMessage, Tool, ToolCall, ToolMessage, UserMessage
+from verifiers.v1.types import AssistantMessage, ToolCall, ToolMessage, UserMessage
 
 from crf_prime.hints import HINT_KEY, FailingTest, analyse, attach_hint
 from crf_prime.hints.detect import exit_code, traceback_summary
 from crf_prime.hints.templates import condense_failure
 
-BASH = Tool(
-    name="bash",
-    description="Run a shell command",  # required at the verifiers commit prime-rl pins
-    parameters={
-        "type": "object",
-        "properties": {"command": {"type": "string"}},
-        "required": ["command"],
-        "additionalProperties": False,
-    },
-)
-EDIT = Tool(
-    name="edit",
-    description="Replace text in a file",
-    parameters={
-        "type": "object",
-        "properties": {"path": {"type": "string"}, "old_str": {"type": "string"}, "new_str": {"type": "string"}},
-        "required": ["path", "old_str", "new_str"],
-    },
-)
 TB = "Traceback (most recent call last):\n  File \"/w/app.py\", line 7, in <module>\n    main()\nKeyError: 'user'\n"
 
 

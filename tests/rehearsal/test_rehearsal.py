@@ -86,3 +86,17 @@ def test_a3_replay_source_is_rewarded_by_teacher_agreement(rehearsal: dict) -> N
     assert rewards, "no replay rollouts reached the trainer"
     assert all(0.0 <= r <= 1.0 for r in rewards)
     assert len(set(rewards)) > 1, f"replay rewards do not vary: {rewards}"
+
+
+@pytest.mark.timeout(5400)
+def test_a2_distils_error_turns_only_and_never_an_empty_hint(rehearsal: dict) -> None:
+    """Issue 12: every distilled token lies in a turn the scripted policy erred in, no distilled sample has an empty
+    hint, the configured share is the composed config's ratio·group_size share, and a dropped tool call is found."""
+    report = _arm(rehearsal, "a2")
+    assert report["configured_hint_share"] == 0.5  # featdel 1·4 (cpu.toml's group) vs featdel-hints 4·1
+    for row in report["steps"]:
+        distill = row["trainer"]["distill"]
+        assert distill["tokens_in_error_turns"] == distill["tokens"], row
+        assert row["hints"]["empty"] == 0, row
+    invalid_json = report["detector"]["invalid_json"]
+    assert invalid_json["tp"] > 0 and invalid_json["fn"] == 0

@@ -25,7 +25,7 @@ from pydantic import Field
 from crf_prime.errors import InfraError
 from crf_prime.featdel.generate import DEFAULT_SOURCE
 from crf_prime.featdel.models import FeatdelTask, GradeResult
-from crf_prime.hints import HintWriterConfig
+from crf_prime.hints import HintTaskConfig
 from crf_prime.placement import GradingConfig, local_workdir, run_in_runtime
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class FeatureDeletionData(vf.TaskData):
     the project's dependencies, never the project), so the agent can run the visible tests."""
 
 
-class FeatureDeletionTaskConfig(vf.TaskConfig):
+class FeatureDeletionTaskConfig(vf.TaskConfig, HintTaskConfig):
     """Run-time knobs under ``--env.taskset.task.*``."""
 
     grading: GradingConfig = GradingConfig()
@@ -61,10 +61,6 @@ class FeatureDeletionTaskConfig(vf.TaskConfig):
     grader's interpreter); "runtime" = a fresh directory inside the rollout's runtime via ``runtime.run`` (for
     container runtimes whose image holds the project's test environment); "auto" = sandbox for the local subprocess
     runtime, runtime otherwise."""
-    hint_writer: HintWriterConfig | None = None
-    """Have a teacher of the pool (``configs/teachers.toml``) phrase the channel-2 hint, budget-capped and journaled
-    (``[...env.taskset.task.hint_writer]``); None = the templated hint only. A failed or refused call keeps the
-    templated hint and records why in ``trace.info["hint_error"]``."""
 
 
 def _default_tasks() -> Path | None:
@@ -252,7 +248,12 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
             failing.insert(0, FailingTest(name="grader", message=f"reward hack detected: {result.hack}"))
         graded = json.loads(result.model_dump_json())
         trace.info[GRADE_KEY] = graded
-        await attach_hint_async(trace, failing_tests=failing, writer=hint_writer(self.config.hint_writer))
+        await attach_hint_async(
+            trace,
+            failing_tests=failing,
+            writer=hint_writer(self.config.hint_writer),
+            target=self.config.hint_target,
+        )
         return graded
 
     @vf.metric

@@ -22,7 +22,7 @@ from typing import Any
 import verifiers.v1 as vf
 from pydantic import Field
 
-from crf_prime.hints import FailingTest, HintWriterConfig, attach_hint_async, hint_writer
+from crf_prime.hints import FailingTest, HintTaskConfig, attach_hint_async, hint_writer
 from crf_prime.placement import local_workdir
 from crf_prime.swe.dataset import LITE, load_instances
 from crf_prime.swe.instance import SweInstance
@@ -53,7 +53,7 @@ class SweData(vf.TaskData):
     the tests); read by :class:`crf_prime.harness.SandboxHarness`."""
 
 
-class SweTaskConfig(vf.TaskConfig):
+class SweTaskConfig(vf.TaskConfig, HintTaskConfig):
     """Run-time knobs of each task (``--env.taskset.task.*``)."""
 
     grading: SweGradingConfig = Field(default_factory=SweGradingConfig)
@@ -71,10 +71,6 @@ class SweTaskConfig(vf.TaskConfig):
     = 1; crf_prime.swe.forgery), not only when it is a certain forgery. Stricter: some honest fixes are refused."""
     hints: bool = True
     """Write a channel-2 hint from the failing FAIL_TO_PASS tests into ``trace.info["hint"]`` after scoring."""
-    hint_writer: HintWriterConfig | None = None
-    """Have a teacher of the pool (``configs/teachers.toml``) phrase the hint, budget-capped and journaled
-    (``[...env.taskset.task.hint_writer]``); None = the templated hint only. A failed or refused call keeps the
-    templated hint and records why in ``trace.info["hint_error"]``."""
 
 
 class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
@@ -193,7 +189,12 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
         if self.config.hints:
             messages = failure_messages(run.log)
             failing = [FailingTest(name=t, message=messages.get(t, report.reason)) for t in report.f2p_failure]
-            await attach_hint_async(trace, failing_tests=failing, writer=hint_writer(self.config.hint_writer))
+            await attach_hint_async(
+                trace,
+                failing_tests=failing,
+                writer=hint_writer(self.config.hint_writer),
+                target=self.config.hint_target,
+            )
         if run.suspected_forgery and self.config.reject_suspected_forgery:
             trace.info["swebench"]["resolution"] = "RESOLVED_NO"
             trace.info["swebench"]["reason"] = f"suspected forgery: {run.forgery}"
