@@ -186,7 +186,7 @@ def test_cli_exit_codes_and_output(launch: Path, capsys: pytest.CaptureFixture[s
     assert "error: trainer.loss.kwargs.clip_hgih: unknown setting" in capsys.readouterr().out
     assert main(["check", *A1, "--check.prime-rl", "sometimes"]) == 2
     assert (
-        "--check.prime-rl\n  Input should be 'auto', 'require' or 'skip' (got 'sometimes')" in capsys.readouterr().err
+        "--check.prime-rl: Input should be 'auto', 'require' or 'skip' (got 'sometimes')" in capsys.readouterr().err
     )
 
 
