@@ -110,7 +110,7 @@ def run(name: str, args: list[str]) -> int:
 
     try:
         config = parse(name, args)
-        with sigterm_interrupts():
+        with signals_interrupt():
             return int(load(COMMANDS[name])(config) or 0)
     except ConfigFileError as e:
         files = config_files(args)
@@ -122,9 +122,9 @@ def run(name: str, args: list[str]) -> int:
 
 
 @contextlib.contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM behaves like Ctrl-C: every ``finally`` runs (temp outputs, staging trees and boxes are removed) and the
-    command exits 130."""
+def signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGINT raise KeyboardInterrupt: every ``finally`` runs (temp outputs, staging trees and boxes are
+    removed) and the command exits 130."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
@@ -132,11 +132,13 @@ def sigterm_interrupts() -> Iterator[None]:
     def interrupt(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    # SIGINT too: a process started in the background inherits SIGINT ignored, and Ctrl-C / kill -INT must still stop it
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def fail(name: str, message: str, code: int) -> int:

@@ -185,9 +185,7 @@ def test_cli_exit_codes_and_output(launch: Path, capsys: pytest.CaptureFixture[s
     assert main([*base, "--trainer.loss.kwargs.clip-hgih", "1"]) == 1
     assert "error: trainer.loss.kwargs.clip_hgih: unknown setting" in capsys.readouterr().out
     assert main(["check", *A1, "--check.prime-rl", "sometimes"]) == 2
-    assert (
-        "--check.prime-rl: Input should be 'auto', 'require' or 'skip' (got 'sometimes')" in capsys.readouterr().err
-    )
+    assert "--check.prime-rl: Input should be 'auto', 'require' or 'skip' (got 'sometimes')" in capsys.readouterr().err
 
 
 def test_prime_rl_required_but_absent_is_a_problem(launch: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -381,8 +381,16 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_removes_the_temp_output(tmp_path: Path, sig: signal.Signals) -> None:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as for a command started in the background by a shell
+
+
+@pytest.mark.parametrize(
+    ("sig", "preexec"),
+    [(signal.SIGTERM, None), (signal.SIGINT, None), (signal.SIGINT, _ignore_sigint)],
+    ids=["sigterm", "sigint", "sigint-in-background"],
+)
+def test_signal_removes_the_temp_output(tmp_path: Path, sig: signal.Signals, preexec) -> None:
     out = tmp_path / "out" / "states.jsonl"
     proc = subprocess.Popen(
         [
@@ -396,6 +404,7 @@ def test_signal_removes_the_temp_output(tmp_path: Path, sig: signal.Signals) -> 
             "--out",
             str(out),
         ],
+        preexec_fn=preexec,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
