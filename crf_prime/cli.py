@@ -21,6 +21,7 @@ from crf_prime.errors import CrfError, ExitCode
 # for a command that takes another program's arguments verbatim, like ``check``). Listed in --help order.
 COMMANDS: dict[str, str] = {
     "report": "crf_prime.report.cli:run",
+    "featdel corpus": "crf_prime.featdel.corpus:corpus",
 }
 
 # commands not yet moved onto the config CLI: modules with ``register(subparsers)`` (argparse)
