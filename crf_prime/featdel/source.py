@@ -331,7 +331,7 @@ def load_project(spec: str, workspace: Path, *, cache: Path | None = None) -> Pr
     if not sha:
         sha = tree_sha256(root)
     package_dirs, pythonpath, top = _layout(root)
-    from crf_prime.featdel.testreqs import test_requirements
+    from crf_prime.featdel.testreqs import suite_requirements
 
     return Project(
         root=root,
@@ -340,7 +340,7 @@ def load_project(spec: str, workspace: Path, *, cache: Path | None = None) -> Pr
         pythonpath=pythonpath,
         top_level=top,
         runtime_requirements=requirements,
-        test_requirements=test_requirements(root, name),
+        test_requirements=suite_requirements(root, name),
         license=license_of(root),
     )
 

@@ -72,8 +72,10 @@ def _clean(raw: list[str], project: str) -> list[str]:
 
 def _extras_from_metadata(root: Path) -> dict[str, list[str]]:
     """extra name -> requirements, from PKG-INFO (Requires-Dist with ``extra == "x"``), pyproject or setup.cfg."""
+    from packaging.markers import default_environment
     from packaging.requirements import InvalidRequirement, Requirement
 
+    env = default_environment()
     out: dict[str, list[str]] = {}
     pkg_info = root / "PKG-INFO"
     if pkg_info.is_file():
@@ -86,7 +88,8 @@ def _extras_from_metadata(root: Path) -> dict[str, list[str]]:
             except InvalidRequirement:
                 continue
             for extra in re.findall(r"extra\s*==\s*['\"]([^'\"]+)['\"]", str(req.marker or "")):
-                out.setdefault(_canon(extra), []).append(text.split(";", 1)[0].strip())
+                if req.marker is not None and req.marker.evaluate({**env, "extra": extra}):
+                    out.setdefault(_canon(extra), []).append(text.split(";", 1)[0].strip())
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
         try:
@@ -181,7 +184,7 @@ def _split(raw: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     return tokens, raw
 
 
-def pytest_plugins(root: Path) -> list[str]:
+def plugin_requirements(root: Path) -> list[str]:
     """Plugin distributions the project's pytest configuration cannot run without."""
     tokens, ini = _pytest_settings(root)
     out = [r for r in ini.get("required_plugins", "").split() if r]
@@ -194,7 +197,7 @@ def pytest_plugins(root: Path) -> list[str]:
     return out
 
 
-def test_requirements(root: Path, project: str) -> tuple[str, ...]:
+def suite_requirements(root: Path, project: str) -> tuple[str, ...]:
     """Requirements the project's tests declare (sorted, deduplicated, without the project itself)."""
     extras = _extras_from_metadata(root)
     raw = [r for e in TEST_EXTRAS for r in extras.get(e, [])]
@@ -204,12 +207,9 @@ def test_requirements(root: Path, project: str) -> tuple[str, ...]:
     raw += _tox_deps(root)
     if not raw:
         raw = [r for e in FALLBACK_EXTRAS for r in extras.get(e, [])]
-    raw += pytest_plugins(root)
+    raw += plugin_requirements(root)
     cleaned = _clean(raw, project)
     return tuple(sorted(set(cleaned)))
 
 
-test_requirements.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
-
-
-__all__ = ["pytest_plugins", "test_requirements"]
+__all__ = ["plugin_requirements", "suite_requirements"]
