@@ -47,6 +47,12 @@ class CorpusConfig(BaseConfig):
     """Seed of the candidate sampling (per package) and of nothing else: the split is by project name."""
     eval_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.1
     """Share of tasks (rounded up to whole projects) that goes to the ``eval`` split."""
+    replay_search: Annotated[float, Field(ge=1)] = 1.0
+    """Per package, validate up to this many times ``max_tasks`` candidates preferring tasks the call replay covers
+    (``featdel generate`` hunts with 2.0; a corpus spends that time on more packages)."""
+    time_limit_s: Annotated[float, Field(gt=0)] | None = None
+    """Stop after this many seconds: packages still running are cancelled and left for the next run (resumable);
+    the corpus is assembled from what finished. None = run every package to the end."""
     retry_failed: bool = False
     """Retry packages that failed in an earlier run (finished ones are never redone)."""
     export_hf: bool = False
@@ -71,7 +77,8 @@ class PackageStatus(BaseModel):
     """``OUT/packages/<slug>/status.json``: how a package's Ray task ended."""
 
     spec: str
-    status: Literal["done", "failed"]
+    status: Literal["done", "failed", "cancelled"]
+    """"cancelled" (time limit) is never written: the package runs again next time."""
     settings: str
     """Hash of the settings it ran with; a change redoes the package."""
     reason: str = ""
@@ -149,6 +156,7 @@ def build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dict
             workers=workers,
             unsandboxed=settings["unsandboxed"],
             granularities=tuple(settings["granularities"]),
+            replay_search=settings["replay_search"],
         )
         tasks, _ = generate(cfg)
         license = _license(root / "tasks")
@@ -238,11 +246,12 @@ class _Progress:
         self.tasks += status.tasks
         self.failed += status.status == "failed"
         rate = self.tasks / max((time.perf_counter() - self.t0) / 60, 1e-9)
-        what = (
-            f"{status.tasks} tasks in {status.seconds:.0f}s"
-            if status.status == "done"
-            else f"FAILED: {status.reason.splitlines()[0][:300]}"
-        )
+        if status.status == "done":
+            what = f"{status.tasks} tasks in {status.seconds:.0f}s"
+        elif status.status == "cancelled":
+            what = "cancelled (time limit; it runs again next time)"
+        else:
+            what = f"FAILED: {status.reason.splitlines()[0][:300]}"
         line = (
             f"featdel corpus: [{self.done}/{self.total} packages, {self.tasks} tasks, {rate:.1f} tasks/min] "
             f"{slug}{' (resumed)' if resumed else ''}: {what}"
@@ -301,8 +310,18 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                 workers = max(1, int(-(-config.cpus_per_package // 1)))
                 remote = ray.remote(num_cpus=config.cpus_per_package, max_retries=0)(build_package)
                 pending = {remote.remote(s.spec, str(root / s.slug), settings, workers): s for s in todo}
+                deadline = None if config.time_limit_s is None else time.monotonic() + config.time_limit_s
                 while pending:
-                    ready, _ = ray.wait(list(pending), num_returns=1)
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+                    if not ready:  # time limit: what still runs is cancelled and left for the next run
+                        for ref, s in pending.items():
+                            ray.cancel(ref, force=True)
+                            results[s.slug] = PackageStatus(
+                                spec=s.spec, status="cancelled", settings=key, reason="time limit reached"
+                            )
+                            progress.package(s.slug, results[s.slug], resumed=False)
+                        break
                     s = pending.pop(ready[0])
                     try:
                         st = PackageStatus.model_validate(ray.get(ready[0]))

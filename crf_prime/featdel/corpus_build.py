@@ -51,6 +51,8 @@ class CorpusSummary(BaseModel):
     splits: dict[str, int]
     packages_done: int
     packages_failed: int
+    packages_cancelled: int = 0
+    """Packages stopped by the time limit (they run again when the corpus is resumed)."""
     duplicates_exact: int
     duplicates_near: int
     by_granularity: dict[str, dict[str, int]] = Field(default_factory=dict)
@@ -161,6 +163,7 @@ def assemble(
         splits={s: sum(1 for _, m, _ in kept if m.split == s) for s in SPLITS},
         packages_done=sum(1 for r in packages.values() if r.status == "done"),
         packages_failed=sum(1 for r in packages.values() if r.status == "failed"),
+        packages_cancelled=sum(1 for r in packages.values() if r.status == "cancelled"),
         duplicates_exact=sum(1 for x in dups if x["kind"] == "exact"),
         duplicates_near=sum(1 for x in dups if x["kind"] == "near"),
         by_granularity={g: {k: gran[g][k] for k in ("valid", "rejected", "kept")} for g in GRANULARITIES},
@@ -200,7 +203,8 @@ def dataset_card(summary: CorpusSummary, metas: list[TaskMeta]) -> str:
         "snapshot fails at least one of them, and the rest of the suite still collects.",
         "",
         f"- tasks: {summary.tasks} ({', '.join(f'{k}: {v}' for k, v in summary.splits.items())}; split by project)",
-        f"- packages: {summary.packages_done} used, {summary.packages_failed} failed",
+        f"- packages: {summary.packages_done} used, {summary.packages_failed} failed, "
+        f"{summary.packages_cancelled} not finished",
         f"- duplicates removed: {summary.duplicates_exact} exact, {summary.duplicates_near} near (same code, other names)",
         "- files: `tasks.jsonl` (task rows), `index.jsonl` (split, licence, difficulty proxies per row), `bases/`,",
         '  `replay/`; load with the `feature-deletion` environment (`tasks = "DIR"`, `corpus_split = "train"`).',
@@ -211,7 +215,9 @@ def dataset_card(summary: CorpusSummary, metas: list[TaskMeta]) -> str:
         "|---|---|---|---:|---:|---|",
     ]
     for row in summary.packages.values():
-        status = "ok" if row.status == "done" else f"failed: {row.reason[:120].replace('|', '/')}"
+        status = {"done": "ok", "cancelled": "not finished (time limit)"}.get(
+            row.status, f"failed: {row.reason[:120].replace('|', '/')}"
+        )
         lines.append(
             f"| {row.spec} | {row.license or 'not declared'} | {row.split or '-'} | {row.kept} | "
             f"{row.suite_tests} | {status} |"
