@@ -274,7 +274,7 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
 
     settings = package_settings(config)
     key = settings_key(settings)
-    root = config.out / "packages"
+    root = config.out.resolve() / "packages"  # Ray workers do not share the driver's working directory
     root.mkdir(parents=True, exist_ok=True)
     results: dict[str, PackageStatus] = {}
     todo: list[SourceLine] = []

@@ -142,10 +142,16 @@ def suite_failure(run: PytestRun) -> str:
     return f"{text}; import error: no module named {missing.group(1)!r}" if missing else text
 
 
-def run_baseline(project: Project, env: TestEnv, sandbox, cfg: GenerateConfig, workspace: Path) -> Baseline:
+def run_baseline(
+    project: Project, env: TestEnv, sandbox, cfg: GenerateConfig, workspace: Path, spec: TestEnvSpec | None = None
+) -> Baseline:
     """One coverage run of the whole suite in the sandbox; fails clearly if the suite does not pass as shipped."""
+    from crf_prime.featdel.testreqs import neutral_args
+
     protected = protected_paths(project.root)
-    deselect = tuple(a for n in cfg.deselect for a in ("--deselect", n))
+    deselect = neutral_args(spec.requirements if spec else ()) + tuple(
+        a for n in cfg.deselect for a in ("--deselect", n)
+    )
     attempts: list[tuple[str, ...]] = [deselect, ("-o", "addopts=", *deselect)]
     last: PytestRun | None = None
     for args in attempts:
@@ -485,7 +491,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         seconds["venv"] = time.perf_counter() - t
         progress("coverage", 0, 1)
         t = time.perf_counter()
-        baseline = run_baseline(project, env, sandbox, cfg, workspace)
+        baseline = run_baseline(project, env, sandbox, cfg, workspace, spec)
         baseline.spec = spec
         seconds["coverage"] = time.perf_counter() - t
         cands, filtered, n_functions = find_candidates(baseline, cfg)

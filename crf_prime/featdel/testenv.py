@@ -45,13 +45,18 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def default_spec(runtime_requirements: tuple[str, ...]) -> TestEnvSpec:
-    """pytest and coverage pinned to the versions of this interpreter, plus the project's runtime deps.
+    """pytest and coverage pinned to the versions of this interpreter (unless the requirements constrain them),
+    plus the project's runtime and test requirements.
 
     Both come with the ``featdel`` extra; without them this raises MissingExtraError naming it.
     """
+    import re
+
     for module in ("pytest", "coverage"):
         require(module, "featdel")
-    pins = [f"pytest=={importlib.metadata.version('pytest')}", f"coverage=={importlib.metadata.version('coverage')}"]
+    named = {re.sub(r"[-_.]+", "-", re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0]).lower() for r in runtime_requirements}
+    # a project that constrains pytest or coverage itself gets its range (resolved to a pin by ``pinned``)
+    pins = [f"{m}=={importlib.metadata.version(m)}" if m not in named else m for m in ("pytest", "coverage")]
     return TestEnvSpec(
         python=f"{sys.version_info.major}.{sys.version_info.minor}",
         requirements=tuple(sorted(set(pins) | set(runtime_requirements))),

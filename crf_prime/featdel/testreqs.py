@@ -20,11 +20,9 @@ TEST_EXTRAS = ("test", "tests", "testing")
 FALLBACK_EXTRAS = ("dev",)
 
 # pytest options / ini keys that only one well-known plugin defines -> that plugin's distribution
+# (not pytest-cov or pytest-xdist: the coverage map needs one coverage run in one process; when a project names
+# them itself they are switched off by ``neutral_args``; their options then make pytest retry without ``addopts``)
 _PLUGIN_OPTIONS = {
-    "--cov": "pytest-cov",
-    "-n": "pytest-xdist",
-    "--numprocesses": "pytest-xdist",
-    "--dist": "pytest-xdist",
     "--timeout": "pytest-timeout",
     "--benchmark": "pytest-benchmark",
     "--mypy": "pytest-mypy",
@@ -197,6 +195,13 @@ def plugin_requirements(root: Path) -> list[str]:
     return out
 
 
+def neutral_args(requirements: tuple[str, ...]) -> tuple[str, ...]:
+    """pytest arguments that switch off installed plugins which would break the per-test coverage map (pytest-cov
+    measuring on its own, pytest-xdist running tests in other processes)."""
+    names = {_canon(re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0]) for r in requirements}
+    return (("--no-cov",) if "pytest-cov" in names else ()) + (("-p", "no:xdist") if "pytest-xdist" in names else ())
+
+
 def suite_requirements(root: Path, project: str) -> tuple[str, ...]:
     """Requirements the project's tests declare (sorted, deduplicated, without the project itself)."""
     extras = _extras_from_metadata(root)
@@ -212,4 +217,4 @@ def suite_requirements(root: Path, project: str) -> tuple[str, ...]:
     return tuple(sorted(set(cleaned)))
 
 
-__all__ = ["plugin_requirements", "suite_requirements"]
+__all__ = ["neutral_args", "plugin_requirements", "suite_requirements"]

@@ -39,7 +39,7 @@ def test_corpus_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     sources = _sources(tmp_path)
     out = tmp_path / "corpus"
     args = ["featdel", "corpus", "--sources", str(sources), "--out", str(out), "--num-cpus", "1"]
-    args += ["--max-tasks", "20", "--granularities", "function", "block", "--eval-fraction", "0.3"]
+    args += ["--max-tasks", "20", "--granularities", "block", "--eval-fraction", "0.3"]
     assert main(args) == 0
     err = capsys.readouterr().err
     assert "[4/4 packages" in err and "empty-" in err and "FAILED" in err
@@ -60,14 +60,17 @@ def test_corpus_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     metas = [TaskMeta.model_validate_json(x) for x in (out / "index.jsonl").read_text().splitlines()]
     assert [m.task_id for m in metas] == [t.task_id for t in tasks]
     assert summary["tasks"] == len(tasks) == rows["alpha"]["kept"] + rows["gamma"]["kept"]
-    assert {m.granularity for m in metas} == {"function", "block"}
+    assert {m.granularity for m in metas} == {"block"}
+    assert (rows["alpha"]["tasks"], rows["gamma"]["tasks"]) == (3, 1)  # clamp's two ifs, tally's loop; digits' loop
     splits = {m.project: m.split for m in metas}
     assert sorted(splits.values()) == ["eval", "train"]  # two projects, one on each side, none on both
     assert summary["splits"] == {s: sum(m.split == s for m in metas) for s in ("train", "eval")}
     for m in metas:
-        assert m.deleted_lines >= 1 and m.deleted_statements >= 2 and m.target_tests >= 1 and m.cyclomatic >= 1
-    digits = next(m for m in metas if m.task_id.endswith("__gamma.digits"))
-    assert (digits.deleted_statements, digits.cyclomatic, digits.target_tests) == (5, 3, 1)
+        assert m.deleted_lines >= 2 and m.deleted_statements >= 2 and m.target_tests >= 1 and m.cyclomatic >= 1
+    digits = next(m for m in metas if m.project == "gamma")
+    assert digits.task_id == "gamma-local__block__gamma.digits.L7"
+    assert (digits.deleted_lines, digits.deleted_statements, digits.cyclomatic, digits.target_tests) == (2, 2, 1, 1)
+    assert digits.callers == 0
     for t in tasks:
         assert (out / t.base_archive).is_file()
         if t.replay:

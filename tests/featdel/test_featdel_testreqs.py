@@ -6,7 +6,7 @@ import textwrap
 from pathlib import Path
 
 from crf_prime.featdel.source import license_of
-from crf_prime.featdel.testreqs import plugin_requirements, suite_requirements
+from crf_prime.featdel.testreqs import neutral_args, plugin_requirements, suite_requirements
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -53,12 +53,10 @@ def test_every_declared_source_is_read(tmp_path: Path) -> None:
         "hypothesis>=6",
         "pretend",
         "pytest-asyncio",
-        "pytest-cov",
         "pytest-mock",
         "pytest-timeout>=2",
-        "pytest-xdist",
         "tzdata",
-    )
+    )  # not pytest-cov / pytest-xdist for --cov / -n: they would break the per-test coverage map
     assert license_of(root) == "MIT"
 
 
@@ -81,3 +79,9 @@ def test_dev_extra_only_when_nothing_else_and_pyproject_sources(tmp_path: Path) 
     assert plugin_requirements(root) == ["pytest-benchmark"]
     assert license_of(root) == "BSD-3-Clause"
     assert suite_requirements(_tree(tmp_path / "empty", {"setup.py": ""}), "empty") == ()
+
+
+def test_plugins_that_break_the_coverage_map_are_switched_off() -> None:
+    assert neutral_args(("pytest-cov>=4", "attrs")) == ("--no-cov",)
+    assert neutral_args(("pytest_xdist==3.6.1", "pytest-cov")) == ("--no-cov", "-p", "no:xdist")
+    assert neutral_args(("pytest", "coverage==7.6")) == ()
