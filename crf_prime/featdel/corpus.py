@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -21,7 +22,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_config import BaseConfig
 
-from crf_prime.errors import InputError, NothingProduced
+from crf_prime.errors import InfraError, InputError, NothingProduced
+from crf_prime.extras import MissingExtraError
 from crf_prime.featdel.granularity import GRANULARITIES
 
 GranularityName = Literal["function", "feature", "block", "tail", "class"]
@@ -71,6 +73,10 @@ class SourceLine(BaseModel):
     slug: str
     """Directory name under ``OUT/packages``."""
     line: int
+    deselect: tuple[str, ...] = ()
+    """``--deselect NODEID`` on the line: tests that fail as shipped, left out (as ``featdel generate``)."""
+    extra_requirements: tuple[str, ...] = ()
+    """``--extra-requirement REQ`` on the line: test requirements the sdist does not declare."""
 
 
 class PackageStatus(BaseModel):
@@ -99,9 +105,13 @@ def read_sources(path: Path) -> list[SourceLine]:
     out: list[SourceLine] = []
     seen: dict[str, int] = {}
     for i, raw in enumerate(path.read_text().splitlines(), 1):
-        text = raw.split("#", 1)[0].strip()
-        if not text:
+        try:
+            tokens = shlex.split(raw, comments=True)
+        except ValueError as e:
+            raise InputError.at(path, i, str(e)) from None
+        if not tokens:
             continue
+        text, options = tokens[0], _line_options(path, i, tokens[1:])
         if text.startswith("pypi:"):
             try:
                 name, version = _parse_pypi_spec(text)
@@ -116,18 +126,35 @@ def read_sources(path: Path) -> list[SourceLine]:
         if slug in seen:
             raise InputError.at(path, i, f"{text!r} repeats line {seen[slug]}")
         seen[slug] = i
-        out.append(SourceLine(spec=spec, slug=slug, line=i))
+        out.append(SourceLine(spec=spec, slug=slug, line=i, **options))
     if not out:
         raise InputError.at(path, 1, "no source listed")
     return out
 
 
-def package_settings(config: CorpusConfig) -> dict:
+_LINE_OPTIONS = {"--deselect": "deselect", "--extra-requirement": "extra_requirements"}
+
+
+def _line_options(path: Path, line: int, tokens: list[str]) -> dict[str, tuple[str, ...]]:
+    out: dict[str, list[str]] = {}
+    for flag, value in zip(tokens[::2], [*tokens[1::2], None][: len(tokens[::2])], strict=True):
+        if flag not in _LINE_OPTIONS or value is None:
+            raise InputError.at(
+                path, line, f"{flag!r}: a line is SOURCE [--deselect NODEID] [--extra-requirement REQ] ..."
+            )
+        out.setdefault(_LINE_OPTIONS[flag], []).append(value)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def package_settings(config: CorpusConfig, line: SourceLine | None = None) -> dict:
     """What a package's result depends on (a change redoes it)."""
     return {
+        "deselect": list(line.deselect) if line else [],
+        "extra_requirements": list(line.extra_requirements) if line else [],
         "max_tasks": config.max_tasks,
         "granularities": sorted(config.granularities),
         "seed": config.seed,
+        "replay_search": config.replay_search,
         "unsandboxed": config.unsandboxed,
     }
 
@@ -157,6 +184,8 @@ def build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dict
             unsandboxed=settings["unsandboxed"],
             granularities=tuple(settings["granularities"]),
             replay_search=settings["replay_search"],
+            deselect=tuple(settings["deselect"]),
+            extra_requirements=tuple(settings["extra_requirements"]),
         )
         tasks, _ = generate(cfg)
         license = _license(root / "tasks")
@@ -177,6 +206,8 @@ def build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dict
             license=license,
             seconds=round(time.perf_counter() - t0, 1),
         )
+    except (InfraError, MissingExtraError):
+        raise  # the host, not the package: every other package would fail the same way
     except Exception as e:  # a package that cannot be used is a corpus fact, reported with its reason
         status = PackageStatus(
             spec=spec,
@@ -272,8 +303,8 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
     """Every listed package built or resumed (Ray tasks), by slug; failures included with their reasons."""
     from crf_prime.extras import require
 
-    settings = package_settings(config)
-    key = settings_key(settings)
+    settings = {s.slug: package_settings(config, s) for s in lines}
+    keys = {slug: settings_key(v) for slug, v in settings.items()}
     root = config.out.resolve() / "packages"  # Ray workers do not share the driver's working directory
     root.mkdir(parents=True, exist_ok=True)
     results: dict[str, PackageStatus] = {}
@@ -282,7 +313,7 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
         st = read_status(root / s.slug)
         if (
             st is not None
-            and st.settings == key
+            and st.settings == keys[s.slug]
             and st.spec == s.spec
             and (st.status == "done" or not config.retry_failed)
         ):
@@ -309,7 +340,7 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
             try:
                 workers = max(1, int(-(-config.cpus_per_package // 1)))
                 remote = ray.remote(num_cpus=config.cpus_per_package, max_retries=0)(build_package)
-                pending = {remote.remote(s.spec, str(root / s.slug), settings, workers): s for s in todo}
+                pending = {remote.remote(s.spec, str(root / s.slug), settings[s.slug], workers): s for s in todo}
                 deadline = None if config.time_limit_s is None else time.monotonic() + config.time_limit_s
                 while pending:
                     left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -318,7 +349,7 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                         for ref, s in pending.items():
                             ray.cancel(ref, force=True)
                             results[s.slug] = PackageStatus(
-                                spec=s.spec, status="cancelled", settings=key, reason="time limit reached"
+                                spec=s.spec, status="cancelled", settings=keys[s.slug], reason="time limit reached"
                             )
                             progress.package(s.slug, results[s.slug], resumed=False)
                         break
@@ -326,8 +357,15 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                     try:
                         st = PackageStatus.model_validate(ray.get(ready[0]))
                     except Exception as e:  # the worker died (OOM kill, node lost): recorded like any failure
+                        cause = getattr(e, "cause", None)  # ray.exceptions.RayTaskError wraps what the task raised
+                        if isinstance(cause, InfraError | MissingExtraError):
+                            raise cause from e
                         st = PackageStatus(
-                            spec=s.spec, status="failed", settings=key, reason=str(e)[:4000], error=type(e).__name__
+                            spec=s.spec,
+                            status="failed",
+                            settings=keys[s.slug],
+                            reason=str(e)[:4000],
+                            error=type(e).__name__,
                         )
                         _write_atomic(root / s.slug / "status.json", st.model_dump_json(indent=2) + "\n")
                     results[s.slug] = st

@@ -357,11 +357,14 @@ def license_of(root: Path) -> str:
                 classifiers.append(value.rsplit("::", 1)[-1].strip())
             elif key in ("License-Expression", "License") and key not in fields:
                 fields[key] = value.strip()
-        for value in (fields.get("License-Expression", ""), fields.get("License", "")):
-            if value and value.upper() != "UNKNOWN" and len(value) <= 80:
-                return value
+        # an expression, then the trove classifiers, then a short License field (it often holds the licence text)
+        if fields.get("License-Expression"):
+            return fields["License-Expression"]
         if classifiers:
             return ", ".join(classifiers)
+        value = fields.get("License", "")
+        if value and value.upper() != "UNKNOWN" and len(value) <= 80 and not value.lower().startswith("copyright"):
+            return value
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
         try:

@@ -38,26 +38,27 @@ LIB = textwrap.dedent(
         return counts
 
 
-    class Stack:
-        """LIFO."""
+    class Queue:
+        """FIFO with a size."""
 
         def __init__(self):
-            self.items = []
+            self.head = []
+            self.size = 0
 
-        def push(self, x):
-            self.items.append(x)
-            return len(self.items)
+        def put(self, x):
+            self.head.insert(0, x)
+            self.size += 1
+            return self.size
 
-        def pop(self):
-            item = self.items[-1]
-            del self.items[-1]
-            return item
+        def take(self):
+            self.size -= 1
+            return self.head.pop()
     '''
 )
 
 TESTS = textwrap.dedent(
     """\
-    from {pkg} import Stack, clamp, slugify, tally
+    from {pkg} import Queue, clamp, slugify, tally
 
 
     def test_slugify():
@@ -76,10 +77,10 @@ TESTS = textwrap.dedent(
         assert tally("abca") == {{"a": 2, "b": 1, "c": 1}}
 
 
-    def test_stack():
-        s = Stack()
-        assert s.push(1) == 1 and s.push(2) == 2
-        assert s.pop() == 2
+    def test_queue():
+        q = Queue()
+        assert q.put("a") == 1 and q.put("b") == 2
+        assert q.take() == "a" and q.size == 1
     """
 )
 

@@ -3,6 +3,7 @@ duplicate removal, the split by project, the dataset card, the taskset loading a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -11,9 +12,10 @@ from corpus_support import GAMMA, GAMMA_TESTS, project, renamed, write
 
 from crf_prime.cli import main
 from crf_prime.featdel.corpus import read_sources
-from crf_prime.featdel.corpus_build import load_split, split_projects
+from crf_prime.featdel.corpus_build import export_hf, load_split, split_projects
 from crf_prime.featdel.corpus_meta import TaskMeta
 from crf_prime.featdel.generate import load_tasks
+from crf_prime.featdel.models import FeatdelTask
 
 
 def _sources(tmp_path: Path) -> Path:
@@ -82,6 +84,21 @@ def test_corpus_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     eval_rows = load_split(out, "eval")
     assert {t.source.name for t in eval_rows} == {p for p, s in splits.items() if s == "eval"}
 
+    # the feature-deletion taskset loads a corpus directory and one split
+    from feature_deletion.taskset import FeatureDeletionConfig, FeatureDeletionTaskset
+
+    for split in ("train", "eval"):
+        taskset = FeatureDeletionTaskset(FeatureDeletionConfig(id="feature-deletion", tasks=out, corpus_split=split))
+        assert [t.key for t in taskset.load()] == [t.task_id for t in load_split(out, split)]
+    assert len(FeatureDeletionTaskset(FeatureDeletionConfig(id="feature-deletion", tasks=out)).load()) == len(tasks)
+
+    if importlib.util.find_spec("datasets") is not None:  # the hf extra
+        dd = export_hf(out)
+        assert {k: len(v) for k, v in dd.items()} == summary["splits"]
+        row = dd["eval"][0]
+        assert FeatdelTask.model_validate_json(row["task"]).task_id == row["task_id"] == eval_rows[0].task_id
+        assert (out / "hf" / "dataset_dict.json").is_file()
+
     # resumed: nothing is redone (no Ray either), the failure keeps its reason, the corpus is the same
     before = {p: (p / "status.json").stat().st_mtime_ns for p in (out / "packages").iterdir()}
     assert main(args) == 0
@@ -109,6 +126,9 @@ def test_bad_sources_lines_name_the_file_and_line(tmp_path: Path, capsys: pytest
         "pkg\n\nnowhere\n": "sources.txt:3: 'nowhere' is neither 'pypi:NAME==VERSION' nor a directory",
         "pypi:toolz==1.2.0\npkg\npypi:toolz==1.2.0\n": "sources.txt:3: 'pypi:toolz==1.2.0' repeats line 1",
         "# nothing\n": "sources.txt:1: no source listed",
+        "pkg --skip x\n": "sources.txt:1: '--skip': a line is SOURCE [--deselect NODEID] [--extra-requirement REQ]",
+        "pkg\npkg2 --deselect\n": "sources.txt:2: '--deselect': a line is SOURCE",
+        "pkg 'unclosed\n": "sources.txt:1: No closing quotation",
     }
     for text, message in cases.items():
         sources.write_text(text)
@@ -118,5 +138,7 @@ def test_bad_sources_lines_name_the_file_and_line(tmp_path: Path, capsys: pytest
     assert not (tmp_path / "o").exists()
     assert main(["featdel", "corpus", "--sources", str(sources), "--out", "o", "--max-tasks", "0"]) == 2
     assert "--max-tasks\n  Input should be greater than or equal to 1" in capsys.readouterr().err
-    sources.write_text("pkg\n")
-    assert [s.slug.split("-")[0] for s in read_sources(sources)] == ["pkg"]
+    sources.write_text("pkg --deselect 'tests/t.py::test_a[x y]' --extra-requirement hypothesis  # why\n")
+    (line,) = read_sources(sources)
+    assert (line.spec, line.line) == (str((tmp_path / "pkg").resolve()), 1)
+    assert (line.deselect, line.extra_requirements) == (("tests/t.py::test_a[x y]",), ("hypothesis",))
