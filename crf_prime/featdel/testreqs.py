@@ -145,11 +145,22 @@ def _tox_deps(root: Path) -> list[str]:
         line = line.strip()
         if line.startswith("-r"):
             out += _requirements_file((root / line[2:].strip()).resolve(), root.resolve(), set())
-        elif ":" in line.split(" ")[0]:  # factor-conditional ("py311: foo"): keep the requirement
-            out.append(line.split(":", 1)[1].strip())
+        elif ":" in line.split(" ")[0]:  # factor-conditional ("py311: foo", "django42: Django<4.3")
+            factors, req = line.split(":", 1)
+            if _this_python(factors):
+                out.append(req.strip())
         else:
             out.append(line)
     return out
+
+
+def _this_python(factors: str) -> bool:
+    """Whether a tox factor condition (``py311``, ``py3,py311``, ``py311-lint``) holds for this interpreter; other
+    factors (a Django version, a lint env) name environments we do not build."""
+    import sys
+
+    here = {"py", "py3", f"py{sys.version_info.major}{sys.version_info.minor}"}
+    return any(f.strip() in here for alt in factors.split(",") for f in alt.split("-"))
 
 
 def _pytest_settings(root: Path) -> tuple[list[str], dict[str, str]]:

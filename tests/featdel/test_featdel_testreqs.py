@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -37,7 +38,9 @@ def test_every_declared_source_is_read(tmp_path: Path) -> None:
             "tox.ini": """\
                 [testenv]
                 deps =
-                    py311: tzdata
+                    {py}: tzdata
+                    django42: Django<4.3
+                    py27: mock
                     {[base]deps}
                     .[test]
                     pretend
@@ -45,7 +48,7 @@ def test_every_declared_source_is_read(tmp_path: Path) -> None:
                 addopts = --cov=demo -n 2 --strict-markers
                 asyncio_mode = auto
                 required_plugins = pytest-timeout>=2
-                """,
+                """.replace("{py}", f"py{sys.version_info.major}{sys.version_info.minor}"),
         },
     )
     assert suite_requirements(root, "demo") == (
