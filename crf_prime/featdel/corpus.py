@@ -384,6 +384,9 @@ def corpus(config: CorpusConfig) -> int:
     from crf_prime.featdel.runner import make_sandbox
 
     lines = read_sources(config.sources)
+    out = config.out
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "packages").is_dir())):
+        raise InputError.field("out", f"{out} exists and is not a corpus directory; give a new or an earlier --out")
     if config.export_hf:
         from crf_prime.extras import require
 

@@ -136,6 +136,10 @@ def test_bad_sources_lines_name_the_file_and_line(tmp_path: Path, capsys: pytest
         err = capsys.readouterr().err
         assert err.startswith("crf-prime featdel corpus: error: ") and message in err, err
     assert not (tmp_path / "o").exists()
+    sources.write_text("pkg\n")
+    for out in (sources, tmp_path):  # a file; a directory that holds other things
+        assert main(["featdel", "corpus", "--sources", str(sources), "--out", str(out)]) == 2
+        assert "error: out: " in capsys.readouterr().err
     assert main(["featdel", "corpus", "--sources", str(sources), "--out", "o", "--max-tasks", "0"]) == 2
     assert "--max-tasks\n  Input should be greater than or equal to 1" in capsys.readouterr().err
     sources.write_text("pkg --deselect 'tests/t.py::test_a[x y]' --extra-requirement hypothesis  # why\n")
