@@ -255,7 +255,8 @@ class _Progress:
 
     def __init__(self, packages: int, tasks_hint: int) -> None:
         self.tty = sys.stderr.isatty()
-        self.done = self.tasks = self.failed = 0
+        self.done = self.tasks = self.failed = self.built = 0
+        """``built``: tasks made in this run (resumed packages' tasks do not count towards the rate)."""
         self.total = packages
         self.t0 = time.perf_counter()
         if self.tty:
@@ -275,8 +276,9 @@ class _Progress:
     def package(self, slug: str, status: PackageStatus, resumed: bool) -> None:
         self.done += 1
         self.tasks += status.tasks
+        self.built += 0 if resumed else status.tasks
         self.failed += status.status == "failed"
-        rate = self.tasks / max((time.perf_counter() - self.t0) / 60, 1e-9)
+        rate = self.built / max((time.perf_counter() - self.t0) / 60, 1e-9)
         if status.status == "done":
             what = f"{status.tasks} tasks in {status.seconds:.0f}s"
         elif status.status == "cancelled":
