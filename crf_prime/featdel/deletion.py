@@ -279,3 +279,107 @@ def apply_unified_diff(files: dict[str, str], patch: str) -> dict[str, str]:
         new.extend(old[pos:])
         result[path] = "".join(new)
     return result
+
+
+# -- statement-level splices (block / tail granularities) ------------------------------------------------------------
+BLOCK_TYPES = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
+
+
+def _function_statements(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
+    doc = _docstring_node(fn)
+    return fn.body[1:] if doc is not None else fn.body
+
+
+def inner_blocks(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
+    """Compound statements (if/for/while/with/try) anywhere in ``fn``'s own body (not in nested defs/classes)."""
+    out: list[ast.stmt] = []
+
+    def visit(stmts: list[ast.stmt]) -> None:
+        for s in stmts:
+            if isinstance(s, BLOCK_TYPES):
+                out.append(s)
+            for field in ("body", "orelse", "finalbody"):
+                visit(
+                    getattr(s, field, [])
+                    if not isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+                    else []
+                )
+            for h in getattr(s, "handlers", []):
+                visit(h.body)
+
+    visit(_function_statements(fn))
+    return out
+
+
+def _colon_before(source: str, line: int, col: int) -> tuple[int, int]:
+    """(line, char col) just after the last ``:`` token ending before (line, col) — the header of a block body."""
+    last: tuple[int, int] | None = None
+    lines = source.splitlines(keepends=True)
+    for tok in tokenize.generate_tokens(io.StringIO("".join(lines[:line])).readline):
+        if tok.start >= (line, col):
+            break
+        if tok.type == tokenize.OP and tok.string == ":":
+            last = tok.end
+    if last is None:
+        raise ValueError(f"no block header before line {line}")
+    return last
+
+
+def _stub_range(source: str, start: tuple[int, int], last: ast.stmt, indent: int) -> str:
+    """Replace the text from ``start`` (line, char col) to the end of ``last`` with an indented stub."""
+    data = source.encode()
+    offsets = _line_offsets(data)
+    lines = source.splitlines(keepends=True)
+    s = offsets[start[0] - 1] + len(lines[start[0] - 1][: start[1]].encode())
+    e = offsets[last.end_lineno - 1] + last.end_col_offset  # type: ignore[operator]
+    out = (data[:s] + b"\n" + b" " * indent + STUB.encode() + data[e:]).decode()
+    parse(out)
+    return out
+
+
+def delete_block(source: str, qualname: str, block_line: int) -> str:
+    """Replace the body of the compound statement at ``block_line`` inside ``qualname`` (its ``if``/``for``/
+    ``while``/``with``/``try`` part; ``else``/``except``/``finally`` stay) with ``raise NotImplementedError``."""
+    fn = _find(parse(source), qualname)
+    block = next((b for b in inner_blocks(fn) if b.lineno == block_line), None)
+    if block is None:
+        raise KeyError(f"{qualname!r}: no block at line {block_line}")
+    first = block.body[0]
+    return _stub_range(source, _colon_before(source, first.lineno, first.col_offset), block.body[-1], first.col_offset)
+
+
+def delete_tail(source: str, qualname: str, keep: int) -> str:
+    """Keep the first ``keep`` statements of ``qualname``'s body (after its docstring) and replace the rest with
+    ``raise NotImplementedError``: the kept statements stay as context for the part to re-implement."""
+    fn = _find(parse(source), qualname)
+    body = _function_statements(fn)
+    if not 1 <= keep < len(body):
+        raise ValueError(f"{qualname!r}: cannot keep {keep} of {len(body)} statements")
+    prev = body[keep - 1]
+    lines = source.splitlines(keepends=True)
+    end_char = len(lines[prev.end_lineno - 1].encode()[: prev.end_col_offset].decode())  # type: ignore[index]
+    return _stub_range(source, (prev.end_lineno, end_char), body[-1], body[keep].col_offset)  # type: ignore[arg-type]
+
+
+def statement_count(nodes: list[ast.stmt]) -> int:
+    """Statements in ``nodes``, nested ones included."""
+    return sum(1 for n in nodes for sub in ast.walk(n) if isinstance(sub, ast.stmt))
+
+
+def line_span(nodes: list[ast.stmt]) -> frozenset[int]:
+    """Lines of every statement in ``nodes`` (nested included) — to map coverage contexts."""
+    return frozenset(
+        ln
+        for n in nodes
+        for sub in ast.walk(n)
+        if isinstance(sub, ast.stmt)
+        for ln in range(sub.lineno, (sub.end_lineno or sub.lineno) + 1)
+    )
+
+
+def function_nodes(source: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """qualname -> def node for every function in ``source`` (first definition wins, as :func:`iter_functions`)."""
+    out: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    for q, fn in _walk_defs(parse(source)):
+        out.setdefault(q, fn)
+    return out

@@ -40,13 +40,21 @@ from crf_prime.extras import require
 from crf_prime.featdel.deletion import (
     FunctionInfo,
     apply_unified_diff,
-    delete_bodies,
     function_text,
     iter_functions,
     unified_diff,
 )
 from crf_prime.featdel.grade import detect_hack, grade_changes, materialise
-from crf_prime.featdel.models import FeatdelTask, GenerateSummary, Rejection, SourceInfo, Target
+from crf_prime.featdel.granularity import Candidate, class_candidates, delete, statement_candidates
+from crf_prime.featdel.models import (
+    FeatdelTask,
+    GenerateSummary,
+    Granularity,
+    Rejection,
+    SourceInfo,
+    Target,
+    TestEnvSpec,
+)
 from crf_prime.featdel.runner import PytestRun, run_pytest
 from crf_prime.featdel.source import (
     Project,
@@ -57,7 +65,7 @@ from crf_prime.featdel.source import (
     pytest_config,
     source_files,
 )
-from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env, visible_copies
+from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env, pinned, visible_copies
 from crf_prime.outputs import output_dir
 from crf_prime.placement import GradingSandbox
 
@@ -101,16 +109,9 @@ class GenerateConfig(GradingSandbox, BaseConfig):
     replay_search: Annotated[float, Field(ge=1)] = 2.0
     """Validate up to this many times ``max_tasks`` candidates looking for tasks the replay covers; uncovered valid
     tasks only fill the places left."""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A function or feature that may become a task."""
-
-    key: str
-    granularity: str
-    functions: tuple[FunctionInfo, ...]
-    tests: tuple[str, ...]
+    granularities: Annotated[list[Granularity], Field(min_length=1)] = ["function", "feature"]
+    """What a task may delete: function, feature, block (an if/for/while/with/try body), tail (a function's
+    statements after its first ones), class (every method of a class); see crf_prime/featdel/granularity.py."""
 
 
 @dataclass
@@ -122,6 +123,15 @@ class Baseline:
     coverage: dict[str, dict[int, set[str]]]
     """path -> line -> node ids executing it."""
     seconds: dict[str, float] = field(default_factory=dict)
+    spec: TestEnvSpec | None = None
+    """The test venv's spec (pinned when the project declares test requirements)."""
+
+
+def env_spec(project: Project, cfg: GenerateConfig) -> TestEnvSpec:
+    """pytest + coverage + runtime deps + what the tests declare (+ ``extra_requirements``); resolved to exact
+    pins when anything beyond the host-pinned pytest/coverage is asked for."""
+    spec = default_spec((*project.runtime_requirements, *project.test_requirements, *cfg.extra_requirements))
+    return pinned(spec) if project.test_requirements or project.runtime_requirements or cfg.extra_requirements else spec
 
 
 ProgressFn = Callable[[str, int, int], None]
@@ -137,10 +147,34 @@ def _suite_failures(run: PytestRun) -> list[str]:
     return sorted(f"{c}::{n}: {s}" for (c, n), (s, _) in run.outcomes.items() if s in ("failed", "error"))
 
 
-def run_baseline(project: Project, env: TestEnv, sandbox, cfg: GenerateConfig, workspace: Path) -> Baseline:
+_PYTEST_EXITS = {
+    1: "tests failed",
+    2: "interrupted (an error during collection)",
+    3: "internal error",
+    4: "usage error (an option or plugin pytest does not know)",
+    5: "no tests collected",
+}
+
+
+def suite_failure(run: PytestRun) -> str:
+    """Why a suite did not pass, in one phrase: the pytest exit status and the first missing module, if any."""
+    if run.limit_hit:
+        return f"sandbox limit hit: {run.limit_hit}"
+    text = f"pytest exit {run.exit_code}: {_PYTEST_EXITS.get(run.exit_code or 0, 'unknown status')}"
+    missing = re.search(r"No module named '([\w.]+)'", run.stdout + run.stderr)
+    return f"{text}; import error: no module named {missing.group(1)!r}" if missing else text
+
+
+def run_baseline(
+    project: Project, env: TestEnv, sandbox, cfg: GenerateConfig, workspace: Path, spec: TestEnvSpec | None = None
+) -> Baseline:
     """One coverage run of the whole suite in the sandbox; fails clearly if the suite does not pass as shipped."""
+    from crf_prime.featdel.testreqs import neutral_args
+
     protected = protected_paths(project.root)
-    deselect = tuple(a for n in cfg.deselect for a in ("--deselect", n))
+    deselect = neutral_args(spec.requirements if spec else ()) + tuple(
+        a for n in cfg.deselect for a in ("--deselect", n)
+    )
     attempts: list[tuple[str, ...]] = [deselect, ("-o", "addopts=", *deselect)]
     last: PytestRun | None = None
     for args in attempts:
@@ -164,7 +198,7 @@ def run_baseline(project: Project, env: TestEnv, sandbox, cfg: GenerateConfig, w
         if failures or run.exit_code != 0:
             shown = "\n  ".join(failures[:15]) or run.tail()
             raise SourceError(
-                f"{project.info.spec}: the test suite does not pass as shipped (pytest exit {run.exit_code}, "
+                f"{project.info.spec}: the test suite does not pass as shipped ({suite_failure(run)}, "
                 f"{len(failures)} failing):\n  {shown}\nFix the environment (--extra-requirement) or leave known failures "
                 "out with --deselect NODEID."
             )
@@ -177,8 +211,7 @@ def run_baseline(project: Project, env: TestEnv, sandbox, cfg: GenerateConfig, w
         )
     assert last is not None
     raise SourceError(
-        f"{project.info.spec}: could not run the test suite (pytest exit {last.exit_code}, limit {last.limit_hit}); "
-        f"output tail:\n{last.tail()}"
+        f"{project.info.spec}: could not run the test suite ({suite_failure(last)}); output tail:\n{last.tail()}"
     )
 
 
@@ -235,7 +268,21 @@ def find_candidates(baseline: Baseline, cfg: GenerateConfig) -> tuple[list[Candi
             filtered["too-many-tests"] += 1
         else:
             cands.append(Candidate(_key(f.path, [f.qualname]), "function", (f,), tuple(sorted(tests))))
-    cands.extend(_features(functions, covered, limit, cfg))
+    features = _features(functions, covered, limit, cfg)
+    cands.extend(features)
+    if set(cfg.granularities) - {"function", "feature"}:
+        sources = {rel: (project.root / rel).read_text(errors="replace") for rel in {f.path for f in functions}}
+
+        def tests_at(path: str, lines: frozenset[int]) -> set[str]:
+            by_line = baseline.coverage.get(path, {})
+            return set().union(*(by_line.get(ln, set()) for ln in lines))
+
+        feature_sets = {tuple(m.qualname for m in c.functions) for c in features}
+        if {"block", "tail"} & set(cfg.granularities):
+            cands += statement_candidates(sources, functions, tests_at, limit, cfg.min_statements, _key)
+        if "class" in cfg.granularities:
+            cands += class_candidates(functions, tests_at, limit, cfg.min_statements, feature_sets, _key)
+    cands = [c for c in cands if c.granularity in cfg.granularities]
     return sorted(cands, key=lambda c: c.key), filtered, len(public)
 
 
@@ -321,16 +368,28 @@ def _call_sites(files: dict[str, str], names: set[str], exclude: set[tuple[str, 
 def build_prompt(project: Project, cand: Candidate, broken: dict[str, str], visible: dict[str, str]) -> str:
     """Task statement from the targets' names, signatures, docstrings (as left in the snapshot) and call sites."""
     info = project.info
-    what = (
-        f"`{cand.functions[0].qualname}` in `{cand.functions[0].path}`"
-        if cand.granularity == "function"
-        else "these related functions: " + ", ".join(f"`{f.qualname}` (`{f.path}`)" for f in cand.functions)
-    )
-    parts = [
-        f"This is {info.name} {info.version} (a Python project). The implementation of {what} was deleted: "
-        "the body now raises NotImplementedError, while the signature, decorators and docstring are unchanged. "
-        "Re-implement it so that the project's tests pass again.",
-    ]
+    first = f"`{cand.functions[0].qualname}` in `{cand.functions[0].path}`"
+    if cand.granularity in ("block", "tail"):
+        where = "one block inside" if cand.granularity == "block" else "everything after the first statements of"
+        lead = (
+            f"Part of the implementation of {first} was deleted: {where} the function now raises "
+            "NotImplementedError; the rest of the function, its signature, decorators and docstring are unchanged. "
+            "Re-implement the missing part so that the project's tests pass again."
+        )
+    else:
+        if cand.granularity == "function":
+            what = first
+        elif cand.granularity == "class":
+            what = (
+                f"every method of class `{cand.functions[0].qualname.rsplit('.', 1)[0]}` in `{cand.functions[0].path}`"
+            )
+        else:
+            what = "these related functions: " + ", ".join(f"`{f.qualname}` (`{f.path}`)" for f in cand.functions)
+        lead = (
+            f"The implementation of {what} was deleted: the body now raises NotImplementedError, while the "
+            "signature, decorators and docstring are unchanged. Re-implement it so that the project's tests pass again."
+        )
+    parts = [f"This is {info.name} {info.version} (a Python project). {lead}"]
     for f in cand.functions:
         text = function_text(broken[f.path], f.qualname).rstrip()
         owner = _class_header(broken[f.path], f.qualname)
@@ -358,11 +417,8 @@ def build_task(
 ) -> FeatdelTask:
     project = baseline.project
     root = project.root
-    by_path: dict[str, list[str]] = defaultdict(list)
-    for f in cand.functions:
-        by_path[f.path].append(f.qualname)
-    originals = {p: (root / p).read_text() for p in by_path}
-    broken = {p: delete_bodies(originals[p], q) for p, q in sorted(by_path.items())}
+    originals = {p: (root / p).read_text() for p in sorted({f.path for f in cand.functions})}
+    broken = delete(originals, cand)
     gold = "".join(unified_diff(p, broken[p], originals[p]) for p in sorted(broken))
     if apply_unified_diff(broken, gold) != originals:
         raise ValueError("gold patch does not round-trip")
@@ -390,7 +446,7 @@ def build_task(
         protected_files=protected,
         pytest_args=baseline.pytest_args,
         pythonpath=project.pythonpath,
-        test_env=default_spec((*project.runtime_requirements, *cfg.extra_requirements)),
+        test_env=baseline.spec or env_spec(project, cfg),
         seed=cfg.seed,
     )
 
@@ -448,19 +504,20 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         seconds["source"] = time.perf_counter() - t0
         progress("venv", 0, 1)
         t = time.perf_counter()
-        copies = visible_copies(project.top_level)
+        copies = visible_copies(project.top_level, sandbox=sandbox)
         if copies:
             raise SourceError(
                 f"{cfg.source}: an installed copy of the project is readable inside the sandbox "
                 f"({', '.join(map(str, copies))}); an agent could restore the deleted code from it. Uninstall it or "
                 "pick another source."
             )
-        spec = default_spec((*project.runtime_requirements, *cfg.extra_requirements))
+        spec = env_spec(project, cfg)
         env = ensure_test_env(spec, project.top_level)
         seconds["venv"] = time.perf_counter() - t
         progress("coverage", 0, 1)
         t = time.perf_counter()
-        baseline = run_baseline(project, env, sandbox, cfg, workspace)
+        baseline = run_baseline(project, env, sandbox, cfg, workspace, spec)
+        baseline.spec = spec
         seconds["coverage"] = time.perf_counter() - t
         cands, filtered, n_functions = find_candidates(baseline, cfg)
         rng = random.Random(cfg.seed)

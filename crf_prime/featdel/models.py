@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Granularity = Literal["function", "feature"]
+Granularity = Literal["function", "feature", "block", "tail", "class"]
 
 
 class SourceInfo(BaseModel):
@@ -82,7 +82,9 @@ class FeatdelTask(BaseModel):
     """Stable id: ``<name>-<version>__<module.qualname>[+...]``."""
     source: SourceInfo
     granularity: Granularity
-    """"function" = one body deleted; "feature" = a group of related functions deleted together."""
+    """"function" = one body deleted; "feature" = a group of related functions deleted together; "block" = the body
+    of one if/for/while/with/try inside a function; "tail" = a function's statements after its first ones; "class" =
+    every method of one class."""
     targets: tuple[Target, ...]
     prompt: str
     """Task statement written from the names, signatures, docstrings and call sites of the targets."""

@@ -158,6 +158,10 @@ class Project:
     """Top-level importable names (packages and modules) — must never be importable from the test venv."""
     runtime_requirements: tuple[str, ...]
     """The project's runtime dependencies (Requires-Dist without extras / [project].dependencies)."""
+    test_requirements: tuple[str, ...] = ()
+    """What its tests declare beyond those (test extras, requirement files, tox deps, pytest plugins)."""
+    license: str = ""
+    """Licence as the metadata states it (License-Expression, License, or the classifier); "" when absent."""
 
 
 def is_test_path(rel: str) -> bool:
@@ -328,6 +332,8 @@ def load_project(spec: str, workspace: Path, *, cache: Path | None = None) -> Pr
     if not sha:
         sha = tree_sha256(root)
     package_dirs, pythonpath, top = _layout(root)
+    from crf_prime.featdel.testreqs import suite_requirements
+
     return Project(
         root=root,
         info=SourceInfo(spec=spec, name=name, version=version, sha256=sha),
@@ -335,7 +341,47 @@ def load_project(spec: str, workspace: Path, *, cache: Path | None = None) -> Pr
         pythonpath=pythonpath,
         top_level=top,
         runtime_requirements=requirements,
+        test_requirements=suite_requirements(root, name),
+        license=license_of(root),
     )
+
+
+def license_of(root: Path) -> str:
+    """The licence the project declares (PKG-INFO, then pyproject.toml, then setup.cfg); "" when it declares none."""
+    pkg_info = root / "PKG-INFO"
+    if pkg_info.is_file():
+        fields: dict[str, str] = {}
+        classifiers = []
+        for line in pkg_info.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(": ")
+            if key == "Classifier" and value.startswith("License ::"):
+                classifiers.append(value.rsplit("::", 1)[-1].strip())
+            elif key in ("License-Expression", "License") and key not in fields:
+                fields[key] = value.strip()
+        # an expression, then the trove classifiers, then a short License field (it often holds the licence text)
+        if fields.get("License-Expression"):
+            return fields["License-Expression"]
+        if classifiers:
+            return ", ".join(classifiers)
+        value = fields.get("License", "")
+        if value and value.upper() != "UNKNOWN" and len(value) <= 80 and not value.lower().startswith("copyright"):
+            return value
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            lic = tomllib.loads(pyproject.read_text(errors="replace")).get("project", {}).get("license", "")
+        except tomllib.TOMLDecodeError:
+            lic = ""
+        if isinstance(lic, dict):
+            lic = lic.get("text", "") if len(lic.get("text", "")) <= 80 else ""
+        if lic:
+            return str(lic)
+    cfg = ConfigParser(interpolation=None)
+    try:
+        cfg.read(root / "setup.cfg")
+    except Exception:  # a malformed setup.cfg declares nothing we can read
+        return ""
+    return cfg.get("metadata", "license", fallback="").strip()
 
 
 def _write_metadata(root: Path, name: str, version: str) -> None:

@@ -11,6 +11,7 @@ import fcntl
 import hashlib
 import importlib.metadata
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -44,17 +45,49 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def default_spec(runtime_requirements: tuple[str, ...]) -> TestEnvSpec:
-    """pytest and coverage pinned to the versions of this interpreter, plus the project's runtime deps.
+    """pytest and coverage pinned to the versions of this interpreter (unless the requirements constrain them),
+    plus the project's runtime and test requirements.
 
     Both come with the ``featdel`` extra; without them this raises MissingExtraError naming it.
     """
+    import re
+
     for module in ("pytest", "coverage"):
         require(module, "featdel")
-    pins = [f"pytest=={importlib.metadata.version('pytest')}", f"coverage=={importlib.metadata.version('coverage')}"]
+    named = {re.sub(r"[-_.]+", "-", re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0]).lower() for r in runtime_requirements}
+    # a project that constrains pytest or coverage itself gets its range (resolved to a pin by ``pinned``)
+    pins = [f"{m}=={importlib.metadata.version(m)}" if m not in named else m for m in ("pytest", "coverage")]
     return TestEnvSpec(
         python=f"{sys.version_info.major}.{sys.version_info.minor}",
         requirements=tuple(sorted(set(pins) | set(runtime_requirements))),
     )
+
+
+def pinned(spec: TestEnvSpec, *, cache: Path | None = None) -> TestEnvSpec:
+    """``spec`` with every requirement resolved to an exact ``name==version`` (pip's resolver, cached per spec).
+
+    Test requirements read from an sdist are ranges; the task rows must name the venv they were validated in."""
+    path = (cache or cache_root()) / "pins" / f"{spec_key(spec)}.json"
+    if path.is_file():
+        return TestEnvSpec.model_validate_json(path.read_text())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    report = path.with_suffix(f".{os.getpid()}.report")
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--no-input"]
+    cmd += ["--disable-pip-version-check", "--report", str(report), *spec.requirements]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not report.is_file():
+        report.unlink(missing_ok=True)
+        raise SourceError(
+            f"resolving the test requirements failed ({' '.join(spec.requirements)}): {proc.stderr[-800:]}"
+        )
+    installs = json.loads(report.read_text())["install"]
+    report.unlink()
+    pins = sorted(f"{i['metadata']['name']}=={i['metadata']['version']}" for i in installs)
+    out = spec.model_copy(update={"requirements": tuple(pins)})
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(out.model_dump_json())
+    tmp.replace(path)
+    return out
 
 
 @dataclass(frozen=True)
@@ -112,15 +145,28 @@ def system_site_dirs() -> list[Path]:
     return sorted({Path(p) for pat in patterns for p in glob.glob(pat)})
 
 
-def visible_copies(names: tuple[str, ...], roots: list[Path] | None = None) -> list[Path]:
-    """Installed copies of the project's top-level modules that a process in the box could read by path."""
-    found = []
-    for root in system_site_dirs() if roots is None else roots:
-        for name in names:
-            for cand in (root / name, root / f"{name}.py"):
-                if cand.exists():
-                    found.append(cand)
-    return found
+def visible_copies(names: tuple[str, ...], roots: list[Path] | None = None, *, sandbox=None) -> list[Path]:
+    """Installed copies of the project's top-level modules that a process in the box could read by path.
+
+    With ``sandbox`` the check runs inside a box of that sandbox (an unsandboxed one sees the whole host), so it
+    reports what a task's process really sees; without it, what exists on the host."""
+    cands = [
+        c
+        for root in (system_site_dirs() if roots is None else roots)
+        for n in names
+        for c in (root / n, root / f"{n}.py")
+    ]
+    if sandbox is None or not cands:
+        return [c for c in cands if c.exists()]
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="crf-featdel-leak-") as tmp:
+        script = 'for p in "$@"; do [ -e "$p" ] && echo "$p"; done; exit 0'
+        result = sandbox.run(["/bin/sh", "-c", script, "leak-check", *map(str, cands)], workdir=Path(tmp))
+    if result.exit_code != 0:
+        raise SourceError(f"the sandbox leak check failed (exit {result.exit_code}): {result.stderr[-400:]}")
+    seen = set(result.stdout.splitlines())
+    return [c for c in cands if str(c) in seen]
 
 
 def _build(venv: Path, spec: TestEnvSpec) -> None:

@@ -3,7 +3,9 @@
 Isolation (see docs/sandbox.md): every namespace unshared (no network but a private ``lo``), all capabilities
 dropped (as root, a box that keeps them can remount a read-only bind read-write and write the host), a new
 session, death with the parent, an empty environment plus an explicit one, the root filesystem read-only. Visible:
-system dirs read-only (/usr and the /bin, /lib* links, /etc minus secrets), the base Python prefix read-only, a
+system dirs read-only (/usr and the /bin, /lib* links, /etc minus secrets), the base Python prefix read-only with
+every directory of installed distributions in it and under /usr hidden (an empty read-only tmpfs over each
+site-packages / dist-packages, so a package installed on the host is neither importable nor readable), a
 size-limited private /tmp, the task directory writable at its own path, caller-listed read-only binds, and read-only
 binds over protected paths inside the task directory. Nothing else of the host (no /root, /home, /opt, /var, /srv,
 other tasks' directories).
@@ -58,6 +60,22 @@ def python_prefixes() -> tuple[Path, ...]:
     return tuple(sorted(p for p in prefixes if p != Path("/") and not _under(p, Path("/usr")) and p.exists()))
 
 
+_DISTRIBUTION_DIRS = ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages")
+
+
+@functools.lru_cache(maxsize=1)
+def distribution_dirs() -> tuple[Path, ...]:
+    """Host directories of installed distributions that the box would otherwise show (and so hides).
+
+    The site-packages / dist-packages of /usr, /usr/local and the base interpreter prefix(es): everything a box
+    can see that ``pip install`` writes to. A box sees the standard library, never a host-installed package."""
+    import glob
+
+    prefixes = (Path("/usr"), Path("/usr/local"), *python_prefixes())
+    found = {_resolved(d) for prefix in prefixes for pat in _DISTRIBUTION_DIRS for d in glob.glob(f"{prefix}/{pat}")}
+    return tuple(sorted(d for d in found if d.is_dir()))
+
+
 def _under(path: Path, parent: Path) -> bool:
     return path == parent or parent in path.parents
 
@@ -106,6 +124,8 @@ def system_args() -> tuple[str, ...]:
     args += ["--proc", "/proc", "--dev", "/dev"]
     for prefix in python_prefixes():
         args += ["--ro-bind", str(prefix), str(prefix)]
+    for hidden in distribution_dirs():
+        args += ["--tmpfs", str(hidden), "--remount-ro", str(hidden)]
     return tuple(args)
 
 

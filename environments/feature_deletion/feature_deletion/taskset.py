@@ -86,6 +86,9 @@ class FeatureDeletionConfig(vf.TasksetConfig):
     each other's answers within a run; 1 removes that (see docs/feature_deletion.md, "What a policy can see")."""
     split_seed: int = 0
     """Seed of the per-package pick (``tasks_per_package``); another seed picks other tasks of each package."""
+    corpus_split: Literal["train", "eval"] | None = None
+    """With ``tasks`` naming a corpus directory (``crf-prime featdel corpus``): load only this split (projects never
+    straddle the two); None = every row of ``tasks.jsonl``."""
     task: FeatureDeletionTaskConfig = FeatureDeletionTaskConfig()
 
 
@@ -277,7 +280,13 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
 
         task_dir = self._task_dir()
         tasks = []
-        rows = per_package(load_tasks(task_dir), self.config.tasks_per_package, self.config.split_seed)
+        if self.config.corpus_split is not None:
+            from crf_prime.featdel.corpus_build import load_split
+
+            loaded = load_split(task_dir, self.config.corpus_split)
+        else:
+            loaded = load_tasks(task_dir)
+        rows = per_package(loaded, self.config.tasks_per_package, self.config.split_seed)
         for idx, row in enumerate(rows):
             venv = cache_root() / "venvs" / spec_key(row.test_env)
             prompt = (

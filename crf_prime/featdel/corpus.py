@@ -1,0 +1,417 @@
+"""``crf-prime featdel corpus``: Feature Deletion tasks from many packages at once, one Ray task per package.
+
+Each package runs ``featdel generate`` into ``OUT/packages/<name>-<version>/tasks`` as a Ray task that declares
+its CPU need; a package whose status file says it finished with the same settings is not redone, a failed one is
+recorded with its reason and never stops the others. After the packages, the corpus is assembled from every finished
+package (crf_prime/featdel/corpus_build.py): duplicates removed, train/eval split by project, ``tasks.jsonl`` +
+``index.jsonl`` + ``bases/`` + ``replay/``, ``summary.json`` and a dataset card.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_config import BaseConfig
+
+from crf_prime.errors import InfraError, InputError, NothingProduced
+from crf_prime.extras import MissingExtraError
+from crf_prime.featdel.granularity import GRANULARITIES
+from crf_prime.featdel.models import Granularity
+from crf_prime.placement import GradingSandbox
+
+
+class CorpusConfig(GradingSandbox, BaseConfig):
+    """A corpus run. The sandbox settings (``limits`` of one validation run, ``unsandboxed``, ``bwrap``) are
+    :class:`crf_prime.placement.GradingSandbox`'s, as in ``featdel generate``."""
+
+    sources: Path
+    """Text file, one source per line: ``pypi:NAME==VERSION`` or a local directory (relative to the file); ``#``
+    starts a comment."""
+    out: Path
+    """Corpus directory (created; an existing one is resumed)."""
+    ray_address: str | None = None
+    """Ray cluster to run on (``auto``, ``ray://HOST:PORT``); default: a local Ray started for this run."""
+    num_cpus: Annotated[int, Field(ge=1)] | None = None
+    """CPUs of the local Ray (default: all cores); ignored with ``ray_address``."""
+    cpus_per_package: Annotated[float, Field(gt=0)] = 1.0
+    """CPUs each package's Ray task declares (its validations run ``ceil`` of this many in parallel)."""
+    max_tasks: Annotated[int, Field(ge=1)] = 60
+    """Validated tasks to keep per package."""
+    granularities: Annotated[list[Granularity], Field(min_length=1)] = list(GRANULARITIES)
+    """What tasks may delete (see docs/feature_deletion.md)."""
+    seed: int = 0
+    """Seed of the candidate sampling (per package) and of nothing else: the split is by project name."""
+    eval_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    """Share of tasks (rounded up to whole projects) that goes to the ``eval`` split."""
+    replay_search: Annotated[float, Field(ge=1)] = 1.0
+    """Per package, validate up to this many times ``max_tasks`` candidates preferring tasks the call replay covers
+    (``featdel generate`` hunts with 2.0; a corpus spends that time on more packages)."""
+    time_limit_s: Annotated[float, Field(gt=0)] | None = None
+    """Stop after this many seconds: packages still running are cancelled and left for the next run (resumable);
+    the corpus is assembled from what finished. None = run every package to the end."""
+    retry_failed: bool = False
+    """Retry packages that failed in an earlier run (finished ones are never redone)."""
+    export_hf: bool = False
+    """Also write ``OUT/hf`` as a ``datasets.DatasetDict`` (``train``/``eval``; needs the ``hf`` extra)."""
+
+
+class SourceLine(BaseModel):
+    """One line of the sources file."""
+
+    model_config = ConfigDict(frozen=True)
+
+    spec: str
+    """``pypi:NAME==VERSION`` or an absolute directory."""
+    slug: str
+    """Directory name under ``OUT/packages``."""
+    line: int
+    deselect: tuple[str, ...] = ()
+    """``--deselect NODEID`` on the line: tests that fail as shipped, left out (as ``featdel generate``)."""
+    extra_requirements: tuple[str, ...] = ()
+    """``--extra-requirement REQ`` on the line: test requirements the sdist does not declare."""
+
+
+class PackageStatus(BaseModel):
+    """``OUT/packages/<slug>/status.json``: how a package's Ray task ended."""
+
+    spec: str
+    status: Literal["done", "failed", "cancelled"]
+    """"cancelled" (time limit) is never written: the package runs again next time."""
+    settings: str
+    """Hash of the settings it ran with; a change redoes the package."""
+    reason: str = ""
+    """Why it failed (the error's message)."""
+    error: str = ""
+    """The error's class name."""
+    tasks: int = 0
+    seconds: float = 0.0
+    license: str = ""
+
+
+def read_sources(path: Path) -> list[SourceLine]:
+    """Parse the sources file; a bad line raises :class:`InputError` naming the file and line."""
+    from crf_prime.featdel.source import SourceError, _parse_pypi_spec
+
+    if not path.is_file():
+        raise InputError.field("sources", f"{path}: no such file")
+    out: list[SourceLine] = []
+    seen: dict[str, int] = {}
+    for i, raw in enumerate(path.read_text().splitlines(), 1):
+        try:
+            tokens = shlex.split(raw, comments=True)
+        except ValueError as e:
+            raise InputError.at(path, i, str(e)) from None
+        if not tokens:
+            continue
+        text, options = tokens[0], _line_options(path, i, tokens[1:])
+        if text.startswith("pypi:"):
+            try:
+                name, version = _parse_pypi_spec(text)
+            except SourceError as e:
+                raise InputError.at(path, i, str(e)) from None
+            spec, slug = text, f"{name.lower()}-{version}"
+        else:
+            d = (path.parent / text).resolve()
+            if not d.is_dir():
+                raise InputError.at(path, i, f"{text!r} is neither 'pypi:NAME==VERSION' nor a directory")
+            spec, slug = str(d), f"{d.name}-{hashlib.sha256(str(d).encode()).hexdigest()[:8]}"
+        if slug in seen:
+            raise InputError.at(path, i, f"{text!r} repeats line {seen[slug]}")
+        seen[slug] = i
+        out.append(SourceLine(spec=spec, slug=slug, line=i, **options))
+    if not out:
+        raise InputError.at(path, 1, "no source listed")
+    return out
+
+
+_LINE_OPTIONS = {"--deselect": "deselect", "--extra-requirement": "extra_requirements"}
+
+
+def _line_options(path: Path, line: int, tokens: list[str]) -> dict[str, tuple[str, ...]]:
+    out: dict[str, list[str]] = {}
+    for flag, value in zip(tokens[::2], [*tokens[1::2], None][: len(tokens[::2])], strict=True):
+        if flag not in _LINE_OPTIONS or value is None:
+            raise InputError.at(
+                path, line, f"{flag!r}: a line is SOURCE [--deselect NODEID] [--extra-requirement REQ] ..."
+            )
+        out.setdefault(_LINE_OPTIONS[flag], []).append(value)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def package_settings(config: CorpusConfig, line: SourceLine | None = None) -> dict:
+    """What a package's result depends on (a change redoes it)."""
+    return {
+        "deselect": list(line.deselect) if line else [],
+        "extra_requirements": list(line.extra_requirements) if line else [],
+        "max_tasks": config.max_tasks,
+        "granularities": sorted(config.granularities),
+        "seed": config.seed,
+        "replay_search": config.replay_search,
+        "unsandboxed": config.unsandboxed,
+        "limits": config.limits.model_dump(),
+    }
+
+
+def settings_key(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dict:
+    """One package: generate into ``pkg_dir/tasks``, write ``meta.jsonl`` and ``status.json``; never raises for
+    a package that cannot be used (its status says why). Runs in a Ray worker."""
+    from crf_prime.featdel.corpus_meta import task_meta
+    from crf_prime.featdel.generate import GenerateConfig, generate
+    from crf_prime.featdel.source import extract_archive
+
+    root = Path(pkg_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    key = settings_key(settings)
+    try:
+        cfg = GenerateConfig(
+            source=spec,
+            out=root / "tasks",
+            max_tasks=settings["max_tasks"],
+            seed=settings["seed"],
+            workers=workers,
+            unsandboxed=settings["unsandboxed"],
+            limits=settings["limits"],
+            granularities=settings["granularities"],
+            replay_search=settings["replay_search"],
+            deselect=settings["deselect"],
+            extra_requirements=settings["extra_requirements"],
+        )
+        tasks, _ = generate(cfg)
+        license = _license(root / "tasks")
+        with tempfile.TemporaryDirectory(prefix="crf-corpus-base-") as tmp:
+            metas = []
+            bases: dict[str, Path] = {}
+            for t in tasks:
+                if t.base_archive not in bases:
+                    bases[t.base_archive] = Path(tmp) / str(len(bases))
+                    extract_archive(root / "tasks" / t.base_archive, bases[t.base_archive], t.base_sha256)
+                metas.append(task_meta(t, bases[t.base_archive], license=license))
+        _write_atomic(root / "meta.jsonl", "".join(m.model_dump_json() + "\n" for m in metas))
+        status = PackageStatus(
+            spec=spec,
+            status="done",
+            settings=key,
+            tasks=len(tasks),
+            license=license,
+            seconds=round(time.perf_counter() - t0, 1),
+        )
+    except (InfraError, MissingExtraError):
+        raise  # the host, not the package: every other package would fail the same way
+    except Exception as e:  # a package that cannot be used is a corpus fact, reported with its reason
+        status = PackageStatus(
+            spec=spec,
+            status="failed",
+            settings=key,
+            reason=str(e)[:4000],
+            error=type(e).__name__,
+            seconds=round(time.perf_counter() - t0, 1),
+        )
+    _write_atomic(root / "status.json", status.model_dump_json(indent=2) + "\n")
+    return status.model_dump()
+
+
+def _license(task_dir: Path) -> str:
+    """The licence the package's metadata declares (read back from its base archive's PKG-INFO / pyproject)."""
+    from crf_prime.featdel.generate import load_tasks
+    from crf_prime.featdel.source import extract_archive, license_of
+
+    tasks = load_tasks(task_dir)
+    if not tasks:
+        return ""
+    with tempfile.TemporaryDirectory(prefix="crf-corpus-lic-") as tmp:
+        extract_archive(task_dir / tasks[0].base_archive, Path(tmp), tasks[0].base_sha256)
+        return license_of(Path(tmp))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def read_status(pkg_dir: Path) -> PackageStatus | None:
+    path = pkg_dir / "status.json"
+    if not path.is_file():
+        return None
+    try:
+        return PackageStatus.model_validate_json(path.read_text())
+    except ValueError:
+        return None  # a torn or foreign file: the package is redone
+
+
+class _Progress:
+    """Packages and tasks done: a rich bar on a terminal, one plain line per finished package otherwise."""
+
+    def __init__(self, packages: int, tasks_hint: int) -> None:
+        self.tty = sys.stderr.isatty()
+        self.done = self.tasks = self.failed = self.built = 0
+        """``built``: tasks made in this run (resumed packages' tasks do not count towards the rate)."""
+        self.total = packages
+        self.t0 = time.perf_counter()
+        if self.tty:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                transient=False,
+            )
+            self.pkgs = self.bar.add_task("packages", total=packages)
+            self.tk = self.bar.add_task("tasks", total=tasks_hint)
+            self.bar.start()
+
+    def package(self, slug: str, status: PackageStatus, resumed: bool) -> None:
+        self.done += 1
+        self.tasks += status.tasks
+        self.built += 0 if resumed else status.tasks
+        self.failed += status.status == "failed"
+        rate = self.built / max((time.perf_counter() - self.t0) / 60, 1e-9)
+        if status.status == "done":
+            what = f"{status.tasks} tasks in {status.seconds:.0f}s"
+        elif status.status == "cancelled":
+            what = "cancelled (time limit; it runs again next time)"
+        else:
+            what = f"FAILED: {status.reason.splitlines()[0][:300]}"
+        line = (
+            f"featdel corpus: [{self.done}/{self.total} packages, {self.tasks} tasks, {rate:.1f} tasks/min] "
+            f"{slug}{' (resumed)' if resumed else ''}: {what}"
+        )
+        if self.tty:
+            self.bar.update(self.pkgs, completed=self.done)
+            self.bar.update(self.tk, completed=self.tasks)
+            self.bar.console.print(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            self.bar.stop()
+
+
+def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, PackageStatus]:
+    """Every listed package built or resumed (Ray tasks), by slug; failures included with their reasons."""
+    from crf_prime.extras import require
+
+    settings = {s.slug: package_settings(config, s) for s in lines}
+    keys = {slug: settings_key(v) for slug, v in settings.items()}
+    root = config.out.resolve() / "packages"  # Ray workers do not share the driver's working directory
+    root.mkdir(parents=True, exist_ok=True)
+    results: dict[str, PackageStatus] = {}
+    todo: list[SourceLine] = []
+    for s in lines:
+        st = read_status(root / s.slug)
+        if (
+            st is not None
+            and st.settings == keys[s.slug]
+            and st.spec == s.spec
+            and (st.status == "done" or not config.retry_failed)
+        ):
+            results[s.slug] = st
+        else:
+            todo.append(s)
+    progress = _Progress(len(lines), config.max_tasks * len(lines))
+    for slug, st in results.items():
+        progress.package(slug, st, resumed=True)
+    try:
+        if todo:
+            ray = require("ray", "ray")
+            started = not ray.is_initialized()
+            if started:
+                if config.ray_address:
+                    ray.init(address=config.ray_address, log_to_driver=False)
+                else:
+                    ray.init(
+                        num_cpus=config.num_cpus or os.cpu_count() or 1,
+                        include_dashboard=False,
+                        log_to_driver=False,
+                        object_store_memory=100 * 1024 * 1024,
+                    )
+            try:
+                workers = max(1, int(-(-config.cpus_per_package // 1)))
+                remote = ray.remote(num_cpus=config.cpus_per_package, max_retries=0)(build_package)
+                pending = {remote.remote(s.spec, str(root / s.slug), settings[s.slug], workers): s for s in todo}
+                deadline = None if config.time_limit_s is None else time.monotonic() + config.time_limit_s
+                while pending:
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+                    if not ready:  # time limit: what still runs is cancelled and left for the next run
+                        for ref, s in pending.items():
+                            ray.cancel(ref, force=True)
+                            results[s.slug] = PackageStatus(
+                                spec=s.spec, status="cancelled", settings=keys[s.slug], reason="time limit reached"
+                            )
+                            progress.package(s.slug, results[s.slug], resumed=False)
+                        break
+                    s = pending.pop(ready[0])
+                    try:
+                        st = PackageStatus.model_validate(ray.get(ready[0]))
+                    except Exception as e:  # the worker died (OOM kill, node lost): recorded like any failure
+                        cause = getattr(e, "cause", None)  # ray.exceptions.RayTaskError wraps what the task raised
+                        if isinstance(cause, InfraError | MissingExtraError):
+                            raise cause from e
+                        st = PackageStatus(
+                            spec=s.spec,
+                            status="failed",
+                            settings=keys[s.slug],
+                            reason=str(e)[:4000],
+                            error=type(e).__name__,
+                        )
+                        _write_atomic(root / s.slug / "status.json", st.model_dump_json(indent=2) + "\n")
+                    results[s.slug] = st
+                    progress.package(s.slug, st, resumed=False)
+            finally:
+                if started:
+                    ray.shutdown()
+    finally:
+        progress.close()
+    return {s.slug: results[s.slug] for s in lines}
+
+
+def corpus(config: CorpusConfig) -> int:
+    """Feature Deletion tasks from a list of packages, in parallel on Ray: deduplicated, split, with a dataset card."""
+    from crf_prime.featdel.corpus_build import assemble, export_hf
+
+    lines = read_sources(config.sources)
+    out = config.out
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "packages").is_dir())):
+        raise InputError.field("out", f"{out} exists and is not a corpus directory; give a new or an earlier --out")
+    if config.export_hf:
+        from crf_prime.extras import require
+
+        require("datasets", "hf")
+    config.sandbox()  # no bubblewrap here: say so now, not once per package
+    config.out.mkdir(parents=True, exist_ok=True)
+    statuses = run_packages(config, lines)
+    summary = assemble(config.out, lines, statuses, eval_fraction=config.eval_fraction)
+    if config.export_hf:
+        export_hf(config.out)
+    print(
+        f"featdel corpus: {summary.tasks} tasks ({summary.splits.get('train', 0)} train, "
+        f"{summary.splits.get('eval', 0)} eval) from {summary.packages_done} packages "
+        f"({summary.packages_failed} failed, {summary.duplicates_exact + summary.duplicates_near} duplicates removed) "
+        f"-> {config.out}"
+    )
+    if not summary.tasks:
+        raise NothingProduced(
+            f"{config.out}: no package produced a validated task (reasons: {config.out}/summary.json)"
+        )
+    return 0
+
+
+__all__ = ["CorpusConfig", "PackageStatus", "SourceLine", "build_package", "corpus", "read_sources", "run_packages"]

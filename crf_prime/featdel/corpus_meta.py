@@ -1,0 +1,175 @@
+"""Per-task facts a corpus needs beyond the task row: difficulty proxies and the keys that find duplicates.
+
+Difficulty proxies (cheap, computed from the task alone plus its base tree): deleted lines and statements, the
+cyclomatic complexity of the deleted code (1 + decision points removed), the number of target tests, and the
+number of call sites of the deleted functions in the project's non-test sources. Duplicate keys: ``exact`` hashes
+the deleted text itself; ``near`` hashes the deleted code's AST with every identifier renamed in order of first
+appearance and docstrings dropped, so two copies of one implementation under other names collide.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from crf_prime.featdel.deletion import STUB, apply_unified_diff, function_nodes
+from crf_prime.featdel.granularity import granularity_of
+from crf_prime.featdel.models import FeatdelTask
+
+_DECISIONS = (
+    ast.If,
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.ExceptHandler,
+    ast.With,
+    ast.AsyncWith,
+    ast.IfExp,
+    ast.comprehension,
+    ast.Assert,
+    ast.match_case,
+)
+
+
+class TaskMeta(BaseModel):
+    """One row of a corpus's ``index.jsonl`` (same order as ``tasks.jsonl``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    project: str
+    """Distribution name; the train/eval split never puts one project on both sides."""
+    version: str
+    license: str = ""
+    granularity: str
+    split: str = ""
+    """"train" or "eval" (empty in a package directory, before the corpus is split)."""
+    deleted_lines: int
+    """Lines of original code the gold patch puts back."""
+    deleted_statements: int
+    """Statements deleted (nested ones included)."""
+    cyclomatic: int
+    """Cyclomatic complexity of the deleted code: 1 + its decision points."""
+    target_tests: int
+    callers: int
+    """Call sites of the deleted functions' names in the project's non-test source files (definitions excluded)."""
+    exact_key: str
+    """SHA-256 of the deleted lines (whitespace-stripped)."""
+    near_key: str
+    """SHA-256 of the deleted code's AST with identifiers renamed and docstrings dropped."""
+
+
+def _decisions(node: ast.AST) -> int:
+    n = 0
+    for sub in ast.walk(node):
+        if isinstance(sub, _DECISIONS):
+            n += 1
+        elif isinstance(sub, ast.BoolOp):
+            n += len(sub.values) - 1
+        elif isinstance(sub, ast.Try):
+            n += len(sub.handlers) + bool(sub.orelse)
+    return n
+
+
+def _statements(node: ast.AST) -> int:
+    return sum(1 for sub in ast.walk(node) if isinstance(sub, ast.stmt))
+
+
+def _stubs(node: ast.AST) -> int:
+    return sum(1 for sub in ast.walk(node) if isinstance(sub, ast.Raise) and ast.unparse(sub) == STUB)
+
+
+class _Rename(ast.NodeTransformer):
+    """Identifiers -> v0, v1, ... in order of first appearance; docstrings dropped; constants kept."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+
+    def _n(self, name: str) -> str:
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return ast.copy_location(ast.Name(id=self._n(node.id), ctx=node.ctx), node)
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        node.arg = self._n(node.arg)
+        node.annotation = None
+        return node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        node.attr = self._n(node.attr)
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        node.name = self._n(node.name)
+        body = node.body
+        first = body[0] if body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+        node.returns = None
+        self.generic_visit(node)
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+
+def _normalised(nodes: list[ast.AST]) -> str:
+    renamer = _Rename()
+    return "\n".join(ast.dump(renamer.visit(ast.parse(ast.unparse(n)))) for n in nodes)
+
+
+def task_meta(task: FeatdelTask, base: Path, *, license: str = "") -> TaskMeta:
+    """Difficulty proxies and duplicate keys of ``task``; ``base`` is its extracted base tree (for callers)."""
+    original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
+    added = [ln[1:] for ln in task.gold_patch.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    deleted_statements = decisions = 0
+    orig_nodes: list[ast.AST] = []
+    broken_nodes: list[ast.AST] = []
+    for path in sorted({t.path for t in task.targets}):
+        before, after = function_nodes(original[path]), function_nodes(task.broken_files[path])
+        for t in (t for t in task.targets if t.path == path):
+            o, b = before[t.qualname], after[t.qualname]
+            deleted_statements += _statements(o) - _statements(b) + _stubs(b) - _stubs(o)
+            decisions += _decisions(o) - _decisions(b)
+            orig_nodes.append(o)
+            broken_nodes.append(b)
+    exact = hashlib.sha256("\n".join(ln.strip() for ln in added).encode()).hexdigest()
+    near = hashlib.sha256((_normalised(orig_nodes) + "\0" + _normalised(broken_nodes)).encode()).hexdigest()
+    return TaskMeta(
+        task_id=task.task_id,
+        project=task.source.name,
+        version=task.source.version,
+        license=license,
+        granularity=granularity_of(task.task_id) if task.granularity == "function" else task.granularity,
+        deleted_lines=len(added),
+        deleted_statements=deleted_statements,
+        cyclomatic=1 + max(decisions, 0),
+        target_tests=len(task.target_tests),
+        callers=callers(task, base),
+        exact_key=exact,
+        near_key=near,
+    )
+
+
+def callers(task: FeatdelTask, base: Path) -> int:
+    """Call sites of the targets' (last) names in the project's non-test sources, definitions excluded."""
+    names = sorted({t.qualname.rsplit(".", 1)[-1] for t in task.targets})
+    pat = re.compile(r"(?<![\w])(?:" + "|".join(map(re.escape, names)) + r")\s*\(")
+    n = 0
+    for rel in task.source_files:
+        path = base / rel
+        if not path.is_file():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            s = line.strip()
+            if not s.startswith(("def ", "async def ", "#")):
+                n += len(pat.findall(s))
+    return n
+
+
+__all__ = ["TaskMeta", "callers", "task_meta"]
