@@ -141,7 +141,7 @@ def test_bad_sources_lines_name_the_file_and_line(tmp_path: Path, capsys: pytest
         assert main(["featdel", "corpus", "--sources", str(sources), "--out", str(out)]) == 2
         assert "error: out: " in capsys.readouterr().err
     assert main(["featdel", "corpus", "--sources", str(sources), "--out", "o", "--max-tasks", "0"]) == 2
-    assert "--max-tasks\n  Input should be greater than or equal to 1" in capsys.readouterr().err
+    assert "--max-tasks: Input should be greater than or equal to 1" in capsys.readouterr().err
     sources.write_text("pkg --deselect 'tests/t.py::test_a[x y]' --extra-requirement hypothesis  # why\n")
     (line,) = read_sources(sources)
     assert (line.spec, line.line) == (str((tmp_path / "pkg").resolve()), 1)
