@@ -67,7 +67,9 @@ def _instrument() -> None:
     origin_mod.hash_shards = _timed("blake3 per shard", origin_mod.hash_shards)
     origin_mod.write_model_atomic = _timed("write index", origin_mod.write_model_atomic)
     node_mod.RelayNode.fetch_indices = _timed("fetch index", node_mod.RelayNode.fetch_indices)
-    node_mod.RelayNode._download = _timed("download: all shards (wall)", node_mod.RelayNode._download)
+    node_mod.RelayNode._download = _timed(
+        "download: all shards (wall, summed over nodes)", node_mod.RelayNode._download
+    )
     socket.socket.sendfile = _timed("  server sendfile (sum over threads)", socket.socket.sendfile)
     transport.ServerConnection.read_into_file = _timed(
         "  receive into files (sum over threads)", transport.ServerConnection.read_into_file
@@ -117,6 +119,7 @@ def main() -> None:
             broadcasts = source.parent
             copy_s = _timeit("copy", lambda run=run: shutil.copytree(source, run / "copy"))
             durable_copy_s = _timeit("copy", lambda run=run: _copy_and_fsync(source, run / "copy2"))
+            _PHASE[0] = "publish"  # the origin writes its empty index when it starts
             with RelayOrigin(broadcasts, run / "data", shard_size=int(args.shard_mb * 1e6)) as origin:
                 publish_s = _timeit("publish", origin.poll_once)
                 one = RelayNode([origin.url], run / "node0" / "broadcasts", workers=args.workers)
