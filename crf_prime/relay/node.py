@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import http.client
 import itertools
 import logging
@@ -530,6 +531,7 @@ class _StagedFiles:
         self.close()
 
 
+@functools.cache
 def boot_id() -> str:
     """This boot of the machine (Linux's random boot id): a marker written before a restart names another one."""
     try:
