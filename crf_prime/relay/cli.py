@@ -203,7 +203,7 @@ def _report(console, result) -> None:
     from rich.table import Table
 
     table = Table(title=f"step {result.step} ready at {result.path}")
-    for col in ("downloaded shards", "reused shards", "MB fetched", "seconds", "MB/s"):
+    for col in ("downloaded shards", "reused shards", "MB fetched", "seconds to place", "MB/s", "flush s"):
         table.add_column(col, justify="right")
     rate = result.downloaded_bytes / 1e6 / result.seconds if result.seconds > 0 else 0.0
     table.add_row(
@@ -212,6 +212,7 @@ def _report(console, result) -> None:
         f"{result.downloaded_bytes / 1e6:.1f}",
         f"{result.seconds:.2f}",
         f"{rate:.1f}",
+        f"{result.flush_seconds:.2f}",
     )
     console.print(table)
     console.print(

@@ -6,9 +6,12 @@ locally. Guarantees:
 
 - nothing but a finished step ever appears there: shards are written into the hidden
   ``<broadcast_dir>/.crf-relay/staging/step_<n>/tree/``, every shard is checked against its blake3 as it arrives,
-  the files are fsynced and their safetensors headers checked, ``STABLE`` is written last, and only then is the
-  directory renamed to ``step_<n>`` (one ``rename(2)`` on the same filesystem);
+  the files' safetensors headers are checked, ``STABLE`` is written last, and only then is the directory renamed to
+  ``step_<n>`` (one ``rename(2)`` on the same filesystem);
 - a step that cannot be verified is never renamed into place;
+- the step is flushed to disk right after the rename, off the path to the engine: a killed process cannot lose
+  page-cache data, and a power loss before the flush finished is caught by an ``unflushed`` marker that names the
+  boot it was written in, so a step placed in an earlier boot and never flushed is discarded, never served;
 - verified shards survive a crash or a dead server (listed in the staging's ``verified`` journal and re-hashed
   before reuse), so the next pull only fetches what is missing;
 - only the newest ``keep`` complete steps are kept.
@@ -20,9 +23,11 @@ index so a pull starts the moment a step is published, before the orchestrator a
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import fcntl
+import functools
 import http.client
+import itertools
 import logging
 import mmap
 import os
@@ -38,7 +43,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict
 
-from crf_prime.relay.layout import RELAY_DIR, STABLE, local_stable_steps, step_dir
+from crf_prime.relay.layout import RELAY_DIR, STABLE, local_stable_steps, parse_step, step_dir
 from crf_prime.relay.manifest import (
     INDEX_NAME,
     RelayError,
@@ -59,6 +64,10 @@ ShardHook = Callable[[StepManifest, ShardEntry, bool], None]
 
 JOURNAL = "verified"
 """File in a staging directory listing the shards already written and verified, one name per line."""
+
+UNFLUSHED = "unflushed"
+"""Folder in the node's working directory: one file per step renamed into place but not yet flushed to disk,
+holding the boot id it was placed in."""
 
 
 class _Aborted(RelayError):
@@ -81,7 +90,9 @@ class PullResult(BaseModel):
     downloaded_bytes: int
     """Bytes (in bytes) fetched over HTTP in this run."""
     seconds: float
-    """Wall time (in seconds) of the pull."""
+    """Wall time (in seconds) from the start of the pull until the step was in place."""
+    flush_seconds: float
+    """Wall time (in seconds) after that, writing the step to disk (the engine can load it meanwhile)."""
 
 
 def normalize_server(url: str) -> str:
@@ -120,10 +131,14 @@ class RelayNode:
         self.work = self.broadcast_dir / RELAY_DIR
         self.staging_root = self.work / "staging"
         self.trash = self.work / "trash"
-        for path in (self.staging_root, self.trash):
+        self.unflushed = self.work / UNFLUSHED
+        for path in (self.staging_root, self.trash, self.unflushed):
             path.mkdir(parents=True, exist_ok=True)
         self._failures = dict.fromkeys(self.servers, 0)
         self._lock = threading.Lock()
+        # recover before a gate can answer for a step a power loss may have emptied (a running pull already did)
+        with contextlib.suppress(RelayError), self._exclusive():
+            pass
 
     # -- discovery -------------------------------------------------------------------------------------------
 
@@ -194,6 +209,7 @@ class RelayNode:
             try:
                 for leftover in self.trash.iterdir():  # deletions interrupted by a crash
                     shutil.rmtree(leftover, ignore_errors=True)
+                self._recover_unflushed()
                 yield
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
@@ -224,8 +240,9 @@ class RelayNode:
             reused_names = {s.name for s in reused}
             missing = [s for s in manifest.shards if s.name not in reused_names]
             downloaded = self._download(manifest, missing, sources, staging, files, on_shard)
-            files.fsync()
         final = self._assemble(manifest, staging)
+        placed = time.perf_counter()
+        self._flush(manifest.step)
         shutil.rmtree(staging, ignore_errors=True)
         self.prune()
         return PullResult(
@@ -234,7 +251,8 @@ class RelayNode:
             downloaded_shards=len(missing),
             reused_shards=len(reused),
             downloaded_bytes=downloaded,
-            seconds=time.perf_counter() - started,
+            seconds=placed - started,
+            flush_seconds=time.perf_counter() - placed,
         )
 
     def _prepare_staging(self, manifest: StepManifest) -> Path:
@@ -310,7 +328,7 @@ class RelayNode:
 
         try:
             with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="relay-pull") as pool:
-                futures = [pool.submit(fetch, shard) for shard in shards]
+                futures = [pool.submit(fetch, shard) for shard in across_files(shards)]
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
                 if any(f.exception() is not None for f in done):
                     stop.set()
@@ -364,7 +382,11 @@ class RelayNode:
         raise RelayError(f"step {manifest.step}: shard {shard.name} could not be verified ({'; '.join(problems)})")
 
     def _assemble(self, manifest: StepManifest, staging: Path) -> Path:
-        """Check the written step, mark it ``STABLE`` and rename it into prime-rl's view."""
+        """Check the written step, mark it ``STABLE`` and rename it into prime-rl's view.
+
+        The ``unflushed`` marker is on disk before the rename can be, so a power loss before :meth:`_flush`
+        finishes leaves a marker that names the lost boot.
+        """
         tree = staging / "tree"
         for entry in manifest.files:
             if entry.path.endswith(".safetensors"):
@@ -373,17 +395,53 @@ class RelayNode:
                 except RelayError:
                     self._discard(staging)  # every shard matched, so the server published a bad file: start over
                     raise
-        marker = tree / STABLE
-        with open(marker, "wb") as handle:
+        (tree / STABLE).touch()
+        marker = self.unflushed / f"step_{manifest.step}"
+        with open(marker, "w") as handle:
+            handle.write(boot_id())
+            handle.flush()
             os.fsync(handle.fileno())
-        for directory in sorted({(tree / e.path).parent for e in manifest.files} | {tree}, reverse=True):
-            _fsync_dir(directory)
+        _fsync_dir(self.unflushed)
         final = step_dir(self.broadcast_dir, manifest.step)
         if final.exists():  # an unmarked leftover with our name; never a STABLE step (those are newer-checked)
             self._discard(final)
         os.rename(tree, final)
-        _fsync_dir(self.broadcast_dir)
         return final
+
+    def _flush(self, step: int) -> None:
+        """Write a placed step's files and directories to disk, then drop its ``unflushed`` marker."""
+        final = step_dir(self.broadcast_dir, step)
+        for path in sorted(final.rglob("*"), reverse=True):
+            if path.is_file():
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            else:
+                _fsync_dir(path)
+        _fsync_dir(final)
+        _fsync_dir(self.broadcast_dir)
+        (self.unflushed / f"step_{step}").unlink(missing_ok=True)
+
+    def _recover_unflushed(self) -> None:
+        """Finish the flush of steps placed in this boot; discard those placed in an earlier one.
+
+        A step whose flush a power loss cut short may hold zeros behind its ``STABLE``; it is pulled again instead.
+        """
+        current = boot_id()
+        for marker in self.unflushed.iterdir():
+            step = parse_step(marker.name)
+            if step is None or not step_dir(self.broadcast_dir, step).exists():
+                marker.unlink()
+            elif marker.read_text().strip() == current:
+                self._flush(step)
+            else:
+                log.warning(
+                    "step %d was placed before a restart of this machine and never flushed: pulling it again", step
+                )
+                self._discard(step_dir(self.broadcast_dir, step))
+                marker.unlink()
 
     # -- retention -------------------------------------------------------------------------------------------
 
@@ -461,15 +519,6 @@ class _StagedFiles:
         ):
             return blake3.blake3(part).hexdigest()
 
-    def start_writeback(self, shard: ShardEntry) -> None:
-        """Let the kernel start writing a finished shard to disk now, so the final fsync has little left to do."""
-        if _sync_file_range is not None and shard.size:
-            _sync_file_range(self.fds[shard.path], shard.offset, shard.size, _SYNC_FILE_RANGE_WRITE)
-
-    def fsync(self) -> None:
-        for fd in self.fds.values():
-            os.fsync(fd)
-
     def close(self) -> None:
         for fd in self.fds.values():
             os.close(fd)
@@ -482,20 +531,25 @@ class _StagedFiles:
         self.close()
 
 
-def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    """libc's ``sync_file_range(2)`` (Linux), or None where it is not available."""
+@functools.cache
+def boot_id() -> str:
+    """This boot of the machine (Linux's random boot id): a marker written before a restart names another one."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        function = libc.sync_file_range
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    function.restype = ctypes.c_int
-    return function
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:  # no such file: every restart of the relay counts as a new boot, which only costs a re-pull
+        return f"process-{os.getpid()}-{time.time_ns()}"
 
 
-_sync_file_range = _load_sync_file_range()
-_SYNC_FILE_RANGE_WRITE = 2
+def across_files(shards: Sequence[ShardEntry]) -> list[ShardEntry]:
+    """``shards`` taken from each file in turn, so parallel workers write different files.
+
+    A buffered write holds its file's inode lock, so workers writing one file at a time would take turns.
+    """
+    by_file: dict[str, list[ShardEntry]] = {}
+    for shard in shards:
+        by_file.setdefault(shard.path, []).append(shard)
+    rounds = itertools.zip_longest(*by_file.values())
+    return [shard for row in rounds for shard in row if shard is not None]
 
 
 def _get_small(server: str, path: str, timeout: float) -> bytes:
@@ -527,10 +581,7 @@ def _fetch_range(
         conn.read_into_file(length, files.fds[shard.path], shard.offset, stop)
     except ConnectionAbortedError as e:
         raise _Aborted("pull aborted") from e
-    digest = files.digest(shard)
-    if digest == shard.blake3:
-        files.start_writeback(shard)
-    return digest
+    return files.digest(shard)
 
 
 def _fsync_dir(path: Path) -> None:

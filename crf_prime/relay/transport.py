@@ -277,22 +277,31 @@ class ServerConnection:
             with contextlib.suppress(OSError):  # a bigger pipe means fewer system calls; the default 64 KiB works too
                 fcntl.fcntl(self._pipe[1], _F_SETPIPE_SZ, _PIECE)
         read_end, write_end = self._pipe
-        sock_fd = self._sock.fileno()
-        done = 0
-        while done < length:
-            if stop is not None and stop.is_set():
-                raise ConnectionAbortedError("transfer stopped")
-            if not select.select([sock_fd], [], [], self.timeout)[0]:
-                raise TimeoutError(f"no data for {self.timeout} s")
-            try:
-                moved = os.splice(sock_fd, write_end, min(_PIECE, length - done), flags=_SPLICE_F_NONBLOCK)
-            except BlockingIOError:
-                continue
-            if not moved:
-                raise http.client.IncompleteRead(b"", length - done)
-            while moved:
-                written = os.splice(read_end, fd, moved, offset_dst=offset + done)
-                done, moved = done + written, moved - written
+        sock = self._sock
+        sock_fd = sock.fileno()
+        done, low = 0, 1
+        try:
+            while done < length:
+                if stop is not None and stop.is_set():
+                    raise ConnectionAbortedError("transfer stopped")
+                if low != min(_PIECE, length - done):  # wake up once per piece, not once per packet
+                    low = min(_PIECE, length - done)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, low)
+                if not select.select([sock_fd], [], [], self.timeout)[0]:
+                    raise TimeoutError(f"no data for {self.timeout} s")
+                try:
+                    moved = os.splice(sock_fd, write_end, min(_PIECE, length - done), flags=_SPLICE_F_NONBLOCK)
+                except BlockingIOError:
+                    continue
+                if not moved:
+                    raise http.client.IncompleteRead(b"", length - done)
+                while moved:
+                    written = os.splice(read_end, fd, moved, offset_dst=offset + done)
+                    done, moved = done + written, moved - written
+        finally:
+            if low != 1:  # the next response head is short
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
 
     def close(self) -> None:
         if self._sock is not None:

@@ -1,4 +1,5 @@
-"""Faults on loopback: a server killed mid-transfer, corrupted and truncated shards, a client killed mid-download.
+"""Faults on loopback: a server killed mid-transfer, corrupted and truncated shards, a client killed mid-download
+or before its flush to disk, a power loss before the flush.
 
 Each case ends with the correct checkpoint or none at all: prime-rl's ``step_*`` glob never sees a partial step.
 """
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 from relay_testkit import REPO, ServerProcess, same_tree, staged_shards, visible_steps, write_checkpoint
 
-from crf_prime.relay.manifest import RelayError
-from crf_prime.relay.node import RelayNode
+from crf_prime.relay.layout import RELAY_DIR
+from crf_prime.relay.manifest import RelayError, ShardEntry
+from crf_prime.relay.node import UNFLUSHED, RelayNode, across_files, boot_id
 from crf_prime.relay.origin import RelayOrigin
 
 SHARD_MB = 1.0
@@ -125,3 +127,55 @@ def test_client_killed_mid_download_resumes(tmp_path: Path, origin_dir: Path) ->
     # shards verified by the killed run are not fetched again
     summary = f"step 7 ready: {total - len(partial)} shards downloaded, {len(partial)} reused from an interrupted run"
     assert summary in restarted.stderr
+
+
+class _DiesBeforeFlush(RelayNode):
+    """A node whose process dies right after the rename, before the step reaches the disk."""
+
+    def _flush(self, step: int) -> None:
+        raise KeyboardInterrupt("killed before the flush")
+
+
+def test_step_placed_then_killed_before_flush_is_flushed_in_the_same_boot(tmp_path: Path, origin_dir: Path) -> None:
+    node_dir = tmp_path / "node" / "broadcasts"
+    marker = node_dir / RELAY_DIR / UNFLUSHED / "step_7"
+    with RelayOrigin(origin_dir, tmp_path / "data", shard_size=int(SHARD_MB * 1e6)) as origin:
+        origin.poll_once()
+        with pytest.raises(KeyboardInterrupt):
+            _DiesBeforeFlush([origin.url], node_dir, workers=2).pull_once()
+        assert visible_steps(node_dir) == ["step_7"]  # the engine may load it at once: the page cache has it
+        assert marker.read_text() == boot_id()
+
+        RelayNode([origin.url], node_dir)  # a restarted node on the same boot finishes the flush
+    assert not marker.exists()
+    assert visible_steps(node_dir) == ["step_7"]
+    assert same_tree(origin_dir / "step_7", node_dir / "step_7")
+
+
+def test_step_placed_before_a_power_loss_and_never_flushed_is_pulled_again(tmp_path: Path, origin_dir: Path) -> None:
+    node_dir = tmp_path / "node" / "broadcasts"
+    with RelayOrigin(origin_dir, tmp_path / "data", shard_size=int(SHARD_MB * 1e6)) as origin:
+        origin.poll_once()
+        with pytest.raises(KeyboardInterrupt):
+            _DiesBeforeFlush([origin.url], node_dir, workers=2).pull_once()
+        marker = node_dir / RELAY_DIR / UNFLUSHED / "step_7"
+        marker.write_text("a-boot-before-the-power-loss\n")  # what the marker holds after a restart of the machine
+        # what a power loss can leave behind an unflushed rename: the names, but not the bytes
+        victim = next((node_dir / "step_7").glob("*.safetensors"))
+        victim.write_bytes(bytes(victim.stat().st_size))
+
+        node = RelayNode([origin.url], node_dir)
+        assert visible_steps(node_dir) == []  # discarded before a gate could answer for it
+        assert not marker.exists()
+        result = node.pull_once()
+    assert result is not None and result.step == 7 and result.reused_shards == 0
+    assert same_tree(origin_dir / "step_7", node_dir / "step_7")
+    assert not marker.exists()
+
+
+def test_shards_are_fetched_across_files() -> None:
+    def shard(i: int, path: str, offset: int) -> ShardEntry:
+        return ShardEntry(name=f"shard_{i:05d}", path=path, offset=offset, size=10, blake3="0" * 64)
+
+    shards = [shard(1, "a", 0), shard(2, "a", 10), shard(3, "a", 20), shard(4, "b", 0), shard(5, "c", 0)]
+    assert [s.name for s in across_files(shards)] == [f"shard_{i:05d}" for i in (1, 4, 5, 2, 3)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -182,3 +183,27 @@ def test_index_long_poll_answers_when_a_step_is_published(tmp_path: Path) -> Non
             404,
             404,
         ]
+
+
+def test_short_answer_after_a_spliced_range_on_the_same_connection(tmp_path: Path) -> None:
+    """The receive low-water mark raised for a shard body is lowered again, so a short answer is not held back."""
+    broadcasts = tmp_path / "trainer" / "broadcasts"
+    write_checkpoint(broadcasts / "step_1", total_mb=4, n_files=1, seed=1)
+    with RelayOrigin(broadcasts, tmp_path / "data", shard_size=4_000_000) as origin:
+        manifest = origin.poll_once()
+        entry = manifest.files[0]
+        source = (broadcasts / "step_1" / entry.path).read_bytes()
+        conn = ServerConnection(origin.url, timeout=30)
+        try:
+            status, length = conn.request(f"/v1/{entry.path}", {"Range": f"bytes=1000-{3_000_999}"})
+            assert (status, length) == (206, 3_000_000)
+            with open(tmp_path / "range.bin", "w+b") as handle:
+                conn.read_into_file(length, handle.fileno(), 0)
+                handle.seek(0)
+                assert handle.read() == source[1000:3_001_000]
+            started = time.monotonic()
+            status, length = conn.request("/v1/missing.safetensors")
+            assert (status, conn.read_body(length)) == (404, b"not found")
+            assert time.monotonic() - started < 10  # held until the 30 s timeout if the mark stayed at 1 MB
+        finally:
+            conn.close()
