@@ -173,7 +173,7 @@ class PoolOptions(BaseModel):
     actor_queue: Annotated[int, Field(ge=0)] | None = None
     """Ray backend: calls per teacher admitted beyond its ``max_concurrency``; they wait inside the teacher's actor,
     whose client starts the next request the moment one finishes, so the driver-actor round trip is not spent
-    holding a provider slot. Default ``max(2, max_concurrency // 4)``; 0: admit only what can be sent at once. A
+    holding a provider slot. Default ``max(2, max_concurrency // 2)``; 0: admit only what can be sent at once. A
     queued call is reserved against the caps and, like every Ray call, counts as sent from its admission (lost with
     its actor, it is possibly paid). The asyncio backend admits only what can be sent at once."""
     retry_failed: bool = True

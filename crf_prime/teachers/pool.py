@@ -136,7 +136,7 @@ class TeacherPool:
         """Calls admitted beyond the teacher's concurrency, to wait in a backend that caps it itself (Ray)."""
         if not getattr(backend, "queues", False):
             return 0
-        return options.actor_queue if options.actor_queue is not None else max(2, t.max_concurrency // 4)
+        return options.actor_queue if options.actor_queue is not None else max(2, t.max_concurrency // 2)
 
     def eligible(self, request: TeacherRequest) -> tuple[list[TeacherConfig], list[str]]:
         if not self.options.votes.exclude_same_family:

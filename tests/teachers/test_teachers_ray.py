@@ -255,5 +255,5 @@ async def test_calls_queue_in_the_actor_and_the_provider_never_sees_more_than_ma
         await backend.close()
         ledger.close()
     assert sorted(o.state_id for o in outcomes if o.records[0].ok) == [f"s{i:04d}" for i in range(8)]
-    # default queue max(2, 2 // 4) = 2: 4 calls reserved and admitted at once, 2 of them at the provider
+    # default queue max(2, 2 // 2) = 2: 4 calls reserved and admitted at once, 2 of them at the provider
     assert ledger.peak == admitted and len(spans) == 8 and _peak_overlap(spans) == 2
