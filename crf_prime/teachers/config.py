@@ -169,7 +169,8 @@ class PoolOptions(BaseModel):
     tiered: bool = False
     """Ask low tiers first; escalate a state only on disagreement among them or with the student."""
     window: Annotated[int, Field(ge=1)] | None = None
-    """States in flight at once (driver-side backpressure); default 2 x the sum of the teachers' concurrency."""
+    """States in flight at once (driver-side backpressure); default 2 x the sum of the teachers' concurrency (on the
+    Ray backend, plus their ``actor_queue``)."""
     actor_queue: Annotated[int, Field(ge=0)] | None = None
     """Ray backend: calls per teacher admitted beyond its ``max_concurrency``; they wait inside the teacher's actor,
     whose client starts the next request the moment one finishes, so the driver-actor round trip is not spent
