@@ -10,6 +10,11 @@ HTTP retries stay in the client. Ray is imported lazily (extra ``ray``).
 Only the asyncio backend ``reports_wire``: its client runs in the pool's task, so the pool can mark a call "sent"
 at the moment its request is about to be written. A Ray actor cannot reach the driver's ledger, so a Ray call
 counts as sent from its admission on (a crash books it at its reservation even if the actor had not sent it yet).
+
+A Ray actor's client caps the teacher's concurrency itself, so the Ray backend ``queues``: the pool admits a few
+calls per teacher beyond ``max_concurrency`` (``PoolOptions.actor_queue``) and they wait in the actor. When a request
+finishes, the next one starts at once instead of a driver-actor round trip later (the answer's way back, the next
+admission, the next call's way in), which on a busy machine costs milliseconds per request.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class AsyncioBackend:
     """Every teacher client in the caller's event loop."""
 
     reports_wire = True
+    queues = False
 
     def __init__(self, teachers: Sequence[TeacherConfig], *, api_keys: dict[str, str] | None = None) -> None:
         keys = api_keys or {}
@@ -94,6 +100,8 @@ class RayBackend:
     """One async Ray actor per teacher; a call lost to an actor's death is a possibly paid failure."""
 
     reports_wire = False
+    queues = True
+    """Each actor's client caps its teacher's concurrency: calls admitted beyond it wait in the actor."""
 
     def __init__(
         self,

@@ -120,14 +120,23 @@ class TeacherPool:
         self.tiers = sorted({t.tier for t in self.teachers}) if options.tiered else [None]
         self.on_record: Callable[[JournalRecord, StateOutcome], None] | None = None
         self._mean_cost: dict[str, tuple[float, int]] = {}
-        # admit only what can be sent right away (a reservation is held only while its request can be in flight)
-        self._slots = {t.name: asyncio.Semaphore(t.max_concurrency) for t in self.teachers}
+        # admit only what can be sent right away (a reservation is held only while its request can be in flight),
+        # plus, on a backend whose clients cap their own concurrency (Ray actors), the calls queued there
+        self._admits = {t.name: t.max_concurrency + self.queue_depth(t, backend, options) for t in self.teachers}
+        self._slots = {name: asyncio.Semaphore(n) for name, n in self._admits.items()}
         self._early_release = bool(getattr(ledger, "charges_before_await", False))
         # a backend that cannot tell when a request hits the wire (Ray) has its calls count as sent from admission
         self._reports_wire = bool(getattr(backend, "reports_wire", False))
         self._params = {
             (t.name, tools): params_json(question_params(t, tools)) for t in self.teachers for tools in (False, True)
         }
+
+    @staticmethod
+    def queue_depth(t: TeacherConfig, backend: Backend, options: PoolOptions) -> int:
+        """Calls admitted beyond the teacher's concurrency, to wait in a backend that caps it itself (Ray)."""
+        if not getattr(backend, "queues", False):
+            return 0
+        return options.actor_queue if options.actor_queue is not None else max(2, t.max_concurrency // 2)
 
     def eligible(self, request: TeacherRequest) -> tuple[list[TeacherConfig], list[str]]:
         if not self.options.votes.exclude_same_family:
@@ -150,7 +159,8 @@ class TeacherPool:
     async def _call(
         self, t: TeacherConfig, request: TeacherRequest, payload: _Payload, out: StateOutcome, times: list
     ) -> None:
-        """Admit, send and journal one call. The teacher's slot is held from admission until the answer is in:
+        """Admit, send and journal one call. The teacher's admission slot (its concurrency, plus the backend's queue)
+        is held from admission until the answer is in:
         its journal write (fsync) runs after the slot is freed, so the next call to that teacher does not wait for
         the disk. ``Ledger.commit`` settles the cost before its first ``await``, i.e. before anyone else can be
         admitted through the freed slot, and the answer counts as done only once its row is durable."""
@@ -232,7 +242,7 @@ class TeacherPool:
         self, states: Iterable[TraceState], *, on_state: Callable[[StateOutcome], None] | None = None
     ) -> list[StateOutcome]:
         """Replay states with at most ``window`` in flight; stops sending (and starting states) at the job cap."""
-        window = self.options.window or 2 * sum(t.max_concurrency for t in self.teachers)
+        window = self.options.window or 2 * sum(self._admits.values())
         sem = asyncio.Semaphore(window)
         outcomes: list[StateOutcome] = []
         tasks: set[asyncio.Task[StateOutcome]] = set()

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from teachers_helpers import (
@@ -202,3 +203,57 @@ async def test_small_states_travel_inline_large_ones_by_one_shared_ref(ray_clust
     ]
     sent_big = [b for b in server.requests if big_text in b["messages"][0]["content"]]
     assert len(sent_big) == 2 and router.duplicates() == {}
+
+
+class _CountingLedger(Ledger):
+    """A ledger that records how many admitted calls were unsettled at once."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.open = self.peak = 0
+
+    async def admit(self, ask, *, sent=False):
+        adm = await super().admit(ask, sent=sent)
+        if adm.verdict == "send":
+            self.open += 1
+            self.peak = max(self.peak, self.open)
+        return adm
+
+    async def commit(self, ask, record):
+        self.open -= 1
+        return await super().commit(ask, record)
+
+
+def _peak_overlap(spans: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    peak = n = 0
+    for _, step in events:
+        n += step
+        peak = max(peak, n)
+    return peak
+
+
+@pytest.mark.parametrize(("actor_queue", "admitted"), [(None, 4), (3, 5), (0, 2)])
+async def test_calls_queue_in_the_actor_and_the_provider_never_sees_more_than_max_concurrency(
+    ray_cluster, tmp_path, actor_queue, admitted
+):
+    delay = 0.3
+    spans: list[tuple[float, float]] = []  # per request: arrival at the server, plus its scripted latency
+
+    def reply(model, sid, n):
+        t = time.monotonic()
+        spans.append((t, t + delay))  # the answer leaves after this, the client's next request only after that
+        return answer(delay_s=delay)
+
+    with LoopbackOpenAI(Router(reply)) as server:
+        opts = {} if actor_queue is None else {"actor_queue": actor_queue}
+        cfg = pool_config([teacher("a", server.base_url, max_concurrency=2)], **opts)
+        backend = RayBackend(cfg.teachers, api_keys={"a": "sk-test"})
+        ledger = _CountingLedger(tmp_path / "journal.jsonl", cfg.budget)
+        pool = TeacherPool(cfg.teachers, backend, ledger, cfg.pool)
+        outcomes = await pool.replay([make_state(i) for i in range(8)])
+        await backend.close()
+        ledger.close()
+    assert sorted(o.state_id for o in outcomes if o.records[0].ok) == [f"s{i:04d}" for i in range(8)]
+    # default queue max(2, 2 // 2) = 2: 4 calls reserved and admitted at once, 2 of them at the provider
+    assert ledger.peak == admitted and len(spans) == 8 and _peak_overlap(spans) == 2
