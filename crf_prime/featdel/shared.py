@@ -31,7 +31,7 @@ from crf_prime.featdel.record import (
     reproduced,
     write_replay,
 )
-from crf_prime.featdel.replay import run_driver, strip_tests
+from crf_prime.featdel.replay import run_driver, strip_tests, targets_of
 from crf_prime.featdel.testenv import TestEnv
 
 logger = logging.getLogger(__name__)
@@ -127,8 +127,6 @@ def shared_replay(
             max_calls_by_target={i: MAX_CALLS_PER_TARGET * n for i, n in uses.items()},
             wall_seconds=_wall(sandbox, len(group)),
         )
-        if report["unresolved"]:
-            return {}
         recorded: list[dict] = report["calls"]
         plain = plain_calls(recorded)
         first: dict = {}
@@ -150,9 +148,14 @@ def shared_replay(
         return {}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    unresolved = {
+        i for i, m in enumerate(targets_of(probe)) for u in report["unresolved"] if u.startswith(_name(m) + ":")
+    }
     out: dict[str, tuple[FeatdelTask, Counter[str]]] = {}
     for t in group:
         mine = {index[(x.path, x.qualname)]: j for j, x in enumerate(t.targets)}
+        if unresolved & set(mine) or len(report["unresolved"]) > len(unresolved):
+            continue  # recorded on its own, which says what the recorder cannot find
         own = set(t.target_tests)
         taken: Counter[int] = Counter()
         rec: list[dict] = []
@@ -180,3 +183,7 @@ def _renumbered(call_id: str, renum: dict[str, str]) -> str:
     """A call id (``cN`` or a derived ``cN~J``) in a task's own numbering."""
     parent, tilde, rest = call_id.partition("~")
     return renum[parent] + tilde + rest
+
+
+def _name(target: dict[str, str]) -> str:
+    return f"{target['module']}.{target['qualname']}"
