@@ -32,6 +32,8 @@ def node_id(repo: Path, key: tuple[str, str]) -> str:
     """The pytest node id (``path.py::Class::name[params]``, what ``--deselect`` takes) of a junit (classname, name)
     key: the longest dotted prefix of the classname that is a ``.py`` file under ``repo`` is the path."""
     classname, name = key
+    if not classname and (repo / (name.replace(".", "/") + ".py")).is_file():
+        return name.replace(".", "/") + ".py"  # a module that failed to collect
     parts = classname.split(".") if classname else []
     for i in range(len(parts), 0, -1):
         path = "/".join(parts[:i]) + ".py"

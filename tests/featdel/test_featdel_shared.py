@@ -1,6 +1,7 @@
 """Gold's verdict from one shared run of the union of the target tests on the original tree: as strict as one run
 per task (a target test failing on the original is never accepted), and a task whose gold does not rebuild the
-original byte for byte is graded by its own run. Real sandbox, real pytest, a tiny local project."""
+original byte for byte is graded by its own run. Real sandbox, real pytest, a tiny local project. Also: junit keys
+reported back as the node ids ``--deselect`` takes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import crf_prime.featdel.generate as gen
 import crf_prime.featdel.shared as shared
 from crf_prime.featdel.deletion import apply_unified_diff, unified_diff
 from crf_prime.featdel.generate import GenerateConfig, generate, validate_batch
+from crf_prime.featdel.runner import node_id
 from crf_prime.featdel.testenv import ensure_test_env
 from crf_prime.placement import GradingSandbox
 
@@ -167,3 +169,13 @@ def test_shared_results_match_one_run_per_task(generated) -> None:
                 t.target_tests,
             )
         )
+
+
+def test_junit_keys_are_reported_as_node_ids(tmp_path: Path) -> None:
+    for rel in ("tests/test_a.py", "pkg/tests/test_b.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    assert node_id(tmp_path, ("tests.test_a", "test_x[1.5-a]")) == "tests/test_a.py::test_x[1.5-a]"
+    assert node_id(tmp_path, ("pkg.tests.test_b.TestC", "test_y")) == "pkg/tests/test_b.py::TestC::test_y"
+    assert node_id(tmp_path, ("", "tests.test_a")) == "tests/test_a.py"  # a collection error
+    assert node_id(tmp_path, ("gone.module", "test_z")) == "gone.module::test_z"  # no such file: as reported
