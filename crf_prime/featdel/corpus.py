@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -165,9 +166,21 @@ def settings_key(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dict:
+def build_package(spec: str, pkg_dir: str, settings: dict, workers: int, tmp_root: str | None = None) -> dict:
     """One package: generate into ``pkg_dir/tasks``, write ``meta.jsonl`` and ``status.json``; never raises for
-    a package that cannot be used (its status says why). Runs in a Ray worker."""
+    a package that cannot be used (its status says why). Runs in a Ray worker. ``tmp_root``: where its temporary
+    trees go (the driver removes it, so a force-cancelled task leaves nothing in the system's temp directory)."""
+    if tmp_root is None:
+        return _build_package(spec, pkg_dir, settings, workers)
+    os.makedirs(tmp_root, exist_ok=True)
+    previous, tempfile.tempdir = tempfile.tempdir, tmp_root
+    try:
+        return _build_package(spec, pkg_dir, settings, workers)
+    finally:
+        tempfile.tempdir = previous
+
+
+def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dict:
     from crf_prime.featdel.corpus_meta import task_meta
     from crf_prime.featdel.generate import GenerateConfig, generate
     from crf_prime.featdel.source import extract_archive
@@ -342,10 +355,13 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                         log_to_driver=False,
                         object_store_memory=100 * 1024 * 1024,
                     )
+            tmp_root = tempfile.mkdtemp(prefix="crf-corpus-tmp-")
             try:
                 workers = max(1, int(-(-config.cpus_per_package // 1)))
                 remote = ray.remote(num_cpus=config.cpus_per_package, max_retries=0)(build_package)
-                pending = {remote.remote(s.spec, str(root / s.slug), settings[s.slug], workers): s for s in todo}
+                pending = {
+                    remote.remote(s.spec, str(root / s.slug), settings[s.slug], workers, tmp_root): s for s in todo
+                }
                 deadline = None if config.time_limit_s is None else time.monotonic() + config.time_limit_s
                 while pending:
                     left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -378,6 +394,7 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
             finally:
                 if started:
                     ray.shutdown()
+                shutil.rmtree(tmp_root, ignore_errors=True)  # what force-cancelled packages left
     finally:
         progress.close()
     return {s.slug: results[s.slug] for s in lines}

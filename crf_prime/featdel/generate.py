@@ -49,13 +49,15 @@ from crf_prime.featdel.granularity import Candidate, class_candidates, delete, s
 from crf_prime.featdel.models import (
     FeatdelTask,
     GenerateSummary,
+    GradeResult,
     Granularity,
     Rejection,
     SourceInfo,
     Target,
     TestEnvSpec,
 )
-from crf_prime.featdel.runner import PytestRun, run_pytest
+from crf_prime.featdel.runner import PytestRun, node_id, run_pytest
+from crf_prime.featdel.shared import shared_gold, shared_replay
 from crf_prime.featdel.source import (
     Project,
     SourceError,
@@ -143,8 +145,9 @@ def _copy_repo(src: Path, run_dir: Path) -> Path:
     return repo
 
 
-def _suite_failures(run: PytestRun) -> list[str]:
-    return sorted(f"{c}::{n}: {s}" for (c, n), (s, _) in run.outcomes.items() if s in ("failed", "error"))
+def _suite_failures(run: PytestRun, repo: Path) -> list[str]:
+    """``NODEID: status`` of each failing test (node ids, so that they can be passed to ``--deselect``)."""
+    return sorted(f"{node_id(repo, key)}: {s}" for key, (s, _) in run.outcomes.items() if s in ("failed", "error"))
 
 
 _PYTEST_EXITS = {
@@ -194,7 +197,7 @@ def run_baseline(
         last = run
         if run.exit_code in (3, 4) or (run.exit_code != 0 and not run.outcomes):
             continue  # usage error (e.g. addopts needing a plugin we do not install): retry without addopts
-        failures = _suite_failures(run)
+        failures = _suite_failures(run, run_dir / "repo")
         if failures or run.exit_code != 0:
             shown = "\n  ".join(failures[:15]) or run.tail()
             raise SourceError(
@@ -451,17 +454,36 @@ def build_task(
     )
 
 
-def validate_task(task: FeatdelTask, task_dir: Path, *, sandbox, env: TestEnv) -> Rejection | None:
-    """Gold obeys the code policy and passes every target test, the snapshot fails at least one, the suite collects."""
-    broken = dict(task.broken_files)
-    gold = apply_unified_diff(broken, task.gold_patch)
-    violation = detect_hack(task, task_dir, dict(gold))
-    if violation:  # the agent could not write the original without being scored as a hack: the task is unsolvable
-        return Rejection(candidate=task.task_id, reason="gold-violates-policy", detail=violation[:500])
-    try:
-        good = grade_changes(task, task_dir, dict(gold), sandbox=sandbox, env=env)
-    except Exception as e:
-        return Rejection(candidate=task.task_id, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
+def gold_violation(task: FeatdelTask, task_dir: Path) -> Rejection | None:
+    """Gold must obey the code policy: else the agent could not write the original back without being scored as
+    a hack, and the task would be unsolvable."""
+    violation = detect_hack(task, task_dir, dict(apply_unified_diff(dict(task.broken_files), task.gold_patch)))
+    return (
+        Rejection(candidate=task.task_id, reason="gold-violates-policy", detail=violation[:500]) if violation else None
+    )
+
+
+def validate_task(
+    task: FeatdelTask, task_dir: Path, *, sandbox, env: TestEnv, gold: GradeResult | None = None
+) -> Rejection | None:
+    """Gold obeys the code policy and passes every target test, the snapshot fails at least one, the suite collects.
+    ``gold``: gold's grade already known (its policy checked) from a run shared with other tasks
+    (crf_prime/featdel/shared.py)."""
+    if gold is None:
+        rejection = gold_violation(task, task_dir)
+        if rejection is not None:
+            return rejection
+        try:
+            gold = grade_changes(
+                task,
+                task_dir,
+                dict(apply_unified_diff(dict(task.broken_files), task.gold_patch)),
+                sandbox=sandbox,
+                env=env,
+            )
+        except Exception as e:
+            return Rejection(candidate=task.task_id, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
+    good = gold
     if good.hack:
         return Rejection(candidate=task.task_id, reason="grader-mismatch", detail=good.hack)
     if good.score != 1.0:
@@ -539,19 +561,33 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         budget = max(cfg.max_tasks, int(cfg.replay_search * cfg.max_tasks))
         progress("validate", 0, cfg.max_tasks)
 
-        def check(c: Candidate) -> tuple[FeatdelTask | None, Rejection | None, Counter[str]]:
-            try:
-                task = build_task(baseline, c, cfg, base_rel, base_sha)
-            except Exception as e:
-                return (
-                    None,
-                    Rejection(candidate=c.key, reason="error", detail=f"{type(e).__name__}: {e}"[:500]),
-                    Counter(),
-                )
-            rej = validate_task(task, staging, sandbox=sandbox, env=env)
-            if rej is not None or not cfg.replay:
-                return task, rej, Counter()
-            return _with_replay(task, staging, sandbox, env)
+        def check(pool: ThreadPoolExecutor, batch: list[Candidate]) -> list[Checked]:
+            built: list[FeatdelTask | Rejection] = []
+            for c in batch:
+                try:
+                    built.append(build_task(baseline, c, cfg, base_rel, base_sha))
+                except Exception as e:
+                    built.append(Rejection(candidate=c.key, reason="error", detail=f"{type(e).__name__}: {e}"[:500]))
+            tasks = [t for t in built if isinstance(t, FeatdelTask)]
+            verdicts = validate_batch(tasks, staging, sandbox=sandbox, env=env, pool=pool)
+            accepted = [t for t in tasks if verdicts[t.task_id] is None]
+            replays: dict[str, tuple[FeatdelTask, Counter[str]]] = {}
+            if cfg.replay:
+                replays = shared_replay(accepted, staging, sandbox=sandbox, env=env)
+                alone = [t for t in accepted if t.task_id not in replays]
+                for t, (task, _, dropped) in zip(
+                    alone, pool.map(lambda t: _with_replay(t, staging, sandbox, env), alone), strict=True
+                ):
+                    replays[t.task_id] = (task, dropped)
+            out: list[Checked] = []
+            for b in built:  # in candidate order: deterministic
+                if isinstance(b, Rejection):
+                    out.append((None, b, Counter()))
+                elif verdicts[b.task_id] is not None or not cfg.replay:
+                    out.append((b, verdicts[b.task_id], Counter()))
+                else:
+                    out.append((replays[b.task_id][0], None, replays[b.task_id][1]))
+            return out
 
         def more() -> bool:
             if len(covered) >= cfg.max_tasks or pos >= len(cands):
@@ -561,9 +597,9 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         with ThreadPoolExecutor(max_workers=workers) as pool:
             while more():
                 need = cfg.max_tasks - len(covered)
-                batch = cands[pos : pos + max(workers, min(need, workers * 2))]
+                batch = cands[pos : pos + max(workers, min(SHARED_BATCH, need))]
                 pos += len(batch)
-                for task, rej, dropped in pool.map(check, batch):  # results in candidate order -> deterministic
+                for task, rej, dropped in check(pool, batch):
                     checked += 1
                     if rej is not None:
                         rejections.append(rej)
@@ -603,6 +639,28 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         shutil.rmtree(workspace, ignore_errors=True)
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+Checked = tuple[FeatdelTask | None, Rejection | None, Counter[str]]
+SHARED_BATCH = 16
+"""Candidates validated together: gold's grading run and the replay recording are shared by a batch."""
+
+
+def validate_batch(
+    tasks: list[FeatdelTask], task_dir: Path, *, sandbox, env: TestEnv, pool: ThreadPoolExecutor
+) -> dict[str, Rejection | None]:
+    """:func:`validate_task` for many tasks of one package, gold graded once for those whose gold tree is the
+    original (crf_prime/featdel/shared.py); the deleted grade and the collection stay per task."""
+    verdicts: dict[str, Rejection | None] = {t.task_id: gold_violation(t, task_dir) for t in tasks}
+    clean = [t for t in tasks if verdicts[t.task_id] is None]
+    try:
+        golds = shared_gold(clean, task_dir, sandbox=sandbox, env=env)
+    except Exception as e:  # each task is graded on its own then (and reports its own error)
+        logger.warning("featdel: the shared gold run failed (%s); grading task by task", e)
+        golds = {}
+    results = pool.map(lambda t: validate_task(t, task_dir, sandbox=sandbox, env=env, gold=golds.get(t.task_id)), clean)
+    verdicts.update({t.task_id: r for t, r in zip(clean, results, strict=True)})
+    return verdicts
 
 
 def _with_replay(task: FeatdelTask, task_dir: Path, sandbox, env: TestEnv) -> tuple[FeatdelTask, None, Counter[str]]:

@@ -313,6 +313,37 @@ def result_from_run(task: FeatdelTask, run: PytestRun, changes: dict[str, str | 
     )
 
 
+def grading_run(
+    task: FeatdelTask,
+    task_dir: Path,
+    changes: dict[str, str | None],
+    *,
+    sandbox,
+    env: TestEnv,
+    read_only_tree: bool = True,
+    wall_seconds: float | None = None,
+) -> PytestRun:
+    """The target tests run in a fresh grading tree (pristine base + snapshot + allow-listed ``changes``); the
+    tree is removed afterwards. No policy scan here: callers judge ``changes`` first. ``wall_seconds`` replaces the
+    sandbox's wall limit."""
+    run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-grade-"))
+    try:
+        build_grading_tree(task, task_dir, changes, run_dir / "repo")
+        return run_pytest(
+            sandbox,
+            env,
+            run_dir,
+            pythonpath=task.pythonpath,
+            pytest_args=task.pytest_args,
+            node_ids=task.target_tests,
+            protected=tuple(task.protected_files),
+            read_only_tree=read_only_tree,
+            wall_seconds=wall_seconds,
+        )
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def grade_changes(
     task: FeatdelTask,
     task_dir: Path,
@@ -335,21 +366,7 @@ def grade_changes(
         return hack_result(task, changes, hack)
     sandbox = sandbox or GradingSandbox().sandbox()
     env = env or ensure_test_env(task.test_env)
-    run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-grade-"))
-    try:
-        build_grading_tree(task, task_dir, changes, run_dir / "repo")
-        run = run_pytest(
-            sandbox,
-            env,
-            run_dir,
-            pythonpath=task.pythonpath,
-            pytest_args=task.pytest_args,
-            node_ids=task.target_tests,
-            protected=tuple(task.protected_files),
-            read_only_tree=read_only_tree,
-        )
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    run = grading_run(task, task_dir, changes, sandbox=sandbox, env=env, read_only_tree=read_only_tree)
     result = result_from_run(task, run, changes)
     if replay and result.score == 1.0 and task.replay is not None:
         result = with_replay(result, replay_changes(sandbox, env, task, task_dir, changes))

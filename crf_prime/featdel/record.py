@@ -46,9 +46,18 @@ def replay_name(task: FeatdelTask) -> str:
 
 
 def record_calls(
-    task: FeatdelTask, task_dir: Path, original: dict[str, str], *, sandbox, env: TestEnv, run_dir: Path
+    task: FeatdelTask,
+    task_dir: Path,
+    original: dict[str, str],
+    *,
+    sandbox,
+    env: TestEnv,
+    run_dir: Path,
+    max_calls_by_target: dict[int, int] | None = None,
+    wall_seconds: float | None = None,
 ) -> dict:
-    """Run the target tests on the original tree with the recorder; return its report (calls, unpicklable)."""
+    """Run the target tests on the original tree with the recorder; return its report (calls, unpicklable).
+    ``max_calls_by_target``: a larger cap than ``MAX_CALLS_PER_TARGET`` for some targets (by index)."""
     repo = run_dir / "repo"
     materialise(task, task_dir, repo, hidden=True)
     for rel, text in original.items():
@@ -63,6 +72,7 @@ def record_calls(
         "source_files": list(task.source_files),
         "out": str(out),
         "max_calls": MAX_CALLS_PER_TARGET,
+        "max_calls_by_target": {str(k): v for k, v in (max_calls_by_target or {}).items()},
         "max_followups": MAX_FOLLOWUPS,
         "max_bytes": MAX_INPUT_BYTES,
     }
@@ -75,6 +85,7 @@ def record_calls(
         pytest_args=(*task.pytest_args, "-p", "crf_featdel_record"),
         node_ids=task.target_tests,
         protected=tuple(task.protected_files),
+        wall_seconds=wall_seconds,
     )
     if not out.is_file():
         raise RuntimeError(
@@ -82,6 +93,75 @@ def record_calls(
         )
     with open(out, "rb") as fh:
         return pickle.load(fh)
+
+
+def plain_calls(recorded: list[dict]) -> list[dict]:
+    """Recorded calls as the replay takes them (what only the recording run knew removed)."""
+    return [{k: v for k, v in c.items() if k not in ("in_test", "in_test_error", "test", "tests")} for c in recorded]
+
+
+def gold_runs(
+    sandbox, env: TestEnv, task: FeatdelTask, gold: Path, calls: list[dict], *, shared: bool = False
+) -> tuple[dict, dict]:
+    """Gold's outcomes on ``calls`` from two separate boxes (hash seeds 1 and 2) on the tree at ``gold/repo``.
+
+    ``shared``: the calls of several tasks at once; a timed-out call does not stop the others (each task's own
+    calls are judged apart afterwards), and the box's wall limit grows with the number of calls."""
+    limit = GOLD_CALL_TIMEOUT_S
+    extra = {"stop_on_timeout": False, "wall_s": 60.0 + 0.5 * len(calls) + 4 * limit} if shared else {}
+    first = run_driver(sandbox, env, task, gold, calls, seed=1, hash_seed=1, call_timeout_s=limit, **extra)
+    second = run_driver(sandbox, env, task, gold, calls, seed=2, hash_seed=2, call_timeout_s=limit, **extra)
+    if not isinstance(first, dict) or not isinstance(second, dict):
+        raise RuntimeError(f"task {task.task_id}: the gold replay produced no result")
+    return first, second
+
+
+def reproduced(
+    calls: list[dict], first: dict, second: dict, recorded: list[dict]
+) -> tuple[list[dict], dict[str, object], Counter[str]]:
+    """The calls gold reproduces (recorded ones first, each derived call after its parent), gold's outcome of
+    each, and the others counted by reason."""
+    in_test = {c["id"]: c for c in recorded}
+    keep: list[dict] = []
+    expected: dict[str, object] = {}
+    dropped: Counter[str] = Counter()
+    lost: set[str] = set()
+    for call in calls:  # recorded calls come first: a derived call goes with its parent
+        parent = call["id"].split("~", 1)[0]
+        reason = _drop_reason(first.get(call["id"]), second.get(call["id"]), in_test.get(call["id"]))
+        if not reason and call.get("derived") and parent in lost:
+            reason = "parent-dropped"  # what made gold's recorded call unreproducible applies to its variants
+        if reason:
+            lost.add(call["id"])
+            dropped[reason] += 1
+            continue
+        keep.append(call)
+        expected[call["id"]] = first[call["id"]]
+    return keep, expected, dropped
+
+
+def write_replay(
+    task: FeatdelTask, task_dir: Path, keep: list[dict], expected: dict[str, object], dropped: Counter[str]
+) -> ReplayInfo | None:
+    """Write the kept calls and gold's outcomes under ``task_dir/replay/``; None when nothing was kept."""
+    if not keep:
+        return None
+    name = replay_name(task)
+    calls_bytes = pickle.dumps(keep, protocol=4)
+    expected_bytes = json.dumps(expected, sort_keys=True).encode()
+    (task_dir / "replay").mkdir(parents=True, exist_ok=True)
+    (task_dir / f"{name}.calls.pkl").write_bytes(calls_bytes)
+    (task_dir / f"{name}.expected.json").write_bytes(expected_bytes)
+    n_derived = sum(1 for c in keep if c.get("derived"))
+    return ReplayInfo(
+        calls_file=f"{name}.calls.pkl",
+        calls_sha256=hashlib.sha256(calls_bytes).hexdigest(),
+        expected_file=f"{name}.expected.json",
+        expected_sha256=hashlib.sha256(expected_bytes).hexdigest(),
+        recorded=len(keep) - n_derived,
+        derived=n_derived,
+        dropped=dict(sorted(dropped.items())),
+    )
 
 
 def record_replay(
@@ -103,50 +183,15 @@ def record_replay(
         gold = work / "gold"
         shutil.copytree(work / "rec" / "repo", gold / "repo", symlinks=True)
         strip_tests(task, gold / "repo")
-        plain = [{k: v for k, v in c.items() if k not in ("in_test", "in_test_error", "test")} for c in recorded]
+        plain = plain_calls(recorded)
         derived = run_driver(sandbox, env, task, gold, plain, mode="derive", seed=task.seed, per_call=DERIVED_PER_CALL)
         calls = plain + list(derived or [])
-        limit = GOLD_CALL_TIMEOUT_S
-        first = run_driver(sandbox, env, task, gold, calls, seed=1, hash_seed=1, call_timeout_s=limit)
-        second = run_driver(sandbox, env, task, gold, calls, seed=2, hash_seed=2, call_timeout_s=limit)
-        if not isinstance(first, dict) or not isinstance(second, dict):
-            raise RuntimeError(f"task {task.task_id}: the gold replay produced no result")
-        in_test = {c["id"]: c for c in recorded}
-        keep: list[dict] = []
-        expected: dict[str, object] = {}
-        lost: set[str] = set()
-        for call in calls:  # recorded calls come first: a derived call goes with its parent
-            parent = call["id"].split("~", 1)[0]
-            reason = _drop_reason(first.get(call["id"]), second.get(call["id"]), in_test.get(call["id"]))
-            if not reason and call.get("derived") and parent in lost:
-                reason = "parent-dropped"  # what made gold's recorded call unreproducible applies to its variants
-            if reason:
-                lost.add(call["id"])
-                dropped[reason] += 1
-                continue
-            keep.append(call)
-            expected[call["id"]] = first[call["id"]]
+        first, second = gold_runs(sandbox, env, task, gold, calls)
+        keep, expected, lost = reproduced(calls, first, second, recorded)
+        dropped += lost
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if not keep:
-        return None, dropped
-    name = replay_name(task)
-    calls_bytes = pickle.dumps(keep, protocol=4)
-    expected_bytes = json.dumps(expected, sort_keys=True).encode()
-    (task_dir / "replay").mkdir(parents=True, exist_ok=True)
-    (task_dir / f"{name}.calls.pkl").write_bytes(calls_bytes)
-    (task_dir / f"{name}.expected.json").write_bytes(expected_bytes)
-    n_derived = sum(1 for c in keep if c.get("derived"))
-    info = ReplayInfo(
-        calls_file=f"{name}.calls.pkl",
-        calls_sha256=hashlib.sha256(calls_bytes).hexdigest(),
-        expected_file=f"{name}.expected.json",
-        expected_sha256=hashlib.sha256(expected_bytes).hexdigest(),
-        recorded=len(keep) - n_derived,
-        derived=n_derived,
-        dropped=dict(sorted(dropped.items())),
-    )
-    return info, dropped
+    return write_replay(task, task_dir, keep, expected, dropped), dropped
 
 
 def _drop_reason(first, second, recorded: dict | None) -> str:

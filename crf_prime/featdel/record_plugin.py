@@ -53,12 +53,12 @@ class Recorder:
         self.starts: dict[types.CodeType, int] = {}
         self.methods: dict[int, bool] = {}
         self.calls: list[dict] = []
-        self.seen: set[str] = set()
+        self.seen: dict[str, int] = {}
         self.per_target: dict[int, int] = {}
         self.open: dict[int, int] = {}
         self.watch: dict[types.CodeType, list[tuple[object, int, bool]]] = {}
-        self.unpicklable = 0
-        self.too_large = 0
+        self.unpicklable: dict[int, int] = {}
+        self.too_large: dict[int, int] = {}
         self.unresolved: list[str] = []
         self.busy = False
         self.by_value: set[str] = set()
@@ -118,26 +118,37 @@ class Recorder:
                 self.busy = False
 
     def _record(self, target: int, code: types.CodeType, frame) -> None:
-        if self.per_target.get(target, 0) >= self.cfg["max_calls"]:
+        caps = self.cfg.get("max_calls_by_target") or {}
+        if self.per_target.get(target, 0) >= caps.get(str(target), self.cfg["max_calls"]):
             return
         method = self.methods[target]
         try:
             args, kwargs = _bound(code, frame.f_locals, False)
             data = cloudpickle.dumps((args, kwargs, method), protocol=4)
         except Exception:
-            self.unpicklable += 1
+            self.unpicklable[target] = self.unpicklable.get(target, 0) + 1
             return
         if len(data) > self.cfg["max_bytes"]:
-            self.too_large += 1
+            self.too_large[target] = self.too_large.get(target, 0) + 1
             return
         digest = hashlib.sha256(data).hexdigest()
-        if digest in self.seen:
+        if digest in self.seen:  # the same input again: remember which tests made it too
+            tests = self.calls[self.seen[digest]]["tests"]
+            if self.test not in tests:
+                tests.append(self.test)
             return
-        self.seen.add(digest)
+        self.seen[digest] = len(self.calls)
         self.per_target[target] = self.per_target.get(target, 0) + 1
         self.open[id(frame)] = len(self.calls)
         self.calls.append(
-            {"id": f"c{len(self.calls)}", "target": target, "payload": data, "followups": [], "test": self.test}
+            {
+                "id": f"c{len(self.calls)}",
+                "target": target,
+                "payload": data,
+                "followups": [],
+                "test": self.test,
+                "tests": [self.test],
+            }
         )
 
     def _returned(self, idx: int, value) -> None:
@@ -189,8 +200,10 @@ class Recorder:
         out = self.cfg["out"]
         report = {
             "calls": self.calls,
-            "unpicklable": self.unpicklable,
-            "too_large": self.too_large,
+            "unpicklable": sum(self.unpicklable.values()),
+            "too_large": sum(self.too_large.values()),
+            "unpicklable_by_target": self.unpicklable,
+            "too_large_by_target": self.too_large,
             "unresolved": self.unresolved,
         }
         with open(out + ".tmp", "wb") as fh:

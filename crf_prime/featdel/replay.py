@@ -111,8 +111,11 @@ def run_driver(
     hash_seed: int = 0,
     per_call: int = 4,
     call_timeout_s: float = CALL_TIMEOUT_S,
+    stop_on_timeout: bool = True,
+    wall_s: float | None = None,
 ) -> object:
-    """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none."""
+    """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none.
+    ``stop_on_timeout=False`` runs every call even after one timed out; ``wall_s`` replaces the box's wall limit."""
     from crf_prime.sandbox import SandboxLimits
 
     repo = run_dir / "repo"
@@ -139,10 +142,12 @@ def run_driver(
         "timeout_s": call_timeout_s,
         "seed": seed,
         "per_call": per_call,
+        "stop_on_timeout": stop_on_timeout,
     }
     (inputs / "config.json").write_text(json.dumps(cfg))
     base = sandbox.limits if hasattr(sandbox, "limits") else SandboxLimits()
     wall = 30.0 + min(call_timeout_s + 0.5 * len(calls), 270.0) if mode == "run" else 120.0
+    wall = wall_s if wall_s is not None else wall
     sandbox.run(
         [str(interpreter(env)), "-S", "-E", "-s", str(lib / "replay_box.py"), str(inputs / "config.json")],
         workdir=run_dir,

@@ -28,6 +28,20 @@ def junit_key(nodeid: str) -> tuple[str, str]:
     return ".".join(names[:-1]), names[-1]
 
 
+def node_id(repo: Path, key: tuple[str, str]) -> str:
+    """The pytest node id (``path.py::Class::name[params]``, what ``--deselect`` takes) of a junit (classname, name)
+    key: the longest dotted prefix of the classname that is a ``.py`` file under ``repo`` is the path."""
+    classname, name = key
+    if not classname and (repo / (name.replace(".", "/") + ".py")).is_file():
+        return name.replace(".", "/") + ".py"  # a module that failed to collect
+    parts = classname.split(".") if classname else []
+    for i in range(len(parts), 0, -1):
+        path = "/".join(parts[:i]) + ".py"
+        if (repo / path).is_file():
+            return "::".join([path, *parts[i:], name])
+    return f"{classname}::{name}" if classname else name
+
+
 def parse_junit(xml_text: str) -> dict[tuple[str, str], Outcome]:
     """Map (classname, name) -> (status, message) for every testcase; a failed teardown downgrades a pass."""
     root = ET.fromstring(xml_text)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -146,3 +149,41 @@ def test_bad_sources_lines_name_the_file_and_line(tmp_path: Path, capsys: pytest
     (line,) = read_sources(sources)
     assert (line.spec, line.line) == (str((tmp_path / "pkg").resolve()), 1)
     assert (line.deselect, line.extra_requirements) == (("tests/t.py::test_a[x y]",), ("hypothesis",))
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.bwrap
+def test_a_force_cancelled_package_leaves_no_temporary_tree(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A package still generating at the time limit is force-cancelled (its worker killed, so its own ``finally``
+    never runs); the corpus's temporary root, where its trees were, is removed by the driver."""
+    pytest.importorskip("ray")
+    tmpdir = Path(tempfile.mkdtemp(prefix="crf-t-", dir="/tmp"))  # short: Ray puts its sockets under $TMPDIR too
+    monkeypatch.setenv("TMPDIR", str(tmpdir))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    slow = project(tmp_path / "src" / "slow", "slow")
+    write(slow, {"tests/conftest.py": "import time\n\ntime.sleep(300)  # the suite's run outlives the time limit\n"})
+    (tmp_path / "sources.txt").write_text("src/slow\n")
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def watch() -> None:  # the package's trees really were made under the corpus's root while it ran
+        while not stop.is_set():
+            made = [*tmpdir.glob("crf-featdel-*"), *tmpdir.glob("crf-corpus-tmp-*/crf-featdel-*")]
+            seen.update(p.name.split("-", 3)[2] for p in made)
+            stop.wait(0.2)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        args = ["featdel", "corpus", "--sources", str(tmp_path / "sources.txt"), "--out", str(tmp_path / "corpus")]
+        code = main([*args, "--num-cpus", "1", "--time-limit-s", "30"])
+    finally:
+        stop.set()
+        watcher.join()
+        leftovers = sorted(p.name for p in tmpdir.iterdir() if p.name.startswith(("crf-featdel-", "crf-corpus-")))
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    assert code == 5 and "gen" in seen  # nothing produced; the generator's workspace was under the root
+    summary = json.loads((tmp_path / "corpus" / "summary.json").read_text())
+    assert [r["status"] for r in summary["packages"].values()] == ["cancelled"]
+    assert leftovers == []

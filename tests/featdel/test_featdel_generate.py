@@ -213,7 +213,7 @@ def test_gold_violating_the_code_policy_is_rejected(tmp_path: Path) -> None:
 def test_suite_failing_as_shipped_is_a_clear_error(tmp_path: Path) -> None:
     src = _project(tmp_path / "minilib", GOOD_TESTS + "\n\ndef test_broken():\n    assert slugify('A') == 'b'\n")
     with pytest.raises(
-        SourceError, match=r"(?s)does not pass as shipped.*test_minilib::test_broken: failed.*--deselect"
+        SourceError, match=r"(?s)does not pass as shipped.*\n  tests/test_minilib\.py::test_broken: failed.*--deselect"
     ):
         generate(GenerateConfig(source=str(src), out=tmp_path / "out"))
     assert not (tmp_path / "out").exists()  # nothing half-written

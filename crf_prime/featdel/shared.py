@@ -1,0 +1,189 @@
+"""Validation runs shared by the candidates of one package: they all have the same gold tree, the original.
+
+When a task's gold patch applied to its snapshot gives back the original files byte for byte, gold's grading run of
+that task is the original tree running its target tests. So one grading-path run of the union of the target tests on
+the original tree (fresh grading tree, protected hashes checked, outcomes from the junit report by node id, a missing
+node id a failure) decides gold's verdict for every such task, and one recording run plus two gold replay boxes on
+that tree serve all their replays (the recorder keys each call by target and by the tests that made it; each task
+keeps the calls its own target tests made). A task whose reconstructed gold differs from the original, or a shared
+run that cannot speak for every task (a box limit, no junit report, an exit status the report does not explain),
+falls back to the task's own runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+from crf_prime.featdel.deletion import apply_unified_diff
+from crf_prime.featdel.grade import _original_sources, grading_run, result_from_run
+from crf_prime.featdel.models import FeatdelTask, GradeResult
+from crf_prime.featdel.record import (
+    DERIVED_PER_CALL,
+    MAX_CALLS_PER_TARGET,
+    gold_runs,
+    plain_calls,
+    record_calls,
+    reproduced,
+    write_replay,
+)
+from crf_prime.featdel.replay import run_driver, strip_tests, targets_of
+from crf_prime.featdel.testenv import TestEnv
+
+logger = logging.getLogger(__name__)
+
+
+def original_gold(task: FeatdelTask, task_dir: Path) -> dict[str, str] | None:
+    """Gold's files when they reproduce the original (base archive) byte for byte, else None."""
+    gold = apply_unified_diff(dict(task.broken_files), task.gold_patch)
+    original = _original_sources(task, task_dir)
+    same = set(gold) == set(task.broken_files) and all(original.get(rel) == text for rel, text in gold.items())
+    return gold if same else None
+
+
+def _base_key(task: FeatdelTask) -> tuple:
+    return (
+        task.base_archive,
+        task.base_sha256,
+        task.pytest_args,
+        task.pythonpath,
+        tuple(sorted(task.protected_files.items())),
+        task.test_env.model_dump_json(),
+    )
+
+
+def shareable(tasks: list[FeatdelTask], task_dir: Path) -> list[FeatdelTask]:
+    """The tasks whose gold tree is the original of the first such task's base (same archive, test settings)."""
+    group = [t for t in tasks if original_gold(t, task_dir) is not None]
+    return [t for t in group if _base_key(t) == _base_key(group[0])] if group else []
+
+
+def _wall(sandbox, n: int) -> float:
+    limits = getattr(sandbox, "limits", None)
+    return (limits.wall_seconds if limits is not None else 60.0) * max(n, 1)
+
+
+def _union(task: FeatdelTask, tests: tuple[str, ...], **update) -> FeatdelTask:
+    """``task`` on the original tree (no snapshot edits) with the union's target tests."""
+    return task.model_copy(
+        update={"target_tests": tests, "broken_files": {}, "hidden_tests": (), "replay": None, **update}
+    )
+
+
+def shared_gold(tasks: list[FeatdelTask], task_dir: Path, *, sandbox, env: TestEnv) -> dict[str, GradeResult]:
+    """task id -> gold's grade, for the tasks :func:`shareable` keeps, from one run of their target tests' union.
+
+    Tasks absent from the answer are graded on their own: all of them when the run hit a box limit, wrote no junit
+    report, or exited with a status other than 0 / 1 (1 must come with a failing test in the report)."""
+    group = shareable(tasks, task_dir)
+    if len(group) < 2:
+        return {}
+    tests = tuple(dict.fromkeys(n for t in group for n in t.target_tests))
+    run = grading_run(
+        _union(group[0], tests), task_dir, {}, sandbox=sandbox, env=env, wall_seconds=_wall(sandbox, len(group))
+    )
+    if run.limit_hit or not run.junit_found or run.exit_code not in (0, 1):
+        return {}
+    failing = [n for n in tests if run.status_of(n)[0] != "passed"]
+    if run.exit_code == 1 and not failing:
+        return {}  # the exit status says a test failed and the report names none: each task on its own
+    explained = replace(run, exit_code=0)  # a non-zero status is explained by the failing tests named
+    out: dict[str, GradeResult] = {}
+    for t in group:
+        gold = original_gold(t, task_dir)
+        assert gold is not None
+        mine = run if run.exit_code == 0 or set(t.target_tests) & set(failing) else explained
+        out[t.task_id] = result_from_run(t, mine, dict(gold))
+    return out
+
+
+def shared_replay(
+    tasks: list[FeatdelTask], task_dir: Path, *, sandbox, env: TestEnv
+) -> dict[str, tuple[FeatdelTask, Counter[str]]]:
+    """task id -> (the task with its replay, calls dropped by reason) for the tasks :func:`shareable` keeps, from one
+    recording run, one derivation and two gold boxes on the original tree. Tasks absent are recorded on their own
+    (all of them when a shared run fails)."""
+    group = shareable(tasks, task_dir)
+    if len(group) < 2:
+        return {}
+    targets = tuple({(x.path, x.qualname): x for t in group for x in t.targets}.values())
+    index = {(x.path, x.qualname): i for i, x in enumerate(targets)}
+    uses = Counter(index[(x.path, x.qualname)] for t in group for x in t.targets)
+    tests = tuple(dict.fromkeys(n for t in group for n in t.target_tests))
+    probe = _union(group[0], tests, targets=targets)
+    work = Path(tempfile.mkdtemp(prefix="crf-featdel-record-"))
+    try:
+        report = record_calls(
+            probe,
+            task_dir,
+            {},
+            sandbox=sandbox,
+            env=env,
+            run_dir=work / "rec",
+            max_calls_by_target={i: MAX_CALLS_PER_TARGET * n for i, n in uses.items()},
+            wall_seconds=_wall(sandbox, len(group)),
+        )
+        recorded: list[dict] = report["calls"]
+        plain = plain_calls(recorded)
+        first: dict = {}
+        second: dict = {}
+        derived: list[dict] = []
+        if plain:
+            gold = work / "gold"
+            shutil.copytree(work / "rec" / "repo", gold / "repo", symlinks=True)
+            strip_tests(probe, gold / "repo")
+            made = run_driver(
+                sandbox, env, probe, gold, plain, mode="derive", seed=probe.seed, per_call=DERIVED_PER_CALL
+            )
+            derived = list(made or [])
+            first, second = gold_runs(sandbox, env, probe, gold, plain + derived, shared=True)
+    except Exception as e:  # each task is then recorded on its own
+        logger.warning(
+            "featdel: the shared replay recording failed (%s: %s); recording task by task", type(e).__name__, e
+        )
+        return {}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    unresolved = {
+        i for i, m in enumerate(targets_of(probe)) for u in report["unresolved"] if u.startswith(_name(m) + ":")
+    }
+    out: dict[str, tuple[FeatdelTask, Counter[str]]] = {}
+    for t in group:
+        mine = {index[(x.path, x.qualname)]: j for j, x in enumerate(t.targets)}
+        if unresolved & set(mine) or len(report["unresolved"]) > len(unresolved):
+            continue  # recorded on its own, which says what the recorder cannot find
+        own = set(t.target_tests)
+        taken: Counter[int] = Counter()
+        rec: list[dict] = []
+        for c in recorded:  # the calls this task's own target tests made, the first ones per target
+            if c["target"] in mine and own.intersection(c["tests"]) and taken[c["target"]] < MAX_CALLS_PER_TARGET:
+                taken[c["target"]] += 1
+                rec.append(c)
+        ids = {c["id"] for c in rec}
+        calls = [c for c in plain if c["id"] in ids] + [c for c in derived if c["id"].split("~", 1)[0] in ids]
+        dropped: Counter[str] = Counter()
+        for reason in ("unpicklable", "too_large"):
+            dropped[reason.replace("_", "-")] += sum(report[f"{reason}_by_target"].get(i, 0) for i in mine)
+        keep, expected, lost = reproduced(calls, first, second, rec)
+        dropped = +(dropped + lost)
+        # the task's own numbering of targets and calls, as a recording of the task alone gives them
+        renum = {c["id"]: f"c{i}" for i, c in enumerate(rec)}
+        keep = [{**c, "id": _renumbered(c["id"], renum), "target": mine[c["target"]]} for c in keep]
+        expected = {_renumbered(k, renum): v for k, v in expected.items()}
+        info = write_replay(t, task_dir, keep, expected, dropped)
+        out[t.task_id] = (t.model_copy(update={"replay": info}), dropped)
+    return out
+
+
+def _renumbered(call_id: str, renum: dict[str, str]) -> str:
+    """A call id (``cN`` or a derived ``cN~J``) in a task's own numbering."""
+    parent, tilde, rest = call_id.partition("~")
+    return renum[parent] + tilde + rest
+
+
+def _name(target: dict[str, str]) -> str:
+    return f"{target['module']}.{target['qualname']}"
