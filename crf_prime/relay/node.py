@@ -43,6 +43,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict
 
+from crf_prime.boot import boot_id as machine_boot_id
 from crf_prime.relay.layout import RELAY_DIR, STABLE, local_stable_steps, parse_step, step_dir
 from crf_prime.relay.manifest import (
     INDEX_NAME,
@@ -533,11 +534,9 @@ class _StagedFiles:
 
 @functools.cache
 def boot_id() -> str:
-    """This boot of the machine (Linux's random boot id): a marker written before a restart names another one."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:  # no such file: every restart of the relay counts as a new boot, which only costs a re-pull
-        return f"process-{os.getpid()}-{time.time_ns()}"
+    """This boot of the machine: a marker written before a restart names another one. Where the OS has no boot id,
+    every restart of the relay counts as a new boot, which only costs a re-pull."""
+    return machine_boot_id() or f"process-{os.getpid()}-{time.time_ns()}"
 
 
 def across_files(shards: Sequence[ShardEntry]) -> list[ShardEntry]:
