@@ -21,25 +21,25 @@ the wall clock of the bottleneck teacher (``big``: 400 requests / 8 slots).
 Overhead per request (ms), target: ``cost`` <= +1 ms over the bare client of the same run:
 
 * ``held`` = the time a call holds the slot that caps its teacher's requests at the provider, minus the
-  server-side scripted latency (``Reply.delay_s``). asyncio: the pool's slot, from admission until the answer is
-  back. Ray: the teacher client's own slot in the actor (the record's ``latency_s``: from taking the slot to the
-  record); the pool admits a few calls more than the concurrency (``PoolOptions.actor_queue``) and they wait in
-  the actor, so the driver-actor round trip and the admission are not spent holding a provider slot. Bare client:
-  request time minus scripted latency.
+  server-side scripted latency (``Reply.delay_s``): the teacher client's own slot (the record's ``latency_s``: from
+  taking the slot to the record), in the driver (asyncio) or in the actor (Ray). The pool admits a few calls more
+  than the concurrency (``PoolOptions.queue``) and they wait for that slot, so their admission (the durable intent
+  row) and, on Ray, the driver-actor round trip are not spent holding it. Bare client: request time minus
+  scripted latency.
 * ``idle`` (:func:`idle_per_request`): slot time no request used while the teacher still had requests to start,
   per request. A queue that runs dry (the driver stalled longer than the queued calls last) shows here.
 * ``cost`` = mean ``held`` + ``idle``: what stretches the wall clock past the zero-overhead schedule.
   ``- bare`` / ``/ bare``: the pool's cost minus / divided by the bare client's, same run.
-* the breakdown: ``admit`` (ledger.admit: question lookup, caps and reservation, the intent row; Ray: the "sent"
-  row fsynced), ``client`` (the client's slot minus scripted latency: HTTP, SDK, parsing; asyncio: with the "sent"
-  row fsynced before the request is written), ``hop`` (``backend.ask`` on the driver minus the client's slot:
-  Ray's round trip plus the wait in the actor's queue), ``journal`` (ledger.commit: journal fsync, after the slot
-  is freed, before the answer is acknowledged), ``ack`` (admission to durable answer, minus scripted latency; Ray:
-  including the wait in the actor's queue).
+* the breakdown: ``admit`` (ledger.admit: question lookup, caps and reservation, the intent row made durable; Ray:
+  with the "sent" row), ``client`` (the client's slot minus scripted latency: HTTP, SDK, parsing; asyncio: with
+  the "sent" row written, unsynced, before the request), ``hop`` (``backend.ask`` on the driver minus the client's
+  slot: the wait in the queue, plus Ray's round trip), ``journal`` (ledger.commit: journal fsync, after the slot is
+  freed, before the answer is acknowledged), ``ack`` (admission to durable answer, minus scripted latency,
+  including the wait in the queue).
 
 The 2-core development box is shared with other jobs: run ``--repeats 3`` and read the medians (and the load).
 
-    .venv/bin/python benchmarks/replay.py [--states 400] [--seed 0] [--backends asyncio,ray] [--repeats 1] [--actor-queue N]
+    .venv/bin/python benchmarks/replay.py [--states 400] [--seed 0] [--backends asyncio,ray] [--repeats 1] [--queue N]
     .venv/bin/python benchmarks/replay.py --ledger-only
 """
 
@@ -251,7 +251,7 @@ class TimedLedger:
         return await self.inner.snapshot()
 
 
-async def run_pool(backend_name: str, base_url: str, states, lat, workdir: Path, actor_queue: int | None) -> dict:
+async def run_pool(backend_name: str, base_url: str, states, lat, workdir: Path, queue: int | None) -> dict:
     teachers = configs(base_url)
     if backend_name == "ray":
         import ray
@@ -274,7 +274,7 @@ async def run_pool(backend_name: str, base_url: str, states, lat, workdir: Path,
     backend = Timed(inner, lat)
     journal = workdir / f"{backend_name}-{time.monotonic_ns()}.jsonl"
     ledger = TimedLedger(Ledger(journal, BUDGET))
-    pool = TeacherPool(teachers, backend, ledger, PoolOptions(actor_queue=actor_queue))
+    pool = TeacherPool(teachers, backend, ledger, PoolOptions(queue=queue))
     t0 = time.perf_counter()
     outcomes = await pool.replay(states)
     wall = time.perf_counter() - t0
@@ -285,14 +285,9 @@ async def run_pool(backend_name: str, base_url: str, states, lat, workdir: Path,
     scripted = {k: lat[(model[k[1]], k[0])] for k in ledger.marks}
     m = ledger.marks
     client = [backend.slot_s[k] - scripted[k] for k in m]
-    if backend.queues:  # the provider slot is the client's, in the actor: calls wait for it there, not on the driver
-        overhead = client
-        spans = dict(backend.slot_at)
-    else:  # the pool's slot, held from admission until the answer is in (or, when the ledger cannot book a cost
-        # before its fsync, until the journal row is durable)
-        held = 2 if getattr(pool, "_early_release", False) else 3
-        overhead = [m[k][held] - m[k][0] - scripted[k] for k in m]
-        spans = {k: (m[k][0], m[k][held]) for k in m}
+    # the provider slot is the client's: calls wait for it in the client (Ray: in the actor), not in the pool
+    client = [backend.slot_s[k] - scripted[k] for k in m]
+    overhead, spans = client, dict(backend.slot_at)
     return {
         "backend": backend_name,
         "wall_s": wall,
@@ -391,11 +386,11 @@ def print_tables(rows: list[dict], repeats: int) -> None:
         )
     print(
         f"\noverhead per request, ms (median of {repeats}; target: cost <= +1 ms over bare)\n"
-        "  held = the provider slot held minus scripted latency (asyncio: the pool's slot, Ray: the actor client's);"
+        "  held = the teacher client's slot held minus scripted latency (asyncio: in the driver, Ray: in the actor);"
         " idle = slot time left unused while requests were still to start, per request; cost = mean held + idle\n"
-        "  breakdown: admit = ledger.admit, client = client's slot minus scripted (asyncio: incl. the sent-row "
-        "fsync), hop = ask minus the client's slot (Ray: round trip + wait in the actor queue), journal = commit "
-        "after the slot is freed, ack = admission to durable answer minus scripted"
+        "  breakdown: admit = ledger.admit (durable intent row), client = client's slot minus scripted, hop = ask "
+        "minus the client's slot (wait in the queue; Ray: + round trip), journal = commit after the slot is freed, "
+        "ack = admission to durable answer minus scripted"
     )
     print(
         f"{'backend':<12} {'held':>6} {'p50':>6} {'p95':>6} {'idle':>6} {'cost':>6} {'- bare':>7} {'/ bare':>7} "
@@ -441,7 +436,7 @@ async def main(argv: list[str]) -> int:
         help="turn Nagle's algorithm back on in the loopback server (slower; for comparison)",
     )
     ap.add_argument(
-        "--actor-queue", type=int, default=None, help="the pool's actor_queue (Ray; default: the pool's default)"
+        "--queue", type=int, default=None, help="the pool's queue per teacher (default: the pool's default)"
     )
     ap.add_argument("--ledger-only", action="store_true", help="only time ledger.admit alone (no server, no pool)")
     args = ap.parse_args(argv)
@@ -465,8 +460,7 @@ async def main(argv: list[str]) -> int:
             for _ in range(args.repeats):
                 bare = await run_bare(base_url, states, lat)
                 this = [bare] + [
-                    await run_pool(n, base_url, states, lat, Path(tmp), args.actor_queue)
-                    for n in args.backends.split(",")
+                    await run_pool(n, base_url, states, lat, Path(tmp), args.queue) for n in args.backends.split(",")
                 ]
                 for r in this:  # ratios against the bare client of the same repeat
                     r["x_ideal"] = r["wall_s"] / ideal

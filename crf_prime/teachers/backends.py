@@ -5,16 +5,19 @@ The Ray backend creates each actor with ``num_cpus=0`` (it only waits on HTTP), 
 teacher's own semaphore inside the actor is the real cap) and ``max_restarts`` so a dead actor process comes back
 with a fresh client. A call whose actor died under it may have reached the provider: it comes back as a failed,
 possibly paid record (booked at its reservation, re-asked only with ``--pool.resend-lost``), never silently re-sent;
-HTTP retries stay in the client. Ray is imported lazily (extra ``ray``).
+HTTP retries stay in the client. After a death, the teacher's next calls wait until its restarted actor answers
+(they are not submitted to an actor that is not there, where each would be one more possibly paid failure); an
+actor that does not come back raises :class:`ActorGone`, an infrastructure error. Ray is imported lazily (extra
+``ray``).
 
 Only the asyncio backend ``reports_wire``: its client runs in the pool's task, so the pool can mark a call "sent"
 at the moment its request is about to be written. A Ray actor cannot reach the driver's ledger, so a Ray call
 counts as sent from its admission on (a crash books it at its reservation even if the actor had not sent it yet).
 
-A Ray actor's client caps the teacher's concurrency itself, so the Ray backend ``queues``: the pool admits a few
-calls per teacher beyond ``max_concurrency`` (``PoolOptions.actor_queue``) and they wait in the actor. When a request
-finishes, the next one starts at once instead of a driver-actor round trip later (the answer's way back, the next
-admission, the next call's way in), which on a busy machine costs milliseconds per request.
+Both backends ``queue``: each teacher's client caps its concurrency itself, so the pool admits a few calls per
+teacher beyond ``max_concurrency`` (``PoolOptions.queue``) and they wait for a slot in the client (in the actor, on
+Ray). When a request finishes, the next one starts at once: its admission (the durable call-log row that must
+precede it) and, on Ray, the driver-actor round trip were spent while it waited, not while a provider slot sat idle.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from crf_prime.errors import InfraError
 from crf_prime.records.journal import JournalRecord
 from crf_prime.records.models import TeacherRequest
 from crf_prime.teachers.client import TeacherClient
@@ -48,7 +52,8 @@ class AsyncioBackend:
     """Every teacher client in the caller's event loop."""
 
     reports_wire = True
-    queues = False
+    queues = True
+    """Each client caps its teacher's concurrency: calls admitted beyond it wait for a slot in the client."""
 
     def __init__(self, teachers: Sequence[TeacherConfig], *, api_keys: dict[str, str] | None = None) -> None:
         keys = api_keys or {}
@@ -96,6 +101,14 @@ def actor_name(prefix: str, teacher: str) -> str:
     return f"{prefix}:teacher:{teacher}"
 
 
+RESTART_WAIT_S = 120.0
+"""How long a teacher's calls wait for its actor to come back after a death before :class:`ActorGone`."""
+
+
+class ActorGone(InfraError):
+    """A teacher's actor died and did not come back: the call was never submitted."""
+
+
 class RayBackend:
     """One async Ray actor per teacher; a call lost to an actor's death is a possibly paid failure."""
 
@@ -121,6 +134,11 @@ class RayBackend:
             self._ray.init(include_dashboard=False, log_to_driver=False, namespace=namespace)
         self.teachers = {t.name: t for t in teachers}
         self.actor_deaths = 0
+        self._max_restarts = max_restarts if actors is None else None
+        self._deaths: dict[str, int] = {}
+        """Per teacher: the deaths seen (each one a restart, while restarts last)."""
+        self._back: dict[str, asyncio.Future[None]] = {}
+        """Per teacher, after a death: done once its restarted actor answered (or with :class:`ActorGone`)."""
         if actors is not None:  # attach to existing (live-mode) actors
             self._actors = dict(actors)
             return
@@ -154,12 +172,18 @@ class RayBackend:
         return self._ray.put(request)
 
     async def ask(self, teacher: str, payload: Any) -> JournalRecord:
+        back = self._back.get(teacher)
+        if back is not None:  # the actor died: submit only once it is back (a done future returns at once)
+            await asyncio.shield(back)
         start = time.perf_counter()
         try:
             return await self._actors[teacher].ask.remote(payload)
         except self._ray.exceptions.RayActorError as e:  # the process died with the call: it may have been sent
             self.actor_deaths += 1
             error = e
+            if self._back.get(teacher) is back:  # the first failure seen of this death: from now on, wait for it
+                self._back[teacher] = back = asyncio.ensure_future(self._come_back(teacher))
+                back.add_done_callback(lambda f: f.cancelled() or f.exception())  # read by the calls that wait
         cfg = self.teachers[teacher]
         request = await payload if isinstance(payload, self._ray.ObjectRef) else payload
         return JournalRecord(
@@ -180,6 +204,27 @@ class RayBackend:
             ts=time.time(),
             trace_id=request.trace_id,
         )
+
+    async def _come_back(self, teacher: str) -> None:
+        """Return once the teacher's restarted actor answers; :class:`ActorGone` when its restarts are spent or it
+        is not back within :data:`RESTART_WAIT_S`. Calls submitted while it restarts wait in Ray for it; a call
+        that fails to reach it (unavailable, not restarted yet) is retried here, never a teacher call."""
+        deaths = self._deaths[teacher] = self._deaths.get(teacher, 0) + 1
+        if self._max_restarts is not None and deaths > self._max_restarts:
+            raise ActorGone(
+                f"teacher {teacher}: its Ray actor died {deaths} times; max_restarts is {self._max_restarts}"
+            )
+        deadline = time.monotonic() + RESTART_WAIT_S
+        while True:
+            try:
+                await self._actors[teacher].pid.remote()
+                return
+            except self._ray.exceptions.RayActorError as e:
+                if time.monotonic() > deadline:
+                    raise ActorGone(
+                        f"teacher {teacher}: its Ray actor died and was not back within {RESTART_WAIT_S:g} s: {e}"
+                    ) from e
+                await asyncio.sleep(0.1)  # polling Ray's actor state; no test waits on this
 
     async def pids(self) -> dict[str, int]:
         return {name: await a.pid.remote() for name, a in self._actors.items()}

@@ -169,14 +169,15 @@ class PoolOptions(BaseModel):
     tiered: bool = False
     """Ask low tiers first; escalate a state only on disagreement among them or with the student."""
     window: Annotated[int, Field(ge=1)] | None = None
-    """States in flight at once (driver-side backpressure); default 2 x the sum of the teachers' concurrency (on the
-    Ray backend, plus their ``actor_queue``)."""
-    actor_queue: Annotated[int, Field(ge=0)] | None = None
-    """Ray backend: calls per teacher admitted beyond its ``max_concurrency``; they wait inside the teacher's actor,
-    whose client starts the next request the moment one finishes, so the driver-actor round trip is not spent
-    holding a provider slot. Default ``max(2, max_concurrency // 2)``; 0: admit only what can be sent at once. A
-    queued call is reserved against the caps and, like every Ray call, counts as sent from its admission (lost with
-    its actor, it is possibly paid). The asyncio backend admits only what can be sent at once."""
+    """States in flight at once (driver-side backpressure); default 2 x the sum over teachers of their concurrency
+    plus their ``queue``."""
+    queue: Annotated[int, Field(ge=0)] | None = None
+    """Calls per teacher admitted beyond its ``max_concurrency``; they wait for a slot in the teacher's client (in
+    its actor, on Ray), which starts the next request the moment one finishes: the admission of a call (its
+    durable call-log row) and, on Ray, the driver-actor round trip happen while it waits, not while a provider slot
+    sits idle. Default ``max(2, max_concurrency // 2)``; 0: admit only what can be sent at once. A queued call is
+    reserved against the caps (on Ray it counts as sent from its admission: lost with its actor, it is possibly
+    paid)."""
     retry_failed: bool = True
     """On resume, ask again where the journal only holds failed calls (except possibly paid ones: ``resend_lost``)."""
     resend_lost: bool = False

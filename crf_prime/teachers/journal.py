@@ -1,13 +1,20 @@
 """The replay journal: one append-only JSONL row per (state_id, teacher), and the call log beside it.
 
 Every journal row is flushed and fsynced before the call counts as done, so a job killed with SIGKILL loses at most
-the calls that were in flight. Those are found on restart through the call log (``<journal>.intents.jsonl``), which
-holds for each call, in order: an ``intent`` row when the call is admitted (its question and reservation), a
-``sent`` row made durable *before the first byte of the request is written* (before the connection is even
-opened), and a ``clear`` row when an attempt ended with an HTTP error status (the provider refused it: nothing to
-pay). So a call whose last event is ``intent`` or ``clear`` provably has no request at the provider that could be
-billed, and is re-sent on resume; one whose last event is ``sent`` may have been billed, and is booked at its
-reservation. Restarting never re-sends a question that has an ``ok`` row.
+the calls that were in flight. Those are found on restart through the call log (``<journal>.intents.jsonl``). Each
+ledger that opens it first writes an ``open`` row naming the machine's boot (:mod:`crf_prime.boot`); then, for each
+call, in order: an ``intent`` row when the call is admitted (its question and reservation), made durable before the
+call may be sent; a ``sent`` row written *before the first byte of the request is written* (before the connection
+is even opened); and a ``clear`` row when an attempt ended with an HTTP error status (the provider refused it:
+nothing to pay).
+
+The ``sent`` row is handed to the OS, not synced: it survives the process being killed, and only a power loss or a
+kernel crash -- a new boot -- can lose it. So on restart a call whose last event is ``intent`` or ``clear``, written
+under the current boot, provably has no request at the provider that could be billed, and is re-sent; one whose
+last event is ``sent`` may have been billed, and is booked at its reservation; and an unanswered call written under
+another boot may have lost its ``sent`` row, so it is booked too. Where the OS has no boot id the ``sent`` row is
+synced before the request is written instead (what it costs: one disk sync inside the provider slot). Restarting
+never re-sends a question that has an ``ok`` row.
 """
 
 from __future__ import annotations
@@ -24,21 +31,23 @@ from pydantic import BaseModel, ConfigDict
 
 from crf_prime.records.journal import JournalRecord, read_rows
 
-CallEvent = Literal["intent", "sent", "clear"]
+CallEvent = Literal["open", "intent", "sent", "clear"]
 
 
 class Intent(BaseModel):
-    """One event of a call's life in the call log (see the module docstring)."""
+    """One event of a call's life in the call log, or the ``open`` row of a ledger (see the module docstring)."""
 
     model_config = ConfigDict(frozen=True)
 
-    state_id: str
-    teacher: str
+    state_id: str = ""
+    teacher: str = ""
     trace_id: str = ""
     ts: float
     question: str = ""
     reserve_usd: float = 0.0
     event: CallEvent = "intent"
+    boot_id: str | None = None
+    """``open`` rows: the boot the rows after it were written under (None: an OS without boot ids)."""
 
 
 def read_intents(path: str | Path) -> Iterator[Intent]:

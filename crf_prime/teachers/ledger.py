@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from crf_prime.boot import boot_id
 from crf_prime.records.journal import JournalRecord, Key, read_journal
 from crf_prime.teachers.config import BudgetConfig
 from crf_prime.teachers.journal import CallEvent, GroupCommit, Intent, IntentLog, Journal, intents_path, read_intents
@@ -87,9 +88,12 @@ class Ledger:
         """Calls a previous run admitted but never put on the wire: they are simply asked again."""
         self.shared_calls = 0
         self.shared_usd = 0.0
+        self.boot = boot_id()
+        """This machine's boot: a "sent" row is written unsynced when there is one (see :mod:`..journal`)."""
         self._load()
         self._journal = Journal(self.journal_path)
         self._intents = IntentLog(intents_path(self.journal_path))
+        self._intents.append_line(self._event(None, "open"))
         self._sync = GroupCommit(self._intents, self._journal)
         self._book_lost()
 
@@ -102,23 +106,34 @@ class Ledger:
                 resolved[_call_key(rec.question, rec.state_id, rec.teacher)] += 1
             self._book(rec)
         asked: Counter[str] = Counter()
-        last: dict[str, tuple[Intent, CallEvent]] = {}
+        last: dict[str, tuple[Intent, CallEvent, bool]] = {}
+        boot: str | None = None  # the boot of the rows being read; None: "sent" rows were synced (no open row)
         for it in read_intents(intents_path(self.journal_path)):
+            if it.event == "open":
+                boot = it.boot_id
+                continue
             k = _call_key(it.question, it.state_id, it.teacher)
+            # the row's "sent" mark may be missing only when it was not synced and the machine has restarted since
+            unsure = boot is not None and boot != self.boot
             if it.event == "intent":
                 asked[k] += 1
-                last[k] = (it, "intent")
+                last[k] = (it, "intent", unsure)
             elif k in last:
-                last[k] = (last[k][0], "intent" if it.event == "clear" else "sent")
+                last[k] = (last[k][0], "intent" if it.event == "clear" else "sent", unsure)
         self._unresolved = [last[k] for k, n in asked.items() if n > resolved[k]]
 
     def _book_lost(self) -> None:
-        for intent, event in self._unresolved:
+        for intent, event, unsure in self._unresolved:
             if (intent.state_id, intent.teacher) in self._rows or (intent.question in self._answers):
                 continue
-            if event != "sent":  # no request of it ever reached the provider: ask again, nothing to book
+            if event != "sent" and not unsure:  # no request of it ever reached the provider: ask again
                 self.unsent += 1
                 continue
+            why = (
+                "the request was at the provider when a previous run died"
+                if event == "sent"
+                else "the machine restarted while the call was admitted, and its unsynced 'sent' mark may be lost"
+            )
             rec = JournalRecord(
                 state_id=intent.state_id,
                 teacher=intent.teacher,
@@ -126,8 +141,8 @@ class Ledger:
                 model_family="",
                 ok=False,
                 action=None,
-                error="possibly paid, answer lost: the request was at the provider when a previous run died; "
-                "booked at its reservation and not re-sent (resend with --pool.resend-lost)",
+                error=f"possibly paid, answer lost: {why}; booked at its reservation and not re-sent (resend with "
+                "--pool.resend-lost)",
                 error_type="lost",
                 input_tokens=0,
                 output_tokens=0,
@@ -253,11 +268,21 @@ class Ledger:
             break
         self._inflight[ask.question] = asyncio.get_running_loop().create_future()
         self._held[ask.question] = ask
-        # the intent need not be durable (alone it proves nothing was sent): it goes out with the "sent" row's sync
-        self._sync.post(self._event(ask, "intent"), self._intents)
-        if sent:
-            self._sent.add(ask.question)
-            await self._sync.append(self._event(ask, "sent"), self._intents)
+        intent = self._event(ask, "intent")
+        try:
+            if sent:
+                self._sent.add(ask.question)
+                self._sync.post(intent, self._intents)
+                await self._sync.append(self._event(ask, "sent"), self._intents)
+            elif self.boot is not None:  # the "sent" row will not be synced: this row is what a power loss keeps
+                await self._sync.append(intent, self._intents)
+            else:  # alone it proves nothing was sent: it goes out with the "sent" row's sync
+                self._sync.post(intent, self._intents)
+        except BaseException:  # cancelled, or the log failed: the caller never sends it
+            if ask.question in self._sent:  # queued after its "sent" row, in order
+                self._sync.post(self._event(ask, "clear"), self._intents)
+            self._drop(ask, "admission cancelled")
+            raise
         return Admission("send")
 
     async def _share(self, ask: Ask, answer: JournalRecord) -> Admission:
@@ -281,9 +306,11 @@ class Ledger:
         await self._sync.append(Journal.line(row), self._journal)
         return Admission("shared", record=row, saved_usd=answer.cost_usd)
 
-    @staticmethod
-    def _event(ask: Ask, event: CallEvent) -> bytes:
-        """One call-log row (an :class:`Intent`), serialised directly: it is on every call's path."""
+    def _event(self, ask: Ask | None, event: CallEvent) -> bytes:
+        """One call-log row (an :class:`Intent`), serialised directly: it is on every call's path. ``ask`` None:
+        the ``open`` row."""
+        if ask is None:
+            return json.dumps({"ts": time.time(), "event": event, "boot_id": self.boot}).encode()
         row = {
             "state_id": ask.state_id,
             "teacher": ask.teacher,
@@ -296,12 +323,17 @@ class Ledger:
         return json.dumps(row).encode()
 
     async def mark_sent(self, question: str) -> None:
-        """The request is about to be written: make that durable first (so a crash books it as possibly paid)."""
+        """The request is about to be written: record that first, so that a crash books it as possibly paid. The
+        row is handed to the OS at once (kept if the process is killed; a new boot books unanswered calls anyway);
+        synced first on an OS without boot ids."""
         ask = self._held.get(question)
         if ask is None or question in self._sent:
             return
         self._sent.add(question)
-        await self._sync.append(self._event(ask, "sent"), self._intents)
+        if self.boot is not None:  # after the awaited intent row: in order
+            self._sync.write_now(self._event(ask, "sent"), self._intents)
+        else:
+            await self._sync.append(self._event(ask, "sent"), self._intents)
 
     async def mark_refused(self, question: str) -> None:
         """The attempt ended with an HTTP error status: the provider did not take it, nothing is owed for it."""
@@ -351,16 +383,22 @@ class Ledger:
         """Give up an admitted call without an answer (cancelled, or an error outside the API). A call that may have
         reached the provider stays booked at its reservation (in memory: the call log books it on resume); one that
         never did is simply forgotten. Whoever waits for its question asks again."""
-        held = self._held.pop(ask.question, None)
+        held = self._held.get(ask.question)
         if held is not None and ask.question in self._sent:
             self.spent += held.reserve_usd
             if held.trace_id:
                 self.trace_spent[held.trace_id] += held.reserve_usd
+        self._drop(ask, "released")
+
+    def _drop(self, ask: Ask, why: str) -> None:
+        """Forget an admitted call that has no answer: its reservation is freed, whoever waits for its question
+        asks again."""
+        self._held.pop(ask.question, None)
         self._sent.discard(ask.question)
         self._wake()
         fut = self._inflight.pop(ask.question, None)
         if fut is not None and not fut.done():
-            fut.set_exception(RuntimeError("released"))
+            fut.set_exception(RuntimeError(why))
             fut.exception()
 
     async def snapshot(self) -> dict:

@@ -19,7 +19,7 @@ from crf_prime.records.family import family_of
 from crf_prime.records.journal import JournalRecord
 from crf_prime.records.models import TeacherRequest, TraceState
 from crf_prime.teachers.agreement import all_agree
-from crf_prime.teachers.backends import Backend
+from crf_prime.teachers.backends import ActorGone, Backend
 from crf_prime.teachers.client import WIRE, question_params, teacher_messages
 from crf_prime.teachers.config import PoolOptions, TeacherConfig
 from crf_prime.teachers.ledger import Admission
@@ -120,8 +120,8 @@ class TeacherPool:
         self.tiers = sorted({t.tier for t in self.teachers}) if options.tiered else [None]
         self.on_record: Callable[[JournalRecord, StateOutcome], None] | None = None
         self._mean_cost: dict[str, tuple[float, int]] = {}
-        # admit only what can be sent right away (a reservation is held only while its request can be in flight),
-        # plus, on a backend whose clients cap their own concurrency (Ray actors), the calls queued there
+        # admit what can be sent right away plus, on a backend whose clients cap their own concurrency, the calls
+        # queued there: a reservation is held only while its request is in flight or next in line
         self._admits = {t.name: t.max_concurrency + self.queue_depth(t, backend, options) for t in self.teachers}
         self._slots = {name: asyncio.Semaphore(n) for name, n in self._admits.items()}
         self._early_release = bool(getattr(ledger, "charges_before_await", False))
@@ -133,10 +133,10 @@ class TeacherPool:
 
     @staticmethod
     def queue_depth(t: TeacherConfig, backend: Backend, options: PoolOptions) -> int:
-        """Calls admitted beyond the teacher's concurrency, to wait in a backend that caps it itself (Ray)."""
+        """Calls admitted beyond the teacher's concurrency, to wait in a backend that caps it itself."""
         if not getattr(backend, "queues", False):
             return 0
-        return options.actor_queue if options.actor_queue is not None else max(2, t.max_concurrency // 2)
+        return options.queue if options.queue is not None else max(2, t.max_concurrency // 2)
 
     def eligible(self, request: TeacherRequest) -> tuple[list[TeacherConfig], list[str]]:
         if not self.options.votes.exclude_same_family:
@@ -178,8 +178,10 @@ class TeacherPool:
             sent = time.perf_counter()
             try:
                 rec = await self.backend.ask(t.name, payload.get())
-            except BaseException:  # cancelled, or an infrastructure error: no answer to commit
+            except BaseException as e:  # cancelled, or an infrastructure error: no answer to commit
                 slot.release()
+                if isinstance(e, ActorGone):  # never submitted: nothing to book, though admitted as sent
+                    await self.ledger.mark_refused(ask.question)
                 await self.ledger.release(ask)
                 raise
             finally:
@@ -201,10 +203,10 @@ class TeacherPool:
             return
         if self._early_release:
             slot.release()
-            rec = await self.ledger.commit(ask, rec)
+            rec = await self._commit(ask, rec)
         else:
             try:
-                rec = await self.ledger.commit(ask, rec)
+                rec = await self._commit(ask, rec)
             finally:
                 slot.release()
         out.records.append(rec)
@@ -213,6 +215,16 @@ class TeacherPool:
         self._mean_cost[t.name] = (total + rec.cost_usd, n + 1)
         if self.on_record is not None:
             self.on_record(rec, out)
+
+    async def _commit(self, ask: Ask, rec: JournalRecord) -> JournalRecord:
+        """``ledger.commit``, carried to its end when the call is cancelled meanwhile (another call's infrastructure
+        error stops the job): an answer that came back is paid for, so its row is written, never thrown away."""
+        commit = asyncio.ensure_future(self.ledger.commit(ask, rec))
+        try:
+            return await asyncio.shield(commit)
+        except asyncio.CancelledError:
+            await commit
+            raise
 
     async def ask(self, request: TeacherRequest) -> StateOutcome:
         """Ask every eligible teacher (tier by tier when tiered) once; answers already journaled are reused."""
@@ -278,9 +290,10 @@ class TeacherPool:
                 await asyncio.gather(*tasks)
             if errors:
                 raise errors[0]
-        finally:
+        finally:  # stopped by an error: states waiting for a slot give up, answers already back are journaled
             for t in tasks:
                 t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         if self.stopped:  # the message as of now, with every call of this run settled: the final spend
             self.stopped = (await self.ledger.snapshot())["stopped"] or self.stopped
         return outcomes

@@ -12,6 +12,7 @@ from pathlib import Path
 from crf_prime.loopback import Reply
 from crf_prime.records.models import Action, Source, ToolCall, TraceState
 from crf_prime.teachers.config import PoolConfig, TeacherConfig
+from crf_prime.teachers.ledger import Ledger
 
 TOOLS = (
     {
@@ -111,3 +112,31 @@ class Router:
 
 def answer(cmd: str = "ls", **kw) -> Reply:
     return Reply(tool_calls=[{"name": "bash", "arguments": json.dumps({"command": cmd})}], **kw)
+
+
+class CountingLedger(Ledger):
+    """A ledger that records how many admitted calls were unsettled at once."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.open = self.peak = 0
+
+    async def admit(self, ask, *, sent=False):
+        adm = await super().admit(ask, sent=sent)
+        if adm.verdict == "send":
+            self.open += 1
+            self.peak = max(self.peak, self.open)
+        return adm
+
+    async def commit(self, ask, record):
+        self.open -= 1
+        return await super().commit(ask, record)
+
+
+def peak_overlap(spans: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    peak = n = 0
+    for _, step in events:
+        n += step
+        peak = max(peak, n)
+    return peak

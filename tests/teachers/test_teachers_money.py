@@ -244,23 +244,41 @@ async def test_a_cancelled_call_at_the_provider_stays_booked_and_frees_its_quest
 
 
 @pytest.mark.parametrize(
-    ("sent_at_admission", "on_wire", "booked"), [(True, False, 0.004), (False, True, 0.004), (False, False, 0.0)]
+    ("sent_at_admission", "on_wire", "other_boot", "booked"),
+    [
+        (True, False, False, True),
+        (False, True, False, True),
+        (False, False, False, False),
+        (False, False, True, True),  # power loss: the unsynced "sent" row may be gone with the page cache
+        (True, False, True, True),
+    ],
 )
-async def test_a_restart_books_what_may_have_reached_the_provider(tmp_path, sent_at_admission, on_wire, booked):
+async def test_a_restart_books_what_may_have_reached_the_provider(
+    tmp_path, sent_at_admission, on_wire, other_boot, booked
+):
     """A run dies with one call in flight: admitted as sent (Ray), marked sent by the wire (asyncio), or only
-    admitted. The next ledger books the first two at their reservation and lets the third be asked again."""
+    admitted. The next ledger books the first two at their reservation and asks the third again -- unless the
+    machine has restarted since (another boot id in the call log): then an admitted call may have lost its unsynced
+    "sent" row, and is booked too."""
+    from crf_prime.teachers.journal import intents_path
     from crf_prime.teachers.ledger import Ledger
     from crf_prime.teachers.money import Ask
 
     ask = Ask("s0000", "a", "q" * 64, 0.004, "t0")
     first = Ledger(tmp_path / "journal.jsonl")
+    assert first.boot is not None  # Linux: the "sent" row is not synced, the intent row is
     assert (await first.admit(ask, sent=sent_at_admission)).verdict == "send"
     if on_wire:
         await first.mark_sent(ask.question)
     first.close()  # no commit: the process died
+    log = intents_path(tmp_path / "journal.jsonl")
+    rows = log.read_text().splitlines()
+    assert [json.loads(r)["event"] for r in rows] == ["open", "intent"] + ["sent"] * (sent_at_admission or on_wire)
+    if other_boot:
+        log.write_text(rows[0].replace(first.boot, "a-boot-before-the-power-loss") + "\n" + "\n".join(rows[1:]) + "\n")
     again = Ledger(tmp_path / "journal.jsonl")
-    assert again.spent == pytest.approx(booked)
-    assert (len(again.lost), again.unsent) == ((1, 0) if booked else (0, 0))
+    assert again.spent == pytest.approx(0.004 if booked else 0.0)
+    assert (len(again.lost), again.unsent) == ((1, 0) if booked else (0, 1))
     verdict = (await again.admit(ask)).verdict
     assert verdict == ("done" if booked else "send")
     again.close()

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 from teachers_helpers import (
+    CountingLedger,
     Router,
     answer,
     make_state,
+    peak_overlap,
     pool_config,
     replay_argv,
     teacher,
@@ -20,6 +23,10 @@ from teachers_helpers import (
 from crf_prime.cli import main
 from crf_prime.loopback import LoopbackOpenAI, Reply
 from crf_prime.records.journal import read_journal
+from crf_prime.teachers.backends import AsyncioBackend
+from crf_prime.teachers.journal import intents_path, read_intents
+from crf_prime.teachers.ledger import Ledger
+from crf_prime.teachers.pool import TeacherPool
 from crf_prime.teachers.replay import replay_async
 
 pytestmark = pytest.mark.timeout(120)
@@ -229,3 +236,51 @@ def test_cli_budget_without_prices_is_refused_at_launch(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "error: teachers[0 name='a'].price_in_per_mtok / price_out_per_mtok" in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("queue", "admitted"), [(None, 4), (3, 5), (0, 2)])
+async def test_calls_queue_in_the_client_and_the_provider_never_sees_more_than_max_concurrency(
+    tmp_path, queue, admitted
+):
+    delay = 0.2
+    spans: list[tuple[float, float]] = []  # per request: arrival at the server, plus its scripted latency
+
+    def reply(model, sid, n):
+        t = time.monotonic()
+        spans.append((t, t + delay))  # the answer leaves after this, the client's next request only after that
+        return answer(delay_s=delay)
+
+    with LoopbackOpenAI(Router(reply)) as server:
+        opts = {} if queue is None else {"queue": queue}
+        cfg = pool_config([teacher("a", server.base_url, max_concurrency=2)], **opts)
+        backend = AsyncioBackend(cfg.teachers, api_keys={"a": "sk-test"})
+        ledger = CountingLedger(tmp_path / "journal.jsonl", cfg.budget)
+        pool = TeacherPool(cfg.teachers, backend, ledger, cfg.pool)
+        outcomes = await pool.replay([make_state(i) for i in range(8)])
+        await backend.close()
+        ledger.close()
+    assert sorted(o.state_id for o in outcomes if o.records[0].ok) == [f"s{i:04d}" for i in range(8)]
+    # default queue max(2, 2 // 2) = 2: 4 calls reserved and admitted at once, 2 of them at the provider
+    assert ledger.peak == admitted and len(spans) == 8 and peak_overlap(spans) == 2
+
+
+async def test_each_request_reaches_the_server_after_its_intent_and_sent_rows(tmp_path):
+    """What a restart reads: when a request arrives, the call log already holds its call's intent (made durable at
+    admission, while the call waited in the queue) and its "sent" row (written just before the request)."""
+    journal = tmp_path / "journal.jsonl"
+    seen: dict[str, list[str]] = {}
+
+    def reply(model, sid, n):
+        seen[sid] = [i.event for i in read_intents(intents_path(journal)) if i.state_id == sid]
+        return answer(delay_s=0.05)
+
+    with LoopbackOpenAI(Router(reply)) as server:
+        cfg = pool_config([teacher("a", server.base_url, max_concurrency=2)])
+        backend = AsyncioBackend(cfg.teachers, api_keys={"a": "sk-test"})
+        ledger = Ledger(journal, cfg.budget)
+        pool = TeacherPool(cfg.teachers, backend, ledger, cfg.pool)
+        outcomes = await pool.replay([make_state(i) for i in range(10)])
+        await backend.close()
+        ledger.close()
+    assert all(o.records[0].ok for o in outcomes)
+    assert seen == {f"s{i:04d}": ["intent", "sent"] for i in range(10)}

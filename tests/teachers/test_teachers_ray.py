@@ -9,13 +9,16 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
 from teachers_helpers import (
+    CountingLedger,
     Router,
     answer,
     make_state,
+    peak_overlap,
     pool_config,
     replay_argv,
     teacher,
@@ -94,29 +97,77 @@ async def test_faults_become_records_across_ray_processes_and_the_ledger_matches
     assert sum(r.cost_usd for r in rows) == pytest.approx(server.charged_usd, abs=1e-12) and server.charged_usd > 0
 
 
-async def test_killed_actor_restarts_and_its_calls_in_flight_are_possibly_paid(ray_cluster, tmp_path):
-    router = Router(lambda model, sid, n: answer(delay_s=0.15))
+async def test_killed_actor_restarts_and_only_its_calls_in_flight_are_possibly_paid(ray_cluster, tmp_path):
+    killed = threading.Event()
+    lock = threading.Lock()
+    seen: list[str] = []  # states in the order their requests reached the server
+
+    def reply(model, sid, n):
+        with lock:
+            seen.append(sid)
+            k = len(seen)
+        # the 4th and 5th requests are at the provider when the actor is killed (nothing finishes meanwhile)
+        return answer(delay_s=60.0 if k > 3 and not killed.is_set() else 0.05)
+
+    router = Router(reply)
     with LoopbackOpenAI(router) as server:
-        cfg = pool_config([teacher("a", server.base_url, max_concurrency=2)])
+        t = teacher("a", server.base_url, max_concurrency=2, price_out_per_mtok=100.0, sampling={"max_tokens": 100})
+        cfg = pool_config([t], budget={"job_usd": 1.0})  # 2 slots + a queue of 2: 4 calls admitted at once
         pool, backend, ledger = _pool(cfg, tmp_path / "journal.jsonl", max_restarts=2)
         first_pid = (await backend.pids())["a"]
         done: list[str] = []
         pool.on_record = lambda rec, _: done.append(rec.state_id)
         run = asyncio.create_task(pool.replay([make_state(i) for i in range(12)]))
-        while len(done) < 3:
+        while not (len(done) == 3 and len(seen) == 5):
             await asyncio.sleep(0.02)
         os.kill(first_pid, signal.SIGKILL)
+        killed.set()
         outcomes = await asyncio.wait_for(run, 120)
         second_pid = (await backend.pids())["a"]
         await backend.close()
         ledger.close()
-    records = [o.records[0] for o in outcomes]
-    died = [r for r in records if not r.ok]
-    assert len(records) == 12 and second_pid != first_pid and backend.actor_deaths == len(died) >= 1
-    # a call whose actor died may have reached the provider: not re-sent, booked as possibly paid
-    assert all(r.error_type == "actor_died" and r.possibly_paid for r in died)
-    assert router.duplicates() == {}
-    assert sum(r.ok for r in records) >= 12 - len(died) and any(r.ok for r in records[-3:])
+    records = {o.state_id: o.records[0] for o in outcomes}
+    died = {sid for sid, r in records.items() if not r.ok}
+    assert len(records) == 12 and second_pid != first_pid
+    # the calls in the dead actor (the two at the provider, and those queued there) die with it, possibly paid,
+    # booked at their reservation; the teacher's later calls wait for the restarted actor and are answered
+    assert set(seen[3:5]) <= died and len(died) <= 4 and backend.actor_deaths == len(died)
+    assert all(records[sid].error_type == "actor_died" and records[sid].possibly_paid for sid in died)
+    assert all(records[sid].cost_usd == pytest.approx(0.01) for sid in died)
+    assert router.duplicates() == {} and sum(r.ok for r in records.values()) == 12 - len(died)
+
+
+async def test_an_actor_that_does_not_come_back_stops_the_job_without_booking_unsent_calls(ray_cluster, tmp_path):
+    from crf_prime.teachers.backends import ActorGone
+
+    seen: list[str] = []
+
+    def reply(model, sid, n):
+        seen.append(sid)
+        return answer(delay_s=60.0)  # at the provider when the actor is killed
+
+    with LoopbackOpenAI(Router(reply)) as server:
+        t = teacher("a", server.base_url, max_concurrency=1, price_out_per_mtok=100.0, sampling={"max_tokens": 100})
+        cfg = pool_config([t], budget={"job_usd": 1.0}, queue=0)
+        pool, backend, ledger = _pool(cfg, tmp_path / "journal.jsonl", max_restarts=0)
+        pid = (await backend.pids())["a"]
+        run = asyncio.create_task(pool.replay([make_state(i) for i in range(3)]))
+        while not seen:
+            await asyncio.sleep(0.02)
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ActorGone, match="max_restarts is 0"):
+            await asyncio.wait_for(run, 120)
+        spent = ledger.spent
+        await backend.close()
+        ledger.close()
+    # the call at the provider is booked at its reservation; the next ones, admitted (as sent: Ray) but never
+    # submitted, are not: a resume asks them again
+    assert seen == ["s0000"] and spent == pytest.approx(0.01)
+    rows = list(read_journal(tmp_path / "journal.jsonl"))
+    assert [(r.state_id, r.error_type, r.possibly_paid) for r in rows] == [("s0000", "actor_died", True)]
+    again = Ledger(tmp_path / "journal.jsonl")
+    assert again.spent == pytest.approx(0.01) and len(again.lost) == 0 and again.unsent >= 1
+    again.close()
 
 
 @pytest.mark.slow
@@ -205,37 +256,9 @@ async def test_small_states_travel_inline_large_ones_by_one_shared_ref(ray_clust
     assert len(sent_big) == 2 and router.duplicates() == {}
 
 
-class _CountingLedger(Ledger):
-    """A ledger that records how many admitted calls were unsettled at once."""
-
-    def __init__(self, *args, **kw) -> None:
-        super().__init__(*args, **kw)
-        self.open = self.peak = 0
-
-    async def admit(self, ask, *, sent=False):
-        adm = await super().admit(ask, sent=sent)
-        if adm.verdict == "send":
-            self.open += 1
-            self.peak = max(self.peak, self.open)
-        return adm
-
-    async def commit(self, ask, record):
-        self.open -= 1
-        return await super().commit(ask, record)
-
-
-def _peak_overlap(spans: list[tuple[float, float]]) -> int:
-    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    peak = n = 0
-    for _, step in events:
-        n += step
-        peak = max(peak, n)
-    return peak
-
-
-@pytest.mark.parametrize(("actor_queue", "admitted"), [(None, 4), (3, 5), (0, 2)])
+@pytest.mark.parametrize(("queue", "admitted"), [(None, 4), (3, 5), (0, 2)])
 async def test_calls_queue_in_the_actor_and_the_provider_never_sees_more_than_max_concurrency(
-    ray_cluster, tmp_path, actor_queue, admitted
+    ray_cluster, tmp_path, queue, admitted
 ):
     delay = 0.3
     spans: list[tuple[float, float]] = []  # per request: arrival at the server, plus its scripted latency
@@ -246,14 +269,14 @@ async def test_calls_queue_in_the_actor_and_the_provider_never_sees_more_than_ma
         return answer(delay_s=delay)
 
     with LoopbackOpenAI(Router(reply)) as server:
-        opts = {} if actor_queue is None else {"actor_queue": actor_queue}
+        opts = {} if queue is None else {"queue": queue}
         cfg = pool_config([teacher("a", server.base_url, max_concurrency=2)], **opts)
         backend = RayBackend(cfg.teachers, api_keys={"a": "sk-test"})
-        ledger = _CountingLedger(tmp_path / "journal.jsonl", cfg.budget)
+        ledger = CountingLedger(tmp_path / "journal.jsonl", cfg.budget)
         pool = TeacherPool(cfg.teachers, backend, ledger, cfg.pool)
         outcomes = await pool.replay([make_state(i) for i in range(8)])
         await backend.close()
         ledger.close()
     assert sorted(o.state_id for o in outcomes if o.records[0].ok) == [f"s{i:04d}" for i in range(8)]
     # default queue max(2, 2 // 2) = 2: 4 calls reserved and admitted at once, 2 of them at the provider
-    assert ledger.peak == admitted and len(spans) == 8 and _peak_overlap(spans) == 2
+    assert ledger.peak == admitted and len(spans) == 8 and peak_overlap(spans) == 2
