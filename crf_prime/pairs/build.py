@@ -30,15 +30,27 @@ from crf_prime.records.journal import JournalRecord
 from crf_prime.records.models import Action, TeacherRequest, TraceState
 
 
-class VoteConfig(BaseModel):
-    """How teachers' answers at a state become a vote: who votes, what counts as the same step, what a consensus is.
-
-    Declared once and nested wherever votes are counted: ``crf-prime pairs`` (``--votes.*``), the teacher pool's
-    tiered escalation and same-family exclusion (``[pool.votes]`` of ``teachers.toml``), and the trace_replay
-    environment (``[env.taskset.task.votes]``: which states become tasks and how live mode scores them).
-    """
+class AgreementConfig(BaseModel):
+    """What counts as the same step, and which teachers may judge a trace: the part of the votes the teacher pool
+    reads (``[pool.votes]`` of ``teachers.toml``: tiered escalation and same-family exclusion)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tier: TierName = "key_args"
+    """Weakest equivalence tier counted as "same action": exact | key_args | text."""
+    text_similarity: float = Field(0.8, ge=0.0, le=1.0)
+    """difflib ratio for the text tier."""
+    exclude_same_family: bool = True
+    """Teachers whose model family equals the trace's neither are asked nor vote (circularity guard)."""
+
+
+class VoteConfig(AgreementConfig):
+    """How teachers' answers at a state become a vote: who votes, what counts as the same step, what a consensus is.
+
+    Declared once and nested wherever votes are counted: ``crf-prime pairs`` (``--votes.*``) and the trace_replay
+    environment (``[env.taskset.task.votes]``: which states become tasks and how live mode scores them); the
+    teacher pool nests only its :class:`AgreementConfig` part.
+    """
 
     threshold: float = Field(0.5, ge=0.0, le=1.0)
     """Plurality support needed, as a fraction of the voting teachers (``k* >= threshold * N``)."""
@@ -46,12 +58,6 @@ class VoteConfig(BaseModel):
     """Plurality support needed, in teachers (2 = at least two teachers must agree)."""
     min_teachers: int = Field(2, ge=1)
     """Voting teachers needed at a state (after failures and same-family exclusion)."""
-    tier: TierName = "key_args"
-    """Weakest equivalence tier counted as "same action": exact | key_args | text."""
-    text_similarity: float = Field(0.8, ge=0.0, le=1.0)
-    """difflib ratio for the text tier."""
-    exclude_same_family: bool = True
-    """Teachers whose model family equals the trace's neither are asked nor vote (circularity guard)."""
 
 
 class PairConfig(VoteConfig):

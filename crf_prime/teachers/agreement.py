@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from crf_prime.pairs.build import VoteConfig
+from crf_prime.pairs.build import AgreementConfig
 from crf_prime.pairs.equivalence import same_action
 from crf_prime.records.models import Action
 
 SAME_ACTION_SOURCE = "crf_prime.pairs.same_action"
 
 
-def all_agree(actions: Sequence[Action], student: Action | None, votes: VoteConfig) -> bool:
+def all_agree(actions: Sequence[Action], student: Action | None, votes: AgreementConfig) -> bool:
     """True when every action (and the student's, if given) is the same step as the first one at ``votes.tier``."""
     pool = list(actions) + ([student] if student is not None else [])
     return all(

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crf_prime.errors import InputError
-from crf_prime.pairs.build import VoteConfig
+from crf_prime.pairs.build import AgreementConfig
 
 
 class ConfigError(InputError):
@@ -163,9 +163,11 @@ class PoolOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    votes: VoteConfig = VoteConfig()
-    """The votes the answers feed: ``exclude_same_family`` (do not ask teachers of the trace's own model family; the
-    report lists the exclusions), and ``tier`` / ``text_similarity`` (tiered querying: what counts as agreement)."""
+    votes: AgreementConfig = AgreementConfig()
+    """The part of the votes the pool reads: ``exclude_same_family`` (do not ask teachers of the trace's own model
+    family; the report lists the exclusions), and ``tier`` / ``text_similarity`` (tiered querying: what counts as
+    agreement). A consensus (``threshold``, ``min_support``, ``min_teachers``) is the pair builder's and the
+    trace_replay environment's setting, refused here."""
     tiered: bool = False
     """Ask low tiers first; escalate a state only on disagreement among them or with the student."""
     window: Annotated[int, Field(ge=1)] | None = None

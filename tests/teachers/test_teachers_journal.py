@@ -97,6 +97,11 @@ def test_example_config_loads():
             "repeated: a",
         ),
         ("[[teachers]\n", "invalid TOML"),
+        # a consensus is the pair builder's setting: the pool would ignore it, so it is refused at launch
+        (
+            '[[teachers]]\nname = "a"\nmodel = "m"\nbase_url = "u"\n[pool.votes]\nthreshold = 0.6\n',
+            "pool.votes.threshold",
+        ),
     ],
 )
 def test_config_errors_name_file_and_field(tmp_path, text, expected):
