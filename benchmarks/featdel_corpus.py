@@ -22,6 +22,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from crf_prime.cli import signals_interrupt
 from crf_prime.featdel.corpus import CorpusConfig, corpus
 from crf_prime.featdel.corpus_meta import TaskMeta
 from crf_prime.featdel.granularity import GRANULARITIES, granularity_of
@@ -150,15 +151,16 @@ def main() -> None:
     sampler.start()
     t0, started = time.perf_counter(), time.time()
     try:
-        corpus(
-            CorpusConfig(
-                sources=args.sources,
-                out=args.out,
-                max_tasks=args.max_tasks,
-                time_limit_s=args.time_limit_s,
-                num_cpus=args.num_cpus,
+        with signals_interrupt():  # SIGTERM (timeout, a scheduler) unwinds like Ctrl-C: the corpus temp root goes
+            corpus(
+                CorpusConfig(
+                    sources=args.sources,
+                    out=args.out,
+                    max_tasks=args.max_tasks,
+                    time_limit_s=args.time_limit_s,
+                    num_cpus=args.num_cpus,
+                )
             )
-        )
     finally:
         sampler.stop.set()
     wall = time.perf_counter() - t0

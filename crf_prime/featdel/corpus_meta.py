@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from crf_prime.featdel.deletion import STUB, apply_unified_diff, function_nodes
 from crf_prime.featdel.granularity import granularity_of
-from crf_prime.featdel.models import FeatdelTask
+from crf_prime.featdel.models import FeatdelTask, Granularity
 
 _DECISIONS = (
     ast.If,
@@ -45,7 +45,7 @@ class TaskMeta(BaseModel):
     """Distribution name; the train/eval split never puts one project on both sides."""
     version: str
     license: str = ""
-    granularity: str
+    granularity: Granularity
     split: str = ""
     """"train" or "eval" (empty in a package directory, before the corpus is split)."""
     deleted_lines: int

@@ -435,7 +435,7 @@ def build_task(
     return FeatdelTask(
         task_id=f"{project.info.name}-{project.info.version}__{cand.key.replace(':', '__')}",
         source=project.info,
-        granularity=cand.granularity,  # type: ignore[arg-type]
+        granularity=cand.granularity,
         targets=tuple(Target(path=f.path, qualname=f.qualname, lineno=f.lineno) for f in cand.functions),
         prompt=build_prompt(project, cand, broken, visible),
         base_archive=base_archive,

@@ -17,6 +17,7 @@ import ast
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import get_args
 
 from crf_prime.featdel.deletion import (
     FunctionInfo,
@@ -28,8 +29,9 @@ from crf_prime.featdel.deletion import (
     line_span,
     statement_count,
 )
+from crf_prime.featdel.models import Granularity
 
-GRANULARITIES = ("function", "feature", "block", "tail", "class")
+GRANULARITIES: tuple[Granularity, ...] = get_args(Granularity)
 BLOCKS_PER_FUNCTION = 2
 """The largest blocks of a function become candidates (more would be near-copies of one task)."""
 CLASS_MAX_METHODS = 8
@@ -40,7 +42,7 @@ class Candidate:
     """A function, group, block or tail that may become a task."""
 
     key: str
-    granularity: str
+    granularity: Granularity
     functions: tuple[FunctionInfo, ...]
     tests: tuple[str, ...]
     block_line: int = 0
@@ -53,7 +55,7 @@ TestsOf = Callable[[str, frozenset[int]], set[str]]
 """(path, lines) -> node ids of the tests that execute any of those lines."""
 
 
-def granularity_of(key: str) -> str:
+def granularity_of(key: str) -> Granularity:
     """The granularity named by a candidate key or task id (``block:...`` / ``..__block__...``; plain = function)."""
     for g in GRANULARITIES[1:]:
         if key.startswith(f"{g}:") or f"__{g}__" in key:
