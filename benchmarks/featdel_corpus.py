@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -169,4 +170,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # SIGINT / SIGTERM: the corpus cleaned up after itself
+        print("featdel corpus benchmark: interrupted", file=sys.stderr)
+        sys.exit(130)

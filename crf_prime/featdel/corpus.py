@@ -320,6 +320,7 @@ class _Progress:
 def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, PackageStatus]:
     """Every listed package built or resumed (Ray tasks), by slug; failures included with their reasons."""
     from crf_prime.extras import require
+    from crf_prime.rayinit import init_ray
 
     settings = {s.slug: package_settings(config, s) for s in lines}
     keys = {slug: settings_key(v) for slug, v in settings.items()}
@@ -345,16 +346,15 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
         if todo:
             ray = require("ray", "ray")
             started = not ray.is_initialized()
-            if started:
-                if config.ray_address:
-                    ray.init(address=config.ray_address, log_to_driver=False)
-                else:
-                    ray.init(
-                        num_cpus=config.num_cpus or os.cpu_count() or 1,
-                        include_dashboard=False,
-                        log_to_driver=False,
-                        object_store_memory=100 * 1024 * 1024,
-                    )
+            if config.ray_address:
+                init_ray(address=config.ray_address, log_to_driver=False)
+            else:
+                init_ray(
+                    num_cpus=config.num_cpus or os.cpu_count() or 1,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    object_store_memory=100 * 1024 * 1024,
+                )
             tmp_root = tempfile.mkdtemp(prefix="crf-corpus-tmp-")
             try:
                 workers = max(1, int(-(-config.cpus_per_package // 1)))

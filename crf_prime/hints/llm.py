@@ -186,15 +186,15 @@ class LLMHintWriter:
     async def _live_pool(self) -> TeacherPool:
         """Join (or, first, serve) the named detached pool: one ledger actor shared by every process on the cluster."""
         from crf_prime.extras import require
+        from crf_prime.rayinit import init_ray
         from crf_prime.teachers import PoolConfig, PoolOptions
         from crf_prime.teachers import live as live_mode
 
-        ray = require("ray", "ray")
+        require("ray", "ray")  # a missing extra says so here, not in the worker thread
         assert self.live is not None
 
         def join() -> TeacherPool:
-            if not ray.is_initialized():
-                ray.init(address=self.ray_address, namespace=live_mode.DEFAULT_NAMESPACE, log_to_driver=False)
+            init_ray(address=self.ray_address, namespace=live_mode.DEFAULT_NAMESPACE, log_to_driver=False)
             config = PoolConfig(teachers=(self.teacher,), budget=self.budget, pool=PoolOptions())
             return live_mode.serve(config, self.journal, name=self.live, api_keys={self.teacher.name: self._api_key})
 

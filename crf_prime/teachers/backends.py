@@ -127,11 +127,9 @@ class RayBackend:
         namespace: str | None = None,
         actors: dict[str, Any] | None = None,
     ) -> None:
-        from crf_prime.extras import require
+        from crf_prime.rayinit import init_ray
 
-        self._ray = require("ray", "ray")
-        if not self._ray.is_initialized():
-            self._ray.init(include_dashboard=False, log_to_driver=False, namespace=namespace)
+        self._ray = init_ray(include_dashboard=False, log_to_driver=False, namespace=namespace)
         self.teachers = {t.name: t for t in teachers}
         self.actor_deaths = 0
         self._max_restarts = max_restarts if actors is None else None

@@ -54,12 +54,10 @@ def run(config: ReplayConfig) -> int:
     for t in config.teachers:
         t.api_key()
     if config.backend == "ray" or config.live:
-        from crf_prime.extras import require
+        from crf_prime.rayinit import init_ray
 
-        ray = require("ray", "ray")
-        if not ray.is_initialized():
-            kw = {"address": config.ray_address} if config.ray_address else {"include_dashboard": False}
-            ray.init(log_to_driver=False, namespace="crf-prime" if config.live else None, **kw)
+        kw = {"address": config.ray_address} if config.ray_address else {"include_dashboard": False}
+        init_ray(log_to_driver=False, namespace="crf-prime" if config.live else None, **kw)
 
     import sys
 

@@ -24,9 +24,9 @@ from verifiers.v1.dialects.chat import parse_message
 from verifiers.v1.errors import TaskError
 
 from crf_prime.errors import InputError
-from crf_prime.extras import require
 from crf_prime.pairs.build import VoteConfig, latest_answers, vote
 from crf_prime.pairs.equivalence import TIER_BY_NAME, match_tier
+from crf_prime.rayinit import init_ray
 from crf_prime.records.family import family_of
 from crf_prime.records.journal import read_journal
 from crf_prime.records.models import Action, TeacherRequest, ToolCall, TraceState
@@ -216,9 +216,7 @@ def _live_pool(config: ReplayTaskConfig) -> Any:
     from crf_prime.teachers.live import attach
 
     with _LIVE_LOCK:
-        ray = require("ray", "ray")
-        if not ray.is_initialized():
-            ray.init(address=config.ray_address, namespace=config.live_namespace, log_to_driver=False)
+        init_ray(address=config.ray_address, namespace=config.live_namespace, log_to_driver=False)
         return attach(config.live_pool or "", namespace=config.live_namespace)
 
 
