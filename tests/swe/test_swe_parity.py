@@ -75,6 +75,15 @@ LOGS: dict[str, tuple[str, str]] = {
         "pytest_v2",
         f"{START}\nPASSED t.py::test_x[log(photon) 1]\nFAILED t.py::test_x[log(photon) 2]\n{END}\n",
     ),
+    # the dataset's truncated ids come from a space inside the parameter: cut there, the id is the first token
+    "truncated-in-param": (
+        "pytest_v2",
+        f"{START}\nPASSED t.py::test_x[log(photon cm)]\nPASSED t.py::test_x[log(photon s)]\n{END}\n",
+    ),
+    "truncated-in-param-mixed": (
+        "pytest_v2",
+        f"{START}\nFAILED t.py::test_x[log(photon cm)] - assert 0\nPASSED t.py::test_x[log(photon s)]\n{END}\n",
+    ),
 }
 
 # (case, log name, FAIL_TO_PASS, PASS_TO_PASS)
@@ -134,6 +143,8 @@ CASES: list[tuple[str, str, list[str], list[str]]] = [
     ("empty-region", "empty-region", ["a.py::t"], []),
     ("truncated-id", "truncated-id", [TRUNCATED], []),
     ("truncated-id-mixed", "truncated-id-mixed", [TRUNCATED], []),
+    ("truncated-in-param", "truncated-in-param", [TRUNCATED], []),
+    ("truncated-in-param-mixed", "truncated-in-param-mixed", [TRUNCATED], []),
 ]
 
 # Where swebench 4.x parses differently: log name -> {test id: (ours = 5.x, 4.x)}.
@@ -159,6 +170,16 @@ LEGACY_STATUS: dict[str, dict[str, tuple[str | None, str | None]]] = {
         "t.py::test_x[log(photon) 1]": (PASSED, None),
         "t.py::test_x[log(photon) 2]": (FAILED, None),
         "t.py::test_x[log(photon)": (None, FAILED),
+    },
+    "truncated-in-param": {
+        "t.py::test_x[log(photon cm)]": (PASSED, None),
+        "t.py::test_x[log(photon s)]": (PASSED, None),
+        TRUNCATED: (None, PASSED),
+    },
+    "truncated-in-param-mixed": {
+        "t.py::test_x[log(photon cm)]": (FAILED, None),
+        "t.py::test_x[log(photon s)]": (PASSED, None),
+        TRUNCATED: (None, PASSED),  # both lines land on the first-token id; the last one wins
     },
 }
 
@@ -192,8 +213,11 @@ LEGACY_VERDICTS: dict[str, Verdict] = {
     "forged": (True, True, ["tests/test_stats.py::test_median_even"], [], ["tests/test_stats.py::test_mean"], []),
     # a log with no results and no sign that a suite ran is trusted (5.x: rejected); the verdict is the same
     "empty-region": (True, False, [], ["a.py::t"], [], []),
-    # no prefix match for an id truncated inside ``[...]`` (5.x matches it when the candidates agree)
+    # no prefix match for an id truncated inside ``[...]`` (5.x matches it when the candidates agree) ...
     "truncated-id": (True, False, [], [TRUNCATED], [], []),
+    # ... and where the first token is the truncated id, the last line wins: a failing candidate before a passing
+    # one resolves (5.x: candidates that disagree match nothing, a failure)
+    "truncated-in-param-mixed": (True, True, [TRUNCATED], [], [], []),
 }
 
 
