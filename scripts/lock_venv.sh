@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Install crf-prime into a venv that holds prime-rl's locked versions, prove the install changes none of them, and
-# run the environment, harness, hints, teachers and configs suites there.
+# run the environment, harness, hints, teachers and configs suites there (with the swebench parity check on the
+# swebench prime-rl locks).
 #
 #   CRF_PRIME_RL_SRC=/path/to/prime-rl CRF_VERIFIERS_SRC=/path/to/verifiers bash scripts/lock_venv.sh
 #
 # 1. "prime-rl's side": a fresh Python 3.12 venv with verifiers editable from CRF_VERIFIERS_SRC (reporting the version
 #    hatch-vcs gives that commit, e.g. 0.3.1.dev62) and the locked versions of everything our code and its tests
-#    touch — every pin comes from `uv export` of $CRF_PRIME_RL_SRC/uv.lock, used as constraints, so the resolver can
-#    only pick locked versions for locked packages. torch is the lock's version from PyPI (a CUDA build that imports
-#    and runs on CPU; the lock's +cu128 wheel lives on a non-PyPI index). `pip freeze` → before.txt.
-# 2. The user's step: crf-prime and the three environments installed WITH their dependencies, no constraints
+#    touch, and the locked packages our extras name — every pin comes from `uv export` of $CRF_PRIME_RL_SRC/uv.lock,
+#    used as constraints, so the resolver can only pick locked versions for locked packages. torch is the lock's
+#    version from PyPI (a CUDA build that imports and runs on CPU; the lock's +cu128 wheel lives on a non-PyPI
+#    index). `pip freeze` → before.txt.
+# 2. The user's step: crf-prime with every extra whose packages prime-rl locks (swebench, relay, hf, report; plus
+#    dev, featdel, ray) and the three environments, installed WITH their dependencies, no constraints
 #    (`uv pip install -e …` as docs/running.md says). `pip freeze` → after.txt.
 # 3. Every package of before.txt must be in after.txt at the same version; the script prints the difference and
 #    fails otherwise. New packages (test tools the lock lacks) are listed, not errors.
@@ -46,12 +49,15 @@ step "constraints from $CRF_PRIME_RL_SRC/uv.lock"
 CONSTRAINTS="$VENV/lock-constraints.txt"
 # Editable members (verifiers, renderers, prime-pydantic-config, prime-rl itself) have no version pin in the lock;
 # torch's +cu128 local tag names a non-PyPI index: pin its public version; its CUDA runtime wheels follow torch.
-(cd "$CRF_PRIME_RL_SRC" && "$UV" export --frozen --no-hashes --no-dev --no-emit-workspace --no-header --all-extras) \
+# --all-packages: the workspace's environments too (`uv sync --all-packages` installs them); their dependencies hold
+# packages our extras name (swebench, matplotlib), which prime-rl's root package alone does not pin.
+(cd "$CRF_PRIME_RL_SRC" && "$UV" export --frozen --no-hashes --no-dev --no-emit-workspace --no-header --all-extras \
+  --all-packages) \
   | grep -Ev '^\s*(#|-e |$)' \
   | grep -Ev '^(nvidia-|cuda-|triton==)' \
   | sed -E 's/^(torch==[^+ ;]+)\+[^ ;]*/\1/' \
   > "$CONSTRAINTS"
-echo "$(wc -l < "$CONSTRAINTS") locked pins; $(grep -E '^(verifiers|openai|mcp|pydantic|transformers|torch)==' "$CONSTRAINTS" | cut -d' ' -f1 | tr '\n' ' ')"
+echo "$(wc -l < "$CONSTRAINTS") locked pins; $(grep -E '^(verifiers|openai|mcp|pydantic|transformers|torch|swebench)==' "$CONSTRAINTS" | cut -d' ' -f1 | tr '\n' ' ')"
 
 step "prime-rl's side: verifiers $CRF_VERIFIERS_SRC editable + the locked packages our code touches"
 vf_version="$(git -C "$CRF_VERIFIERS_SRC" describe --tags --long --match 'v*' 2>/dev/null \
@@ -64,13 +70,13 @@ commit_day="$(git -C "$CRF_PRIME_RL_SRC" log -1 --format=%cs)"
 SETUPTOOLS_SCM_PRETEND_VERSION="$vf_version" "${PIP[@]}" -c "$CONSTRAINTS" \
   --exclude-newer "${commit_day}T23:59:59Z" \
   -e "$CRF_VERIFIERS_SRC" "torch" "transformers" "openai" "pydantic" "numpy" "rich" "tenacity" \
-  "datasets" "prime-pydantic-config" "renderers" "pytest" "pytest-asyncio"
+  "datasets" "prime-pydantic-config" "renderers" "pytest" "pytest-asyncio" "swebench" "blake3" "matplotlib"
 "$UV" pip freeze --python "$VENV/bin/python" > "$VENV/before.txt"
 "$UV" pip list --python "$VENV/bin/python" --format json > "$VENV/before.json"
 echo "$(wc -l < "$VENV/before.txt") packages before (pip freeze: $VENV/before.txt)"
 
-step "the user's step: crf-prime + the three environments, with their dependencies, no constraints"
-"${PIP[@]}" -e "$REPO[dev,featdel,ray]" \
+step "the user's step: crf-prime (its extras too) + the three environments, with their dependencies, no constraints"
+"${PIP[@]}" -e "$REPO[dev,featdel,ray,swebench,relay,hf,report]" \
   -e "$REPO/environments/feature_deletion" -e "$REPO/environments/swebench_lite" -e "$REPO/environments/trace_replay"
 "$UV" pip freeze --python "$VENV/bin/python" > "$VENV/after.txt"
 "$UV" pip list --python "$VENV/bin/python" --format json > "$VENV/after.json"
@@ -99,6 +105,7 @@ PY
 step "suites: $SUITES"
 cd "$REPO"
 # Without the source paths: the opt-in prime-rl tests need prime-rl's own stack (and this job is one of them).
+# CRF_TEST_SWEBENCH: tests/swe/test_swe_parity.py checks our grading against the swebench version prime-rl locks.
 # shellcheck disable=SC2086
-env -u CRF_PRIME_RL_SRC -u CRF_VERIFIERS_SRC \
+env -u CRF_PRIME_RL_SRC -u CRF_VERIFIERS_SRC CRF_TEST_SWEBENCH=1 \
   "$VENV/bin/python" -m pytest -q -p no:cacheprovider $SUITES ${CRF_LOCK_PYTEST_ARGS:-}

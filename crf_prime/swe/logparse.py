@@ -3,7 +3,7 @@
 Each parser reproduces the behaviour of the swebench 5.0.2 parser of the same name
 (``swebench/harness/log_parsers/python.py``; ``parse_log_<name>``), including its quirks, because F2P/P2P ids in
 the dataset were produced by those parsers; ``tests/swe/test_swe_parity.py`` feeds the same logs to both and
-requires identical maps. Statuses are the swebench ``TestStatus`` values.
+requires identical maps (on swebench 4.x: the differences it lists). Statuses are the swebench ``TestStatus`` values.
 """
 
 from __future__ import annotations
