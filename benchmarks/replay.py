@@ -409,7 +409,8 @@ def print_tables(rows: list[dict], repeats: int) -> None:
 
 async def ledger_only(n: int = 2000) -> None:
     """The ledger's own cost per call, without HTTP or other load on the event loop: ``admit`` (question lookup,
-    caps, reservation, the queued intent row) of ``n`` distinct questions against a job cap."""
+    caps, reservation, the intent row made durable: one fdatasync in the worker thread, or less when calls share a
+    round) of ``n`` distinct questions against a job cap, one at a time."""
     with tempfile.TemporaryDirectory() as tmp:
         ledger = Ledger(Path(tmp) / "journal.jsonl", BUDGET)
         took = []
