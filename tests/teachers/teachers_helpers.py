@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from crf_prime.loopback import Reply
 from crf_prime.records.models import Action, Source, ToolCall, TraceState
@@ -140,3 +142,31 @@ def peak_overlap(spans: list[tuple[float, float]]) -> int:
         n += step
         peak = max(peak, n)
     return peak
+
+
+async def queued_run(
+    make_backend: Callable[[tuple[TeacherConfig, ...]], Any], journal: Path, queue: int | None, delay: float
+):
+    """8 states through one teacher with 2 slots and ``queue``: (states answered, calls admitted at once at most,
+    requests at the server at once at most)."""
+    from crf_prime.loopback import LoopbackOpenAI
+    from crf_prime.teachers.pool import TeacherPool
+
+    spans: list[tuple[float, float]] = []  # per request: arrival at the server, plus its scripted latency
+
+    def reply(model, sid, n):
+        t = time.monotonic()
+        spans.append((t, t + delay))  # the answer leaves after this, the client's next request only after that
+        return answer(delay_s=delay)
+
+    with LoopbackOpenAI(Router(reply)) as server:
+        opts = {} if queue is None else {"queue": queue}
+        cfg = pool_config([teacher("a", server.base_url, max_concurrency=2)], **opts)
+        backend = make_backend(cfg.teachers)
+        ledger = CountingLedger(journal, cfg.budget)
+        pool = TeacherPool(cfg.teachers, backend, ledger, cfg.pool)
+        outcomes = await pool.replay([make_state(i) for i in range(8)])
+        await backend.close()
+        ledger.close()
+    answered = sorted(o.state_id for o in outcomes if o.records[0].ok)
+    return answered, ledger.peak, peak_overlap(spans) if len(spans) == 8 else None

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import pytest
 from teachers_helpers import (
-    CountingLedger,
     Router,
     answer,
     make_state,
-    peak_overlap,
     pool_config,
+    queued_run,
     replay_argv,
     teacher,
     write_states,
@@ -242,26 +240,12 @@ def test_cli_budget_without_prices_is_refused_at_launch(tmp_path, capsys):
 async def test_calls_queue_in_the_client_and_the_provider_never_sees_more_than_max_concurrency(
     tmp_path, queue, admitted
 ):
-    delay = 0.2
-    spans: list[tuple[float, float]] = []  # per request: arrival at the server, plus its scripted latency
-
-    def reply(model, sid, n):
-        t = time.monotonic()
-        spans.append((t, t + delay))  # the answer leaves after this, the client's next request only after that
-        return answer(delay_s=delay)
-
-    with LoopbackOpenAI(Router(reply)) as server:
-        opts = {} if queue is None else {"queue": queue}
-        cfg = pool_config([teacher("a", server.base_url, max_concurrency=2)], **opts)
-        backend = AsyncioBackend(cfg.teachers, api_keys={"a": "sk-test"})
-        ledger = CountingLedger(tmp_path / "journal.jsonl", cfg.budget)
-        pool = TeacherPool(cfg.teachers, backend, ledger, cfg.pool)
-        outcomes = await pool.replay([make_state(i) for i in range(8)])
-        await backend.close()
-        ledger.close()
-    assert sorted(o.state_id for o in outcomes if o.records[0].ok) == [f"s{i:04d}" for i in range(8)]
+    answered, admitted_at_once, at_server_at_once = await queued_run(
+        lambda teachers: AsyncioBackend(teachers, api_keys={"a": "sk-test"}), tmp_path / "journal.jsonl", queue, 0.2
+    )
+    assert answered == [f"s{i:04d}" for i in range(8)]
     # default queue max(2, 2 // 2) = 2: 4 calls reserved and admitted at once, 2 of them at the provider
-    assert ledger.peak == admitted and len(spans) == 8 and peak_overlap(spans) == 2
+    assert admitted_at_once == admitted and at_server_at_once == 2
 
 
 async def test_each_request_reaches_the_server_after_its_intent_and_sent_rows(tmp_path):
