@@ -105,7 +105,11 @@ RESTART_WAIT_S = 120.0
 """How long a teacher's calls wait for its actor to come back after a death before :class:`ActorGone`."""
 
 
-class ActorGone(InfraError):
+class NotSubmitted(InfraError):
+    """The backend gave up on a call before submitting it: nothing of it can have reached the provider."""
+
+
+class ActorGone(NotSubmitted):
     """A teacher's actor died and did not come back: the call was never submitted."""
 
 

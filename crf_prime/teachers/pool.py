@@ -19,7 +19,7 @@ from crf_prime.records.family import family_of
 from crf_prime.records.journal import JournalRecord
 from crf_prime.records.models import TeacherRequest, TraceState
 from crf_prime.teachers.agreement import all_agree
-from crf_prime.teachers.backends import ActorGone, Backend
+from crf_prime.teachers.backends import Backend, NotSubmitted
 from crf_prime.teachers.client import WIRE, question_params, teacher_messages
 from crf_prime.teachers.config import PoolOptions, TeacherConfig
 from crf_prime.teachers.ledger import Admission
@@ -180,7 +180,7 @@ class TeacherPool:
                 rec = await self.backend.ask(t.name, payload.get())
             except BaseException as e:  # cancelled, or an infrastructure error: no answer to commit
                 slot.release()
-                if isinstance(e, ActorGone):  # never submitted: nothing to book, though admitted as sent
+                if isinstance(e, NotSubmitted):  # nothing to book, though admitted as sent (Ray)
                     await self.ledger.mark_refused(ask.question)
                 await self.ledger.release(ask)
                 raise

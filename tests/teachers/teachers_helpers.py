@@ -11,10 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crf_prime.loopback import Reply
+from crf_prime.loopback import LoopbackOpenAI, Reply
 from crf_prime.records.models import Action, Source, ToolCall, TraceState
 from crf_prime.teachers.config import PoolConfig, TeacherConfig
 from crf_prime.teachers.ledger import Ledger
+from crf_prime.teachers.pool import TeacherPool
 
 TOOLS = (
     {
@@ -146,12 +147,9 @@ def peak_overlap(spans: list[tuple[float, float]]) -> int:
 
 async def queued_run(
     make_backend: Callable[[tuple[TeacherConfig, ...]], Any], journal: Path, queue: int | None, delay: float
-):
+) -> tuple[list[str], int, int | None]:
     """8 states through one teacher with 2 slots and ``queue``: (states answered, calls admitted at once at most,
     requests at the server at once at most)."""
-    from crf_prime.loopback import LoopbackOpenAI
-    from crf_prime.teachers.pool import TeacherPool
-
     spans: list[tuple[float, float]] = []  # per request: arrival at the server, plus its scripted latency
 
     def reply(model, sid, n):
