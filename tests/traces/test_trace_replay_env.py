@@ -18,7 +18,7 @@ from vf_cli_support import VALIDATE_HAS_NOOP, only_episode, vf_eval, vf_validate
 
 from crf_prime.errors import InputError
 from crf_prime.loopback import LoopbackOpenAI, Reply
-from crf_prime.pairs import VoteConfig
+from crf_prime.pairs import RewardVoteConfig
 from crf_prime.records.models import Action
 
 
@@ -69,7 +69,7 @@ def test_load_keeps_states_with_consensus(inputs) -> None:
     assert t0.data.student_action == states[0].student_action
     assert len(list(_taskset(inputs, num_tasks=2).load())) == 2
     # a stricter threshold drops s0/s1 (2 of 3 < 0.7)
-    strict = ReplayTaskConfig(votes=VoteConfig(threshold=0.7))
+    strict = ReplayTaskConfig(votes=RewardVoteConfig(threshold=0.7))
     assert [t.data.state_id for t in _taskset(inputs, task=strict).load()] == [states[4].state_id]
 
 
@@ -221,7 +221,7 @@ async def test_live_mode_counts_votes_with_the_tasksets_settings(tmp_path: Path,
         backend = AsyncioBackend(teachers)
         pool = TeacherPool(teachers, backend, Ledger(tmp_path / "live.jsonl", BudgetConfig()), PoolOptions())
         monkeypatch.setattr(taskset_module, "_live_pool", lambda config: pool)
-        task_config = ReplayTaskConfig(live_pool="p", votes=VoteConfig(threshold=0.9))
+        task_config = ReplayTaskConfig(live_pool="p", votes=RewardVoteConfig(threshold=0.9))
         cfg = TraceReplayConfig(id="trace-replay", states=str(states_path), num_tasks=1, task=task_config)
         (task,) = TraceReplayTaskset(cfg).load()
         try:

@@ -6,7 +6,8 @@ actors started with ``crf_prime.teachers.live.serve``; optional, needs the ``ray
 same family exclusion and tiered action equivalence as the DPO pairs (``crf_prime.pairs``).
 
 Reward ``agreement`` = (voting teachers whose action is the same step as the policy's) / (voting teachers), in
-[0, 1]. Metrics: ``matches_consensus`` (same step as the plurality), ``matches_student`` (same step as the recorded
+[0, 1], under a content-aware tier (``content`` by default, or ``exact``): an edit agrees when it makes the same
+change at the same place, not when it merely targets the same file. ``key_args`` and ``text`` are refused here. Metrics: ``matches_consensus`` (same step as the plurality), ``matches_student`` (same step as the recorded
 action), ``tool_call`` (the reply calls a tool). No reply scores 0 (``vf-validate``'s noop check); the gold check is
 that the consensus action itself scores its plurality share.
 """
@@ -24,8 +25,8 @@ from verifiers.v1.dialects.chat import parse_message
 from verifiers.v1.errors import TaskError
 
 from crf_prime.errors import InputError
-from crf_prime.pairs.build import VoteConfig, latest_answers, vote
-from crf_prime.pairs.equivalence import TIER_BY_NAME, match_tier
+from crf_prime.pairs.build import RewardVoteConfig, agrees, latest_answers, vote
+from crf_prime.pairs.normalize import canonical_action
 from crf_prime.rayinit import init_ray
 from crf_prime.records.family import family_of
 from crf_prime.records.journal import read_journal
@@ -64,9 +65,10 @@ class ReplayData(vf.TaskData):
 class ReplayTaskConfig(vf.TaskConfig):
     """Scoring knobs (``--env.taskset.task.*``)."""
 
-    votes: VoteConfig = VoteConfig()
+    votes: RewardVoteConfig = RewardVoteConfig()
     """How teacher answers become a vote (``--env.taskset.task.votes.*``): which states have a consensus and become
-    tasks, which teachers vote, what counts as the same step when scoring. Journal and live mode use the same."""
+    tasks, which teachers vote, what counts as the same step when scoring. Journal and live mode use the same.
+    ``tier`` must be content-aware (``content``, the default here, or ``exact``)."""
     live_pool: str | None = None
     """Name of a live teacher pool to ask at scoring time for states without journal votes (needs ray)."""
     live_namespace: str = "crf-prime"
@@ -89,8 +91,7 @@ class ReplayTask(vf.Task[ReplayData, vf.State, ReplayTaskConfig]):
     NEEDS_CONTAINER = False
 
     def _agrees(self, a: Action, b: Action) -> bool:
-        votes = self.config.votes
-        return match_tier(a, b, text_similarity=votes.text_similarity) >= TIER_BY_NAME[votes.tier]
+        return agrees(canonical_action(a), canonical_action(b), self.config.votes)
 
     async def _votes(self) -> tuple[list[Vote], Action | None]:
         if self.data.votes or self.config.live_pool is None:
