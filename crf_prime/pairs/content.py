@@ -15,8 +15,8 @@ right file would be paid). Per canonical call, a similarity in [0, 1]:
   other arguments differs. Reading a file (``cat``/``head``/``sed -n``) is a ``read`` of that file; a search
   (``grep``/``rg``/``find``/``ls``) keeps its flags (short clusters split, sorted) and positional arguments, so
   ``find . -name x -delete`` is not ``find . -name x``.
-* ``read`` by path; ``search`` by pattern and path; ``finish`` by its message: both empty, or a difflib ratio of
-  the collapsed texts (an always-finish policy does not earn a teacher's summary); anything else by its full
+* ``read`` by path; ``search`` by pattern and path; ``finish`` by its message: both empty, or the ratio of their
+  word tokens (an always-finish policy does not earn a teacher's summary); anything else by its full
   normalised arguments.
 
 An action's similarity pairs its calls one to one (any order) and takes the weakest pair: every call must agree.
@@ -63,10 +63,11 @@ def change_of(old: str, new: str) -> tuple[str, ...]:
 
 
 def ratio(a: Sequence[Any], b: Sequence[Any]) -> float:
-    """``difflib`` ratio of two sequences; 0 when exactly one is empty, 1 when both are."""
+    """``difflib`` ratio of two sequences, the lower of both orders (it is not symmetric); 1 when both are empty."""
     if not a and not b:
         return 1.0
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+    forward = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+    return min(forward, difflib.SequenceMatcher(None, b, a, autojunk=False).ratio())
 
 
 def _path(args: dict[str, Any]) -> str:
@@ -194,8 +195,9 @@ def command_key(command: str) -> tuple[str, ...]:
     return ("bash", prog, *argv[1:])
 
 
-def _message(args: dict[str, Any]) -> str:
-    return collapse(" ".join(str(v) for _, v in sorted(args.items()) if isinstance(v, str))).lower()
+def _message(args: dict[str, Any]) -> list[str]:
+    """A finish call's words (every string argument, lower-cased, punctuation dropped)."""
+    return re.findall(r"\w+", " ".join(str(v) for _, v in sorted(args.items()) if isinstance(v, str)).lower())
 
 
 def _key(call: CanonicalCall) -> tuple[str, ...] | None:
