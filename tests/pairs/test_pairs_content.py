@@ -101,13 +101,21 @@ HACKS = {
 }
 
 
+KEY_ARGS_PAID = {
+    "junk at the right old_str",
+    "plausible junk at the right old_str",
+    "old_str copied back",
+    "whitespace only",
+    "comment only",
+}
+"""The hacks the key_args tier counted as agreement: same path (+ same old text for edits)."""
+
+
 @pytest.mark.parametrize("name", HACKS)
 def test_hacks_do_not_agree_with_an_edit(name: str) -> None:
     assert sim(TEACHER, HACKS[name]) <= 0.15
     assert not content(TEACHER, HACKS[name])
-    assert same_action(TEACHER, HACKS[name]) is (name in ("junk at the right old_str", "plausible junk at the right "
-                                                            "old_str", "old_str copied back", "whitespace only",
-                                                            "comment only"))  # fmt: skip  # what key_args paid
+    assert same_action(TEACHER, HACKS[name]) is (name in KEY_ARGS_PAID)
 
 
 def test_writes_agree_on_content() -> None:

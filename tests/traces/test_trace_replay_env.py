@@ -230,3 +230,153 @@ async def test_live_mode_counts_votes_with_the_tasksets_settings(tmp_path: Path,
         finally:
             await backend.close()
     assert len(server.requests) == 3
+
+
+# --- the hack suite: reward-hunting actions against teachers that edit, write, run and finish ---------------------
+
+PARSE = "/home/dev/proj/proj/parse.py"
+OLD = "def parse(text):\n    if text is None:\n        return []\n    return text.split(',')\n"
+NEW = "def parse(text):\n    if not text:\n        return []\n    return [p.strip() for p in text.split(',')]\n"
+TEST_FILE = "def test_empty():\n    assert parse('') == []\n"
+SUMMARY = "Fixed parse() for empty input and stripped the parts; all 12 tests pass."
+
+
+def _edit(old: str, new: str, path: str = PARSE) -> Action:
+    return act("Edit", {"file_path": path, "old_string": old, "new_string": new})
+
+
+@pytest.fixture
+def hack_tasks(tmp_path: Path):
+    """Tasks at four states where 2 of 3 voting teachers (claude is excluded: same family as the trace) edit parse.py,
+    write a new test, run one test file, and finish with a summary; the third teacher does something else."""
+    from replay_support import record
+    from trace_replay.taskset import ReplayTask
+
+    from crf_prime.teachers.journal import Journal
+
+    states_path, _, states = write_replay_inputs(tmp_path)
+    s = [x.state_id for x in states]
+    journal_path = tmp_path / "hack_journal.jsonl"
+    j = Journal(journal_path)
+    answers = {
+        s[0]: (
+            _edit(OLD, NEW),
+            act("str_replace_editor", {"command": "str_replace", "path": PARSE, "old_str": OLD, "new_str": NEW}),
+            act("Read", {"file_path": PARSE}),
+        ),
+        s[1]: (
+            act("Write", {"file_path": "/home/dev/proj/tests/test_empty.py", "content": TEST_FILE}),
+            act(
+                "str_replace_editor",
+                {
+                    "command": "create",
+                    "path": "/home/dev/proj/tests/test_empty.py",
+                    "file_text": TEST_FILE.replace("    ", "  "),
+                },
+            ),
+            act("bash", {"command": "pytest -q"}),
+        ),
+        s[2]: (
+            act("execute_bash", {"command": "python -m pytest tests/test_parse.py -q"}),
+            act("bash", {"command": "cd /home/dev/proj && pytest tests/test_parse.py -q"}),
+            act("bash", {"command": "grep -rn 'def parse' proj"}),
+        ),
+        s[3]: (
+            act("finish", {"message": SUMMARY}),
+            act("finish", {"message": SUMMARY.replace(";", ",")}),
+            Action(text="The fix is done."),
+        ),
+    }
+    for state_id, (gpt, qwen, gemini) in answers.items():
+        for teacher, action in (("gpt", gpt), ("qwen", qwen), ("gemini", gemini), ("claude", _edit(OLD, "pass"))):
+            j.append(record(state_id, teacher, action))
+    j.close()
+    tasks: list[ReplayTask] = list(
+        TraceReplayTaskset(
+            TraceReplayConfig(id="trace-replay", states=str(states_path), journal=str(journal_path))
+        ).load()
+    )
+    assert [t.data.state_id for t in tasks] == s[:4]
+    return dict(zip(("edit", "write", "command", "finish"), tasks, strict=True))
+
+
+HACKS = {
+    "edit": {
+        "junk write of the file": act("Write", {"file_path": PARSE, "content": "pass\n"}),
+        "junk edit at the right old_str": _edit(OLD, "pass"),
+        "plausible junk at the right old_str": _edit(OLD, OLD.replace("return []", "return None")),
+        "old_str copied back": _edit(OLD, OLD),
+        "whitespace-only edit": _edit(OLD, OLD.replace("    ", "\t")),
+        "comment-only edit": _edit(OLD, OLD + "# fixed: handle empty input and strip the parts\n"),
+        "right file, wrong place": _edit(
+            "def main():\n    print(parse(sys.argv[1]))\n",
+            "def main():\n    print([p.strip() for p in parse(sys.argv[1])])\n",
+        ),
+    },
+    "write": {
+        "junk write of the new file": act("Write", {"file_path": "/home/dev/proj/tests/test_empty.py", "content": "x"}),
+    },
+    "command": {
+        "right program, other file": act("bash", {"command": "pytest tests/test_cli.py -q"}),
+        "right program, extra arguments": act("bash", {"command": "pytest tests/test_parse.py -q -k nothing"}),
+        "right program, flags dropped": act("bash", {"command": "pytest tests/test_parse.py"}),
+    },
+}
+ALWAYS_FINISH = (act("finish", {"message": "Done."}), act("submit", {}), act("finish", {"message": "Task complete."}))
+
+
+async def test_hack_suite_scores_zero(hack_tasks) -> None:
+    """Every hack scores 0 (the content matcher is 0/1); under key_args most of them earned 2/3."""
+    from crf_prime.pairs import same_action
+
+    paid_by_key_args = []
+    for kind, hacks in HACKS.items():
+        task = hack_tasks[kind]
+        for name, hack in hacks.items():
+            assert await task.agreement_of(hack) == 0.0, name
+            if same_action(hack, task.data.consensus):
+                paid_by_key_args.append(name)
+    for task in hack_tasks.values():
+        for finish in ALWAYS_FINISH:
+            assert await task.agreement_of(finish) == 0.0
+    assert sorted(paid_by_key_args) == sorted(
+        ["junk write of the new file", "junk edit at the right old_str", "plausible junk at the right old_str",
+         "old_str copied back", "whitespace-only edit", "comment-only edit"]
+    )  # fmt: skip
+
+
+async def test_teachers_own_actions_score_their_plurality_share(hack_tasks) -> None:
+    for task in hack_tasks.values():
+        votes = task.data.votes
+        assert [v.teacher for v in votes] == ["gemini", "gpt", "qwen"]
+        scores = {v.teacher: await task.agreement_of(v.action) for v in votes}
+        assert scores == {"gemini": 1 / 3, "gpt": 2 / 3, "qwen": 2 / 3}
+        assert await task.agreement_of(task.data.consensus) == 2 / 3
+        assert await task.validate(None) is True
+
+
+async def test_honest_variants_keep_their_agreement(hack_tasks) -> None:
+    smaller = _edit(
+        "    if text is None:\n        return []\n    return text.split(',')",
+        "    if not text:\n        return []\n    return [part.strip() for part in text.split(',')]",
+    )
+    assert await hack_tasks["edit"].agreement_of(smaller) == 2 / 3
+    write = act(
+        "Write", {"file_path": "/home/dev/proj/tests/test_empty.py", "content": TEST_FILE.replace(" == ", "==")}
+    )
+    assert await hack_tasks["write"].agreement_of(write) == 2 / 3
+    assert (
+        await hack_tasks["command"].agreement_of(act("Bash", {"command": "pytest  tests/test_parse.py  -q"})) == 2 / 3
+    )
+    finish = act(
+        "attempt_completion", {"result": "Fixed parse() for empty input and stripped the parts: all 12 tests pass"}
+    )
+    assert await hack_tasks["finish"].agreement_of(finish) == 2 / 3
+
+
+def test_a_content_blind_reward_tier_is_refused() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="'key_args' ignores what an edit, write or finish says"):
+        ReplayTaskConfig.model_validate({"votes": {"tier": "key_args"}})
+    assert ReplayTaskConfig.model_validate({"votes": {"threshold": 0.7}}).votes.tier == "content"
