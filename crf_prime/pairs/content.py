@@ -15,8 +15,10 @@ right file would be paid). Per canonical call, a similarity in [0, 1]:
   other arguments differs. Reading a file (``cat``/``head``/``sed -n``) is a ``read`` of that file; a search
   (``grep``/``rg``/``find``/``ls``) keeps its flags (short clusters split, sorted) and positional arguments, so
   ``find . -name x -delete`` is not ``find . -name x``.
-* ``read`` by path; ``search`` by pattern and path; ``finish`` by its message: both empty, or the ratio of their
-  word tokens (an always-finish policy does not earn a teacher's summary); anything else by its full
+* ``read`` by path; ``search`` by pattern and path; ``finish`` by its message: the ratio of their word tokens (an
+  always-finish policy does not earn a teacher's summary); two finishes without a message (SWE-agent ``submit``)
+  agree; one without against one with a message does not (else a bare finish would be free wherever teachers
+  finish); anything else by its full
   normalised arguments.
 
 An action's similarity pairs its calls one to one (any order) and takes the weakest pair: every call must agree.
@@ -227,7 +229,7 @@ def call_similarity(a: CanonicalCall, b: CanonicalCall) -> float:
         return edit_similarity(args_a, args_b)
     if a.name == "write":
         return write_similarity(args_a, args_b)
-    if a.name == "finish":
+    if a.name == "finish":  # two finishes without a message (SWE-agent submit) are the same step
         return ratio(_message(args_a), _message(args_b))
     return 0.0  # same tool, other arguments (python code, unknown tools): not the same step
 

@@ -172,10 +172,11 @@ def test_reads_and_searches() -> None:
 def test_finish_is_compared_on_its_message() -> None:
     done = call("finish", {"message": "Fixed parse() for empty input and stripped the parts; all 12 tests pass."})
     assert content(done, call("attempt_completion", {"result": "Fixed parse() for empty input and stripped the parts; all 12 tests pass"}))  # fmt: skip
-    for canned in ({}, {"message": "Done."}, {"message": "Task complete."}):
-        assert sim(done, call("finish", canned)) <= 0.1
+    for canned in ({"message": "Done."}, {"message": "Task complete."}, {"message": "All done, the task is complete."}):
+        assert sim(done, call("finish", canned)) <= 0.15 and not content(done, call("finish", canned))
         assert same_action(done, call("finish", canned))  # key_args: any finish
     assert content(call("submit", {}), call("finish", {}))  # SWE-agent submit: no message on either side
+    assert not content(done, call("submit", {}))  # a bare finish does not earn a teacher's summary
 
 
 def test_parallel_calls_pair_one_to_one_in_any_order() -> None:
