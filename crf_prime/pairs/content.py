@@ -39,8 +39,9 @@ from crf_prime.pairs.normalize import CanonicalCall, collapse, normalise_path
 REGION_TOKENS = 8
 """Shared run of old-text tokens (about one statement) that puts two edits of a file in the same region."""
 
-TOKEN_CAP = 20_000
-"""Tokens compared per side (SequenceMatcher is quadratic in the worst case)."""
+TOKEN_CAP = 4000
+"""Tokens of an edit's old or new text diffed (SequenceMatcher is quadratic: ~1 s at 2,000 tokens of adversarial
+input on the development box); longer edits agree only when their texts are equal token for token."""
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _PATH_KEYS = ("file_path", "path", "filepath", "filename", "file")
@@ -51,7 +52,7 @@ _MAX_PERMUTED = 6
 
 def code_tokens(text: str) -> list[str]:
     """Identifiers, numbers and single punctuation characters; whitespace (and so formatting) is not a token."""
-    return _TOKEN.findall(text)[:TOKEN_CAP]
+    return _TOKEN.findall(text)
 
 
 def change_of(old: str, new: str) -> tuple[str, ...]:
@@ -131,8 +132,15 @@ def edit_similarity(a: dict[str, Any], b: dict[str, Any]) -> float:
     """Same file and region, then the ratio of the two token-level changes (0 otherwise)."""
     path_a, parts_a, line_a = edit_parts(a)
     path_b, parts_b, line_b = edit_parts(b)
-    if path_a != path_b or (line_a is None) != (line_b is None):
+    if (
+        path_a != path_b
+        or (line_a is None) != (line_b is None)
+        or bool(a.get("replace_all")) != bool(b.get("replace_all"))
+    ):
         return 0.0
+    texts = [code_tokens(t) for part in (*parts_a, *parts_b) for t in part]
+    if max(map(len, texts), default=0) > TOKEN_CAP:
+        return float([[code_tokens(t) for t in p] for p in parts_a] == [[code_tokens(t) for t in p] for p in parts_b])
     old_a, old_b = "\n".join(o for o, _ in parts_a), "\n".join(o for o, _ in parts_b)
     if line_a is not None:
         if str(line_a) != str(line_b):
@@ -230,7 +238,8 @@ def call_similarity(a: CanonicalCall, b: CanonicalCall) -> float:
     if a.name == "write":
         return write_similarity(args_a, args_b)
     if a.name == "finish":  # two finishes without a message (SWE-agent submit) are the same step
-        return ratio(_message(args_a), _message(args_b))
+        words_a, words_b = _message(args_a), _message(args_b)
+        return ratio(words_a, words_b) if max(len(words_a), len(words_b)) <= TOKEN_CAP else float(words_a == words_b)
     return 0.0  # same tool, other arguments (python code, unknown tools): not the same step
 
 

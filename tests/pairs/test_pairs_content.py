@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from crf_prime.pairs import RewardVoteConfig, same_action
-from crf_prime.pairs.content import change_of, command_key, same_region
+from crf_prime.pairs.content import TOKEN_CAP, change_of, command_key, same_region
 from crf_prime.pairs.equivalence import similarity
 from crf_prime.pairs.normalize import canonical_action
 from crf_prime.records.models import Action, ToolCall
@@ -202,3 +202,13 @@ def test_reward_votes_refuse_a_content_blind_tier(tier: str) -> None:
     assert RewardVoteConfig.model_validate({"threshold": 0.7}).tier == "content"  # a partial table keeps content
     with pytest.raises(ValidationError, match="content_similarity"):
         RewardVoteConfig(content_similarity=0.3)
+
+
+def test_replace_all_and_long_edits() -> None:
+    once = call("Edit", {"file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"})
+    everywhere = call("Edit", {"file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2", "replace_all": True})
+    assert not content(once, everywhere)
+    long_old = "\n".join(f"v{i} = {i}" for i in range(TOKEN_CAP))  # past the diff cap: token-equal texts only
+    long_edit = edit(long_old, long_old.replace("v7 = 7", "v7 = 8"))
+    assert content(long_edit, edit(long_old.replace("\n", "\n  "), long_old.replace("v7 = 7", "v7 = 8")))
+    assert not content(long_edit, edit(long_old, long_old.replace("v7 = 7", "v7 = 9")))

@@ -245,9 +245,9 @@ def _edit(old: str, new: str, path: str = PARSE) -> Action:
     return act("Edit", {"file_path": path, "old_string": old, "new_string": new})
 
 
-@pytest.fixture
-def hack_tasks(tmp_path: Path):
-    """Tasks at four states where 2 of 3 voting teachers (claude is excluded: same family as the trace) edit parse.py,
+@pytest.fixture(params=["binary", "graded"])
+def hack_tasks(tmp_path: Path, request: pytest.FixtureRequest):
+    """Under each credit mode, tasks at four states where 2 of 3 voting teachers (claude is excluded: same family as the trace) edit parse.py,
     write a new test, run one test file, and finish with a summary; the third teacher does something else."""
     from replay_support import record
     from trace_replay.taskset import ReplayTask
@@ -326,7 +326,7 @@ ALWAYS_FINISH = (act("finish", {"message": "Done."}), act("submit", {}), act("fi
 
 
 async def test_hack_suite_scores_zero(hack_tasks) -> None:
-    """Every hack scores 0 (the content matcher is 0/1); under key_args most of them earned 2/3."""
+    """Every hack scores 0, binary or graded credit; under key_args most of them earned 2/3."""
     from crf_prime.pairs import same_action
 
     paid_by_key_args = []
@@ -372,6 +372,15 @@ async def test_honest_variants_keep_their_agreement(hack_tasks) -> None:
         "attempt_completion", {"result": "Fixed parse() for empty input and stripped the parts: all 12 tests pass"}
     )
     assert await hack_tasks["finish"].agreement_of(finish) == 2 / 3
+
+
+async def test_graded_credit_pays_part_of_a_partly_right_edit(hack_tasks) -> None:
+    half = _edit(OLD, OLD.replace("text is None", "not text"))  # half the teachers' change
+    score = await hack_tasks["edit"].agreement_of(half)
+    if hack_tasks["edit"].config.credit == "binary":
+        assert score == 0.0
+    else:
+        assert score == pytest.approx(2 / 3 * 0.375)  # two teachers, change similarity 3/8 each
 
 
 def test_a_content_blind_reward_tier_is_refused() -> None:
