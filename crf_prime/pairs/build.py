@@ -40,10 +40,10 @@ class AgreementConfig(BaseModel):
     """What counts as "same action": exact | content | key_args | text (the weakest tier counted). ``key_args`` and
     ``text`` ignore what an edit or write says (teacher-teacher agreement only); a reward needs exact or content."""
     text_similarity: float = Field(0.8, ge=0.0, le=1.0)
-    """difflib ratio for text-only answers (text and content tiers)."""
+    """difflib ratio for the text tier."""
     content_similarity: float = Field(0.8, ge=0.5, le=1.0)
-    """Content tier: ratio of two edits' token-level changes (and of two finish messages) counted as the same step.
-    At least 0.5: below it a change sharing half its tokens with the teachers' would agree."""
+    """Content tier: the similarity counted as the same step (ratio of two edits' token-level changes, word overlap
+    of two finish messages or text answers). At least 0.5: below it, half the teachers' change would agree."""
     exclude_same_family: bool = True
     """Teachers whose model family equals the trace's neither are asked nor vote (circularity guard)."""
 

@@ -15,14 +15,14 @@ right file would be paid). Per canonical call, a similarity in [0, 1]:
   other arguments differs. Reading a file (``cat``/``head``/``sed -n``) is a ``read`` of that file; a search
   (``grep``/``rg``/``find``/``ls``) keeps its flags (short clusters split, sorted) and positional arguments, so
   ``find . -name x -delete`` is not ``find . -name x``.
-* ``read`` by path; ``search`` by pattern and path; ``finish`` by its message: the ratio of their word tokens (an
+* ``read`` by path; ``search`` by pattern and path; ``finish`` by the :func:`word_overlap` of its messages (an
   always-finish policy does not earn a teacher's summary); two finishes without a message (SWE-agent ``submit``)
   agree; one without against one with a message does not (else a bare finish would be free wherever teachers
   finish); anything else by its full
   normalised arguments.
 
 An action's similarity pairs its calls one to one (any order) and takes the weakest pair: every call must agree.
-Text-only actions are compared by the caller (:mod:`crf_prime.pairs.equivalence`'s text ratio).
+Text-only answers (a final report is a finish in prose) are compared by :func:`word_overlap` too.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import difflib
 import itertools
 import re
 import shlex
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -205,9 +206,19 @@ def command_key(command: str) -> tuple[str, ...]:
     return ("bash", prog, *argv[1:])
 
 
-def _message(args: dict[str, Any]) -> list[str]:
-    """A finish call's words (every string argument, lower-cased, punctuation dropped)."""
-    return re.findall(r"\w+", " ".join(str(v) for _, v in sorted(args.items()) if isinstance(v, str)).lower())
+def word_overlap(a: str, b: str) -> float:
+    """Multiset Jaccard of the lower-cased words: |A ∩ B| / |A ∪ B| (1 when both have none).
+
+    Word order is free (an honest rewording keeps its words), every word one side lacks costs (a canned "All tests
+    pass; the bug is fixed." misses the teacher's specifics), and padding only grows the union."""
+    words_a, words_b = Counter(re.findall(r"\w+", a.lower())), Counter(re.findall(r"\w+", b.lower()))
+    union = sum((words_a | words_b).values())
+    return sum((words_a & words_b).values()) / union if union else 1.0
+
+
+def _message(args: dict[str, Any]) -> str:
+    """A finish call's message: its string arguments."""
+    return " ".join(str(v) for _, v in sorted(args.items()) if isinstance(v, str))
 
 
 def _key(call: CanonicalCall) -> tuple[str, ...] | None:
@@ -238,8 +249,7 @@ def call_similarity(a: CanonicalCall, b: CanonicalCall) -> float:
     if a.name == "write":
         return write_similarity(args_a, args_b)
     if a.name == "finish":  # two finishes without a message (SWE-agent submit) are the same step
-        words_a, words_b = _message(args_a), _message(args_b)
-        return ratio(words_a, words_b) if max(len(words_a), len(words_b)) <= TOKEN_CAP else float(words_a == words_b)
+        return word_overlap(_message(args_a), _message(args_b))
     return 0.0  # same tool, other arguments (python code, unknown tools): not the same step
 
 

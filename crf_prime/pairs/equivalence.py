@@ -27,7 +27,7 @@ import shlex
 from enum import IntEnum
 from typing import Literal
 
-from crf_prime.pairs.content import calls_similarity
+from crf_prime.pairs.content import calls_similarity, word_overlap
 from crf_prime.pairs.normalize import CanonicalAction, CanonicalCall, canonical_action, collapse, normalise_path
 from crf_prime.records.models import Action
 
@@ -131,10 +131,10 @@ def match_tier(a: Action, b: Action, *, text_similarity: float = 0.8) -> Tier:
 
 def similarity(a: CanonicalAction, b: CanonicalAction) -> float:
     """Content-aware similarity in [0, 1]: calls by :func:`crf_prime.pairs.content.calls_similarity`, text-only
-    actions by their difflib ratio; a call against a text-only answer is 0."""
+    actions by their :func:`~crf_prime.pairs.content.word_overlap`; a call against a text-only answer is 0."""
     if a.calls or b.calls:
         return calls_similarity(a.calls, b.calls) if a.calls and b.calls else 0.0
-    return 1.0 if a.text == b.text else _text_ratio(a.text, b.text)
+    return word_overlap(a.text, b.text)
 
 
 def same_step(
@@ -145,11 +145,10 @@ def same_step(
     text_similarity: float = 0.8,
     content_similarity: float = 0.8,
 ) -> bool:
-    """True when ``a`` and ``b`` are the same step at ``tier`` (``content``: calls at ``content_similarity``,
-    text-only answers at ``text_similarity``; the others: :func:`match_canonical` at that tier or stronger)."""
+    """True when ``a`` and ``b`` are the same step at ``tier`` (``content``: :func:`similarity` at
+    ``content_similarity``; the others: :func:`match_canonical` at that tier or stronger)."""
     if tier == "content":
-        threshold = content_similarity if a.calls or b.calls else text_similarity
-        return similarity(a, b) >= threshold
+        return similarity(a, b) >= content_similarity
     return match_canonical(a, b, text_similarity=text_similarity) >= TIER_BY_NAME[tier]
 
 

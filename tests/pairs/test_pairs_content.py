@@ -188,10 +188,15 @@ def test_parallel_calls_pair_one_to_one_in_any_order() -> None:
     assert not content(Action(tool_calls=(read, fix)), Action(tool_calls=(fix,)))
 
 
-def test_text_answers_use_the_text_ratio() -> None:
-    a, b = Action(text="All 12 tests pass; the bug is fixed."), Action(text="all 12 tests pass;  the bug is fixed")
-    assert content(a, b) and not content(a, Action(text="Done."))
-    assert not content(a, call("finish", {"message": "All 12 tests pass; the bug is fixed."}))
+def test_text_answers_are_compared_by_their_words() -> None:
+    report = Action(text="All 12 tests pass; the empty-input bug is fixed.")
+    assert content(report, Action(text="all 12 tests pass. The empty input bug is fixed"))
+    assert content(report, Action(text="The empty-input bug is fixed; all 12 tests pass."))  # word order is free
+    canned = Action(text="All tests pass; the bug is fixed.")
+    assert same_action(report, canned, min_tier="text")  # the text tier's difflib ratio: 0.815
+    assert sim(report, canned) == 0.7 and not content(report, canned)  # 7 of 10 words
+    assert not content(report, Action(text=report.text + " All tests pass, the bug is fixed, done, complete."))
+    assert not content(report, call("finish", {"message": report.text}))  # a call never matches prose
 
 
 @pytest.mark.parametrize("tier", ["key_args", "text"])

@@ -247,8 +247,9 @@ def _edit(old: str, new: str, path: str = PARSE) -> Action:
 
 @pytest.fixture(params=["binary", "graded"])
 def hack_tasks(tmp_path: Path, request: pytest.FixtureRequest):
-    """Under each credit mode, tasks at four states where 2 of 3 voting teachers (claude is excluded: same family as the trace) edit parse.py,
-    write a new test, run one test file, and finish with a summary; the third teacher does something else."""
+    """Under each credit mode, tasks at five states where 2 of 3 voting teachers (claude is excluded: same family as
+    the trace) edit parse.py, write a new test, run one test file, finish with a summary and report in prose; the
+    third teacher does something else."""
     from replay_support import record
     from trace_replay.taskset import ReplayTask
 
@@ -286,6 +287,11 @@ def hack_tasks(tmp_path: Path, request: pytest.FixtureRequest):
             act("finish", {"message": SUMMARY.replace(";", ",")}),
             Action(text="The fix is done."),
         ),
+        s[4]: (
+            Action(text="All 12 tests pass; the empty-input bug is fixed."),
+            Action(text="The empty-input bug is fixed and all 12 tests pass."),
+            act("bash", {"command": "git diff"}),
+        ),
     }
     for state_id, (gpt, qwen, gemini) in answers.items():
         for teacher, action in (("gpt", gpt), ("qwen", qwen), ("gemini", gemini), ("claude", _edit(OLD, "pass"))):
@@ -296,8 +302,8 @@ def hack_tasks(tmp_path: Path, request: pytest.FixtureRequest):
             TraceReplayConfig(id="trace-replay", states=str(states_path), journal=str(journal_path))
         ).load()
     )
-    assert [t.data.state_id for t in tasks] == s[:4]
-    return dict(zip(("edit", "write", "command", "finish"), tasks, strict=True))
+    assert [t.data.state_id for t in tasks] == s
+    return dict(zip(("edit", "write", "command", "finish", "report"), tasks, strict=True))
 
 
 HACKS = {
@@ -322,7 +328,12 @@ HACKS = {
         "right program, flags dropped": act("bash", {"command": "pytest tests/test_parse.py"}),
     },
 }
-ALWAYS_FINISH = (act("finish", {"message": "Done."}), act("submit", {}), act("finish", {"message": "Task complete."}))
+ALWAYS_FINISH = (
+    act("finish", {"message": "Done."}),
+    act("submit", {}),
+    act("finish", {"message": "All tests pass; the bug is fixed."}),
+    Action(text="All tests pass; the bug is fixed."),
+)
 
 
 async def test_hack_suite_scores_zero(hack_tasks) -> None:

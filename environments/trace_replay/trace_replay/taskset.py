@@ -74,8 +74,9 @@ class ReplayTaskConfig(vf.TaskConfig):
     ``tier`` must be content-aware (``content``, the default here, or ``exact``)."""
     credit: Literal["binary", "graded"] = "binary"
     """Per voting teacher: ``binary`` counts 1 when the policy's action is the same step (``votes.tier``), else 0;
-    ``graded`` also counts a tool-call action's content similarity to a teacher it does not match, when that is at
-    least ``graded_floor`` (a partly right edit earns part; text-only answers stay binary)."""
+    ``graded`` also counts an edit's change similarity to a teacher's edit it does not match, when that is at least
+    ``graded_floor`` (a partly right edit earns part; every other kind of step stays binary: a canned message shares
+    enough words with a teacher's to earn a part)."""
     graded_floor: float = Field(0.3, ge=0.2, le=1.0)
     """Content similarity below which ``graded`` credit is 0. Junk, copied-back, whitespace- and comment-only edits
     measure <= 0.15 against a real change (tests/pairs/test_pairs_content.py), so an unrelated change earns 0."""
@@ -108,7 +109,7 @@ class ReplayTask(vf.Task[ReplayData, vf.State, ReplayTaskConfig]):
         a, b = canonical_action(policy), canonical_action(teacher)
         if agrees(a, b, self.config.votes):
             return 1.0
-        if self.config.credit == "binary" or not (a.calls and b.calls):
+        if self.config.credit == "binary" or not a.calls or not all(c.name == "edit" for c in (*a.calls, *b.calls)):
             return 0.0
         s = similarity(a, b)
         return s if s >= self.config.graded_floor else 0.0
