@@ -8,7 +8,8 @@ right file would be paid). Per canonical call, a similarity in [0, 1]:
   old -> new (``difflib.SequenceMatcher`` opcodes over code tokens, whitespace ignored), each token tagged ``-`` or
   ``+``, the unchanged context dropped. Similarity = ``SequenceMatcher.ratio`` of the two tagged sequences. Copying
   the teacher's ``old_str`` earns nothing (context is not part of the change); a whitespace-only edit has an empty
-  change (ratio 0 against any real one); a comment-only or junk edit shares no tagged tokens with the real change.
+  change (0 against any real one; two layout-only edits, such as re-indenting a Python block, agree only when
+  their lines are the same); a comment-only or junk edit shares no tagged tokens with the real change.
 * ``write``: same file and the same content token for token (whitespace ignored). There is no base to diff against,
   so any similarity below 1 could be earned by writing back the unchanged file the policy has read.
 * ``bash``: the full command after normalisation (``cd X &&`` and ``python -m`` dropped): the right program with
@@ -150,9 +151,13 @@ def edit_similarity(a: dict[str, Any], b: dict[str, Any]) -> float:
         return 0.0
     change_a = tuple(t for o, n in parts_a for t in change_of(o, n))
     change_b = tuple(t for o, n in parts_b for t in change_of(o, n))
-    if not change_a or not change_b:  # an edit that changes no token changes nothing
-        return 0.0
+    if not change_a or not change_b:  # a layout-only edit (re-indenting a block) agrees only with the same layout
+        return float(not change_a and not change_b and _layout(parts_a) == _layout(parts_b))
     return ratio(change_a, change_b)
+
+
+def _layout(parts: list[tuple[str, str]]) -> list[list[str]]:
+    return [[line.rstrip() for line in text.strip("\n").splitlines()] for part in parts for text in part]
 
 
 def write_similarity(a: dict[str, Any], b: dict[str, Any]) -> float:
@@ -236,7 +241,7 @@ def _key(call: CanonicalCall) -> tuple[str, ...] | None:
 
 def call_similarity(a: CanonicalCall, b: CanonicalCall) -> float:
     """How far two canonical calls are the same step, content included, in [0, 1]."""
-    if a == b:
+    if a == b and a.name not in ("edit", "write"):  # canonical strings are whitespace-collapsed: indentation counts
         return 1.0
     key_a, key_b = _key(a), _key(b)
     if key_a is not None or key_b is not None:  # cat FILE (bash) is a read of FILE

@@ -217,3 +217,12 @@ def test_replace_all_and_long_edits() -> None:
     long_edit = edit(long_old, long_old.replace("v7 = 7", "v7 = 8"))
     assert content(long_edit, edit(long_old.replace("\n", "\n  "), long_old.replace("v7 = 7", "v7 = 8")))
     assert not content(long_edit, edit(long_old, long_old.replace("v7 = 7", "v7 = 9")))
+
+
+def test_layout_only_edits_agree_only_on_the_same_layout() -> None:
+    old = "for x in xs:\n    total += x\nprint(total)\n"
+    fix = edit(old, "for x in xs:\n    total += x\n    print(total)\n")  # Python: indentation is the change
+    assert content(fix, edit(old, "for x in xs:\n    total += x\n    print(total)  \n"))
+    assert not content(fix, edit(old, old.replace("    ", "\t")))  # other whitespace: collapsed equal, not the fix
+    assert same_action(fix, edit(old, old.replace("    ", "\t")), min_tier="exact")  # what exact (collapsed) says
+    assert content(edit(old, old), edit(old, old))  # identical no-op edits are the same step
