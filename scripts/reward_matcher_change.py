@@ -9,8 +9,8 @@ Two inputs, each counted under ``--votes.tier key_args`` (before) and ``content`
 * the ingest hold-out traces (``tests/traces/fixtures/``), which have no teacher answers: every pair of recorded
   actions from two different states is compared, and the pairs each tier calls the same step are listed; then each
   recorded action (and each teacher action of the journal) is mutated the way a reward hunter would (junk or
-  copied-back edit content, comment/whitespace-only edits, junk writes, a command's last argument swapped, a canned
-  finish message) and re-spelled the way an honest agent would (``cd`` prefix, re-indented edit text); the table
+  copied-back edit content, comment/whitespace-only edits, junk writes, a command's last argument swapped, a
+  search's ``-v``/``-delete`` added, a canned finish message) and re-spelled the way an honest agent would (``cd`` prefix, re-indented edit text); the table
   gives how many of each the tier counts as the same step (mutation testing of the matcher).
 
     .venv/bin/python scripts/reward_matcher_change.py [--states S --journal J]
@@ -132,7 +132,12 @@ def variants(action: Action) -> tuple[dict[str, Action], dict[str, Action]]:
         key = "command" if "command" in raw else "cmd"
         command = str(raw.get(key, ""))
         parts = command.split()
-        hacks = {"bash: last argument swapped": _with(call, **{key: " ".join([*parts[:-1], "other_target"]) if len(parts) > 1 else command + " other_target"})}  # fmt: skip
+        swapped = " ".join([*parts[:-1], "other_target"]) if len(parts) > 1 else command + " other_target"
+        hacks = {"bash: last argument swapped": _with(call, **{key: swapped})}
+        program = parts[0].rsplit("/", 1)[-1] if parts else ""
+        if program in ("grep", "rg", "ag", "find"):  # a flag that turns a search into another step
+            flag = " -delete" if program == "find" else " -v"
+            hacks["bash: search flag added"] = _with(call, **{key: command + flag})
         return hacks, {"bash: cd prefix": _with(call, **{key: "cd /testbed && " + command})}
     if name == "finish" and any(isinstance(v, str) and v.strip() for v in raw.values()):
         return {"finish: canned message": _with(call, message="Done.")}, {}
