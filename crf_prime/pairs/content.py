@@ -6,7 +6,8 @@ right file would be paid). Per canonical call, a similarity in [0, 1]:
 * ``edit``: same file, same region (the two old texts overlap: one contains the other, or they share a run of
   :data:`REGION_TOKENS` tokens; an ``insert`` by its line), then the **change** is compared: the token-level diff
   old -> new (``difflib.SequenceMatcher`` opcodes over code tokens, whitespace ignored), each token tagged ``-`` or
-  ``+``, the unchanged context dropped. Similarity = ``SequenceMatcher.ratio`` of the two tagged sequences. Copying
+  ``+``, the unchanged context dropped. Similarity = the lower of the ``SequenceMatcher.ratio`` of the two removed
+  parts and of the two added parts (:func:`change_similarity`). Copying
   the teacher's ``old_str`` earns nothing (context is not part of the change); a whitespace-only edit has an empty
   change (0 against any real one; two layout-only edits, such as re-indenting a Python block, agree only when
   their lines are the same); a comment-only or junk edit shares no tagged tokens with the real change.
@@ -153,7 +154,16 @@ def edit_similarity(a: dict[str, Any], b: dict[str, Any]) -> float:
     change_b = tuple(t for o, n in parts_b for t in change_of(o, n))
     if not change_a or not change_b:  # a layout-only edit (re-indenting a block) agrees only with the same layout
         return float(not change_a and not change_b and _layout(parts_a) == _layout(parts_b))
-    return ratio(change_a, change_b)
+    return change_similarity(change_a, change_b)
+
+
+def change_similarity(a: Sequence[str], b: Sequence[str]) -> float:
+    """The lower of the removed tokens' ratio and the added tokens' ratio: the same change removes the same code and
+    adds the same code. (On the tagged sequence as a whole, deleting the teachers' tokens, which the policy can read
+    in the context, would earn a share without writing any of their new code.)"""
+    removed = ratio([t for t in a if t[0] == "-"], [t for t in b if t[0] == "-"])
+    added = ratio([t for t in a if t[0] == "+"], [t for t in b if t[0] == "+"])
+    return min(removed, added)
 
 
 def _layout(parts: list[tuple[str, str]]) -> list[list[str]]:

@@ -386,12 +386,17 @@ async def test_honest_variants_keep_their_agreement(hack_tasks) -> None:
 
 
 async def test_graded_credit_pays_part_of_a_partly_right_edit(hack_tasks) -> None:
-    half = _edit(OLD, OLD.replace("text is None", "not text"))  # half the teachers' change
-    score = await hack_tasks["edit"].agreement_of(half)
-    if hack_tasks["edit"].config.credit == "binary":
-        assert score == 0.0
-    else:
-        assert score == pytest.approx(2 / 3 * 0.375)  # two teachers, change similarity 3/8 each
+    from crf_prime.pairs.equivalence import similarity
+    from crf_prime.pairs.normalize import canonical_action
+
+    # the teachers' None check, a wrong return line: the removed code matches, half the added code does
+    partly = _edit(OLD, OLD.replace("text is None", "not text").replace("text.split(',')", "[x for x in text]"))
+    s = similarity(canonical_action(partly), canonical_action(hack_tasks["edit"].data.consensus))
+    assert 0.3 < s < 0.8
+    score = await hack_tasks["edit"].agreement_of(partly)
+    assert score == (0.0 if hack_tasks["edit"].config.credit == "binary" else pytest.approx(2 / 3 * s))
+    half = _edit(OLD, OLD.replace("text is None", "not text"))  # the None check only: 1 of the 12 added tokens
+    assert await hack_tasks["edit"].agreement_of(half) == 0.0
 
 
 def test_a_content_blind_reward_tier_is_refused() -> None:
