@@ -79,7 +79,7 @@ class ReplayTaskConfig(vf.TaskConfig):
     enough words with a teacher's to earn a part)."""
     graded_floor: float = Field(0.3, ge=0.2, le=1.0)
     """Change similarity below which ``graded`` credit is 0. Junk, copied-back, whitespace- and comment-only edits
-    measure 0 against a real change (tests/pairs/test_pairs_content.py asserts <= 0.15), so an unrelated change
+    measure 0 against a real change (tests/pairs/test_pairs_content.py), so an unrelated change
     earns 0."""
     live_pool: str | None = None
     """Name of a live teacher pool to ask at scoring time for states without journal votes (needs ray)."""
