@@ -1,6 +1,14 @@
 """Teacher disagreement to preference pairs (channel 3: crf-prime's own research addition, not Cursor's recipe)."""
 
-from crf_prime.pairs.build import AgreementConfig, PairConfig, PreferencePair, VoteConfig, build_pairs, vote
+from crf_prime.pairs.build import (
+    AgreementConfig,
+    PairConfig,
+    PreferencePair,
+    RewardVoteConfig,
+    VoteConfig,
+    build_pairs,
+    vote,
+)
 from crf_prime.pairs.equivalence import Tier, match_tier, same_action
 from crf_prime.pairs.filters import FilterConfig, normalise_pairs
 from crf_prime.pairs.normalize import canonical_action, canonical_call
@@ -12,6 +20,7 @@ __all__ = [
     "PairConfig",
     "PairStats",
     "PreferencePair",
+    "RewardVoteConfig",
     "Tier",
     "VoteConfig",
     "build_pairs",

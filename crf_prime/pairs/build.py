@@ -21,9 +21,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from crf_prime.pairs.equivalence import TIER_BY_NAME, TierName, match_canonical
+from crf_prime.pairs.equivalence import REWARD_TIERS, TierName, same_step
 from crf_prime.pairs.normalize import CanonicalAction, canonical_action
 from crf_prime.records.family import family_of
 from crf_prime.records.journal import JournalRecord
@@ -37,9 +37,13 @@ class AgreementConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tier: TierName = "key_args"
-    """Weakest equivalence tier counted as "same action": exact | key_args | text."""
+    """What counts as "same action": exact | content | key_args | text (the weakest tier counted). ``key_args`` and
+    ``text`` ignore what an edit or write says (teacher-teacher agreement only); a reward needs exact or content."""
     text_similarity: float = Field(0.8, ge=0.0, le=1.0)
     """difflib ratio for the text tier."""
+    content_similarity: float = Field(0.8, ge=0.5, le=1.0)
+    """Content tier: the similarity counted as the same step (ratio of two edits' token-level changes, word overlap
+    of two finish messages or text answers). At least 0.5: below it, half the teachers' change would agree."""
     exclude_same_family: bool = True
     """Teachers whose model family equals the trace's neither are asked nor vote (circularity guard)."""
 
@@ -58,6 +62,28 @@ class VoteConfig(AgreementConfig):
     """Plurality support needed, in teachers (2 = at least two teachers must agree)."""
     min_teachers: int = Field(2, ge=1)
     """Voting teachers needed at a state (after failures and same-family exclusion)."""
+
+
+class RewardVoteConfig(VoteConfig):
+    """The votes of a reward (the trace_replay environment's ``[env.taskset.task.votes]``): the same settings, but
+    what counts as the same step must look at content, ``content`` by default.
+
+    A content-blind tier (``key_args``, ``text``) is refused at parse time: it would pay for writing junk into the
+    file the teachers edit."""
+
+    tier: TierName = "content"
+    """What counts as the same step when paying a policy: content (default) | exact. key_args and text are refused."""
+
+    @field_validator("tier")
+    @classmethod
+    def _content_aware(cls, tier: TierName) -> TierName:
+        if tier not in REWARD_TIERS:
+            raise ValueError(
+                f"{tier!r} ignores what an edit, write or finish says, so junk written into the teachers' file would "
+                "be paid as agreement; a reward needs 'content' (the default) or 'exact' "
+                "(key_args and text count agreement among teachers only: crf-prime pairs, the teacher pool)"
+            )
+        return tier
 
 
 class PairConfig(VoteConfig):
@@ -93,6 +119,13 @@ class PreferencePair(BaseModel):
     source_model: str = ""
 
 
+def agrees(a: CanonicalAction, b: CanonicalAction, config: AgreementConfig) -> bool:
+    """``a`` and ``b`` are the same step under ``config`` (its tier and thresholds)."""
+    return same_step(
+        a, b, tier=config.tier, text_similarity=config.text_similarity, content_similarity=config.content_similarity
+    )
+
+
 @dataclass
 class Cluster:
     action: Action
@@ -116,15 +149,14 @@ class StateVotes:
 
 
 def cluster_actions(
-    actions: Sequence[tuple[str, Action]], *, tier: TierName = "key_args", text_similarity: float = 0.8
+    actions: Sequence[tuple[str, Action]], config: AgreementConfig = AgreementConfig()
 ) -> list[Cluster]:
-    """Greedy clustering: each action joins the first cluster whose representative it matches at ``tier``."""
-    min_tier = TIER_BY_NAME[tier]
+    """Greedy clustering: each action joins the first cluster whose representative it matches at ``config.tier``."""
     clusters: list[Cluster] = []
     for name, action in actions:
         canon = canonical_action(action)
         for c in clusters:
-            if match_canonical(c.canonical, canon, text_similarity=text_similarity) >= min_tier:
+            if agrees(c.canonical, canon, config):
                 c.teachers.append(name)
                 break
         else:
@@ -156,22 +188,10 @@ def vote(request: TeacherRequest, answers: Mapping[str, JournalRecord], config: 
             excluded.append(teacher)
         else:
             voters.append(teacher)
-    clusters = cluster_actions(
-        [(t, answers[t].action) for t in voters],  # type: ignore[misc]
-        tier=config.tier,
-        text_similarity=config.text_similarity,
-    )
+    clusters = cluster_actions([(t, answers[t].action) for t in voters], config)  # type: ignore[misc]
     clusters.sort(key=lambda c: -len(c.teachers))  # stable: ties keep first-seen (name) order
     student = canonical_action(request.student_action or Action())
-    min_tier = TIER_BY_NAME[config.tier]
-    student_cluster = next(
-        (
-            i
-            for i, c in enumerate(clusters)
-            if match_canonical(c.canonical, student, text_similarity=config.text_similarity) >= min_tier
-        ),
-        None,
-    )
+    student_cluster = next((i for i, c in enumerate(clusters) if agrees(c.canonical, student, config)), None)
     consensus = None
     n = len(voters)
     if n >= config.min_teachers and clusters:

@@ -11,6 +11,12 @@ Tiers, strongest first (cheapest deterministic matchers only: no model call deci
 3. ``text``: text-only actions whose normalised texts have a ``difflib`` ratio >= the threshold (default 0.8).
 
 A tool call never matches a text-only answer. :func:`match_tier` returns the strongest tier that holds.
+
+``key_args`` and ``text`` ignore what an edit, a write or a finish says: fine for counting agreement among teachers,
+not for paying a policy (junk written into the right file would agree). The ``content`` tier
+(:mod:`crf_prime.pairs.content`) compares the change itself and is, with ``exact``, the only tier a reward may use
+(:data:`REWARD_TIERS`). It sits beside the ladder rather than on it: two edits of one region with other
+``old_str`` extents can agree on content and not on key arguments.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import shlex
 from enum import IntEnum
 from typing import Literal
 
+from crf_prime.pairs.content import calls_similarity, word_overlap
 from crf_prime.pairs.normalize import CanonicalAction, CanonicalCall, canonical_action, collapse, normalise_path
 from crf_prime.records.models import Action
 
@@ -32,8 +39,11 @@ class Tier(IntEnum):
     EXACT = 3
 
 
-TierName = Literal["exact", "key_args", "text"]
+TierName = Literal["exact", "content", "key_args", "text"]
 TIER_BY_NAME: dict[str, Tier] = {"exact": Tier.EXACT, "key_args": Tier.KEY_ARGS, "text": Tier.TEXT}
+"""The ladder tiers (``content`` is compared by :func:`similarity`, not by :func:`match_tier`)."""
+REWARD_TIERS: frozenset[str] = frozenset({"exact", "content"})
+"""Tiers that look at what an edit, write, command or finish says: the only ones a reward may use."""
 
 _READERS = {"cat", "head", "tail", "less", "more", "nl"}
 _SEARCHERS = {"grep", "rg", "ag", "find", "ls"}
@@ -119,9 +129,45 @@ def match_tier(a: Action, b: Action, *, text_similarity: float = 0.8) -> Tier:
     return match_canonical(canonical_action(a), canonical_action(b), text_similarity=text_similarity)
 
 
+def similarity(a: CanonicalAction, b: CanonicalAction) -> float:
+    """Content-aware similarity in [0, 1]: calls by :func:`crf_prime.pairs.content.calls_similarity`, text-only
+    actions by their :func:`~crf_prime.pairs.content.word_overlap`; a call against a text-only answer is 0."""
+    if a.calls or b.calls:
+        return calls_similarity(a.calls, b.calls) if a.calls and b.calls else 0.0
+    return word_overlap(a.text, b.text)
+
+
+def same_step(
+    a: CanonicalAction,
+    b: CanonicalAction,
+    *,
+    tier: TierName,
+    text_similarity: float = 0.8,
+    content_similarity: float = 0.8,
+) -> bool:
+    """True when ``a`` and ``b`` are the same step at ``tier`` (``content``: :func:`similarity` at
+    ``content_similarity``; the others: :func:`match_canonical` at that tier or stronger)."""
+    if tier == "content":
+        return similarity(a, b) >= content_similarity
+    return match_canonical(a, b, text_similarity=text_similarity) >= TIER_BY_NAME[tier]
+
+
 def same_action(
-    a: Action, b: Action, *, min_tier: Tier | TierName = Tier.KEY_ARGS, text_similarity: float = 0.8
+    a: Action,
+    b: Action,
+    *,
+    min_tier: Tier | TierName = Tier.KEY_ARGS,
+    text_similarity: float = 0.8,
+    content_similarity: float = 0.8,
 ) -> bool:
     """True when ``a`` and ``b`` match at ``min_tier`` or stronger (default: same tool and key arguments)."""
+    if isinstance(min_tier, str) and min_tier == "content":
+        return same_step(
+            canonical_action(a),
+            canonical_action(b),
+            tier="content",
+            text_similarity=text_similarity,
+            content_similarity=content_similarity,
+        )
     tier = TIER_BY_NAME[min_tier] if isinstance(min_tier, str) else min_tier
     return match_tier(a, b, text_similarity=text_similarity) >= tier

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from crf_prime.records.models import Action
@@ -98,9 +98,15 @@ class CanonicalCall:
     """Canonical tool (``bash``, ``read``, ``edit``, ...) or the lower-cased recorded name when unknown."""
     args: str
     """Normalised arguments as sorted-key JSON (the raw string collapsed when not valid JSON)."""
+    raw: str = field(default="", compare=False, repr=False)
+    """The recorded arguments string, whitespace intact (edit and write content is compared on it)."""
 
     def arguments(self) -> dict[str, Any]:
         return parse_arguments(self.args) or {}
+
+    def raw_arguments(self) -> dict[str, Any]:
+        """The recorded arguments as a dict (strings not collapsed); ``{}`` when they are not a JSON object."""
+        return parse_arguments(self.raw) or {}
 
 
 @dataclass(frozen=True)
@@ -117,14 +123,14 @@ def canonical_call(name: str, arguments: str) -> CanonicalCall:
         lowered = lowered.rsplit("__", 1)[-1]
     args = parse_arguments(arguments)
     if args is None:
-        return CanonicalCall(TOOL_ALIASES.get(lowered, lowered), collapse(arguments))
+        return CanonicalCall(TOOL_ALIASES.get(lowered, lowered), collapse(arguments), arguments)
     if lowered == "str_replace_editor":
         canonical = _EDITOR_COMMANDS.get(str(args.get("command", "")), "edit")
         args = {k: v for k, v in args.items() if k != "command"}
     else:
         canonical = TOOL_ALIASES.get(lowered, lowered)
     norm = _norm_value("", args)
-    return CanonicalCall(canonical, json.dumps(norm, sort_keys=True, ensure_ascii=False))
+    return CanonicalCall(canonical, json.dumps(norm, sort_keys=True, ensure_ascii=False), arguments)
 
 
 _XML_FUNCTION = re.compile(r"<function=([\w.-]+)>(.*?)</function>", re.S)

@@ -20,5 +20,12 @@ def all_agree(actions: Sequence[Action], student: Action | None, votes: Agreemen
     """True when every action (and the student's, if given) is the same step as the first one at ``votes.tier``."""
     pool = list(actions) + ([student] if student is not None else [])
     return all(
-        same_action(pool[0], other, min_tier=votes.tier, text_similarity=votes.text_similarity) for other in pool[1:]
+        same_action(
+            pool[0],
+            other,
+            min_tier=votes.tier,
+            text_similarity=votes.text_similarity,
+            content_similarity=votes.content_similarity,
+        )
+        for other in pool[1:]
     )

@@ -87,7 +87,7 @@ def test_replay_job_validates_as_rl_config(load_rl_config):
     (source,) = cfg.orchestrator.train.source
     assert (source.resolved_name, source.env.taskset.id, source.algo.type) == ("replay", "trace-replay", "grpo")
     assert type(source.env.taskset).__name__ == "TraceReplayConfig"
-    assert (source.env.taskset.journal, source.env.taskset.task.votes.tier) == ("replay/run/journal.jsonl", "key_args")
+    assert (source.env.taskset.journal, source.env.taskset.task.votes.tier) == ("replay/run/journal.jsonl", "content")
     # the taskset's bundled one-call harness is the default
     assert source.env.agent_harnesses()["agent"].id == "trace-replay"
     assert cfg.trainer.loss.import_path == "loss_fns.policy.dr_grpo"

@@ -18,7 +18,7 @@ from vf_cli_support import VALIDATE_HAS_NOOP, only_episode, vf_eval, vf_validate
 
 from crf_prime.errors import InputError
 from crf_prime.loopback import LoopbackOpenAI, Reply
-from crf_prime.pairs import VoteConfig
+from crf_prime.pairs import RewardVoteConfig
 from crf_prime.records.models import Action
 
 
@@ -69,7 +69,7 @@ def test_load_keeps_states_with_consensus(inputs) -> None:
     assert t0.data.student_action == states[0].student_action
     assert len(list(_taskset(inputs, num_tasks=2).load())) == 2
     # a stricter threshold drops s0/s1 (2 of 3 < 0.7)
-    strict = ReplayTaskConfig(votes=VoteConfig(threshold=0.7))
+    strict = ReplayTaskConfig(votes=RewardVoteConfig(threshold=0.7))
     assert [t.data.state_id for t in _taskset(inputs, task=strict).load()] == [states[4].state_id]
 
 
@@ -221,7 +221,7 @@ async def test_live_mode_counts_votes_with_the_tasksets_settings(tmp_path: Path,
         backend = AsyncioBackend(teachers)
         pool = TeacherPool(teachers, backend, Ledger(tmp_path / "live.jsonl", BudgetConfig()), PoolOptions())
         monkeypatch.setattr(taskset_module, "_live_pool", lambda config: pool)
-        task_config = ReplayTaskConfig(live_pool="p", votes=VoteConfig(threshold=0.9))
+        task_config = ReplayTaskConfig(live_pool="p", votes=RewardVoteConfig(threshold=0.9))
         cfg = TraceReplayConfig(id="trace-replay", states=str(states_path), num_tasks=1, task=task_config)
         (task,) = TraceReplayTaskset(cfg).load()
         try:
@@ -230,3 +230,178 @@ async def test_live_mode_counts_votes_with_the_tasksets_settings(tmp_path: Path,
         finally:
             await backend.close()
     assert len(server.requests) == 3
+
+
+# --- the hack suite: reward-hunting actions against teachers that edit, write, run and finish ---------------------
+
+PARSE = "/home/dev/proj/proj/parse.py"
+OLD = "def parse(text):\n    if text is None:\n        return []\n    return text.split(',')\n"
+NEW = "def parse(text):\n    if not text:\n        return []\n    return [p.strip() for p in text.split(',')]\n"
+TEST_FILE = "def test_empty():\n    assert parse('') == []\n"
+SUMMARY = "Fixed parse() for empty input and stripped the parts; all 12 tests pass."
+
+
+def _edit(old: str, new: str, path: str = PARSE) -> Action:
+    return act("Edit", {"file_path": path, "old_string": old, "new_string": new})
+
+
+@pytest.fixture(params=["binary", "graded"])
+def hack_tasks(tmp_path: Path, request: pytest.FixtureRequest):
+    """Under each credit mode, tasks at five states where 2 of 3 voting teachers (claude is excluded: same family as
+    the trace) edit parse.py, write a new test, run one test file, finish with a summary and report in prose; the
+    third teacher does something else."""
+    from replay_support import record
+    from trace_replay.taskset import ReplayTask
+
+    from crf_prime.teachers.journal import Journal
+
+    states_path, _, states = write_replay_inputs(tmp_path)
+    s = [x.state_id for x in states]
+    journal_path = tmp_path / "hack_journal.jsonl"
+    j = Journal(journal_path)
+    answers = {
+        s[0]: (
+            _edit(OLD, NEW),
+            act("str_replace_editor", {"command": "str_replace", "path": PARSE, "old_str": OLD, "new_str": NEW}),
+            act("Read", {"file_path": PARSE}),
+        ),
+        s[1]: (
+            act("Write", {"file_path": "/home/dev/proj/tests/test_empty.py", "content": TEST_FILE}),
+            act(
+                "str_replace_editor",
+                {
+                    "command": "create",
+                    "path": "/home/dev/proj/tests/test_empty.py",
+                    "file_text": TEST_FILE.replace("    ", "  "),
+                },
+            ),
+            act("bash", {"command": "pytest -q"}),
+        ),
+        s[2]: (
+            act("execute_bash", {"command": "python -m pytest tests/test_parse.py -q"}),
+            act("bash", {"command": "cd /home/dev/proj && pytest tests/test_parse.py -q"}),
+            act("bash", {"command": "grep -rn 'def parse' proj"}),
+        ),
+        s[3]: (
+            act("finish", {"message": SUMMARY}),
+            act("finish", {"message": SUMMARY.replace(";", ",")}),
+            Action(text="The fix is done."),
+        ),
+        s[4]: (
+            Action(text="All 12 tests pass; the empty-input bug is fixed."),
+            Action(text="The empty-input bug is fixed and all 12 tests pass."),
+            act("bash", {"command": "git diff"}),
+        ),
+    }
+    for state_id, (gpt, qwen, gemini) in answers.items():
+        for teacher, action in (("gpt", gpt), ("qwen", qwen), ("gemini", gemini), ("claude", _edit(OLD, "pass"))):
+            j.append(record(state_id, teacher, action))
+    j.close()
+    tasks: list[ReplayTask] = list(
+        TraceReplayTaskset(
+            TraceReplayConfig(id="trace-replay", states=str(states_path), journal=str(journal_path))
+        ).load()
+    )
+    assert [t.data.state_id for t in tasks] == s
+    return dict(zip(("edit", "write", "command", "finish", "report"), tasks, strict=True))
+
+
+HACKS = {
+    "edit": {
+        "junk write of the file": act("Write", {"file_path": PARSE, "content": "pass\n"}),
+        "junk edit at the right old_str": _edit(OLD, "pass"),
+        "plausible junk at the right old_str": _edit(OLD, OLD.replace("return []", "return None")),
+        "old_str copied back": _edit(OLD, OLD),
+        "whitespace-only edit": _edit(OLD, OLD.replace("    ", "\t")),
+        "comment-only edit": _edit(OLD, OLD + "# fixed: handle empty input and strip the parts\n"),
+        "right file, wrong place": _edit(
+            "def main():\n    print(parse(sys.argv[1]))\n",
+            "def main():\n    print([p.strip() for p in parse(sys.argv[1])])\n",
+        ),
+    },
+    "write": {
+        "junk write of the new file": act("Write", {"file_path": "/home/dev/proj/tests/test_empty.py", "content": "x"}),
+    },
+    "command": {
+        "right program, other file": act("bash", {"command": "pytest tests/test_cli.py -q"}),
+        "right program, extra arguments": act("bash", {"command": "pytest tests/test_parse.py -q -k nothing"}),
+        "right program, flags dropped": act("bash", {"command": "pytest tests/test_parse.py"}),
+    },
+}
+ALWAYS_FINISH = (
+    act("finish", {"message": "Done."}),
+    act("submit", {}),
+    act("finish", {"message": "All tests pass; the bug is fixed."}),
+    Action(text="All tests pass; the bug is fixed."),
+)
+
+
+async def test_hack_suite_scores_zero(hack_tasks) -> None:
+    """Every hack scores 0, binary or graded credit; under key_args most of them earned 2/3."""
+    from crf_prime.pairs import same_action
+
+    paid_by_key_args = []
+    for kind, hacks in HACKS.items():
+        task = hack_tasks[kind]
+        for name, hack in hacks.items():
+            assert await task.agreement_of(hack) == 0.0, name
+            if same_action(hack, task.data.consensus):
+                paid_by_key_args.append(name)
+    for task in hack_tasks.values():
+        for finish in ALWAYS_FINISH:
+            assert await task.agreement_of(finish) == 0.0
+    assert sorted(paid_by_key_args) == sorted(
+        ["junk write of the new file", "junk edit at the right old_str", "plausible junk at the right old_str",
+         "old_str copied back", "whitespace-only edit", "comment-only edit"]
+    )  # fmt: skip
+
+
+async def test_teachers_own_actions_score_their_plurality_share(hack_tasks) -> None:
+    for task in hack_tasks.values():
+        votes = task.data.votes
+        assert [v.teacher for v in votes] == ["gemini", "gpt", "qwen"]
+        scores = {v.teacher: await task.agreement_of(v.action) for v in votes}
+        assert scores == {"gemini": 1 / 3, "gpt": 2 / 3, "qwen": 2 / 3}
+        assert await task.agreement_of(task.data.consensus) == 2 / 3
+        assert await task.validate(None) is True
+
+
+async def test_honest_variants_keep_their_agreement(hack_tasks) -> None:
+    smaller = _edit(
+        "    if text is None:\n        return []\n    return text.split(',')",
+        "    if not text:\n        return []\n    return [part.strip() for part in text.split(',')]",
+    )
+    assert await hack_tasks["edit"].agreement_of(smaller) == 2 / 3
+    write = act(
+        "Write", {"file_path": "/home/dev/proj/tests/test_empty.py", "content": TEST_FILE.replace(" == ", "==")}
+    )
+    assert await hack_tasks["write"].agreement_of(write) == 2 / 3
+    assert (
+        await hack_tasks["command"].agreement_of(act("Bash", {"command": "pytest  tests/test_parse.py  -q"})) == 2 / 3
+    )
+    finish = act(
+        "attempt_completion", {"result": "Fixed parse() for empty input and stripped the parts: all 12 tests pass"}
+    )
+    assert await hack_tasks["finish"].agreement_of(finish) == 2 / 3
+
+
+async def test_graded_credit_pays_part_of_a_partly_right_edit(hack_tasks) -> None:
+    from crf_prime.pairs.equivalence import similarity
+    from crf_prime.pairs.normalize import canonical_action
+
+    # the teachers' None check, a wrong return line: the removed code matches, half the added code does
+    partly = _edit(OLD, OLD.replace("text is None", "not text").replace("text.split(',')", "[x for x in text]"))
+    s = similarity(canonical_action(partly), canonical_action(hack_tasks["edit"].data.consensus))
+    assert 0.3 < s < 0.8
+    score = await hack_tasks["edit"].agreement_of(partly)
+    assert score == (0.0 if hack_tasks["edit"].config.credit == "binary" else pytest.approx(2 / 3 * s))
+    half = _edit(OLD, OLD.replace("text is None", "not text"))  # the None check only: 1 of the 12 added tokens
+    assert await hack_tasks["edit"].agreement_of(half) == 0.0
+
+
+def test_a_content_blind_reward_tier_is_refused() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="'key_args' ignores what an edit, write or finish says"):
+        ReplayTaskConfig.model_validate({"votes": {"tier": "key_args"}})
+    assert ReplayTaskConfig.model_validate({"votes": {"threshold": 0.7}}).votes.tier == "content"

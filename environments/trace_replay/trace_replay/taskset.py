@@ -6,7 +6,10 @@ actors started with ``crf_prime.teachers.live.serve``; optional, needs the ``ray
 same family exclusion and tiered action equivalence as the DPO pairs (``crf_prime.pairs``).
 
 Reward ``agreement`` = (voting teachers whose action is the same step as the policy's) / (voting teachers), in
-[0, 1]. Metrics: ``matches_consensus`` (same step as the plurality), ``matches_student`` (same step as the recorded
+[0, 1], under a content-aware tier (``content`` by default, or ``exact``): an edit agrees when it makes the same
+change at the same place, not when it merely targets the same file; ``key_args`` and ``text`` are refused at parse
+time. ``task.credit = "graded"`` also pays a partly similar change its similarity (0 below ``task.graded_floor``).
+Metrics: ``matches_consensus`` (same step as the plurality), ``matches_student`` (same step as the recorded
 action), ``tool_call`` (the reply calls a tool). No reply scores 0 (``vf-validate``'s noop check); the gold check is
 that the consensus action itself scores its plurality share.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import verifiers.v1 as vf
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,8 +27,9 @@ from verifiers.v1.dialects.chat import parse_message
 from verifiers.v1.errors import TaskError
 
 from crf_prime.errors import InputError
-from crf_prime.pairs.build import VoteConfig, latest_answers, vote
-from crf_prime.pairs.equivalence import TIER_BY_NAME, match_tier
+from crf_prime.pairs.build import RewardVoteConfig, agrees, latest_answers, vote
+from crf_prime.pairs.equivalence import similarity
+from crf_prime.pairs.normalize import canonical_action
 from crf_prime.rayinit import init_ray
 from crf_prime.records.family import family_of
 from crf_prime.records.journal import read_journal
@@ -64,9 +68,19 @@ class ReplayData(vf.TaskData):
 class ReplayTaskConfig(vf.TaskConfig):
     """Scoring knobs (``--env.taskset.task.*``)."""
 
-    votes: VoteConfig = VoteConfig()
+    votes: RewardVoteConfig = RewardVoteConfig()
     """How teacher answers become a vote (``--env.taskset.task.votes.*``): which states have a consensus and become
-    tasks, which teachers vote, what counts as the same step when scoring. Journal and live mode use the same."""
+    tasks, which teachers vote, what counts as the same step when scoring. Journal and live mode use the same.
+    ``tier`` must be content-aware (``content``, the default here, or ``exact``)."""
+    credit: Literal["binary", "graded"] = "binary"
+    """Per voting teacher: ``binary`` counts 1 when the policy's action is the same step (``votes.tier``), else 0;
+    ``graded`` also counts an edit's change similarity to a teacher's edit it does not match, when that is at least
+    ``graded_floor`` (a partly right edit earns part; every other kind of step stays binary: a canned message shares
+    enough words with a teacher's to earn a part)."""
+    graded_floor: float = Field(0.3, ge=0.2, le=1.0)
+    """Change similarity below which ``graded`` credit is 0. Junk, copied-back, whitespace- and comment-only edits
+    measure 0 against a real change (tests/pairs/test_pairs_content.py), so an unrelated change
+    earns 0."""
     live_pool: str | None = None
     """Name of a live teacher pool to ask at scoring time for states without journal votes (needs ray)."""
     live_namespace: str = "crf-prime"
@@ -89,8 +103,17 @@ class ReplayTask(vf.Task[ReplayData, vf.State, ReplayTaskConfig]):
     NEEDS_CONTAINER = False
 
     def _agrees(self, a: Action, b: Action) -> bool:
-        votes = self.config.votes
-        return match_tier(a, b, text_similarity=votes.text_similarity) >= TIER_BY_NAME[votes.tier]
+        return agrees(canonical_action(a), canonical_action(b), self.config.votes)
+
+    def _credit(self, policy: Action, teacher: Action) -> float:
+        """What one voting teacher pays: 1 for the same step; under ``graded``, a partial content match's similarity."""
+        a, b = canonical_action(policy), canonical_action(teacher)
+        if agrees(a, b, self.config.votes):
+            return 1.0
+        if self.config.credit == "binary" or not a.calls or not all(c.name == "edit" for c in (*a.calls, *b.calls)):
+            return 0.0
+        s = similarity(a, b)
+        return s if s >= self.config.graded_floor else 0.0
 
     async def _votes(self) -> tuple[list[Vote], Action | None]:
         if self.data.votes or self.config.live_pool is None:
@@ -103,15 +126,17 @@ class ReplayTask(vf.Task[ReplayData, vf.State, ReplayTaskConfig]):
             raise TaskError(f"state {self.data.state_id}: no teacher votes to score against")
         if action is None or action.is_empty():
             return 0.0
-        return sum(self._agrees(action, v.action) for v in votes) / len(votes)
+        return sum(self._credit(action, v.action) for v in votes) / len(votes)
 
     async def validate(self, runtime: vf.Runtime) -> bool | None:
-        """Gold check: the consensus action scores its plurality share (> 0) under this task's matcher."""
+        """Gold check: the consensus action scores its plurality share (> 0) under this task's matcher (at least
+        that share under ``graded`` credit, where minority teachers with a partly similar change add theirs)."""
         votes, consensus = await self._votes()
         if consensus is None:
             return False
         top = sum(self._agrees(consensus, v.action) for v in votes)
-        return top > 0 and await self.agreement_of(consensus) == top / len(votes)
+        score = await self.agreement_of(consensus)
+        return top > 0 and (score == top / len(votes) if self.config.credit == "binary" else score >= top / len(votes))
 
     @vf.reward(weight=1.0)
     async def agreement(self, trace: vf.Trace) -> float:
