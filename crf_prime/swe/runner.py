@@ -222,6 +222,18 @@ class SweRunner:
             )
         await _must(runtime, script, "checking out base_commit")
 
+    async def empty_workspace(self) -> None:
+        """Local placement, after grading: remove what the agent left in its directory (whatever its depth and modes;
+        the runtime's own teardown cannot remove a deep or mode-000 tree), keeping the empty directory. Errors are
+        logged, never raised: the verdict stands."""
+        if self.local_python is None:
+            return
+        root = Path(self.repo_dir)
+        errors = await asyncio.to_thread(remove_tree, root)
+        await asyncio.to_thread(root.mkdir, exist_ok=True)
+        if errors:
+            logger.error("could not empty the rollout's directory %s: %s", root, "; ".join(errors[:5]))
+
     # ---- grading -------------------------------------------------------------------------------------------
     @property
     def _test_paths(self) -> set[str]:
