@@ -24,7 +24,17 @@ from collections.abc import Collection, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from crf_prime.swe.logparse import ERROR, FAILED, MAX_LINE_CHARS, PASSED, SKIPPED, XFAIL, StatusMap, get_parser
+from crf_prime.swe.logparse import (
+    ERROR,
+    FAILED,
+    MAX_LINE_CHARS,
+    PASSED,
+    SKIPPED,
+    XFAIL,
+    StatusMap,
+    get_parser,
+    split_lines,
+)
 from crf_prime.swe.report import PYTEST_EXIT_CODES, ReportError, junit_status
 
 START_TEST_OUTPUT = ">>>>> Start Test Output"
@@ -234,7 +244,7 @@ def worst_status(output: str, parser: str) -> StatusMap:
     """``output`` parsed with ``parser``; a test that also appears with a worse status on any single line gets it."""
     parse = get_parser(parser)
     status = parse(output)
-    for line in output.split("\n"):
+    for line in split_lines(output):
         if not line.strip():
             continue
         for test, value in parse(line).items():
@@ -245,7 +255,7 @@ def worst_status(output: str, parser: str) -> StatusMap:
 
 def _suite_ran(output: str) -> bool:
     """swebench's SUITE_RAN evidence, looked for line by line in capped lines (agent-controlled text)."""
-    return any(_SUITE_RAN.search(line[:MAX_LINE_CHARS]) for line in output.split("\n") if line)
+    return any(_SUITE_RAN.search(line[:MAX_LINE_CHARS]) for line in split_lines(output) if line)
 
 
 def exit_problem(exit_code: int) -> str:

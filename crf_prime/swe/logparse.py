@@ -18,8 +18,27 @@ STATUSES: tuple[str, ...] = (FAILED, PASSED, SKIPPED, ERROR, XFAIL)
 MAX_LINE_CHARS = 20_000
 """Lines longer than this are never given to a backtracking regex (the log is agent-controlled text)."""
 
+_CHUNK_CHARS = 1 << 20
+
 StatusMap = dict[str, str]
 Parser = Callable[[str], StatusMap]
+
+
+def split_lines(text: str) -> list[str]:
+    """``text.split("\\n")`` done a megabyte at a time: no single call holds the GIL for long on a 20 MB log, so a
+    parse in a worker thread never stalls the event loop."""
+    if len(text) <= _CHUNK_CHARS:
+        return text.split("\n")
+    lines: list[str] = []
+    start = 0
+    while True:
+        cut = text.find("\n", start + _CHUNK_CHARS)
+        if cut < 0:
+            lines.extend(text[start:].split("\n"))
+            return lines
+        lines.extend(text[start:cut].split("\n"))
+        start = cut + 1
+
 
 _BRACKET_COUNT = re.compile(r"\[\d+\]")
 
@@ -44,7 +63,7 @@ def _summary_line(line: str) -> tuple[str, str] | None:
 def parse_pytest(log: str) -> StatusMap:
     """pytest ``-rA`` short test summary (``PASSED tests/test_x.py::test_y``)."""
     out: StatusMap = {}
-    for line in log.split("\n"):
+    for line in split_lines(log):
         if (hit := _summary_line(line)) is not None:
             out[hit[1]] = hit[0]
     return out
@@ -65,7 +84,7 @@ def _normalise_option(test: str) -> str:
 def parse_pytest_options(log: str) -> StatusMap:
     """pytest ``-rA`` with parametrize options normalised (requests, pylint)."""
     out: StatusMap = {}
-    for line in log.split("\n"):
+    for line in split_lines(log):
         if (hit := _summary_line(line)) is not None:
             out[_normalise_option(hit[1])] = hit[0]
     return out
@@ -86,7 +105,7 @@ def parse_pytest_v2(log: str) -> StatusMap:
     Used for astropy, scikit-learn and sphinx.
     """
     out: StatusMap = {}
-    for raw in log.split("\n"):
+    for raw in split_lines(log):
         line = _ANSI_TAIL.sub("", raw).translate(_CONTROL)
         if line.startswith(STATUSES):
             if line.startswith(FAILED):
@@ -104,7 +123,7 @@ def parse_pytest_v2(log: str) -> StatusMap:
 def parse_seaborn(log: str) -> StatusMap:
     """pytest output as seaborn's config prints it (``id PASSED [ 10%]`` progress lines and ``-rA`` summary)."""
     out: StatusMap = {}
-    for line in log.split("\n"):
+    for line in split_lines(log):
         tokens = line.split()
         if len(tokens) < 2:
             continue
@@ -121,7 +140,6 @@ def parse_seaborn(log: str) -> StatusMap:
 _DJANGO_PASS_SUFFIXES = (" ... ok", " ... OK", " ...  OK")
 _DJANGO_7188_PREFIX = "Applying sites.0002_alter_domain_unique...test_no_migrations"
 _DJANGO_TESTING_AGAINST = re.compile(r"^(.*?)\s\.\.\.\sTesting\ against\ Django\ installed\ in\ ")
-_DJANGO_SILENCED_OK = re.compile(r" silenced\)\.\nok$", re.M)
 # a long multi-line print can split "<test> ... ok" over two lines; these shapes were observed (swebench's patterns,
 # matched line by line with the "ok" on the next line, so that no regex runs over more than one capped line)
 _DJANGO_SPLIT_OK = (
@@ -130,29 +148,34 @@ _DJANGO_SPLIT_OK = (
 )
 
 
-def _django_interrupted(log: str, lines: list[str]) -> dict[str, str]:
+def _django_interrupted(lines: list[str]) -> dict[str, str]:
     """Tests whose ``... ok`` a print split over lines (swebench's three multi-line patterns), found in linear time:
     the first two shapes end on the very next line; the third (``Testing against Django installed in ...``) runs to
-    the first `` silenced).`` line followed by an ``ok`` line, located once for the whole log."""
+    the first line ending `` silenced).`` that an ``ok`` line follows."""
     out: dict[str, str] = {}
+    closes: list[int] = []  # index of each `` silenced).`` line followed by an ``ok`` line
     for i, line in enumerate(lines[:-1]):
-        if lines[i + 1] != "ok" or len(line) > MAX_LINE_CHARS:
+        if lines[i + 1] != "ok":
             continue
-        for pattern in _DJANGO_SPLIT_OK:
-            if (m := pattern.match(line)) is not None:
-                out[m.group(1)] = PASSED
-    if "Testing against Django installed in " not in log:
+        if line.endswith(" silenced)."):
+            closes.append(i)
+        if len(line) <= MAX_LINE_CHARS:
+            for pattern in _DJANGO_SPLIT_OK:
+                if (m := pattern.match(line)) is not None:
+                    out[m.group(1)] = PASSED
+    if not closes:
         return out
-    closes = [m.end() for m in _DJANGO_SILENCED_OK.finditer(log)]
-    pos, resume = 0, 0
-    for line in lines:
-        start, pos = pos, pos + len(line) + 1
-        if start < resume or len(line) > MAX_LINE_CHARS or (m := _DJANGO_TESTING_AGAINST.match(line)) is None:
+    resume = 0
+    for i, line in enumerate(lines):
+        if i < resume or len(line) > MAX_LINE_CHARS or (m := _DJANGO_TESTING_AGAINST.match(line)) is None:
             continue
-        k = bisect.bisect_left(closes, start + m.end() + len(" silenced).\nok"))
+        # the closing `` silenced).`` may end this very line, after the prefix; else a later line
+        k = bisect.bisect_left(closes, i)
+        if k < len(closes) and closes[k] == i and len(line) - len(" silenced).") < m.end():
+            k += 1
         if k < len(closes):
             out[m.group(1)] = PASSED
-            resume = closes[k]
+            resume = closes[k] + 2
     return out
 
 
@@ -160,7 +183,7 @@ def parse_django(log: str) -> StatusMap:
     """Django's ``runtests.py --verbosity 2`` lines (``test_x (mod.Class) ... ok``) and ``FAIL:``/``ERROR:`` headers."""
     out: StatusMap = {}
     last_test: str | None = None
-    for raw in log.split("\n"):
+    for raw in split_lines(log):
         line = raw.strip()
         if "--version is equivalent to version" in line:
             out["--version is equivalent to version"] = PASSED
@@ -184,7 +207,7 @@ def parse_django(log: str) -> StatusMap:
             out[line.split()[1].strip()] = ERROR
         if line.lstrip().startswith("ok") and last_test is not None:
             out[last_test] = PASSED  # "ok" on its own line after output printed between "..." and the verdict
-    out.update(_django_interrupted(log, log.split("\n")))
+    out.update(_django_interrupted(split_lines(log)))
     return out
 
 
@@ -207,7 +230,7 @@ def _sympy_failure_header(line: str) -> str | None:
 def parse_sympy(log: str) -> StatusMap:
     """sympy's ``bin/test -C --verbose`` (``test_name ok|F|E`` lines and ``___ path.py:test ___`` failure headers)."""
     out: StatusMap = {}
-    lines = log.split("\n")
+    lines = split_lines(log)
     for line in lines:
         if ".py:" in line and (test := _sympy_failure_header(line)) is not None:
             out[test] = FAILED
@@ -275,7 +298,7 @@ def failure_messages(log: str) -> dict[str, str]:
     failure blocks (keyed by the bare test name, as sympy's F2P lists are). Line by line, capped (agent text)."""
     out: dict[str, str] = {}
     blocks: dict[str, str] = {}
-    lines = log.split("\n")
+    lines = split_lines(log)
     for i, raw in enumerate(lines):
         line = raw[:MAX_LINE_CHARS]
         if line.lstrip().startswith(("FAILED ", "ERROR ")):

@@ -192,9 +192,12 @@ def test_tree_walk_refuses_deep_trees_and_records_unreadable_dirs(tmp_path: Path
     tree = read_tree(tmp_path)
     assert len(tree) == 2 and ("locked/x.py" in tree or tree["locked"].kind == "other")  # root reads it, others not
     _deep(tmp_path / "deep", 1000)
-    with pytest.raises(TreeTooLarge, match="nested deeper than"):
-        read_tree(tmp_path)
-    (tmp_path / "locked").chmod(0o755)
+    try:
+        with pytest.raises(TreeTooLarge, match="nested deeper than"):
+            read_tree(tmp_path)
+    finally:  # pytest's own tmp cleanup (shutil.rmtree) cannot remove a tree this deep
+        assert remove_tree(tmp_path / "deep") == []
+        (tmp_path / "locked").chmod(0o755)
 
 
 def test_remove_tree_removes_deep_and_mode_000_trees(tmp_path: Path) -> None:
@@ -202,8 +205,11 @@ def test_remove_tree_removes_deep_and_mode_000_trees(tmp_path: Path) -> None:
     _deep(root, 1500)
     (root / "locked" / "inner").mkdir(parents=True)
     (root / "locked").chmod(0)
-    assert remove_tree(root) == [] and not root.exists()
-    assert remove_tree(root) == []  # missing: nothing to do, nothing raised
+    try:
+        assert remove_tree(root) == [] and not root.exists()
+        assert remove_tree(root) == []  # missing: nothing to do, nothing raised
+    finally:  # never leave pytest's own cleanup a tree it cannot remove
+        subprocess.run(["rm", "-rf", str(root)], check=False)
 
 
 _AS_NOBODY = """
