@@ -11,10 +11,11 @@ Follows swebench 5.0.2 ``harness/grading.py`` (``get_logs_eval``, ``get_eval_tes
 * F2P passes on PASSED/XFAIL; P2P additionally accepts SKIPPED; a missing test fails;
 * resolved = every F2P and every P2P test succeeds.
 
-:func:`grade_run` grades our own runs, where the log cannot be trusted to frame itself: it reads the test
-command's output and the exit status the sandbox or runtime reported (no marker is ever parsed), a test reported
-with conflicting statuses takes the worst one (a forged ``PASSED`` line cannot overrule pytest's ``FAILED``), and
-a FAIL_TO_PASS test passes only as PASSED, or as XFAIL when the gold run itself ends XFAIL.
+:func:`grade_run` grades our own runs, where the log cannot be trusted at all: per-test outcomes come from
+pytest's junit report written outside the graded tree (:mod:`crf_prime.swe.report`; django and sympy, which have
+none, from the output, a test with conflicting statuses taking the worst one), cross-checked with the exit status
+the sandbox or runtime reported (only 0 and 1; no marker is ever parsed); truncated output is unresolved; a
+FAIL_TO_PASS test passes only as PASSED, or as XFAIL when the gold run itself ends XFAIL.
 """
 
 from __future__ import annotations
