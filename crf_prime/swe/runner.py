@@ -12,10 +12,12 @@ Grading never trusts the agent's tree. Local placement (the grader runs on the h
 without following symlinks and without git (:mod:`crf_prime.swe.workspace`), the allowed source changes
 (:mod:`crf_prime.swe.changes`) are written into a fresh clone of the mirror at ``base_commit`` in a grader-owned
 temp dir, the test patch is applied there with grader-owned git (:mod:`crf_prime.swe.gitenv`), and the tests run in
-the box on that tree with the eval script bound read-only. Container placement: the same steps run in the
-instance's container with hardened git (no hooks, fsmonitor, replace objects, excludes or ``core.worktree``) and
-scratch files in a fresh ``mktemp`` dir. Either way the verdict comes from the test command's output and the exit
-status the box or runtime reported (:func:`crf_prime.swe.grading.grade_run`); a change that does not apply is
+the box on a copy of that tree in the box's size-capped ``/tmp`` (the grading dir is read-only there but for the
+report dir); the grading dir is then removed by :func:`crf_prime.swe.workspace.remove_tree`, which never raises.
+Container placement: the same steps run in the instance's container with hardened git (no hooks, fsmonitor, replace
+objects, excludes or ``core.worktree``) and scratch files in a fresh ``mktemp`` dir. Either way the verdict comes
+from pytest's junit report (written outside the graded tree; django and sympy: the test output) and the exit status
+the box or runtime reported (:func:`crf_prime.swe.grading.grade_run`); a change that does not apply is
 unresolved (swebench's "Patch Apply Failed"); git or runtime failures raise :class:`SweInfraError`.
 """
 
