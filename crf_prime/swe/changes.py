@@ -6,12 +6,15 @@ build configuration (``conftest.py``, ``pytest.ini``, ``.pytest.ini``, ``tox.ini
 ``pyproject.toml``, ``setup.py``, which load plugins or run code at install); hidden paths and metadata
 directories (``.git``, ``*.dist-info``, ``*.egg-info``, ``__pycache__``); ``.pth`` files and ``*customize.py``
 startup hooks; compiled or binary files; symlinks and special files; new files at the repository root or in a
-top-level directory the base does not have (they could shadow the test runner, e.g. ``pytest.py``). All changes to
+top-level directory the base does not have (they could shadow the test runner, e.g. ``pytest.py``); new files whose
+path is not an importable module name (git refuses some names, e.g. ``git~1`` or a backslash, and undecodable bytes
+cannot enter a trace). All changes to
 one path are kept or dropped together.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -24,6 +27,9 @@ RUNNER_CONFIG = frozenset(
 )
 """Files that configure the test runner or run code when the repo is (re)installed: always graded at base."""
 METADATA_SUFFIXES = (".dist-info", ".egg-info", ".egg-link", ".pth")
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A new file's directories and stem: what ``import`` can name, so every name git accepts on any platform (no
+``git~1``, no backslash, no trailing dot or space, no undecodable bytes)."""
 COMPILED_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib", ".o", ".a", ".whl", ".egg", ".zip", ".exe")
 
 
@@ -61,6 +67,8 @@ def path_problem(path: str, *, tracked: bool, base_dirs: Collection[str], test_p
         return ""
     if p.suffix != ".py":
         return "new file that is not Python source"
+    if not all(_MODULE_NAME.fullmatch(part) for part in (*p.parts[:-1], p.stem)):
+        return "new file whose path is not an importable module name"
     if len(p.parts) == 1 or p.parts[0] not in base_dirs:
         return "new module outside the repository's existing top-level directories"
     return ""

@@ -18,24 +18,42 @@ from crf_prime.swe.instance import SweInstance
 from crf_prime.swe.specs import RepoSpec, repo_spec
 
 CONDA_ACTIVATE = "source /opt/miniconda3/bin/activate"
+COPY_FAILED = 97
+"""Exit status of the script when the graded tree could not be copied to the box's /tmp (tree too large)."""
 
 
-def build_test_command(instance: SweInstance, spec: RepoSpec | None = None) -> str:
-    """``test_cmd`` followed by the instance's test directives."""
+def build_test_command(instance: SweInstance, spec: RepoSpec | None = None, *, junit_path: str | None = None) -> str:
+    """``test_cmd`` followed by the instance's test directives (and ``--junitxml=junit_path`` when given: pytest
+    takes options after its positional arguments, and tox passes what follows ``--`` to pytest)."""
     spec = spec or repo_spec(instance)
     directives = [shlex.quote(d) for d in get_test_directives(instance.test_patch, instance.repo)]
-    return " ".join([spec.test_cmd, *directives])
+    report = [shlex.quote(f"--junitxml={junit_path}")] if junit_path is not None else []
+    return " ".join([spec.test_cmd, *directives, *report])
 
 
-def eval_script(instance: SweInstance, *, repo_dir: str, reinstall: bool = True, spec: RepoSpec | None = None) -> str:
-    """Bash script: preparation output on stderr, then the test command's output (stderr merged) on stdout."""
+def eval_script(
+    instance: SweInstance,
+    *,
+    repo_dir: str,
+    reinstall: bool = True,
+    spec: RepoSpec | None = None,
+    junit_path: str | None = None,
+    copy_to: str | None = None,
+) -> str:
+    """Bash script: preparation output on stderr, then the test command's output (stderr merged) on stdout.
+
+    ``junit_path``: where pytest writes its report (outside the graded tree). ``copy_to``: the tests run on a copy
+    of ``repo_dir`` made there (the box's size-capped private ``/tmp``), so what they write never reaches the host;
+    a failed copy exits 97 (not a test status)."""
     spec = spec or repo_spec(instance)
     prepare = [f"cd {shlex.quote(repo_dir)}"]
+    if copy_to is not None:
+        prepare.append(f"cp -a . {shlex.quote(copy_to)} && cd {shlex.quote(copy_to)} || exit {COPY_FAILED}")
     if spec.conda_env is not None:
         prepare += [CONDA_ACTIVATE, f"conda activate {shlex.quote(spec.conda_env)}"]
     prepare += list(spec.eval_commands)
     if reinstall and spec.install:
         prepare.append(spec.install)
     lines = ["#!/bin/bash", "set -uo pipefail", "exec 3>&1 1>&2", *prepare, "exec 1>&3 3>&- 2>&1"]
-    lines.append(f"exec {build_test_command(instance, spec)}")
+    lines.append(f"exec {build_test_command(instance, spec, junit_path=junit_path)}")
     return "\n".join(lines) + "\n"

@@ -11,10 +11,11 @@ Follows swebench 5.0.2 ``harness/grading.py`` (``get_logs_eval``, ``get_eval_tes
 * F2P passes on PASSED/XFAIL; P2P additionally accepts SKIPPED; a missing test fails;
 * resolved = every F2P and every P2P test succeeds.
 
-:func:`grade_run` grades our own runs, where the log cannot be trusted to frame itself: it reads the test
-command's output and the exit status the sandbox or runtime reported (no marker is ever parsed), a test reported
-with conflicting statuses takes the worst one (a forged ``PASSED`` line cannot overrule pytest's ``FAILED``), and
-a FAIL_TO_PASS test passes only as PASSED, or as XFAIL when the gold run itself ends XFAIL.
+:func:`grade_run` grades our own runs, where the log cannot be trusted at all: per-test outcomes come from
+pytest's junit report written outside the graded tree (:mod:`crf_prime.swe.report`; django and sympy, which have
+none, from the output, a test with conflicting statuses taking the worst one), cross-checked with the exit status
+the sandbox or runtime reported (only 0 and 1; no marker is ever parsed); truncated output is unresolved; a
+FAIL_TO_PASS test passes only as PASSED, or as XFAIL when the gold run itself ends XFAIL.
 """
 
 from __future__ import annotations
@@ -24,7 +25,18 @@ from collections.abc import Collection, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from crf_prime.swe.logparse import ERROR, FAILED, PASSED, SKIPPED, XFAIL, StatusMap, get_parser
+from crf_prime.swe.logparse import (
+    ERROR,
+    FAILED,
+    MAX_LINE_CHARS,
+    PASSED,
+    SKIPPED,
+    XFAIL,
+    StatusMap,
+    get_parser,
+    split_lines,
+)
+from crf_prime.swe.report import PYTEST_EXIT_CODES, ReportError, junit_status
 
 START_TEST_OUTPUT = ">>>>> Start Test Output"
 END_TEST_OUTPUT = ">>>>> End Test Output"
@@ -233,13 +245,27 @@ def worst_status(output: str, parser: str) -> StatusMap:
     """``output`` parsed with ``parser``; a test that also appears with a worse status on any single line gets it."""
     parse = get_parser(parser)
     status = parse(output)
-    for line in output.split("\n"):
+    for line in split_lines(output):
         if not line.strip():
             continue
         for test, value in parse(line).items():
             if test in status and _BAD.get(value, 2) > _BAD.get(status[test], 2):
                 status[test] = value
     return status
+
+
+def _suite_ran(output: str) -> bool:
+    """swebench's SUITE_RAN evidence, looked for line by line in capped lines (agent-controlled text)."""
+    return any(_SUITE_RAN.search(line[:MAX_LINE_CHARS]) for line in split_lines(output) if line)
+
+
+def exit_problem(exit_code: int) -> str:
+    """Why an exit status of the test command is not a finished session's ('' for pytest's 0 and 1)."""
+    if exit_code in PYTEST_EXIT_CODES:
+        return ""
+    if exit_code > 128 or exit_code < 0:
+        return f"killed by signal {abs(exit_code) - (128 if exit_code > 128 else 0)}"
+    return {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}.get(exit_code, "error")
 
 
 def grade_run(
@@ -252,8 +278,17 @@ def grade_run(
     *,
     xfail_ok: Collection[str] = (),
     timed_out: bool = False,
+    truncated: bool = False,
+    junit: bytes | None = None,
+    py_paths: Collection[str] | None = None,
 ) -> GradeReport:
-    """Grade one of our own test runs: the test command's ``output`` and the ``exit_code`` its box reported."""
+    """Grade one of our own test runs from the exit status its box reported and, for pytest runs (``py_paths``
+    given: the graded tree's ``.py`` files), the junit report written outside the graded tree (None: no report,
+    the session did not finish); otherwise from the test command's ``output``.
+
+    Only 0 and 1 are a finished session's statuses; a signal, an interrupt, a usage error, a timeout or truncated
+    output leave the run unresolved, and so does a report that disagrees with the status (0 with a failure, 1
+    without one). Runs without a report (django, sympy) read the output, whose lines the tested code can forge."""
 
     def rejected(reason: str) -> GradeReport:
         return GradeReport(
@@ -267,11 +302,28 @@ def grade_run(
 
     if timed_out or exit_code is None:
         return rejected(TESTS_TIMEOUT if timed_out else "the test run was killed by a resource limit")
-    status = worst_status(output, parser)
-    if not status and not _SUITE_RAN.search(output):
-        return rejected("no test results in the output")
-    if exit_code != 0 and status and not any(s in (FAILED, ERROR) for s in status.values()):
-        return rejected(f"test command exited {exit_code} but the output shows no failure (forged output)")
+    if why := exit_problem(exit_code):
+        return rejected(f"test command exited {exit_code} ({why}): only 0 and 1 end a finished session")
+    if truncated:
+        return rejected("the test output was truncated at the output limit")
+    if py_paths is not None:
+        if junit is None:
+            return rejected("no junit report: the test session did not finish")
+        try:
+            status = junit_status(junit, parser, py_paths)
+        except ReportError as e:
+            return rejected(str(e))
+        failed = any(s in (FAILED, ERROR) for s in status.values())
+        if failed != (exit_code == 1):
+            return rejected(
+                f"test command exited {exit_code} but the junit report shows {'a' if failed else 'no'} failure"
+            )
+    else:
+        status = worst_status(output, parser)
+        if not status and not _suite_ran(output):
+            return rejected("no test results in the output")
+        if exit_code != 0 and status and not any(s in (FAILED, ERROR) for s in status.values()):
+            return rejected(f"test command exited {exit_code} but the output shows no failure (forged output)")
     report = grade_status(instance_id, status, fail_to_pass, pass_to_pass, xfail_ok=xfail_ok)
     xfailed = tuple(t for t in fail_to_pass if (key := _lookup(t, status)) is not None and status[key] == XFAIL)
     return report.model_copy(update={"exit_code": exit_code, "f2p_xfail": xfailed})

@@ -12,20 +12,23 @@ Grading never trusts the agent's tree. Local placement (the grader runs on the h
 without following symlinks and without git (:mod:`crf_prime.swe.workspace`), the allowed source changes
 (:mod:`crf_prime.swe.changes`) are written into a fresh clone of the mirror at ``base_commit`` in a grader-owned
 temp dir, the test patch is applied there with grader-owned git (:mod:`crf_prime.swe.gitenv`), and the tests run in
-the box on that tree with the eval script bound read-only. Container placement: the same steps run in the
-instance's container with hardened git (no hooks, fsmonitor, replace objects, excludes or ``core.worktree``) and
-scratch files in a fresh ``mktemp`` dir. Either way the verdict comes from the test command's output and the exit
-status the box or runtime reported (:func:`crf_prime.swe.grading.grade_run`); a change that does not apply is
+the box on a copy of that tree in the box's size-capped ``/tmp`` (the grading dir is read-only there but for the
+report dir); the grading dir is then removed by :func:`crf_prime.swe.workspace.remove_tree`, which never raises.
+Container placement: the same steps run in the instance's container with hardened git (no hooks, fsmonitor, replace
+objects, excludes or ``core.worktree``) and scratch files in a fresh ``mktemp`` dir. Either way the verdict comes
+from pytest's junit report (written outside the graded tree; django and sympy: the test output) and the exit status
+the box or runtime reported (:func:`crf_prime.swe.grading.grade_run`); a change that does not apply is
 unresolved (swebench's "Patch Apply Failed"); git or runtime failures raise :class:`SweInfraError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import shlex
-import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -44,11 +47,19 @@ from crf_prime.swe.forgery import ForgeryCheck, check_forgery
 from crf_prime.swe.gitenv import GIT_ENV, git_argv, git_shell
 from crf_prime.swe.grading import APPLY_PATCH_FAIL, GradeReport, frame_log, grade_run
 from crf_prime.swe.instance import SweInstance
+from crf_prime.swe.report import JUNIT_FILE, MAX_REPORT_BYTES
 from crf_prime.swe.specs import repo_spec
-from crf_prime.swe.workspace import Entry, TreeTooLarge, read_tree, remove_file, write_file
+from crf_prime.swe.workspace import Entry, TreeTooLarge, escaped, read_tree, remove_file, remove_tree, write_file
 
-SWE_GRADING_LIMITS = GRADING_LIMITS.model_copy(update={"wall_seconds": 1800.0, "output_bytes": 20_000_000})
-"""swebench's test timeout (1800 s; hitting it grades as unresolved) and room for a large repo's test log."""
+logger = logging.getLogger(__name__)
+
+SWE_GRADING_LIMITS = GRADING_LIMITS.model_copy(
+    update={"wall_seconds": 1800.0, "output_bytes": 20_000_000, "tmp_size_mb": 1024}
+)
+"""swebench's test timeout (1800 s; hitting it grades as unresolved), room for a large repo's test log, and the
+size of the box's private /tmp, which holds the local placement's copy of the graded tree."""
+GRADE_DIR = "/tmp/crf-grade"
+"""Local placement: where, inside the box, the tests run on a copy of the graded tree (a size-capped tmpfs)."""
 
 
 class SweGradingConfig(GradingConfig):
@@ -213,6 +224,18 @@ class SweRunner:
             )
         await _must(runtime, script, "checking out base_commit")
 
+    async def empty_workspace(self) -> None:
+        """Local placement, after grading: remove what the agent left in its directory (whatever its depth and modes;
+        the runtime's own teardown cannot remove a deep or mode-000 tree), keeping the empty directory. Errors are
+        logged, never raised: the verdict stands."""
+        if self.local_python is None:
+            return
+        root = Path(self.repo_dir)
+        errors = await asyncio.to_thread(remove_tree, root)
+        await asyncio.to_thread(root.mkdir, exist_ok=True)
+        if errors:
+            logger.error("could not empty the rollout's directory %s: %s", root, "; ".join(errors[:5]))
+
     # ---- grading -------------------------------------------------------------------------------------------
     @property
     def _test_paths(self) -> set[str]:
@@ -255,7 +278,11 @@ class SweRunner:
         model_patch: str,
         dropped: dict[str, str],
         check: ForgeryCheck,
+        truncated: bool,
+        junit: bytes | None,
+        py_paths: set[str],
     ) -> EvalRun:
+        """The verdict (off the event loop: parsing a 20 MB log takes a while); see :func:`grade_run`."""
         report = grade_run(
             self.instance.instance_id,
             output,
@@ -265,6 +292,9 @@ class SweRunner:
             self.instance.PASS_TO_PASS,
             xfail_ok=self.instance.GOLD_XFAIL,
             timed_out=timed_out,
+            truncated=truncated,
+            junit=junit,
+            py_paths=py_paths if self.spec.junit else None,
         )
         if check.certain:
             report = self._unresolved(f"the fix imports the test runner (certain forgery): {check.detail}")
@@ -274,7 +304,7 @@ class SweRunner:
             log=log,
             report=report,
             timed_out=timed_out,
-            dropped=dropped,
+            dropped=_escaped_keys(dropped),
             forgery=check.detail,
             suspected_forgery=check.suspected,
         )
@@ -297,16 +327,29 @@ class SweRunner:
             prepared = await asyncio.to_thread(self._materialise, scratch)
             if isinstance(prepared, EvalRun):
                 return prepared
-            model_patch, selection, check = prepared
-            out, err, code, timed_out = await self._run_sandboxed(scratch)
-            return self._grade(
-                out, code, timed_out, prepare=err, model_patch=model_patch, dropped=selection.dropped, check=check
+            model_patch, selection, check, py_paths = prepared
+            out, err, code, timed_out, truncated = await self._run_sandboxed(scratch)
+            junit = await asyncio.to_thread(_read_report, scratch / "out" / JUNIT_FILE) if self.spec.junit else None
+            return await asyncio.to_thread(
+                self._grade,
+                out,
+                code,
+                timed_out,
+                prepare=err,
+                model_patch=model_patch,
+                dropped=selection.dropped,
+                check=check,
+                truncated=truncated,
+                junit=junit,
+                py_paths=py_paths,
             )
         finally:
-            await asyncio.to_thread(shutil.rmtree, scratch, True)
+            await _cleanup(scratch)
 
-    def _materialise(self, scratch: Path) -> tuple[str, Selection, ForgeryCheck] | EvalRun:
-        """Clone the mirror at ``base_commit`` into ``scratch/repo``, write the allowed changes, apply the test patch."""
+    def _materialise(self, scratch: Path) -> tuple[str, Selection, ForgeryCheck, set[str]] | EvalRun:
+        """Clone the mirror at ``base_commit`` into ``scratch/repo``, write the allowed changes, apply the test patch.
+
+        Also returns the ``.py`` paths of the graded tree (junit report ids are resolved against them)."""
         assert self.mirror is not None
         fresh = scratch / "repo"
         base = self.instance.base_commit
@@ -318,7 +361,7 @@ class SweRunner:
         except TreeTooLarge as e:
             return EvalRun(model_patch="", log="", report=self._unresolved(f"workspace refused: {e}"))
         selection = select_changes(base_tree, agent_tree, self._test_paths)
-        check = check_forgery(
+        check = _checked(
             {p: _text(base_tree.get(p)) for p in selection.kept},
             {p: _text(e) for p, e in selection.kept.items() if e is not None},
             base_tree,
@@ -332,7 +375,7 @@ class SweRunner:
                     write_file(fresh, path, entry.data, executable=entry.executable)
         except OSError as e:
             report = self._unresolved(f"{APPLY_PATCH_FAIL}: {e}")
-            return EvalRun(model_patch="", log="", report=report, dropped=selection.dropped)
+            return EvalRun(model_patch="", log="", report=report, dropped=_escaped_keys(selection.dropped))
         _host_git(fresh, "add", "-A", what="recording the graded change")
         model_patch = _host_git(
             fresh, "diff", "--cached", "--binary", "--no-color", "--no-renames", "--no-ext-diff", base, what="diffing"
@@ -340,11 +383,23 @@ class SweRunner:
         (scratch / "test.patch").write_text(self.instance.test_patch)
         _host_git(fresh, "apply", "--binary", str(scratch / "test.patch"), what="applying the test patch")
         (scratch / "bin").mkdir()
-        script = eval_script(self.instance, repo_dir=str(fresh), reinstall=self.reinstall, spec=self.spec)
+        (scratch / "out").mkdir()
+        script = eval_script(
+            self.instance,
+            repo_dir=str(fresh),
+            reinstall=self.reinstall,
+            spec=self.spec,
+            junit_path=str(scratch / "out" / JUNIT_FILE) if self.spec.junit else None,
+            copy_to=GRADE_DIR,
+        )
         (scratch / "bin" / "eval.sh").write_text(script)
-        return model_patch, selection, check
+        graded = {p for p, e in selection.kept.items() if e is not None} | set(base_tree) | self._test_paths
+        py_paths = {p for p in graded if p.endswith(".py") and selection.kept.get(p, True) is not None}
+        return model_patch, selection, check, py_paths
 
-    async def _run_sandboxed(self, scratch: Path) -> tuple[str, str, int | None, bool]:
+    async def _run_sandboxed(self, scratch: Path) -> tuple[str, str, int | None, bool, bool]:
+        """The eval script in the box: ``scratch`` read-only but for ``scratch/out`` (the junit report); the tests
+        run on a copy of ``scratch/repo`` in the box's size-capped private /tmp."""
         from crf_prime.sandbox import SandboxUnavailable
 
         assert self.local_python is not None
@@ -355,9 +410,11 @@ class SweRunner:
             result = await asyncio.wait_for(
                 sandbox.arun(
                     ["bash", str(scratch / "bin" / "eval.sh")],
-                    workdir=scratch / "repo",
-                    ro_binds=[prefix, scratch / "bin"],
-                    env={"PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin"},
+                    workdir=scratch,
+                    cwd=scratch / "repo",
+                    ro_binds=[prefix],
+                    writable=[scratch / "out"],
+                    env={"PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin", "HOME": GRADE_DIR},
                 ),
                 self.test_timeout + RUNTIME_MARGIN_S,
             )
@@ -365,7 +422,8 @@ class SweRunner:
             raise SweInfraError(f"cannot run the tests sandboxed: {e}") from e
         except TimeoutError as e:
             raise SweInfraError(f"the sandboxed test run did not return within {self.test_timeout}s + margin") from e
-        return result.stdout, result.stderr, result.exit_code, result.limit_hit == "wall"
+        timed_out = result.limit_hit == "wall"
+        return result.stdout, result.stderr, result.exit_code, timed_out, result.stdout_truncated
 
     # ---- container placement: the same steps inside the instance's container -----------------------------------
     def _git(self, *args: str) -> str:
@@ -433,14 +491,28 @@ class SweRunner:
             probe = await _run(runtime, f"cat {q(f'{self.repo_dir}/{path}')}")
             if probe.exit_code == 0:
                 changed[path] = probe.stdout
-        check = check_forgery(originals, changed, base_paths)
+        check = _checked(originals, changed, base_paths)
         await runtime.write(f"{scratch}/test.patch", self.instance.test_patch.encode())
         apply_tests = self._git("apply", "--binary", f"{scratch}/test.patch")
         await _must(runtime, f"cd {self._q} && {apply_tests}", "applying the test patch")
-        script = eval_script(self.instance, repo_dir=self.repo_dir, reinstall=self.reinstall, spec=self.spec)
+        junit_path = f"{scratch}/out/{JUNIT_FILE}"
+        await _must(runtime, f"mkdir {q(scratch + '/out')}", "creating the report dir")
+        script = eval_script(
+            self.instance,
+            repo_dir=self.repo_dir,
+            reinstall=self.reinstall,
+            spec=self.spec,
+            junit_path=junit_path if self.spec.junit else None,
+        )
         await runtime.write(f"{scratch}/eval.sh", script.encode())
         result = await run_in_runtime(runtime, ["bash", f"{scratch}/eval.sh"], {}, wall_seconds=self.test_timeout)
-        return self._grade(
+        junit = None
+        if self.spec.junit:
+            read = await _run(runtime, f"test -f {q(junit_path)} && head -c {MAX_REPORT_BYTES + 1} {q(junit_path)}")
+            junit = read.stdout.encode("utf-8", "surrogateescape") if read.exit_code == 0 else None
+        py_paths = {p for p in base_paths | set(patch_files(model_patch)) | self._test_paths if p.endswith(".py")}
+        return await asyncio.to_thread(
+            self._grade,
             result.stdout,
             result.exit_code,
             result.timed_out,
@@ -448,10 +520,49 @@ class SweRunner:
             model_patch=model_patch,
             dropped=dropped,
             check=check,
+            truncated=False,
+            junit=junit,
+            py_paths=py_paths,
         )
 
 
 TESTS_TIMEOUT_NOTE = ">>>>> Tests Timed Out: after"
+
+
+def _checked(originals: dict[str, str], changed: dict[str, str], base_paths: object) -> ForgeryCheck:
+    """:func:`check_forgery`, where a checker that runs out of stack or memory on the added code is a suspected
+    forgery (code built to exhaust the checker), never a crash of the rollout."""
+    try:
+        return check_forgery(originals, changed, base_paths)  # type: ignore[arg-type]
+    except (RecursionError, MemoryError) as e:
+        return ForgeryCheck(suspected=True, certain=False, detail=f"the forgery check gave up ({type(e).__name__})")
+
+
+def _escaped_keys(paths: dict[str, str]) -> dict[str, str]:
+    """Paths made valid UTF-8 for ``trace.info`` (file names need not be)."""
+    return {escaped(p): why for p, why in paths.items()}
+
+
+def _read_report(path: Path) -> bytes | None:
+    """The junit report, or None when pytest did not write one (a regular file only, size-capped)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return f.read(MAX_REPORT_BYTES + 1)
+
+
+async def _cleanup(scratch: Path) -> None:
+    """Remove the grading dir; a failure is logged and never replaces the verdict (or the error) being returned."""
+    try:
+        errors = await asyncio.to_thread(remove_tree, scratch)
+    except Exception as e:  # remove_tree returns its errors; this is a last line of defence
+        errors = [f"{type(e).__name__}: {e}"]
+    if errors:
+        logger.error("could not remove the grading dir %s: %s", scratch, "; ".join(errors[:5]))
 
 
 def _text(entry: Entry | None) -> str:

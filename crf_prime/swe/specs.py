@@ -51,6 +51,9 @@ class RepoSpec(BaseModel):
     """Shell lines run first (locale exports for some django versions)."""
     conda_env: str | None = "testbed"
     """Conda env activated in the sweb.eval image (None: no conda, e.g. local fixtures)."""
+    junit: bool = True
+    """pytest runs the tests (directly or under tox), so per-test outcomes come from its junit report, written
+    outside the graded tree (:mod:`crf_prime.swe.report`); False (django, sympy): from the test output."""
 
 
 def _astropy(version: str) -> RepoSpec:
@@ -107,7 +110,7 @@ _FIXED: dict[str, RepoSpec] = {
         install="python -m pip install -v --no-use-pep517 --no-build-isolation -e .",
     ),
     "sphinx-doc/sphinx": RepoSpec(test_cmd=SPHINX, log_parser="pytest_v2", install="python -m pip install -e .[test]"),
-    "sympy/sympy": RepoSpec(test_cmd=SYMPY, log_parser="sympy", install="python -m pip install -e ."),
+    "sympy/sympy": RepoSpec(test_cmd=SYMPY, log_parser="sympy", install="python -m pip install -e .", junit=False),
 }
 
 LITE_REPOS: tuple[str, ...] = (
@@ -129,12 +132,17 @@ class UnknownRepoError(InputError, KeyError):
 def repo_spec(instance: SweInstance) -> RepoSpec:
     """Test spec of ``instance``: its own ``test_cmd``/``log_parser`` columns, else the Lite repo table."""
     if instance.test_cmd is not None:
-        return RepoSpec(test_cmd=instance.test_cmd, log_parser=instance.log_parser or "pytest", conda_env=None)
+        return RepoSpec(
+            test_cmd=instance.test_cmd,
+            log_parser=instance.log_parser or "pytest",
+            conda_env=None,
+            junit="pytest" in instance.test_cmd,
+        )
     repo, version = instance.repo, instance.version
     if repo == "astropy/astropy":
         spec = _astropy(version)
     elif repo == "django/django":
-        spec = _django(version)
+        spec = _django(version).model_copy(update={"junit": False})
     elif repo == "matplotlib/matplotlib":
         spec = _matplotlib(version)
     elif repo == "mwaskom/seaborn":

@@ -23,6 +23,8 @@ MAX_FILE_BYTES = 8 << 20
 """Files larger than this are recorded as ``large`` without their content (a source fix is never that big)."""
 MAX_ENTRIES = 200_000
 """A tree with more entries than this is refused (:class:`TreeTooLarge`), so a flood of files cannot stall grading."""
+MAX_DEPTH = 64
+"""Directories nested deeper than this are refused (:class:`TreeTooLarge`): no source tree needs more."""
 MAX_TOTAL_BYTES = 1 << 30
 """A tree whose readable files hold more than this is refused (:class:`TreeTooLarge`): bounded grader memory."""
 
@@ -33,7 +35,8 @@ Kind = Literal["file", "link", "large", "other"]
 
 
 class TreeTooLarge(InputError):
-    """The tree holds more than :data:`MAX_ENTRIES` entries or :data:`MAX_TOTAL_BYTES` bytes."""
+    """The tree holds more than :data:`MAX_ENTRIES` entries or :data:`MAX_TOTAL_BYTES` bytes, or is deeper than
+    :data:`MAX_DEPTH`."""
 
 
 @dataclass(frozen=True)
@@ -72,9 +75,13 @@ def _read_file(dir_fd: int, name: str) -> Entry:
         os.close(fd)
 
 
-def _walk(dir_fd: int, prefix: str, out: dict[str, Entry], total: list[int], skip_dir: Callable[[str], bool]) -> None:
+def _visit(
+    dir_fd: int, prefix: str, out: dict[str, Entry], total: list[int], skip_dir: Callable[[str], bool]
+) -> list[str]:
+    """Record the non-directory entries of one directory; return the names of its subdirectories to enter."""
     with os.scandir(dir_fd) as it:
         entries = sorted(it, key=lambda e: e.name)
+    subdirs = []
     for entry in entries:
         if entry.name == ".git":
             continue  # git metadata (a dir, or a gitfile pointing elsewhere): never read, never graded
@@ -86,15 +93,7 @@ def _walk(dir_fd: int, prefix: str, out: dict[str, Entry], total: list[int], ski
         if entry.is_symlink():
             out[rel] = Entry("link", os.readlink(entry.name, dir_fd=dir_fd).encode(errors="surrogateescape"))
         elif entry.is_dir(follow_symlinks=False):
-            try:
-                sub = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
-            except OSError:
-                out[rel] = Entry("other")
-                continue
-            try:
-                _walk(sub, rel + "/", out, total, skip_dir)
-            finally:
-                os.close(sub)
+            subdirs.append(entry.name)
         elif entry.is_file(follow_symlinks=False):
             out[rel] = _read_file(dir_fd, entry.name)
             total[0] += len(out[rel].data)
@@ -102,18 +101,109 @@ def _walk(dir_fd: int, prefix: str, out: dict[str, Entry], total: list[int], ski
                 raise TreeTooLarge(f"more than {MAX_TOTAL_BYTES} bytes in files")
         else:
             out[rel] = Entry("other")
+    return subdirs
 
 
 def read_tree(root: Path, skip_dir: Callable[[str], bool] = lambda name: False) -> dict[str, Entry]:
     """Every non-directory entry under ``root`` (posix relative path -> :class:`Entry`); ``.git`` and directories
-    whose name ``skip_dir`` accepts are not entered."""
-    fd = os.open(root, _DIR_FLAGS)
+    whose name ``skip_dir`` accepts are not entered. Iterative (no recursion, at most :data:`MAX_DEPTH` open
+    descriptors); a tree deeper than :data:`MAX_DEPTH`, or over the entry or byte cap, raises :class:`TreeTooLarge`."""
     out: dict[str, Entry] = {}
+    total = [0]
+    # a stack of (open directory, its prefix, its subdirectories not yet entered)
+    stack: list[tuple[int, str, list[str]]] = []
+    fd = os.open(root, _DIR_FLAGS)
     try:
-        _walk(fd, "", out, [0], skip_dir)
+        stack.append((fd, "", list(reversed(_visit(fd, "", out, total, skip_dir)))))
+        while stack:
+            dir_fd, prefix, todo = stack[-1]
+            if not todo:
+                os.close(stack.pop()[0])
+                continue
+            name = todo.pop()
+            rel = f"{prefix}{name}"
+            if len(stack) >= MAX_DEPTH:
+                raise TreeTooLarge(f"directories nested deeper than {MAX_DEPTH} levels (at {escaped(rel)!r})")
+            try:
+                sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+            except OSError:  # unreadable (mode 000) or replaced meanwhile: not a directory the grader reads
+                out[rel] = Entry("other")
+                continue
+            stack.append((sub, rel + "/", []))
+            stack[-1][2].extend(reversed(_visit(sub, rel + "/", out, total, skip_dir)))
     finally:
-        os.close(fd)
+        for dir_fd, _, _ in stack:
+            os.close(dir_fd)
     return out
+
+
+def escaped(path: str) -> str:
+    """``path`` as valid UTF-8 text: bytes that are not UTF-8 (kept as surrogates by ``os``) become ``\\xNN``."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def remove_tree(root: Path) -> list[str]:
+    """Remove ``root`` and everything under it, whatever its depth and modes; never raises, returns the errors.
+
+    Without recursion or long paths: each subdirectory of a directory being emptied is made accessible (``u+rwx``,
+    so a mode-000 directory goes too when the grader is not root) and moved up to ``root`` itself under a fresh
+    name, so at most two directories are open at a time and every directory is moved at most once."""
+    errors: list[str] = []
+    try:
+        os.chmod(root, 0o700)
+        top = os.open(root, _DIR_FLAGS)
+    except FileNotFoundError:
+        return errors
+    except OSError as e:
+        return [f"{root}: {e}"]
+    moved = 0
+    try:
+        pending = [e.name for e in os.scandir(top) if e.is_dir(follow_symlinks=False)]
+        _unlink_files(top, errors)
+        while pending:
+            name = pending.pop()
+            try:
+                os.chmod(name, 0o700, dir_fd=top)
+                fd = os.open(name, _DIR_FLAGS, dir_fd=top)
+            except OSError as e:
+                errors.append(f"{root}/{escaped(name)}: {e}")
+                continue
+            try:
+                for child in [e.name for e in os.scandir(fd) if e.is_dir(follow_symlinks=False)]:
+                    moved += 1
+                    fresh = f".crf-rm-{moved}"
+                    try:
+                        os.chmod(child, 0o700, dir_fd=fd)
+                        os.rename(child, fresh, src_dir_fd=fd, dst_dir_fd=top)
+                        pending.append(fresh)
+                    except OSError as e:
+                        errors.append(f"{root}/{escaped(name)}/{escaped(child)}: {e}")
+                _unlink_files(fd, errors)
+            finally:
+                os.close(fd)
+            try:
+                os.rmdir(name, dir_fd=top)
+            except OSError as e:
+                errors.append(f"{root}/{escaped(name)}: {e}")
+    except OSError as e:
+        errors.append(f"{root}: {e}")
+    finally:
+        os.close(top)
+    try:
+        os.rmdir(root)
+    except OSError as e:
+        errors.append(f"{root}: {e}")
+    return errors
+
+
+def _unlink_files(dir_fd: int, errors: list[str]) -> None:
+    with os.scandir(dir_fd) as it:
+        names = [e.name for e in it if not e.is_dir(follow_symlinks=False)]
+    for name in names:
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+        except OSError as e:
+            errors.append(f"{escaped(name)}: {e}")
 
 
 @contextlib.contextmanager

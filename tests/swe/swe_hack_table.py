@@ -7,6 +7,7 @@ closing note of issue 18 (before / after columns come from running it on the two
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -31,8 +32,15 @@ async def _run(attack, root: Path, **task: object):
         task=SweTaskConfig(**task),
     )
     (task_,) = list(SweTaskset(config))
-    async with provision_runtime(vf.SubprocessConfig()) as runtime:
-        return await attempt(task_, runtime, attack, root / "host")
+    outcome = None
+    try:
+        async with provision_runtime(vf.SubprocessConfig()) as runtime:
+            outcome = await attempt(task_, runtime, attack, root / "host")
+    except Exception as e:  # the runtime's own teardown (verifiers) failing on what the agent left
+        if outcome is None:
+            raise
+        outcome.info["teardown"] = f"runtime teardown failed: {type(e).__name__}"
+    return outcome
 
 
 async def main(names: list[str]) -> None:
@@ -41,14 +49,24 @@ async def main(names: list[str]) -> None:
     for attack in ATTACKS:
         if names and attack.name not in names:
             continue
-        with tempfile.TemporaryDirectory() as tmp:
+        tmp = tempfile.mkdtemp()
+        try:
             out = await _run(attack, Path(tmp))
             if attack.host_marker is not None and "watcher" in attack.script:
                 await asyncio.sleep(10)  # the host-side watcher (old code) lives ~8 s
             resolved = "infra error" if out.reward is None else ("yes" if out.reward == 1.0 else "no")
+            if getattr(out, "leftovers", ()):
+                resolved += f"; left on host: {len(out.leftovers)} dir(s)"
+            if not getattr(out, "shippable", True):
+                resolved += "; trace not shippable"
+            if "teardown" in out.info:
+                resolved += f"; {out.info['teardown']}"
             if getattr(attack, "remaining", False) and out.suspected is not None:
-                with tempfile.TemporaryDirectory() as tmp:
-                    strict = await _run(attack, Path(tmp), reject_suspected_forgery=True)
+                strict_tmp = tempfile.mkdtemp()
+                try:
+                    strict = await _run(attack, Path(strict_tmp), reject_suspected_forgery=True)
+                finally:
+                    _remove(strict_tmp)
                 resolved += f" ({'yes' if strict.reward == 1.0 else 'no'} with reject_suspected_forgery)"
             host = (
                 "-"
@@ -58,6 +76,14 @@ async def main(names: list[str]) -> None:
             suspected = "-" if out.suspected is None else f"{out.suspected:g}"
             reason = out.error or out.info.get("reason", "")
             print(f"| {attack.name} | {attack.group} | {resolved} | {host} | {suspected} | {reason[:90]} |", flush=True)
+        finally:
+            _remove(tmp)
+
+
+def _remove(path: str) -> None:
+    """``rm -rf`` (deep and mode-000 trees included), as root: what is left must not break the next attempt."""
+    subprocess.run(["chmod", "-R", "u+rwx", path], capture_output=True, check=False)
+    subprocess.run(["rm", "-rf", path], check=False)
 
 
 if __name__ == "__main__":

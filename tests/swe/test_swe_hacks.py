@@ -42,11 +42,17 @@ def _task(root: Path, **task: object) -> SweTask:
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
 async def test_attempt_scores_zero_without_host_effect(attack: Attack, tmp_path: Path, runtime: vf.Runtime) -> None:
+    """Each attempt is graded (never an infrastructure error), scores 0 (an honest fix: 1), leaves nothing in the
+    grader's temp dir and a trace that can be shipped."""
     task = _task(tmp_path / "fixture", reject_suspected_forgery=attack.remaining)
     out = await attempt(task, runtime, attack, tmp_path / "host")
     assert out.error == ""  # graded, not an infrastructure error
-    assert out.reward == 0.0, out.info
+    assert out.leftovers == () and out.shippable
     assert out.host_effect is False
+    if attack.honest:
+        assert out.reward == 1.0 and out.suspected == 0.0, out.info
+        return
+    assert out.reward == 0.0, out.info
     assert out.suspected == (1.0 if attack.suspected else 0.0), out.info["forgery"]
     if attack.remaining:  # the forgery does pass the test in-process; the policy's flag is what rejects it
         assert out.info["f2p_failure"] == [] and out.info["reason"].startswith("suspected forgery: ")

@@ -171,6 +171,7 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
             run = await self._evaluation(trace, runtime)
         finally:
             self._runs.pop(trace.id, None)
+            await self._runner(runtime).empty_workspace()
         report = run.report
         trace.info["swebench"] = {
             "instance_id": report.instance_id,
@@ -187,7 +188,7 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
             "forgery": run.forgery,
         }
         if self.config.hints:
-            messages = failure_messages(run.log)
+            messages = await asyncio.to_thread(failure_messages, run.log)
             failing = [FailingTest(name=t, message=messages.get(t, report.reason)) for t in report.f2p_failure]
             await attach_hint_async(
                 trace,
