@@ -40,6 +40,10 @@ class Backend(Protocol):
 
     async def ask(self, teacher: str, payload: Any) -> JournalRecord: ...
 
+    async def lookup(self, teacher: str, generation_id: str) -> float | None:
+        """What the teacher's provider charged for a generation (None: it cannot say, yet)."""
+        ...
+
     def prepare(self, request: TeacherRequest) -> Any:
         """What to pass to ``ask`` for this request (Ray: the request, or one object-store ref shared by all
         teachers)."""
@@ -66,6 +70,9 @@ class AsyncioBackend:
     async def ask(self, teacher: str, payload: TeacherRequest) -> JournalRecord:
         return await self._clients[teacher].ask(payload)
 
+    async def lookup(self, teacher: str, generation_id: str) -> float | None:
+        return await self._clients[teacher].lookup_cost(generation_id)
+
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._clients.values()))
 
@@ -79,6 +86,9 @@ class TeacherActor:
 
     async def ask(self, request: TeacherRequest) -> JournalRecord:
         return await self.client.ask(request)
+
+    async def lookup_cost(self, generation_id: str) -> float | None:
+        return await self.client.lookup_cost(generation_id)
 
     async def pid(self) -> int:
         return os.getpid()
@@ -206,6 +216,16 @@ class RayBackend:
             ts=time.time(),
             trace_id=request.trace_id,
         )
+
+    async def lookup(self, teacher: str, generation_id: str) -> float | None:
+        """The generation lookup, in the teacher's actor (its client and key); None when the actor is down."""
+        back = self._back.get(teacher)
+        if back is not None:
+            await asyncio.shield(back)
+        try:
+            return await self._actors[teacher].lookup_cost.remote(generation_id)
+        except self._ray.exceptions.RayActorError:
+            return None
 
     async def _come_back(self, teacher: str) -> None:
         """Return once the teacher's restarted actor answers; :class:`ActorGone` when its restarts are spent or it

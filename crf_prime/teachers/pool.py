@@ -37,16 +37,18 @@ class LedgerLike(Protocol):
     async def mark_refused(self, question: str) -> None: ...
     async def commit(self, ask: Ask, record: JournalRecord) -> JournalRecord: ...
     async def release(self, ask: Ask) -> None: ...
+    async def resolve(self, generation_id: str, cost_usd: float, via: str = "generation") -> bool: ...
+    async def lookups(self) -> list[tuple[str, str]]: ...
     async def snapshot(self) -> dict: ...
 
 
 class _LedgerWire:
     """The client's :class:`~crf_prime.teachers.client.Wire` for one call: tells the ledger."""
 
-    __slots__ = ("ledger", "question")
+    __slots__ = ("key", "ledger", "question")
 
-    def __init__(self, ledger: LedgerLike, question: str) -> None:
-        self.ledger, self.question = ledger, question
+    def __init__(self, ledger: LedgerLike, question: str, key: str) -> None:
+        self.ledger, self.question, self.key = ledger, question, key
 
     async def sent(self) -> None:
         await self.ledger.mark_sent(self.question)
@@ -100,12 +102,12 @@ class _Payload:
             self._value, self._made = self._backend.prepare(self._request), True
         return self._value
 
-    def ask(self, t: TeacherConfig, params: bytes) -> Ask:
+    def ask(self, t: TeacherConfig, params: bytes, idempotent: bool) -> Ask:
         if self._content is None:
             self._content = Content.of(teacher_messages(self._request), list(self._request.tools))
         question, reserve = plan(t, params, self._content)
         r = self._request
-        return Ask(r.key, t.name, question, reserve, r.trace_id)
+        return Ask(r.key, t.name, question, reserve, r.trace_id, idempotent)
 
 
 class TeacherPool:
@@ -130,6 +132,9 @@ class TeacherPool:
         self._params = {
             (t.name, tools): params_json(question_params(t, tools)) for t in self.teachers for tools in (False, True)
         }
+        # an idempotency key is only worth its call-log row when the client sends it: on a backend that reports the
+        # wire (the key travels with the pool's wire), to a teacher whose endpoint takes one
+        self._idempotent = {t.name: bool(t.idempotency_header) and self._reports_wire for t in self.teachers}
 
     @staticmethod
     def queue_depth(t: TeacherConfig, backend: Backend, options: PoolOptions) -> int:
@@ -168,13 +173,13 @@ class TeacherPool:
         await slot.acquire()
         rec: JournalRecord | None = None
         try:
-            ask = payload.ask(t, self._params[(t.name, bool(request.tools))])
+            ask = payload.ask(t, self._params[(t.name, bool(request.tools))], self._idempotent[t.name])
             adm = await self.ledger.admit(ask, sent=not self._reports_wire)
         except BaseException:
             slot.release()
             raise
         if adm.verdict == "send":
-            token = WIRE.set(_LedgerWire(self.ledger, ask.question)) if self._reports_wire else None
+            token = WIRE.set(_LedgerWire(self.ledger, ask.question, adm.key)) if self._reports_wire else None
             sent = time.perf_counter()
             try:
                 rec = await self.backend.ask(t.name, payload.get())
@@ -226,6 +231,21 @@ class TeacherPool:
             await commit
             raise
 
+    async def resolve_costs(self) -> int:
+        """Ask the providers that can say (``TeacherConfig.looks_up_costs``) what each unresolved call cost, and book
+        the answers; returns how many were resolved. A generation the provider has no record of yet stays
+        unresolved (booked at its worst case) for a later run."""
+        teachers = {t.name: t for t in self.teachers}
+        pending = [(t, g) for t, g in await self.ledger.lookups() if t in teachers and teachers[t].looks_up_costs]
+        gate = asyncio.Semaphore(8)
+
+        async def one(teacher: str, generation_id: str) -> bool:
+            async with gate:
+                cost = await self.backend.lookup(teacher, generation_id)
+            return cost is not None and await self.ledger.resolve(generation_id, cost)
+
+        return sum(await asyncio.gather(*(one(t, g) for t, g in pending)))
+
     async def ask(self, request: TeacherRequest) -> StateOutcome:
         """Ask every eligible teacher (tier by tier when tiered) once; answers already journaled are reused."""
         out = StateOutcome(state_id=request.key, trace_id=request.trace_id)
@@ -275,6 +295,7 @@ class TeacherPool:
                 on_state(out)
             return out
 
+        await self.resolve_costs()  # calls of earlier runs the provider can now account for
         try:
             for state in states:
                 await sem.acquire()
@@ -294,6 +315,7 @@ class TeacherPool:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+        await self.resolve_costs()
         if self.stopped:  # the message as of now, with every call of this run settled: the final spend
             self.stopped = (await self.ledger.snapshot())["stopped"] or self.stopped
         return outcomes
