@@ -119,6 +119,8 @@ class Ledger:
         re-sent with that key when next asked."""
         self._rekeyed: dict[str, tuple[Intent, str]] = {}
         """Those of them admitted again in this run, until answered."""
+        self.waiting = 0
+        """Admissions waiting for the answer to a question in flight (single flight: they will share it)."""
         self.rekeyed = 0
         """Calls lost in a previous crash that are re-sent with their idempotency key (no second charge)."""
         self.resolved = 0
@@ -345,8 +347,12 @@ class Ledger:
                 return await self._share(ask, answer)
             pending = self._inflight.get(ask.question)
             if pending is not None:  # someone is asking the same question: wait for their answer
-                with contextlib.suppress(Exception):  # a failed attempt: the loop decides whether to ask again
-                    await asyncio.shield(pending)
+                self.waiting += 1
+                try:
+                    with contextlib.suppress(Exception):  # a failed attempt: the loop decides whether to ask again
+                        await asyncio.shield(pending)
+                finally:
+                    self.waiting -= 1
                 continue
             rekey = self._rekey.get(ask.question)
             if rekey is not None and not ask.idempotent:  # its key can no longer be sent: lost, as without one
@@ -562,6 +568,7 @@ class Ledger:
             "shared_usd": self.shared_usd,
             "previous_records": self.previous_records,
             "inflight": len(self._inflight),
+            "waiting": self.waiting,
         }
 
     def close(self) -> None:

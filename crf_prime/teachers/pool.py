@@ -132,9 +132,9 @@ class TeacherPool:
         self._params = {
             (t.name, tools): params_json(question_params(t, tools)) for t in self.teachers for tools in (False, True)
         }
-        # an idempotency key is only worth its call-log row when the client sends it: on a backend that reports the
-        # wire (the key travels with the pool's wire), to a teacher whose endpoint takes one
-        self._idempotent = {t.name: bool(t.idempotency_header) and self._reports_wire for t in self.teachers}
+        # a teacher whose endpoint takes idempotency keys gets one per call (in the call log before it is sent): the
+        # asyncio client reads it from the pool's wire, a Ray actor gets it with the call
+        self._idempotent = {t.name: bool(t.idempotency_header) for t in self.teachers}
 
     @staticmethod
     def queue_depth(t: TeacherConfig, backend: Backend, options: PoolOptions) -> int:
@@ -182,7 +182,10 @@ class TeacherPool:
             token = WIRE.set(_LedgerWire(self.ledger, ask.question, adm.key)) if self._reports_wire else None
             sent = time.perf_counter()
             try:
-                rec = await self.backend.ask(t.name, payload.get())
+                if adm.key and not self._reports_wire:
+                    rec = await self.backend.ask(t.name, payload.get(), key=adm.key)
+                else:
+                    rec = await self.backend.ask(t.name, payload.get())
             except BaseException as e:  # cancelled, or an infrastructure error: no answer to commit
                 slot.release()
                 if isinstance(e, NotSubmitted):  # nothing to book, though admitted as sent (Ray)
