@@ -465,9 +465,9 @@ class Ledger:
         self._sent.discard(ask.question)
         rekeyed = self._rekeyed.pop(ask.question, None)
         if rekeyed is not None:  # a call lost in a crash, asked again with its key
-            if record.cost_source in ("usage", "prices"):  # the provider answered it: what it reports is the charge
+            if record.cost_source or record.possibly_paid:  # its row books the key's one charge (or worst case)
                 self._forget_unknown(rekeyed[1])
-            else:  # no answer to the key: the first request may still have been charged, try again next time
+            else:  # refused: the first request may still have been charged; its key is sent again next time
                 self._rekey[ask.question] = rekeyed
         update: dict = {"question": ask.question, "reserved_usd": held.reserve_usd, "trace_id": ask.trace_id}
         if record.possibly_paid and record.cost_source != "usage":

@@ -398,3 +398,39 @@ async def test_without_a_lookup_the_unknown_cost_stays_at_its_worst_case(tmp_pat
         )
     assert server.lookups == [] and report.known_usd == 0.0
     assert report.unresolved_calls == 1 and report.unresolved_usd == pytest.approx(reservation(a, make_state(0)))
+
+
+@pytest.mark.parametrize("still_keyed", [True, False])
+async def test_a_call_lost_with_its_idempotency_key_is_re_sent_with_it(tmp_path, still_keyed):
+    """A run dies with a keyed call at the provider. The next ledger holds its reservation as unresolved and hands
+    the same key out again; its answer's reported cost replaces it. A teacher that no longer sends keys gets the
+    call booked as lost instead (a keyless resend could be charged twice)."""
+    from crf_prime.records.journal import JournalRecord
+    from crf_prime.teachers.ledger import Ledger
+    from crf_prime.teachers.money import Ask
+
+    ask = Ask("s0000", "a", "q" * 64, 0.004, "t0", idempotent=True)
+    first = Ledger(tmp_path / "journal.jsonl")
+    sent = await first.admit(ask, sent=True)
+    first.close()  # killed with the call at the provider
+    assert sent.verdict == "send" and len(sent.key) == 32
+    again = Ledger(tmp_path / "journal.jsonl")
+    assert (again.rekeyed, again.lost, again.spent, again.known_usd) == (1, [], pytest.approx(0.004), pytest.approx(0))
+    if not still_keyed:
+        adm = await again.admit(Ask("s0001", "a", "q" * 64, 0.004, "t0"))
+        assert adm.verdict == "shared" and [r.error_type for r in again.lost] == ["lost"]
+        assert (again.known_usd, again.unresolved_usd) == (0.0, pytest.approx(0.004))
+        again.close()
+        return
+    adm = await again.admit(Ask("s0001", "a", "q" * 64, 0.004, "t0", idempotent=True), sent=True)
+    assert (adm.verdict, adm.key) == ("send", sent.key)  # the same key: the provider answers without a new charge
+    answered = JournalRecord(
+        state_id="s0001", teacher="a", model="m", model_family="", ok=True, action=None, input_tokens=10,
+        output_tokens=10, cost_usd=0.0015, cost_source="usage", latency_s=0.1, attempt=1, ts=0.0,
+    )  # fmt: skip
+    await again.commit(Ask("s0001", "a", "q" * 64, 0.004, "t0", idempotent=True), answered)
+    assert (again.spent, again.known_usd, again.unresolved_usd) == (pytest.approx(0.0015),) * 2 + (0,)
+    again.close()
+    third = Ledger(tmp_path / "journal.jsonl")  # answered: nothing left to re-send
+    assert (third.rekeyed, third.spent) == (0, pytest.approx(0.0015))
+    third.close()
