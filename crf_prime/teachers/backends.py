@@ -260,6 +260,15 @@ class RayBackend:
             trace_id=request.trace_id,
         )
 
+    async def ready(self, teacher: str) -> None:
+        """Return once the teacher's actor takes calls: at once, or, after a death, once the restarted actor has
+        answered its health call (:class:`ActorGone` when it does not come back). The pool admits the teacher's
+        calls only then: a Ray call counts as sent from its admission, so one admitted while its actor restarts
+        would be booked as possibly paid by a crash of the driver although it never left."""
+        back = self._back.get(teacher)
+        if back is not None:
+            await asyncio.shield(back)
+
     async def lookup(self, teacher: str, generation_id: str) -> float | None:
         """The generation lookup, in the teacher's actor (its client and key); None when the actor is down."""
         back = self._back.get(teacher)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -129,6 +129,8 @@ class TeacherPool:
         self._early_release = bool(getattr(ledger, "charges_before_await", False))
         # a backend that cannot tell when a request hits the wire (Ray) has its calls count as sent from admission
         self._reports_wire = bool(getattr(backend, "reports_wire", False))
+        # a backend whose teachers can be down for a while (Ray: an actor restarting) says when one takes calls again
+        self._ready: Callable[[str], Awaitable[None]] | None = getattr(backend, "ready", None)
         self._params = {
             (t.name, tools): params_json(question_params(t, tools)) for t in self.teachers for tools in (False, True)
         }
@@ -173,6 +175,8 @@ class TeacherPool:
         await slot.acquire()
         rec: JournalRecord | None = None
         try:
+            if self._ready is not None:  # nothing is admitted for a teacher that cannot take it (a restarting actor)
+                await self._ready(t.name)
             ask = payload.ask(t, self._params[(t.name, bool(request.tools))], self._idempotent[t.name])
             adm = await self.ledger.admit(ask, sent=not self._reports_wire)
         except BaseException:

@@ -115,6 +115,19 @@ async def test_killed_actor_restarts_and_only_its_calls_in_flight_are_possibly_p
         first_pid = (await backend.pids())["a"]
         done: list[str] = []
         pool.on_record = lambda rec, _: done.append(rec.state_id)
+        events: list[str] = []  # in event-loop order: admissions, and the restart seen and over
+        admit, come_back = ledger.admit, backend._come_back
+
+        async def logged_admit(ask, *, sent=False):
+            events.append(f"admit {ask.state_id}")  # asked: the pool has decided to admit it
+            return await admit(ask, sent=sent)
+
+        async def logged_come_back(teacher):
+            events.append("restart seen")
+            await come_back(teacher)
+            events.append("restarted actor answered")
+
+        ledger.admit, backend._come_back = logged_admit, logged_come_back
         run = asyncio.create_task(pool.replay([make_state(i) for i in range(12)]))
         while not (len(done) == 3 and len(seen) == 5):
             await asyncio.sleep(0.02)
@@ -133,6 +146,12 @@ async def test_killed_actor_restarts_and_only_its_calls_in_flight_are_possibly_p
     assert all(records[sid].error_type == "actor_died" and records[sid].possibly_paid for sid in died)
     assert all(records[sid].cost_usd == pytest.approx(0.01) for sid in died)
     assert router.duplicates() == {} and sum(r.ok for r in records.values()) == 12 - len(died)
+    # its calls that died free their slots, but nothing is admitted for the teacher (its reservation held, counted
+    # as sent on Ray) from the first failure seen until the restarted actor has answered its health call
+    first, back = events.index("restart seen"), events.index("restarted actor answered")
+    assert [e for e in events[first:back] if e.startswith("admit")] == [] and events.count("restart seen") == 1
+    admitted = [sum(e.startswith("admit") for e in part) for part in (events[:first], events[back:])]
+    assert sum(admitted) == 12 and admitted[1] > 0
 
 
 async def test_an_actor_that_does_not_come_back_stops_the_job_without_booking_unsent_calls(ray_cluster, tmp_path):
