@@ -166,7 +166,7 @@ class KeyedScript(Script):
         return super().__call__(body)
 
 
-def test_kill_9_then_resume_with_idempotency_keys_known_spend_is_the_bill(tmp_path):
+def test_kill_9_then_resume_with_idempotency_keys_known_spend_is_the_bill(tmp_path, capsys):
     """The same kill -9, against an endpoint that takes idempotency keys and looks generations up: the two calls at
     the provider at the kill are re-sent with their keys on resume (answered, not charged again), the cut body is
     looked up; the report's known spend is the server's charge to the last digit, nothing unresolved, no answer
@@ -213,6 +213,7 @@ def test_kill_9_then_resume_with_idempotency_keys_known_spend_is_the_bill(tmp_pa
         report = json.loads((out / "report.json").read_text())
         charged = server.charged_usd
         paid = paid_per_question(server)
+    assert f"spend: known ${charged:.4f}; unresolved, worst case $0.0000 (0 calls)" in capsys.readouterr().out
     print(
         f"\nMONEY kill -9 + resume, idempotency keys + generation lookup: server charged ${charged:.6f}, report "
         f"known ${report['known_usd']:.6f}, unresolved {report['unresolved_calls']} (worst case "

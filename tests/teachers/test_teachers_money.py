@@ -82,6 +82,10 @@ async def test_a_cap_smaller_than_one_round_is_never_crossed(tmp_path, worst_cas
     # the stop message gives the final spend, after the calls in flight at the stop finished
     assert report.budget_stopped.startswith(f"job budget reached: spent ${charged:.4f} of $0.0200;")
     assert "still reserved" not in report.budget_stopped
+    # cut-off answers: their cost is unknown (no lookup here), so the message splits the figure
+    unknown = f"of that, known charges ${report.known_usd:.4f} and unresolved, worst case ${report.unresolved_usd:.4f}"
+    assert (unknown in report.budget_stopped) == worst_case_answers
+    assert report.known_usd + report.unresolved_usd == pytest.approx(charged, abs=1e-12)
 
 
 async def test_per_trace_cap_holds_at_full_concurrency(tmp_path):
