@@ -143,6 +143,10 @@ def test_kill_9_then_resume_ledger_equals_the_bill(tmp_path, capsys):
     assert report["lost_in_previous_crash"] == 2 and report["unsent_in_previous_crash"] == 1
     assert sorted(report["lost_calls"]) == ["s0040/a", "s0041/a"]
     assert report["lost_usd"] == pytest.approx(2 * RESERVATION)
+    # no keys, no lookup: the two lost calls are the unresolved line, apart from the known charges
+    assert sorted(report["unresolved_list"]) == ["s0040/a", "s0041/a"]
+    assert report["unresolved_usd"] == pytest.approx(2 * RESERVATION)
+    assert report["known_usd"] == pytest.approx(charged_after_resume - 2 * RESERVATION, abs=1e-12)
     # --resend-lost: 40 and 41 asked (and paid) again, nothing else; the ledger still equals the bill
     paid = paid_per_question(server)
     assert {q for q, n in paid.items() if n > 1} == HANGS
