@@ -4,10 +4,12 @@ Both backends expose ``await backend.ask(teacher_name, payload) -> JournalRecord
 The Ray backend creates each actor with ``num_cpus=0`` (it only waits on HTTP), a high ``max_concurrency`` (the
 teacher's own semaphore inside the actor is the real cap) and ``max_restarts`` so a dead actor process comes back
 with a fresh client. A call whose actor died under it may have reached the provider: it comes back as a failed,
-possibly paid record (booked at its reservation, re-asked only with ``--pool.resend-lost``), never silently re-sent;
-HTTP retries stay in the client. After a death, the teacher's next calls wait until its restarted actor answers
-(they are not submitted to an actor that is not there, where each would be one more possibly paid failure); an
-actor that does not come back raises :class:`ActorGone`, an infrastructure error. Ray is imported lazily (extra
+possibly paid record (booked at its reservation, re-asked only with ``--pool.resend-lost``), never silently re-sent
+-- unless it carries an idempotency key (the teacher's ``idempotency_header``): then it is re-sent with that key
+once the actor is back, and the provider answers it without a second charge. HTTP retries stay in the client. After
+a death, the teacher admits nothing (:meth:`RayBackend.ready`) and submits nothing until its restarted actor has
+answered a health call (a call submitted to an actor that is not there would be one more possibly paid failure);
+an actor that does not come back raises :class:`ActorGone`, an infrastructure error. Ray is imported lazily (extra
 ``ray``).
 
 Only the asyncio backend ``reports_wire``: its client runs in the pool's task, so the pool can mark a call "sent"

@@ -8,7 +8,10 @@ response) is not retried: it may have been billed, and a retry could pay for the
 says ``possibly_paid`` and the ledger books it at its reservation. The ``WIRE`` context variable, when set by the
 pool, is told (and waited for) before each attempt's request is written, and told when an attempt was refused. Everything the API can throw is turned into a failed :class:`JournalRecord`: openai exceptions do not
 pickle, so they must never cross a Ray process boundary (teachers-and-traces.md §1.5). An HTTP 200 whose body holds
-``error`` and no ``choices`` (OpenRouter, mid-generation failure) is a failure, not an empty answer.
+``error`` and no ``choices`` (OpenRouter, mid-generation failure) is a failure, not an empty answer. The record
+keeps the provider's generation id when the answer named one (also the head of a body cut off later), so that a
+cost left unknown can be looked up (:meth:`TeacherClient.lookup_cost`); a teacher with an ``idempotency_header``
+sends the pool's per-call key in it with every attempt.
 
 Non-streamed requests go through the SDK's raw ``post`` with the body ``chat.completions.create`` would send (see
 :func:`_body`) and the JSON answer is read as a plain dict (:func:`parse_completion`): same wire bytes, same errors
