@@ -379,7 +379,8 @@ async def test_a_question_in_flight_is_awaited_by_another_process_of_a_live_pool
 
     states_b = write_states(tmp_path / "b.jsonl", _shared_context(3)[1:])
     with LoopbackOpenAI(reply, billing=Billing(price_out_per_mtok=50.0)) as server:
-        cfg = pool_config([teacher(n, server.base_url) for n in ("a", "b")])
+        # the held requests must not time out while the other process starts (seconds on a loaded box)
+        cfg = pool_config([teacher(n, server.base_url, timeout_s=170.0) for n in ("a", "b")])
         pool = live.serve(cfg, tmp_path / "journal.jsonl", name="live-flight", namespace=NAMESPACE)
         ledger = pool.ledger
         try:
@@ -393,7 +394,8 @@ async def test_a_question_in_flight_is_awaited_by_another_process_of_a_live_pool
                 ray.init(address={ray_cluster.address_info["address"]!r}, namespace={NAMESPACE!r}, log_to_driver=False)
                 pool = live.attach("live-flight", namespace={NAMESPACE!r})
                 outs = asyncio.run(pool.replay(read_states({str(states_b)!r})))
-                print(json.dumps({{"sent": sum(len(o.sent) for o in outs), "shared": sum(len(o.shared) for o in outs)}}))
+                print(json.dumps({{"sent": sum(len(o.sent) for o in outs), "shared": sum(len(o.shared) for o in outs),
+                                   "ok": sum(r.ok for o in outs for r in o.records)}}))
                 """
             )
             proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
@@ -412,5 +414,5 @@ async def test_a_question_in_flight_is_awaited_by_another_process_of_a_live_pool
             live.shutdown("live-flight", namespace=NAMESPACE)
     other = json.loads(out.strip().splitlines()[-1])
     assert [r.ok for r in outcome.sent] == [True, True]
-    assert other == {"sent": 0, "shared": 4}
+    assert other == {"sent": 0, "shared": 4, "ok": 4}
     assert sorted(c.model for c in server.charges) == ["model-a", "model-b"]
