@@ -306,7 +306,8 @@ class Ledger:
         if self._unknown:  # after the first "; ": the figure before it is what the cap counts
             pending += (
                 f"; of that, known charges {_usd(self.known_usd)} and unresolved, worst case "
-                f"{_usd(self.unresolved_usd)} ({len(self._unknown)} calls whose cost the provider has not reported)"
+                f"{_usd(self.unresolved_usd)} ({len(self._unknown)} call{'' if len(self._unknown) == 1 else 's'} "
+                "whose cost the provider has not reported)"
             )
         if kind == "price":
             return (
