@@ -247,6 +247,12 @@ class TimedLedger:
     async def release(self, ask):
         await self.inner.release(ask)
 
+    async def resolve(self, generation_id, cost_usd, via="generation"):
+        return await self.inner.resolve(generation_id, cost_usd, via)
+
+    async def lookups(self):
+        return await self.inner.lookups()
+
     async def snapshot(self):
         return await self.inner.snapshot()
 

@@ -12,6 +12,13 @@ cut or unreadable body, an error body, a reply that hangs -- whether or not the 
 answer; an HTTP error status (429, 500, ...) is not charged. Prompt tokens are the server's rough count (characters
 / 4); completion tokens are the reply's, or ``max_tokens`` of the request for a reply that is cut off (hang,
 stall, unreadable body): the model generated up to the limit before the client stopped listening.
+
+A billed answer carries the charge's generation id (``gen-...``, the body's ``id``; a stream's chunk ids; the first
+bytes of an unreadable body, as a body cut off mid-way has them), and ``GET /v1/generation?id=...`` answers
+``{"data": {"id": ..., "total_cost": ...}}`` for it, as OpenRouter's generation lookup does (404 for an unknown id,
+or for the first ``Billing.lookup_misses`` lookups of an id: the record is not there yet). With
+``Billing.idempotency_header`` a request repeating a key already charged is answered without a second charge,
+reporting the first charge's usage and id.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -61,6 +69,10 @@ class Billing(BaseModel):
     """USD per 1M prompt tokens."""
     price_out_per_mtok: float = 0.0
     """USD per 1M completion tokens."""
+    idempotency_header: str = ""
+    """Request header holding an idempotency key; empty: keys are not honoured (every request is charged)."""
+    lookup_misses: int = 0
+    """Generation lookups of an id answered 404 before its record is there (a usage record that arrives late)."""
 
 
 class Charge(BaseModel):
@@ -72,6 +84,12 @@ class Charge(BaseModel):
     usd: float
     body: dict
     """The request body."""
+    id: str = ""
+    """Generation id (what ``GET /v1/generation?id=`` looks up)."""
+    key: str = ""
+    """The request's idempotency key, when the server honours keys and the request had one."""
+    usage: dict = Field(default_factory=dict)
+    """The usage block reported for it."""
 
 
 Script = Callable[[dict], Reply] | Sequence[Reply]
@@ -118,6 +136,10 @@ class LoopbackOpenAI:
         self.billing = billing
         self.charges: list[Charge] = []
         """Every billed request, in the order it was billed (``billing`` only)."""
+        self.lookups: list[str] = []
+        """Every generation id looked up, in order."""
+        self._by_id: dict[str, Charge] = {}
+        self._by_key: dict[str, Charge] = {}
         self._script = script
         self._next = 0
         self._lock = threading.Lock()
@@ -180,10 +202,16 @@ class LoopbackOpenAI:
         with self._arrived:
             return self._arrived.wait_for(lambda: predicate(self), timeout)
 
-    def _charge(self, reply: Reply, body: dict) -> dict | None:
-        """Bill a request the server answers with HTTP 200; returns the usage block it reports (None: no billing)."""
+    def _charge(self, reply: Reply, body: dict, key: str = "") -> tuple[dict, str] | None:
+        """Bill a request the server answers with HTTP 200; returns the usage block it reports and the generation id
+        (None: no billing). A key already charged is not charged again: its first charge is reported."""
         if self.billing is None:
             return None
+        key = key if self.billing.idempotency_header else ""
+        with self._lock:
+            first = self._by_key.get(key) if key else None
+            if first is not None:
+                return dict(first.usage), first.id
         usage = _usage(reply.model_copy(update={"cost": None}), body)
         if reply.delay_s >= HANG_S or reply.malformed or reply.stall_s:
             usage["completion_tokens"] = int(body.get("max_tokens") or usage["completion_tokens"])
@@ -193,18 +221,36 @@ class LoopbackOpenAI:
         b = self.billing
         usd = (usage["prompt_tokens"] * b.price_in_per_mtok + usage["completion_tokens"] * b.price_out_per_mtok) / 1e6
         usage["cost"] = usd
+        charge = Charge(
+            model=str(body.get("model", "")),
+            prompt_tokens=usage["prompt_tokens"],
+            completion_tokens=usage["completion_tokens"],
+            usd=usd,
+            body=body,
+            id=f"gen-{uuid.uuid4().hex[:20]}",
+            key=key,
+            usage=dict(usage),
+        )
         with self._arrived:
-            self.charges.append(
-                Charge(
-                    model=str(body.get("model", "")),
-                    prompt_tokens=usage["prompt_tokens"],
-                    completion_tokens=usage["completion_tokens"],
-                    usd=usd,
-                    body=body,
-                )
-            )
+            first = self._by_key.get(key) if key else None
+            if first is not None:  # the same key arrived twice at once: one charge
+                return dict(first.usage), first.id
+            if key:
+                self._by_key[key] = charge
+            self._by_id[charge.id] = charge
+            self.charges.append(charge)
             self._arrived.notify_all()
-        return usage
+        return usage, charge.id
+
+    def _lookup(self, generation_id: str) -> Charge | None:
+        """The charge of a generation id, once its record is there (see ``Billing.lookup_misses``)."""
+        with self._lock:
+            self.lookups.append(generation_id)
+            charge = self._by_id.get(generation_id)
+            misses = self.billing.lookup_misses if self.billing is not None else 0
+            if charge is None or self.lookups.count(generation_id) <= misses:
+                return None
+            return charge
 
     # -- script --------------------------------------------------------------------------------------------------
     def _reply_for(self, body: dict) -> Reply:
@@ -254,7 +300,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routes --------------------------------------------------------------------------------------------------
     def do_GET(self) -> None:
-        if self.path.rstrip("/").endswith("/models"):
+        url = urllib.parse.urlsplit(self.path)
+        if url.path.rstrip("/").endswith("/generation"):
+            ids = urllib.parse.parse_qs(url.query).get("id") or [""]
+            charge = self.server_owner._lookup(ids[0])
+            if charge is None:
+                self._send_json(404, {"error": {"message": f"generation {ids[0]!r} not found", "code": 404}})
+                return
+            data = {
+                "id": charge.id,
+                "model": charge.model,
+                "total_cost": charge.usd,
+                "tokens_prompt": charge.prompt_tokens,
+                "tokens_completion": charge.completion_tokens,
+            }
+            self._send_json(200, {"data": data})
+        elif self.path.rstrip("/").endswith("/models"):
             model = self.server_owner.model
             self._send_json(200, {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "crf"}]})
         else:
@@ -275,17 +336,21 @@ class _Handler(BaseHTTPRequestHandler):
         except ScriptExhausted as e:
             self._send_json(500, {"error": {"message": str(e), "type": "script_exhausted"}})
             return
-        usage = owner._charge(reply, body) if reply.status == 200 else None
+        billing = owner.billing
+        key = self.headers.get(billing.idempotency_header, "") if billing and billing.idempotency_header else ""
+        charged = owner._charge(reply, body, key) if reply.status == 200 else None
+        usage, gen_id = charged if charged is not None else (None, None)
         try:
-            self._answer(reply, body, usage)
+            self._answer(reply, body, usage, gen_id)
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (or died): the bill stands
             self.close_connection = True
 
-    def _answer(self, reply: Reply, body: dict, usage: dict | None) -> None:
+    def _answer(self, reply: Reply, body: dict, usage: dict | None, gen_id: str | None = None) -> None:
         if reply.delay_s:
             self.server_owner._stopping.wait(reply.delay_s)
         if reply.malformed:
-            data = b"this is not json {"
+            # cut off mid-way: a billed body's first bytes name its generation, as a real cut-off body's would
+            data = f'{{"id": "{gen_id}", "object": "chat.com'.encode() if gen_id else b"this is not json {"
             self.send_response(reply.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -305,11 +370,13 @@ class _Handler(BaseHTTPRequestHandler):
         model = body.get("model") or self.server_owner.model
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            self._stream(reply, body, model, include_usage, usage)
+            self._stream(reply, body, model, include_usage, usage, gen_id)
         else:
-            self._send_json(200, _completion(reply, body, model, usage), reply.headers)
+            self._send_json(200, _completion(reply, body, model, usage, gen_id), reply.headers)
 
-    def _stream(self, reply: Reply, body: dict, model: str, include_usage: bool, usage: dict | None) -> None:
+    def _stream(
+        self, reply: Reply, body: dict, model: str, include_usage: bool, usage: dict | None, gen_id: str | None
+    ) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -318,7 +385,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         self.close_connection = True
-        chunks = list(_chunks(reply, body, model, include_usage, usage))
+        chunks = list(_chunks(reply, body, model, include_usage, usage, gen_id))
         stall_at = len(chunks) // 2
         try:
             for i, chunk in enumerate(chunks):
@@ -366,7 +433,7 @@ def _finish_reason(reply: Reply) -> str:
     return "tool_calls" if reply.tool_calls else "stop"
 
 
-def _completion(reply: Reply, body: dict, model: str, usage: dict | None = None) -> dict:
+def _completion(reply: Reply, body: dict, model: str, usage: dict | None = None, gen_id: str | None = None) -> dict:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if reply.reasoning is not None:
         message["reasoning_content"] = reply.reasoning
@@ -374,7 +441,7 @@ def _completion(reply: Reply, body: dict, model: str, usage: dict | None = None)
     if calls:
         message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in calls]
     return {
-        "id": f"chatcmpl-{uuid.uuid4().hex[:16]}",
+        "id": gen_id or f"chatcmpl-{uuid.uuid4().hex[:16]}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
@@ -383,8 +450,11 @@ def _completion(reply: Reply, body: dict, model: str, usage: dict | None = None)
     }
 
 
-def _chunks(reply: Reply, body: dict, model: str, include_usage: bool, usage: dict | None = None) -> Iterator[dict]:
-    base = {"id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion.chunk", "created": int(time.time())}
+def _chunks(
+    reply: Reply, body: dict, model: str, include_usage: bool, usage: dict | None = None, gen_id: str | None = None
+) -> Iterator[dict]:
+    gen_id = gen_id or f"chatcmpl-{uuid.uuid4().hex[:16]}"
+    base = {"id": gen_id, "object": "chat.completion.chunk", "created": int(time.time())}
     base["model"] = model
 
     def chunk(delta: dict, finish: str | None = None) -> dict:

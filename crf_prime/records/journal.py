@@ -63,6 +63,9 @@ class JournalRecord(BaseModel):
     at ``reserved_usd``, and re-sent only with ``--pool.resend-lost``."""
     shared_from: str = ""
     """Not a call: the answer to the same question asked at this state (``cost_usd`` 0)."""
+    generation_id: str = ""
+    """The provider's id of the generation (OpenRouter ``gen-...``), when the answer carried one: how a call whose
+    cost is unknown is looked up later."""
 
     @property
     def key(self) -> Key:

@@ -4,10 +4,12 @@ Both backends expose ``await backend.ask(teacher_name, payload) -> JournalRecord
 The Ray backend creates each actor with ``num_cpus=0`` (it only waits on HTTP), a high ``max_concurrency`` (the
 teacher's own semaphore inside the actor is the real cap) and ``max_restarts`` so a dead actor process comes back
 with a fresh client. A call whose actor died under it may have reached the provider: it comes back as a failed,
-possibly paid record (booked at its reservation, re-asked only with ``--pool.resend-lost``), never silently re-sent;
-HTTP retries stay in the client. After a death, the teacher's next calls wait until its restarted actor answers
-(they are not submitted to an actor that is not there, where each would be one more possibly paid failure); an
-actor that does not come back raises :class:`ActorGone`, an infrastructure error. Ray is imported lazily (extra
+possibly paid record (booked at its reservation, re-asked only with ``--pool.resend-lost``), never silently re-sent
+-- unless it carries an idempotency key (the teacher's ``idempotency_header``): then it is re-sent with that key
+once the actor is back, and the provider answers it without a second charge. HTTP retries stay in the client. After
+a death, the teacher admits nothing (:meth:`RayBackend.ready`) and submits nothing until its restarted actor has
+answered a health call (a call submitted to an actor that is not there would be one more possibly paid failure);
+an actor that does not come back raises :class:`ActorGone`, an infrastructure error. Ray is imported lazily (extra
 ``ray``).
 
 Only the asyncio backend ``reports_wire``: its client runs in the pool's task, so the pool can mark a call "sent"
@@ -31,7 +33,7 @@ from typing import Any, Protocol
 from crf_prime.errors import InfraError
 from crf_prime.records.journal import JournalRecord
 from crf_prime.records.models import TeacherRequest
-from crf_prime.teachers.client import TeacherClient
+from crf_prime.teachers.client import WIRE, TeacherClient
 from crf_prime.teachers.config import TeacherConfig
 
 
@@ -39,6 +41,10 @@ class Backend(Protocol):
     teachers: dict[str, TeacherConfig]
 
     async def ask(self, teacher: str, payload: Any) -> JournalRecord: ...
+
+    async def lookup(self, teacher: str, generation_id: str) -> float | None:
+        """What the teacher's provider charged for a generation (None: it cannot say, yet)."""
+        ...
 
     def prepare(self, request: TeacherRequest) -> Any:
         """What to pass to ``ask`` for this request (Ray: the request, or one object-store ref shared by all
@@ -66,8 +72,27 @@ class AsyncioBackend:
     async def ask(self, teacher: str, payload: TeacherRequest) -> JournalRecord:
         return await self._clients[teacher].ask(payload)
 
+    async def lookup(self, teacher: str, generation_id: str) -> float | None:
+        return await self._clients[teacher].lookup_cost(generation_id)
+
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._clients.values()))
+
+
+class _KeyWire:
+    """The wire of a call in an actor: carries the call's idempotency key to the client; the driver's ledger counts
+    a Ray call as sent from its admission, so there is nothing to tell it."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    async def sent(self) -> None:
+        return None
+
+    async def refused(self) -> None:
+        return None
 
 
 class TeacherActor:
@@ -77,8 +102,17 @@ class TeacherActor:
         self.config = TeacherConfig.model_validate(config)
         self.client = TeacherClient(self.config, api_key=api_key)
 
-    async def ask(self, request: TeacherRequest) -> JournalRecord:
-        return await self.client.ask(request)
+    async def ask(self, request: TeacherRequest, key: str = "") -> JournalRecord:
+        """Ask the teacher; ``key``: the idempotency key its requests carry (the teacher's ``idempotency_header``)."""
+        token = WIRE.set(_KeyWire(key)) if key else None
+        try:
+            return await self.client.ask(request)
+        finally:
+            if token is not None:
+                WIRE.reset(token)
+
+    async def lookup_cost(self, generation_id: str) -> float | None:
+        return await self.client.lookup_cost(generation_id)
 
     async def pid(self) -> int:
         return os.getpid()
@@ -113,6 +147,11 @@ class ActorGone(NotSubmitted):
     """A teacher's actor died and did not come back: the call was never submitted."""
 
 
+class ActorGoneWithCall(InfraError):
+    """A teacher's actor died under a call (sent with an idempotency key) and did not come back to have it re-sent:
+    the call may have been paid."""
+
+
 class RayBackend:
     """One async Ray actor per teacher; a call lost to an actor's death is a possibly paid failure."""
 
@@ -136,6 +175,8 @@ class RayBackend:
         self._ray = init_ray(include_dashboard=False, log_to_driver=False, namespace=namespace)
         self.teachers = {t.name: t for t in teachers}
         self.actor_deaths = 0
+        self.resent = 0
+        """Calls re-sent with their idempotency key after their actor died under them."""
         self._max_restarts = max_restarts if actors is None else None
         self._deaths: dict[str, int] = {}
         """Per teacher: the deaths seen (each one a restart, while restarts last)."""
@@ -173,19 +214,33 @@ class RayBackend:
             return request
         return self._ray.put(request)
 
-    async def ask(self, teacher: str, payload: Any) -> JournalRecord:
-        back = self._back.get(teacher)
-        if back is not None:  # the actor died: submit only once it is back (a done future returns at once)
-            await asyncio.shield(back)
+    async def ask(self, teacher: str, payload: Any, key: str = "") -> JournalRecord:
+        """Submit one call to the teacher's actor. A call with an idempotency ``key`` whose actor died under it is
+        re-sent with that key once the actor is back (the provider answers it without a second charge); one without
+        a key comes back as a failed, possibly paid record."""
         start = time.perf_counter()
-        try:
-            return await self._actors[teacher].ask.remote(payload)
-        except self._ray.exceptions.RayActorError as e:  # the process died with the call: it may have been sent
-            self.actor_deaths += 1
-            error = e
-            if self._back.get(teacher) is back:  # the first failure seen of this death: from now on, wait for it
-                self._back[teacher] = back = asyncio.ensure_future(self._come_back(teacher))
-                back.add_done_callback(lambda f: f.cancelled() or f.exception())  # read by the calls that wait
+        submitted = False
+        while True:
+            back = self._back.get(teacher)
+            if back is not None:  # the actor died: submit only once it is back (a done future returns at once)
+                try:
+                    await asyncio.shield(back)
+                except ActorGone as e:
+                    if submitted:
+                        raise ActorGoneWithCall(str(e)) from e
+                    raise
+            try:
+                submitted = True
+                return await self._actors[teacher].ask.remote(payload, key)
+            except self._ray.exceptions.RayActorError as e:  # the process died with the call: it may have been sent
+                self.actor_deaths += 1
+                error = e
+                if self._back.get(teacher) is back:  # the first failure seen of this death: from now on, wait for it
+                    self._back[teacher] = back = asyncio.ensure_future(self._come_back(teacher))
+                    back.add_done_callback(lambda f: f.cancelled() or f.exception())  # read by the calls that wait
+                if not key:
+                    break
+                self.resent += 1
         cfg = self.teachers[teacher]
         request = await payload if isinstance(payload, self._ray.ObjectRef) else payload
         return JournalRecord(
@@ -206,6 +261,25 @@ class RayBackend:
             ts=time.time(),
             trace_id=request.trace_id,
         )
+
+    async def ready(self, teacher: str) -> None:
+        """Return once the teacher's actor takes calls: at once, or, after a death, once the restarted actor has
+        answered its health call (:class:`ActorGone` when it does not come back). The pool admits the teacher's
+        calls only then: a Ray call counts as sent from its admission, so one admitted while its actor restarts
+        would be booked as possibly paid by a crash of the driver although it never left."""
+        back = self._back.get(teacher)
+        if back is not None:
+            await asyncio.shield(back)
+
+    async def lookup(self, teacher: str, generation_id: str) -> float | None:
+        """The generation lookup, in the teacher's actor (its client and key); None when the actor is down."""
+        back = self._back.get(teacher)
+        if back is not None:
+            await asyncio.shield(back)
+        try:
+            return await self._actors[teacher].lookup_cost.remote(generation_id)
+        except self._ray.exceptions.RayActorError:
+            return None
 
     async def _come_back(self, teacher: str) -> None:
         """Return once the teacher's restarted actor answers; :class:`ActorGone` when its restarts are spent or it

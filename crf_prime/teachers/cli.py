@@ -75,6 +75,10 @@ def run(config: ReplayConfig) -> int:
         )
     render(report, console)
     console.print(f"journal: {config.out / 'journal.jsonl'}  report: {config.out / 'report.json'}")
+    console.print(
+        f"spend: known ${report.known_usd:.4f}; unresolved, worst case ${report.unresolved_usd:.4f} "
+        f"({report.unresolved_calls} calls)"
+    )
     if report.budget_stopped:
         raise BudgetExhausted(f"spend cap reached: {report.budget_stopped}; rerun with a higher cap to go on")
     if report.calls_sent and not sum(t.ok for t in report.teachers):

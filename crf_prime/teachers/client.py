@@ -8,7 +8,10 @@ response) is not retried: it may have been billed, and a retry could pay for the
 says ``possibly_paid`` and the ledger books it at its reservation. The ``WIRE`` context variable, when set by the
 pool, is told (and waited for) before each attempt's request is written, and told when an attempt was refused. Everything the API can throw is turned into a failed :class:`JournalRecord`: openai exceptions do not
 pickle, so they must never cross a Ray process boundary (teachers-and-traces.md §1.5). An HTTP 200 whose body holds
-``error`` and no ``choices`` (OpenRouter, mid-generation failure) is a failure, not an empty answer.
+``error`` and no ``choices`` (OpenRouter, mid-generation failure) is a failure, not an empty answer. The record
+keeps the provider's generation id when the answer named one (also the head of a body cut off later), so that a
+cost left unknown can be looked up (:meth:`TeacherClient.lookup_cost`); a teacher with an ``idempotency_header``
+sends the pool's per-call key in it with every attempt.
 
 Non-streamed requests go through the SDK's raw ``post`` with the body ``chat.completions.create`` would send (see
 :func:`_body`) and the JSON answer is read as a plain dict (:func:`parse_completion`): same wire bytes, same errors
@@ -21,6 +24,7 @@ import asyncio
 import contextvars
 import email.utils
 import json
+import re
 import time
 from typing import Any, Protocol
 
@@ -69,6 +73,10 @@ class Wire(Protocol):
     async def refused(self) -> None:
         """The attempt ended with an HTTP error status: the provider did not take the request."""
 
+    @property
+    def key(self) -> str:
+        """The call's idempotency key (sent in the teacher's ``idempotency_header`` when it has one)."""
+
 
 WIRE: contextvars.ContextVar[Wire | None] = contextvars.ContextVar("crf_teacher_wire", default=None)
 
@@ -76,12 +84,14 @@ WIRE: contextvars.ContextVar[Wire | None] = contextvars.ContextVar("crf_teacher_
 class _Call:
     """Per-call attempt state, shared with the request hook through ``_CALL``."""
 
-    __slots__ = ("infra_error", "on_wire", "possibly_paid")
+    __slots__ = ("generation_id", "infra_error", "key_header", "on_wire", "possibly_paid")
 
-    def __init__(self) -> None:
+    def __init__(self, key_header: str = "") -> None:
         self.on_wire = False
         self.possibly_paid = False
         self.infra_error: BaseException | None = None
+        self.key_header = key_header
+        self.generation_id = ""
 
 
 _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("crf_teacher_call", default=None)
@@ -95,6 +105,8 @@ async def _on_request(request: httpx.Request) -> None:
     call.on_wire = True
     wire = WIRE.get()
     if wire is not None:
+        if call.key_header and wire.key:
+            request.headers[call.key_header] = wire.key
         try:
             await wire.sent()
         except BaseException as e:  # journal I/O: an infrastructure error, re-raised by ``ask`` (never a record)
@@ -211,6 +223,19 @@ def parse_completion(data: Any) -> tuple[Action, dict[str, Any] | None]:
         raise _Malformed(f"not a chat completion: {type(e).__name__}: {e}") from None
 
 
+_GENERATION_ID = re.compile(rb'^\s*\{\s*"id"\s*:\s*"([^"\\]{1,200})"')
+"""The ``id`` at the head of a chat-completion body (OpenRouter writes it first): readable in a body cut off later."""
+
+
+def generation_id(content: bytes, data: Any = None) -> str:
+    """The provider's generation id of a response: its decoded body's ``id``, else the head of an unreadable one."""
+    if isinstance(data, dict):
+        value = data.get("id")
+        return value if isinstance(value, str) else ""
+    found = _GENERATION_ID.match(content)
+    return found.group(1).decode(errors="replace") if found else ""
+
+
 def _usage_dict(usage: Any) -> dict[str, Any] | None:
     """Usage as a plain dict (extra keys such as OpenRouter's ``cost`` kept) from an SDK model or a dict."""
     if usage is None or isinstance(usage, dict):
@@ -296,9 +321,23 @@ class TeacherClient:
         """Keyword arguments of ``chat.completions.create`` for this request."""
         return request_kwargs(self.config, teacher_messages(request), list(request.tools))
 
+    async def lookup_cost(self, generation_id: str) -> float | None:
+        """The charge of one generation from OpenRouter's generation lookup (``GET /generation?id=``): its
+        ``total_cost`` in USD, or None while the provider has no record of it (404) or cannot be reached."""
+        try:
+            response = await self._client.get(
+                "/generation",
+                cast_to=httpx.Response,
+                options={"params": {"id": generation_id}, **_REQUEST_OPTIONS},
+            )
+            cost = json.loads(response.content)["data"]["total_cost"]
+        except (openai.APIError, httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None
+        return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
+
     async def ask(self, request: TeacherRequest) -> JournalRecord:
         async with self._sem:
-            call = _Call()
+            call = _Call(self.config.idempotency_header)
             token = _CALL.set(call)
             try:
                 rec = await self._ask(request, call)
@@ -345,17 +384,24 @@ class TeacherClient:
 
     async def _once(self, kwargs: dict[str, Any], call: _Call) -> tuple[Action, Any]:
         call.on_wire = False
+        call.generation_id = ""
         try:
             try:
                 async with asyncio.timeout(self.config.timeout_s):
                     if kwargs.get("stream"):
-                        return await self._streamed(kwargs)
+                        return await self._streamed(kwargs, call)
                     response = await self._client.post(
                         "/chat/completions", body=_body(kwargs), cast_to=httpx.Response, options=_REQUEST_OPTIONS
                     )
             except TimeoutError as e:
                 raise _AttemptTimeout(f"no complete response within {self.config.timeout_s:g} s") from e
-            return parse_completion(json.loads(response.content))
+            try:
+                data = json.loads(response.content)
+            except ValueError:
+                call.generation_id = generation_id(response.content)
+                raise
+            call.generation_id = generation_id(b"", data)
+            return parse_completion(data)
         except Exception as exc:
             if call.on_wire:
                 if refused_or_unsent(exc):
@@ -367,7 +413,7 @@ class TeacherClient:
                     call.possibly_paid = True
             raise
 
-    async def _streamed(self, kwargs: dict[str, Any]) -> tuple[Action, Any]:
+    async def _streamed(self, kwargs: dict[str, Any], call: _Call) -> tuple[Action, Any]:
         text: list[str] = []
         reasoning: list[str] = []
         calls: dict[int, dict[str, str]] = {}
@@ -377,11 +423,14 @@ class TeacherClient:
         if "text/event-stream" not in raw.headers.get("content-type", ""):
             # a plain JSON body where SSE was asked for: an error object (OpenRouter) or a broken server
             data = json.loads(await raw.http_response.aread())
+            call.generation_id = generation_id(b"", data)
             if isinstance(data, dict) and data.get("error") and not data.get("choices"):
                 raise _ProviderError(data["error"], data.get("usage"))
             raise _Malformed("asked for a stream, got a non-SSE body")
         stream = raw.parse()
         async for chunk in stream:
+            if not got_chunk and isinstance(chunk.id, str):
+                call.generation_id = chunk.id
             got_chunk = True
             extra = chunk.model_extra or {}
             if extra.get("error"):
@@ -450,6 +499,7 @@ class TeacherClient:
             cost_usd=cost,
             cost_source=source,
             possibly_paid=possibly_paid,
+            generation_id=call.generation_id if call is not None else "",
             latency_s=time.perf_counter() - start,
             attempt=max(1, attempts),
             ts=time.time(),

@@ -11,7 +11,7 @@ import os
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -79,6 +79,14 @@ class TeacherConfig(BaseModel):
     reserve_prompt_overhead_tokens: int = 1024
     """Tokens the provider's chat template may add to a request's bytes (role markers, tool-use instructions); part
     of the worst case reserved against the caps before a call is sent."""
+    cost_lookup: Literal["auto", "openrouter", "none"] = "auto"
+    """How a call whose cost is unknown (a cut or unreadable answer that carries the provider's generation id) is
+    resolved: "openrouter" asks ``GET {base_url}/generation?id=...`` for its ``total_cost``; "auto" does so when
+    ``base_url`` is OpenRouter's; "none" keeps it unresolved (booked at its worst case)."""
+    idempotency_header: str = ""
+    """Request header the endpoint takes an idempotency key in (e.g. ``Idempotency-Key``): a request repeated with
+    the same key is answered without a second charge, so a call in flight at a crash is re-sent with its key on
+    resume instead of booked as possibly paid. Empty: the endpoint takes none (OpenAI, OpenRouter)."""
     sampling: Sampling = Field(default_factory=Sampling)
 
     @field_validator("max_concurrency", "max_attempts")
@@ -111,6 +119,13 @@ class TeacherConfig(BaseModel):
     def price_cost(self, input_tokens: int, output_tokens: int) -> float:
         """Cost in USD from the price table."""
         return (input_tokens * self.price_in_per_mtok + output_tokens * self.price_out_per_mtok) / 1e6
+
+    @property
+    def looks_up_costs(self) -> bool:
+        """Whether unknown costs are resolved through OpenRouter's generation lookup (see ``cost_lookup``)."""
+        if self.cost_lookup == "auto":
+            return "openrouter.ai" in self.base_url
+        return self.cost_lookup == "openrouter"
 
     @property
     def priced(self) -> bool:

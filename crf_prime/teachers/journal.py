@@ -14,7 +14,11 @@ under the current boot, provably has no request at the provider that could be bi
 last event is ``sent`` may have been billed, and is booked at its reservation; and an unanswered call written under
 another boot may have lost its ``sent`` row, so it is booked too. Where the OS has no boot id the ``sent`` row is
 synced before the request is written instead (what it costs: one disk sync inside the provider slot). Restarting
-never re-sends a question that has an ``ok`` row.
+never re-sends a question that has an ``ok`` row, except a call whose requests carried an idempotency key (the
+``intent`` row's ``key``): it is re-sent with that key, which the provider answers without charging twice.
+
+A ``charge`` row resolves a journal row booked at its reservation (cost unknown) to the cost the provider reported
+later (its generation lookup); the journal row itself is never rewritten.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from crf_prime.records.journal import JournalRecord, read_rows
 
-CallEvent = Literal["open", "intent", "sent", "clear"]
+CallEvent = Literal["open", "intent", "sent", "clear", "charge"]
 
 
 class Intent(BaseModel):
@@ -48,6 +52,14 @@ class Intent(BaseModel):
     event: CallEvent = "intent"
     boot_id: str | None = None
     """``open`` rows: the boot the rows after it were written under (None: an OS without boot ids)."""
+    key: str = ""
+    """``intent`` rows: the idempotency key the call's requests carry (empty: the endpoint takes none)."""
+    cost_usd: float = 0.0
+    """``charge`` rows: what the provider says an answered call whose cost was unknown cost."""
+    via: str = ""
+    """``charge`` rows: how that was learnt ("generation": the provider's generation lookup)."""
+    generation_id: str = ""
+    """``charge`` rows: the generation the provider was asked about (the journal row's ``generation_id``)."""
 
 
 def read_intents(path: str | Path) -> Iterator[Intent]:

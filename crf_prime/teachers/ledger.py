@@ -12,6 +12,12 @@ machine, whether a call may be sent:
 ``commit`` replaces the reservation by the actual cost (the reservation itself when the request reached the
 provider and its cost is unknown) and writes the row. Spend therefore never exceeds a cap, at any concurrency, as
 long as the teacher's prices are not below the provider's bill (a bill above the reservation stops the job).
+
+What the caps count (``spent``) is the *known* charges plus the worst case of every call whose cost is unknown
+(``unresolved``: cut or unreadable answers, timeouts, calls lost in a crash). Those are reported apart, and resolved
+when the provider can say: ``resolve`` books a generation lookup's answer (a ``charge`` row in the call log), and a
+call lost in a crash whose requests carried an idempotency key is re-sent with that key on resume, its answer
+reporting the one charge.
 In live mode the same class runs inside a named detached Ray actor so that several processes share it.
 """
 
@@ -19,8 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import time
+import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +51,21 @@ class Admission:
     message: str = ""
     saved_usd: float = 0.0
     """"shared": what the answer cost when it was paid for."""
+    key: str = ""
+    """"send": the idempotency key its requests carry (empty unless the ask is ``idempotent``)."""
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A call that may have been charged, booked at its reservation until the provider says what it cost."""
+
+    state_id: str
+    teacher: str
+    trace_id: str
+    question: str
+    reserve_usd: float
+    generation_id: str = ""
+    """The provider's id of its generation, when the answer carried one: what a generation lookup resolves."""
 
 
 def _call_key(question: str, state_id: str, teacher: str) -> str:
@@ -88,6 +111,20 @@ class Ledger:
         """Calls a previous run admitted but never put on the wire: they are simply asked again."""
         self.shared_calls = 0
         self.shared_usd = 0.0
+        self._unknown: dict[str, Unknown] = {}
+        """Calls booked at their reservation, by generation id (or a local id when there is none)."""
+        self._ids = itertools.count()
+        self._rekey: dict[str, tuple[Intent, str]] = {}
+        """Questions lost in a crash whose requests carried an idempotency key: (its intent row, its unknown's id);
+        re-sent with that key when next asked."""
+        self._rekeyed: dict[str, tuple[Intent, str]] = {}
+        """Those of them admitted again in this run, until answered."""
+        self.waiting = 0
+        """Admissions waiting for the answer to a question in flight (single flight: they will share it)."""
+        self.rekeyed = 0
+        """Calls lost in a previous crash that are re-sent with their idempotency key (no second charge)."""
+        self.resolved = 0
+        """Calls whose unknown cost the provider has reported since (generation lookups, this run and earlier)."""
         self.boot = boot_id()
         """This machine's boot: a "sent" row is written unsynced when there is one (see :mod:`..journal`)."""
         self._load()
@@ -112,6 +149,9 @@ class Ledger:
             if it.event == "open":
                 boot = it.boot_id
                 continue
+            if it.event == "charge":
+                self._apply_charge(it.generation_id, it.cost_usd)
+                continue
             k = _call_key(it.question, it.state_id, it.teacher)
             # the row's "sent" mark may be missing only when it was not synced and the machine has restarted since
             unsure = boot is not None and boot != self.boot
@@ -129,46 +169,92 @@ class Ledger:
             if event != "sent" and not unsure:  # no request of it ever reached the provider: ask again
                 self.unsent += 1
                 continue
-            why = (
-                "the request was at the provider when a previous run died"
-                if event == "sent"
-                else "the machine restarted while the call was admitted, and its unsynced 'sent' mark may be lost"
-            )
-            rec = JournalRecord(
-                state_id=intent.state_id,
-                teacher=intent.teacher,
-                model="",
-                model_family="",
-                ok=False,
-                action=None,
-                error=f"possibly paid, answer lost: {why}; booked at its reservation and not re-sent (resend with "
-                "--pool.resend-lost)",
-                error_type="lost",
-                input_tokens=0,
-                output_tokens=0,
-                cost_usd=intent.reserve_usd,
-                cost_source="reservation",
-                latency_s=0.0,
-                attempt=1,
-                ts=time.time(),
-                trace_id=intent.trace_id,
-                question=intent.question,
-                reserved_usd=intent.reserve_usd,
-                possibly_paid=True,
-            )
-            self._journal.append(rec)
-            self._book(rec)
-            self.lost.append(rec)
+            if intent.key:  # re-sent with its key: the provider answers it without a second charge
+                uid = self._add_unknown(
+                    Unknown(intent.state_id, intent.teacher, intent.trace_id, intent.question, intent.reserve_usd)
+                )
+                self._rekey[intent.question] = (intent, uid)
+                self.rekeyed += 1
+                continue
+            self._book_lost_row(intent, event == "sent")
+
+    def _book_lost_row(self, intent: Intent, sent: bool) -> JournalRecord:
+        """Journal (and book at its reservation) a call that may have been paid and whose answer is lost."""
+        why = (
+            "the request was at the provider when a previous run died"
+            if sent
+            else "the machine restarted while the call was admitted, and its unsynced 'sent' mark may be lost"
+        )
+        rec = JournalRecord(
+            state_id=intent.state_id,
+            teacher=intent.teacher,
+            model="",
+            model_family="",
+            ok=False,
+            action=None,
+            error=f"possibly paid, answer lost: {why}; booked at its reservation and not re-sent (resend with "
+            "--pool.resend-lost)",
+            error_type="lost",
+            input_tokens=0,
+            output_tokens=0,
+            cost_usd=intent.reserve_usd,
+            cost_source="reservation",
+            latency_s=0.0,
+            attempt=1,
+            ts=time.time(),
+            trace_id=intent.trace_id,
+            question=intent.question,
+            reserved_usd=intent.reserve_usd,
+            possibly_paid=True,
+        )
+        self._journal.append(rec)
+        self._book(rec)
+        self.lost.append(rec)
+        return rec
 
     def _book(self, rec: JournalRecord) -> None:
         self._charge(rec)
         self._settle(rec)
 
     def _charge(self, rec: JournalRecord) -> None:
-        """Count a call's cost towards the caps (at once: also before its journal row is durable)."""
+        """Count a call's cost towards the caps (at once: also before its journal row is durable); a cost booked at
+        the reservation is unresolved until the provider says."""
         self.spent += rec.cost_usd
         if rec.trace_id:
             self.trace_spent[rec.trace_id] += rec.cost_usd
+        if rec.cost_source == "reservation":
+            u = Unknown(rec.state_id, rec.teacher, rec.trace_id, rec.question, rec.cost_usd, rec.generation_id)
+            self._unknown[rec.generation_id or f"#{next(self._ids)}"] = u
+
+    def _add_unknown(self, u: Unknown) -> str:
+        """Book a call with no row at its reservation, unresolved; returns its id."""
+        uid = f"#{next(self._ids)}"
+        self._unknown[uid] = u
+        self.spent += u.reserve_usd
+        if u.trace_id:
+            self.trace_spent[u.trace_id] += u.reserve_usd
+        return uid
+
+    def _apply_charge(self, uid: str, cost: float) -> Unknown | None:
+        """Replace an unresolved call's reservation by what it cost."""
+        u = self._unknown.pop(uid, None)
+        if u is None:
+            return None
+        self.spent += cost - u.reserve_usd
+        if u.trace_id:
+            self.trace_spent[u.trace_id] += cost - u.reserve_usd
+        self.resolved += 1
+        return u
+
+    @property
+    def unresolved_usd(self) -> float:
+        """Worst case of the calls whose cost is unknown (summed afresh: a handful of calls)."""
+        return sum(u.reserve_usd for u in self._unknown.values())
+
+    @property
+    def known_usd(self) -> float:
+        """What the provider has charged, as far as it has said: ``spent`` less the unresolved worst cases."""
+        return self.spent - self.unresolved_usd
 
     def _final(self, rec: JournalRecord) -> bool:
         """An answer that is not asked again: ok, or a failure that must not be retried (or may have been paid)."""
@@ -217,6 +303,12 @@ class Ledger:
         kind, why = self._stop
         reserved = self._reserved()
         pending = f" ({_usd(reserved)} still reserved by calls in flight)" if reserved else ""
+        if self._unknown:  # after the first "; ": the figure before it is what the cap counts
+            pending += (
+                f"; of that, known charges {_usd(self.known_usd)} and unresolved, worst case "
+                f"{_usd(self.unresolved_usd)} ({len(self._unknown)} call{'' if len(self._unknown) == 1 else 's'} "
+                "whose cost the provider has not reported)"
+            )
         if kind == "price":
             return (
                 f"price table below the bill: {why}; spent {_usd(self.spent)}{pending}. Nothing new was sent: fix "
@@ -256,8 +348,18 @@ class Ledger:
                 return await self._share(ask, answer)
             pending = self._inflight.get(ask.question)
             if pending is not None:  # someone is asking the same question: wait for their answer
-                with contextlib.suppress(Exception):  # a failed attempt: the loop decides whether to ask again
-                    await asyncio.shield(pending)
+                self.waiting += 1
+                try:
+                    with contextlib.suppress(Exception):  # a failed attempt: the loop decides whether to ask again
+                        await asyncio.shield(pending)
+                finally:
+                    self.waiting -= 1
+                continue
+            rekey = self._rekey.get(ask.question)
+            if rekey is not None and not ask.idempotent:  # its key can no longer be sent: lost, as without one
+                del self._rekey[ask.question]
+                self._forget_unknown(rekey[1])
+                self._book_lost_row(rekey[0], True)
                 continue
             fit = self._fit(ask)
             if fit == "wait":
@@ -266,9 +368,15 @@ class Ledger:
             if fit is not None:
                 return fit
             break
+        key = ""
+        if ask.idempotent:
+            rekey = self._rekey.pop(ask.question, None)
+            if rekey is not None:
+                self._rekeyed[ask.question] = rekey
+            key = rekey[0].key if rekey is not None else uuid.uuid4().hex
         self._inflight[ask.question] = asyncio.get_running_loop().create_future()
         self._held[ask.question] = ask
-        intent = self._event(ask, "intent")
+        intent = self._event(ask, "intent", key=key)
         try:
             if sent:
                 self._sent.add(ask.question)
@@ -283,7 +391,7 @@ class Ledger:
                 self._sync.post(self._event(ask, "clear"), self._intents)
             self._drop(ask, "admission cancelled")
             raise
-        return Admission("send")
+        return Admission("send", key=key)
 
     async def _share(self, ask: Ask, answer: JournalRecord) -> Admission:
         row = answer.model_copy(
@@ -306,12 +414,12 @@ class Ledger:
         await self._sync.append(Journal.line(row), self._journal)
         return Admission("shared", record=row, saved_usd=answer.cost_usd)
 
-    def _event(self, ask: Ask | None, event: CallEvent) -> bytes:
+    def _event(self, ask: Ask | None, event: CallEvent, *, key: str = "") -> bytes:
         """One call-log row (an :class:`Intent`), serialised directly: it is on every call's path. ``ask`` None:
         the ``open`` row."""
         if ask is None:
             return json.dumps({"ts": time.time(), "event": event, "boot_id": self.boot}).encode()
-        row = {
+        row: dict = {
             "state_id": ask.state_id,
             "teacher": ask.teacher,
             "trace_id": ask.trace_id,
@@ -320,6 +428,8 @@ class Ledger:
             "reserve_usd": ask.reserve_usd,
             "event": event,
         }
+        if key:
+            row["key"] = key
         return json.dumps(row).encode()
 
     async def mark_sent(self, question: str) -> None:
@@ -354,6 +464,12 @@ class Ledger:
         """
         held = self._held.pop(ask.question, ask)
         self._sent.discard(ask.question)
+        rekeyed = self._rekeyed.pop(ask.question, None)
+        if rekeyed is not None:  # a call lost in a crash, asked again with its key
+            if record.cost_source or record.possibly_paid:  # its row books the key's one charge (or worst case)
+                self._forget_unknown(rekeyed[1])
+            else:  # refused: the first request may still have been charged; its key is sent again next time
+                self._rekey[ask.question] = rekeyed
         update: dict = {"question": ask.question, "reserved_usd": held.reserve_usd, "trace_id": ask.trace_id}
         if record.possibly_paid and record.cost_source != "usage":
             update.update(cost_usd=max(record.cost_usd, held.reserve_usd), cost_source="reservation")
@@ -384,16 +500,48 @@ class Ledger:
         reached the provider stays booked at its reservation (in memory: the call log books it on resume); one that
         never did is simply forgotten. Whoever waits for its question asks again."""
         held = self._held.get(ask.question)
-        if held is not None and ask.question in self._sent:
-            self.spent += held.reserve_usd
-            if held.trace_id:
-                self.trace_spent[held.trace_id] += held.reserve_usd
+        if held is not None and ask.question in self._sent and ask.question not in self._rekeyed:
+            self._add_unknown(Unknown(held.state_id, held.teacher, held.trace_id, held.question, held.reserve_usd))
         self._drop(ask, "released")
+
+    def _forget_unknown(self, uid: str) -> None:
+        """Unbook an unresolved call that has no row (it is booked again otherwise)."""
+        u = self._unknown.pop(uid, None)
+        if u is not None:
+            self.spent -= u.reserve_usd
+            if u.trace_id:
+                self.trace_spent[u.trace_id] -= u.reserve_usd
+
+    async def resolve(self, generation_id: str, cost_usd: float, via: str = "generation") -> bool:
+        """Book what the provider reports an unresolved call cost (its ``generation_id`` from the answer); the
+        ``charge`` row is durable when this returns. False when no unresolved call has that id."""
+        u = self._apply_charge(generation_id, cost_usd)
+        if u is None:
+            return False
+        if self.budget.capped and cost_usd > u.reserve_usd and self._stop is None:
+            self._stop = (
+                "price",
+                f"teacher {u.teacher} billed {_usd(cost_usd)} for a call whose worst case at its prices was "
+                f"{_usd(u.reserve_usd)}",
+            )
+        self._wake()
+        ask = Ask(u.state_id, u.teacher, u.question, u.reserve_usd, u.trace_id)
+        row = json.loads(self._event(ask, "charge"))
+        row.update(cost_usd=cost_usd, via=via, generation_id=generation_id)
+        await self._sync.append(json.dumps(row).encode(), self._intents)
+        return True
+
+    async def lookups(self) -> list[tuple[str, str]]:
+        """(teacher, generation id) of every unresolved call whose answer named its generation."""
+        return [(u.teacher, uid) for uid, u in self._unknown.items() if u.generation_id]
 
     def _drop(self, ask: Ask, why: str) -> None:
         """Forget an admitted call that has no answer: its reservation is freed, whoever waits for its question
         asks again."""
         self._held.pop(ask.question, None)
+        rekeyed = self._rekeyed.pop(ask.question, None)
+        if rekeyed is not None:
+            self._rekey[ask.question] = rekeyed
         self._sent.discard(ask.question)
         self._wake()
         fut = self._inflight.pop(ask.question, None)
@@ -402,8 +550,15 @@ class Ledger:
             fut.exception()
 
     async def snapshot(self) -> dict:
+        unknown = list(self._unknown.values())
         return {
             "spent": self.spent,
+            "known_usd": self.known_usd,
+            "unresolved": len(unknown),
+            "unresolved_usd": sum(u.reserve_usd for u in unknown),
+            "unresolved_calls": [f"{u.state_id}/{u.teacher}" for u in unknown],
+            "resolved": self.resolved,
+            "rekeyed": self.rekeyed,
             "reserved": self._reserved(),
             "stopped": self.stop_message(),
             "lost": len(self.lost),
@@ -414,6 +569,7 @@ class Ledger:
             "shared_usd": self.shared_usd,
             "previous_records": self.previous_records,
             "inflight": len(self._inflight),
+            "waiting": self.waiting,
         }
 
     def close(self) -> None:

@@ -60,6 +60,12 @@ class RemoteLedger:
     async def release(self, ask: Ask) -> None:
         await self.handle.release.remote(ask)
 
+    async def resolve(self, generation_id: str, cost_usd: float, via: str = "generation") -> bool:
+        return await self.handle.resolve.remote(generation_id, cost_usd, via)
+
+    async def lookups(self) -> list[tuple[str, str]]:
+        return await self.handle.lookups.remote()
+
     async def snapshot(self) -> dict:
         return await self.handle.snapshot.remote()
 

@@ -53,6 +53,9 @@ class Ask:
     reserve_usd: float
     """Worst-case cost (:func:`worst_case_usd`)."""
     trace_id: str = ""
+    idempotent: bool = False
+    """The call's requests carry an idempotency key (the teacher's ``idempotency_header``, on a backend that sends
+    it): repeating them cannot be charged twice."""
 
 
 def params_json(teacher_params: dict[str, Any]) -> bytes:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,16 +37,18 @@ class LedgerLike(Protocol):
     async def mark_refused(self, question: str) -> None: ...
     async def commit(self, ask: Ask, record: JournalRecord) -> JournalRecord: ...
     async def release(self, ask: Ask) -> None: ...
+    async def resolve(self, generation_id: str, cost_usd: float, via: str = "generation") -> bool: ...
+    async def lookups(self) -> list[tuple[str, str]]: ...
     async def snapshot(self) -> dict: ...
 
 
 class _LedgerWire:
     """The client's :class:`~crf_prime.teachers.client.Wire` for one call: tells the ledger."""
 
-    __slots__ = ("ledger", "question")
+    __slots__ = ("key", "ledger", "question")
 
-    def __init__(self, ledger: LedgerLike, question: str) -> None:
-        self.ledger, self.question = ledger, question
+    def __init__(self, ledger: LedgerLike, question: str, key: str) -> None:
+        self.ledger, self.question, self.key = ledger, question, key
 
     async def sent(self) -> None:
         await self.ledger.mark_sent(self.question)
@@ -100,12 +102,12 @@ class _Payload:
             self._value, self._made = self._backend.prepare(self._request), True
         return self._value
 
-    def ask(self, t: TeacherConfig, params: bytes) -> Ask:
+    def ask(self, t: TeacherConfig, params: bytes, idempotent: bool) -> Ask:
         if self._content is None:
             self._content = Content.of(teacher_messages(self._request), list(self._request.tools))
         question, reserve = plan(t, params, self._content)
         r = self._request
-        return Ask(r.key, t.name, question, reserve, r.trace_id)
+        return Ask(r.key, t.name, question, reserve, r.trace_id, idempotent)
 
 
 class TeacherPool:
@@ -127,9 +129,14 @@ class TeacherPool:
         self._early_release = bool(getattr(ledger, "charges_before_await", False))
         # a backend that cannot tell when a request hits the wire (Ray) has its calls count as sent from admission
         self._reports_wire = bool(getattr(backend, "reports_wire", False))
+        # a backend whose teachers can be down for a while (Ray: an actor restarting) says when one takes calls again
+        self._ready: Callable[[str], Awaitable[None]] | None = getattr(backend, "ready", None)
         self._params = {
             (t.name, tools): params_json(question_params(t, tools)) for t in self.teachers for tools in (False, True)
         }
+        # a teacher whose endpoint takes idempotency keys gets one per call (in the call log before it is sent): the
+        # asyncio client reads it from the pool's wire, a Ray actor gets it with the call
+        self._idempotent = {t.name: bool(t.idempotency_header) for t in self.teachers}
 
     @staticmethod
     def queue_depth(t: TeacherConfig, backend: Backend, options: PoolOptions) -> int:
@@ -168,16 +175,21 @@ class TeacherPool:
         await slot.acquire()
         rec: JournalRecord | None = None
         try:
-            ask = payload.ask(t, self._params[(t.name, bool(request.tools))])
+            if self._ready is not None:  # nothing is admitted for a teacher that cannot take it (a restarting actor)
+                await self._ready(t.name)
+            ask = payload.ask(t, self._params[(t.name, bool(request.tools))], self._idempotent[t.name])
             adm = await self.ledger.admit(ask, sent=not self._reports_wire)
         except BaseException:
             slot.release()
             raise
         if adm.verdict == "send":
-            token = WIRE.set(_LedgerWire(self.ledger, ask.question)) if self._reports_wire else None
+            token = WIRE.set(_LedgerWire(self.ledger, ask.question, adm.key)) if self._reports_wire else None
             sent = time.perf_counter()
             try:
-                rec = await self.backend.ask(t.name, payload.get())
+                if adm.key and not self._reports_wire:
+                    rec = await self.backend.ask(t.name, payload.get(), key=adm.key)
+                else:
+                    rec = await self.backend.ask(t.name, payload.get())
             except BaseException as e:  # cancelled, or an infrastructure error: no answer to commit
                 slot.release()
                 if isinstance(e, NotSubmitted):  # nothing to book, though admitted as sent (Ray)
@@ -225,6 +237,21 @@ class TeacherPool:
         except asyncio.CancelledError:
             await commit
             raise
+
+    async def resolve_costs(self) -> int:
+        """Ask the providers that can say (``TeacherConfig.looks_up_costs``) what each unresolved call cost, and book
+        the answers; returns how many were resolved. A generation the provider has no record of yet stays
+        unresolved (booked at its worst case) for a later run."""
+        teachers = {t.name: t for t in self.teachers}
+        pending = [(t, g) for t, g in await self.ledger.lookups() if t in teachers and teachers[t].looks_up_costs]
+        gate = asyncio.Semaphore(8)
+
+        async def one(teacher: str, generation_id: str) -> bool:
+            async with gate:
+                cost = await self.backend.lookup(teacher, generation_id)
+            return cost is not None and await self.ledger.resolve(generation_id, cost)
+
+        return sum(await asyncio.gather(*(one(t, g) for t, g in pending)))
 
     async def ask(self, request: TeacherRequest) -> StateOutcome:
         """Ask every eligible teacher (tier by tier when tiered) once; answers already journaled are reused."""
@@ -275,6 +302,7 @@ class TeacherPool:
                 on_state(out)
             return out
 
+        await self.resolve_costs()  # calls of earlier runs the provider can now account for
         try:
             for state in states:
                 await sem.acquire()
@@ -294,6 +322,7 @@ class TeacherPool:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+        await self.resolve_costs()
         if self.stopped:  # the message as of now, with every call of this run settled: the final spend
             self.stopped = (await self.ledger.snapshot())["stopped"] or self.stopped
         return outcomes

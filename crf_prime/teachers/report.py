@@ -77,7 +77,23 @@ class ReplayReport(BaseModel):
     cost_states_usd: float
     """Spend of every answer at these states, earlier runs included."""
     cost_journal_usd: float
-    """Everything the job's journal has booked (what the job budget is checked against)."""
+    """Everything the job's journal has booked (what the job budget is checked against): the known charges plus
+    the unresolved calls' worst cases."""
+    known_usd: float = 0.0
+    """What the job has cost, as far as the providers have said: every charge reported (``usage.cost``, a later
+    generation lookup) or priced from reported tokens. The unresolved calls are not in it."""
+    unresolved_calls: int = 0
+    """Calls whose cost is unknown (they reached the provider and no cost came back, or were lost in a crash): each
+    booked at its reservation against the caps until the provider says."""
+    unresolved_usd: float = 0.0
+    """The unresolved calls' worst case (their reservations): counted against the caps, not in ``known_usd``."""
+    unresolved_list: tuple[str, ...] = ()
+    """``state_id/teacher`` of each unresolved call."""
+    resolved_calls: int = 0
+    """Calls whose unknown cost a provider reported later (its generation lookup), in this run or an earlier one."""
+    rekeyed_calls: int = 0
+    """Calls lost in a previous crash that were re-sent with their idempotency key (answered without a second
+    charge)."""
     usd_per_state: float | None
     usd_per_trace: float | None
     usd_per_100_steps: float | None
@@ -171,6 +187,12 @@ def build_report(
         cost_run_usd=sum(r.cost_usd for r in sent),
         cost_states_usd=cost_states,
         cost_journal_usd=float(ledger_snapshot.get("spent", 0.0)),
+        known_usd=float(ledger_snapshot.get("known_usd", ledger_snapshot.get("spent", 0.0))),
+        unresolved_calls=int(ledger_snapshot.get("unresolved", 0)),
+        unresolved_usd=float(ledger_snapshot.get("unresolved_usd", 0.0)),
+        unresolved_list=tuple(ledger_snapshot.get("unresolved_calls", ())),
+        resolved_calls=int(ledger_snapshot.get("resolved", 0)),
+        rekeyed_calls=int(ledger_snapshot.get("rekeyed", 0)),
         usd_per_state=per_state,
         usd_per_trace=cost_states / len(traces) if traces else None,
         usd_per_100_steps=None if per_state is None else 100 * per_state,
@@ -238,6 +260,13 @@ def render(report: ReplayReport, console: object | None = None) -> None:
             f"{_fmt_usd(report.cost_run_usd)} / "
             f"{_fmt_usd(report.cost_states_usd)} / {_fmt_usd(report.cost_journal_usd)}",
         ),
+        ("job spend: known charges", _fmt_usd(report.known_usd)),
+        (
+            "unresolved, worst case (cost not reported; counted against the caps)",
+            f"{report.unresolved_calls} / {_fmt_usd(report.unresolved_usd)}"
+            + (f": {', '.join(report.unresolved_list[:8])}" if report.unresolved_list else "")
+            + (" ..." if len(report.unresolved_list) > 8 else ""),
+        ),
         ("$ per state", _fmt_usd(report.usd_per_state)),
         ("$ per trace", _fmt_usd(report.usd_per_trace)),
         ("$ per 100 steps", _fmt_usd(report.usd_per_100_steps)),
@@ -262,6 +291,10 @@ def render(report: ReplayReport, console: object | None = None) -> None:
                 + (" ..." if len(report.lost_calls) > 8 else ""),
             )
         )
+    if report.resolved_calls:
+        rows.append(("unknown costs resolved by the provider (generation lookup)", str(report.resolved_calls)))
+    if report.rekeyed_calls:
+        rows.append(("lost in a previous crash, re-sent with their idempotency key", str(report.rekeyed_calls)))
     if report.unsent_in_previous_crash:
         rows.append(("never sent before a previous crash (asked again)", str(report.unsent_in_previous_crash)))
     if report.possibly_paid_calls:

@@ -143,6 +143,10 @@ def test_kill_9_then_resume_ledger_equals_the_bill(tmp_path, capsys):
     assert report["lost_in_previous_crash"] == 2 and report["unsent_in_previous_crash"] == 1
     assert sorted(report["lost_calls"]) == ["s0040/a", "s0041/a"]
     assert report["lost_usd"] == pytest.approx(2 * RESERVATION)
+    # no keys, no lookup: the two lost calls are the unresolved line, apart from the known charges
+    assert sorted(report["unresolved_list"]) == ["s0040/a", "s0041/a"]
+    assert report["unresolved_usd"] == pytest.approx(2 * RESERVATION)
+    assert report["known_usd"] == pytest.approx(charged_after_resume - 2 * RESERVATION, abs=1e-12)
     # --resend-lost: 40 and 41 asked (and paid) again, nothing else; the ledger still equals the bill
     paid = paid_per_question(server)
     assert {q for q, n in paid.items() if n > 1} == HANGS
@@ -152,3 +156,78 @@ def test_kill_9_then_resume_ledger_equals_the_bill(tmp_path, capsys):
     for r in rows:
         final[r.key] = r
     assert len(final) == N and all(r.ok for r in final.values())
+
+
+CUT = 10
+"""Its answer is cut off (unreadable body) before the kill: possibly paid, its generation named in the first bytes."""
+
+
+class KeyedScript(Script):
+    def __call__(self, body: dict) -> Reply:
+        if content_id(body) == CUT:
+            self.asked[CUT] += 1
+            return Reply(malformed=True)
+        return super().__call__(body)
+
+
+def test_kill_9_then_resume_with_idempotency_keys_known_spend_is_the_bill(tmp_path, capsys):
+    """The same kill -9, against an endpoint that takes idempotency keys and looks generations up: the two calls at
+    the provider at the kill are re-sent with their keys on resume (answered, not charged again), the cut body is
+    looked up; the report's known spend is the server's charge to the last digit, nothing unresolved, no answer
+    lost."""
+    script = KeyedScript()
+    path = write_states(tmp_path / "states.jsonl", states())
+    out = tmp_path / "out"
+    journal = out / "journal.jsonl"
+    billing = Billing(price_in_per_mtok=20.0, price_out_per_mtok=PRICE_OUT, idempotency_header="Idempotency-Key")
+    with LoopbackOpenAI(script, billing=billing) as server:
+        toml = write_toml(tmp_path / "teachers.toml", server.base_url)
+        toml.write_text(
+            toml.read_text().replace(
+                "price_in_per_mtok = 0.0\n",
+                'price_in_per_mtok = 20.0\nidempotency_header = "Idempotency-Key"\ncost_lookup = "openrouter"\n',
+            )
+        )
+        argv = replay_argv(toml, path, out, "--no-progress", "--pool.window", "3")
+        env = {**os.environ, "CRF_TEST_KEY": "sk-test"}
+        proc = subprocess.Popen([sys.executable, "-m", "crf_prime.cli", *argv], env=env, stdout=subprocess.DEVNULL)
+        try:
+            assert server.wait_for(lambda s: {40, 41, 42} <= {content_id(b) for b in s.requests}, 90)
+
+            def settled() -> bool:
+                rows = list(read_journal(journal))
+                clears = [i for i in read_intents(intents_path(journal)) if i.event == "clear"]
+                return len(rows) == 40 and any(i.state_id == "s0042" for i in clears)
+
+            wait_until(settled, "the journal to hold states 0-39", proc)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        keys = {content_id(c.body): c.key for c in server.charges}
+        assert keys[40] and keys[41]  # the calls at the provider carried their keys
+
+        script.resumed = True
+        os.environ["CRF_TEST_KEY"] = "sk-test"
+        try:
+            assert main(argv) == 0
+        finally:
+            del os.environ["CRF_TEST_KEY"]
+        report = json.loads((out / "report.json").read_text())
+        charged = server.charged_usd
+        paid = paid_per_question(server)
+    assert f"spend: known ${charged:.4f}; unresolved, worst case $0.0000 (0 calls)" in capsys.readouterr().out
+    print(
+        f"\nMONEY kill -9 + resume, idempotency keys + generation lookup: server charged ${charged:.6f}, report "
+        f"known ${report['known_usd']:.6f}, unresolved {report['unresolved_calls']} (worst case "
+        f"${report['unresolved_usd']:.6f}); re-sent with their keys: {report['rekeyed_calls']}; resolved by lookup: "
+        f"{report['resolved_calls']}; questions paid twice: {sum(1 for n in paid.values() if n > 1)}"
+    )
+    assert script.asked[40] == script.asked[41] == 2 and max(paid.values()) == 1  # re-sent, charged once
+    assert set(paid) == set(range(N)) - set(range(30, 36))
+    assert report["known_usd"] == pytest.approx(charged, abs=1e-12)
+    assert (report["unresolved_calls"], report["unresolved_usd"]) == (0, 0.0)
+    assert (report["rekeyed_calls"], report["resolved_calls"], report["lost_in_previous_crash"]) == (2, 1, 0)
+    final = {r.key: r for r in read_journal(journal)}
+    assert len(final) == N and {k[0] for k, r in final.items() if not r.ok} == {f"s{CUT:04d}"}  # only the cut body

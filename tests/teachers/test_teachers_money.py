@@ -82,6 +82,10 @@ async def test_a_cap_smaller_than_one_round_is_never_crossed(tmp_path, worst_cas
     # the stop message gives the final spend, after the calls in flight at the stop finished
     assert report.budget_stopped.startswith(f"job budget reached: spent ${charged:.4f} of $0.0200;")
     assert "still reserved" not in report.budget_stopped
+    # cut-off answers: their cost is unknown (no lookup here), so the message splits the figure
+    unknown = f"of that, known charges ${report.known_usd:.4f} and unresolved, worst case ${report.unresolved_usd:.4f}"
+    assert (unknown in report.budget_stopped) == worst_case_answers
+    assert report.known_usd + report.unresolved_usd == pytest.approx(charged, abs=1e-12)
 
 
 async def test_per_trace_cap_holds_at_full_concurrency(tmp_path):
@@ -282,3 +286,155 @@ async def test_a_restart_books_what_may_have_reached_the_provider(
     verdict = (await again.admit(ask)).verdict
     assert verdict == ("done" if booked else "send")
     again.close()
+
+
+# -- single flight, and a ledger whose known spend is the bill ---------------------------------------------------------
+
+
+async def test_many_states_sharing_a_context_sent_at_once_pay_one_call_per_teacher(tmp_path):
+    """10 states (3 traces) share one context and are all in flight at once: each teacher is paid once."""
+    states = [make_state(0)] + [
+        same_question(i, 0).model_copy(
+            update={"source": make_state(0).source.model_copy(update={"trace_id": f"t{i % 3}"})}
+        )
+        for i in range(1, 10)
+    ]
+    with LoopbackOpenAI(lambda body: answer(delay_s=0.2), billing=BILLING) as server:
+        teachers = [priced(n, server.base_url, max_concurrency=10) for n in ("a", "b", "c")]
+        report = await replay_async(
+            write_states(tmp_path / "s.jsonl", states), pool_config(teachers, window=10), tmp_path / "out"
+        )
+    assert Counter(c.model for c in server.charges) == {"model-a": 1, "model-b": 1, "model-c": 1}
+    assert len(server.requests) == 3 and paid_twice(server) == {}
+    assert (report.calls_sent, report.shared_calls) == (3, 27)
+    assert report.known_usd == pytest.approx(server.charged_usd, abs=1e-12) and report.unresolved_calls == 0
+
+
+FAULTS = {
+    0: [answer("ls")],
+    1: [Reply(status=429, headers={"Retry-After": "0.01"}), answer("ls")],
+    2: [Reply(status=500, headers={"retry-after-ms": "1"}), answer("ls")],
+    3: [Reply(delay_s=60.0)],  # hangs: billed, no id ever reaches the client
+    4: [Reply(error={"message": "provider went away", "code": 502})],
+    5: [Reply(malformed=True)],  # cut off: its first bytes name the generation
+}
+"""The fault mix of teacher "a", by state: what each request of the state gets, in order."""
+STALLED = 5
+"""Teacher "s" streams; its answer at this state stalls half-way: the first chunk named the generation."""
+BILL_IN = Billing(price_in_per_mtok=20.0, price_out_per_mtok=50.0)
+"""Prompt tokens priced too: a call's bill is below its reservation (the bytes of the request bound its tokens)."""
+TIMEOUT_S = 10.0
+"""Per attempt: long enough for a first request on a loaded 2-core box (~5 s seen), short enough for the hang."""
+
+
+def fault_script(seen: Counter):
+    def script(body: dict) -> Reply:
+        sid = sid_of(body)
+        seen[body["model"], sid] += 1
+        if body["model"] == "model-s":
+            return answer("ls", stall_s=60.0) if sid == STALLED else answer("ls")
+        return FAULTS[sid][seen[body["model"], sid] - 1]
+
+    return script
+
+
+def fault_teachers(base_url: str, **kw):
+    common = {"price_in_per_mtok": 20.0, "price_out_per_mtok": 50.0, "timeout_s": TIMEOUT_S, **kw}
+    return [teacher("a", base_url, **common), teacher("s", base_url, stream=True, **common)]
+
+
+async def test_known_spend_is_the_bill_and_the_unknown_is_listed_apart(tmp_path):
+    """The fault mix: answers and refusals are booked at their reported cost; the cut body and the stalled stream
+    are looked up by their generation id -- the provider has no record of them yet at the end of the run (404), so
+    they are resolved by the next run -- and the hang, whose answer never named its generation, stays unresolved
+    at its worst case, listed apart."""
+    seen: Counter = Counter()
+    states = write_states(tmp_path / "a.jsonl", [make_state(i) for i in range(6)])
+    with LoopbackOpenAI(fault_script(seen), billing=BILL_IN.model_copy(update={"lookup_misses": 1})) as server:
+        cfg = pool_config(fault_teachers(server.base_url, cost_lookup="openrouter"), budget={"job_usd": 10.0})
+        first = await replay_async(states, cfg, tmp_path / "out")
+        lookups_first = len(server.lookups)
+        again = await replay_async(write_states(tmp_path / "none.jsonl", []), cfg, tmp_path / "out")
+    bill = {(c.model, sid_of(c.body)): c.usd for c in server.charges}  # one charge per (teacher, state)
+    hang = bill["model-a", 3]
+    r3 = reservation(cfg.teachers[0], make_state(3))
+    print(
+        f"\nMONEY fault mix: server charged ${server.charged_usd:.6f}; ledger known ${again.known_usd:.6f}, unresolved "
+        f"{again.unresolved_calls} call(s), worst case ${again.unresolved_usd:.6f} (billed ${hang:.6f}); known + worst "
+        f"cases (what the cap counts) ${again.cost_journal_usd:.6f}"
+    )
+    assert lookups_first == 2  # the cut body's and the stall's generations, not yet on record
+    assert sorted(first.unresolved_list) == ["s0003/a", "s0005/a", "s0005/s"] and first.resolved_calls == 0
+    cut = (("model-a", 3), ("model-a", 5), ("model-s", 5))
+    assert first.known_usd == pytest.approx(sum(v for k, v in bill.items() if k not in cut), abs=1e-12)
+    # the next run resolves them: the known spend is the bill of every call but the one whose generation is unknown
+    assert again.resolved_calls == 2 and again.unresolved_list == ("s0003/a",)
+    assert again.known_usd == pytest.approx(server.charged_usd - hang, abs=1e-12)
+    assert again.unresolved_usd == pytest.approx(r3) and hang < r3
+    assert again.cost_journal_usd == pytest.approx(server.charged_usd - hang + r3, abs=1e-12)  # what the cap counts
+    assert first.cost_journal_usd > again.cost_journal_usd  # the worst cases were above the bill
+    asked = {sid: n for (model, sid), n in seen.items() if model == "model-a"}
+    assert asked == {0: 1, 1: 2, 2: 2, 3: 1, 4: 1, 5: 1} and seen["model-s", 5] == 1  # nothing sent twice
+
+
+async def test_a_resolved_cost_is_durable_and_counts_against_the_cap_as_billed(tmp_path):
+    """The charge row of a lookup is read back by the next ledger: nothing is looked up twice."""
+    from crf_prime.teachers.ledger import Ledger
+
+    with LoopbackOpenAI(lambda body: Reply(malformed=True), billing=BILL_IN) as server:
+        (a, _) = fault_teachers(server.base_url, cost_lookup="openrouter")
+        states = write_states(tmp_path / "s.jsonl", [make_state(0)])
+        report = await replay_async(states, pool_config([a], budget={"job_usd": 1.0}), tmp_path / "out")
+        assert len(server.lookups) == 1
+        (charge,) = server.charges
+    assert (report.resolved_calls, report.unresolved_calls) == (1, 0)
+    assert report.known_usd == pytest.approx(charge.usd, abs=1e-12) and charge.usd < reservation(a, make_state(0))
+    again = Ledger(tmp_path / "out" / "journal.jsonl")
+    assert again.spent == pytest.approx(charge.usd, abs=1e-12) and await again.lookups() == []
+    again.close()
+
+
+async def test_without_a_lookup_the_unknown_cost_stays_at_its_worst_case(tmp_path):
+    with LoopbackOpenAI(lambda body: Reply(malformed=True), billing=BILL_IN) as server:
+        (a, _) = fault_teachers(server.base_url)  # cost_lookup "auto": not OpenRouter's base_url, no lookup
+        report = await replay_async(
+            write_states(tmp_path / "s.jsonl", [make_state(0)]), pool_config([a]), tmp_path / "o"
+        )
+    assert server.lookups == [] and report.known_usd == 0.0
+    assert report.unresolved_calls == 1 and report.unresolved_usd == pytest.approx(reservation(a, make_state(0)))
+
+
+@pytest.mark.parametrize("still_keyed", [True, False])
+async def test_a_call_lost_with_its_idempotency_key_is_re_sent_with_it(tmp_path, still_keyed):
+    """A run dies with a keyed call at the provider. The next ledger holds its reservation as unresolved and hands
+    the same key out again; its answer's reported cost replaces it. A teacher that no longer sends keys gets the
+    call booked as lost instead (a keyless resend could be charged twice)."""
+    from crf_prime.records.journal import JournalRecord
+    from crf_prime.teachers.ledger import Ledger
+    from crf_prime.teachers.money import Ask
+
+    ask = Ask("s0000", "a", "q" * 64, 0.004, "t0", idempotent=True)
+    first = Ledger(tmp_path / "journal.jsonl")
+    sent = await first.admit(ask, sent=True)
+    first.close()  # killed with the call at the provider
+    assert sent.verdict == "send" and len(sent.key) == 32
+    again = Ledger(tmp_path / "journal.jsonl")
+    assert (again.rekeyed, again.lost, again.spent, again.known_usd) == (1, [], pytest.approx(0.004), pytest.approx(0))
+    if not still_keyed:
+        adm = await again.admit(Ask("s0001", "a", "q" * 64, 0.004, "t0"))
+        assert adm.verdict == "shared" and [r.error_type for r in again.lost] == ["lost"]
+        assert (again.known_usd, again.unresolved_usd) == (0.0, pytest.approx(0.004))
+        again.close()
+        return
+    adm = await again.admit(Ask("s0001", "a", "q" * 64, 0.004, "t0", idempotent=True), sent=True)
+    assert (adm.verdict, adm.key) == ("send", sent.key)  # the same key: the provider answers without a new charge
+    answered = JournalRecord(
+        state_id="s0001", teacher="a", model="m", model_family="", ok=True, action=None, input_tokens=10,
+        output_tokens=10, cost_usd=0.0015, cost_source="usage", latency_s=0.1, attempt=1, ts=0.0,
+    )  # fmt: skip
+    await again.commit(Ask("s0001", "a", "q" * 64, 0.004, "t0", idempotent=True), answered)
+    assert (again.spent, again.known_usd, again.unresolved_usd) == (pytest.approx(0.0015),) * 2 + (0,)
+    again.close()
+    third = Ledger(tmp_path / "journal.jsonl")  # answered: nothing left to re-send
+    assert (third.rekeyed, third.spent) == (0, pytest.approx(0.0015))
+    third.close()

@@ -28,6 +28,7 @@ from crf_prime.loopback import Billing, LoopbackOpenAI, Reply
 from crf_prime.records.journal import read_journal
 from crf_prime.records.states import read_states
 from crf_prime.teachers.backends import RayBackend
+from crf_prime.teachers.journal import intents_path, read_intents
 from crf_prime.teachers.ledger import Ledger
 from crf_prime.teachers.pool import TeacherPool
 
@@ -115,6 +116,19 @@ async def test_killed_actor_restarts_and_only_its_calls_in_flight_are_possibly_p
         first_pid = (await backend.pids())["a"]
         done: list[str] = []
         pool.on_record = lambda rec, _: done.append(rec.state_id)
+        events: list[str] = []  # in event-loop order: admissions, and the restart seen and over
+        admit, come_back = ledger.admit, backend._come_back
+
+        async def logged_admit(ask, *, sent=False):
+            events.append(f"admit {ask.state_id}")  # asked: the pool has decided to admit it
+            return await admit(ask, sent=sent)
+
+        async def logged_come_back(teacher):
+            events.append("restart seen")
+            await come_back(teacher)
+            events.append("restarted actor answered")
+
+        ledger.admit, backend._come_back = logged_admit, logged_come_back
         run = asyncio.create_task(pool.replay([make_state(i) for i in range(12)]))
         while not (len(done) == 3 and len(seen) == 5):
             await asyncio.sleep(0.02)
@@ -133,6 +147,12 @@ async def test_killed_actor_restarts_and_only_its_calls_in_flight_are_possibly_p
     assert all(records[sid].error_type == "actor_died" and records[sid].possibly_paid for sid in died)
     assert all(records[sid].cost_usd == pytest.approx(0.01) for sid in died)
     assert router.duplicates() == {} and sum(r.ok for r in records.values()) == 12 - len(died)
+    # its calls that died free their slots, but nothing is admitted for the teacher (its reservation held, counted
+    # as sent on Ray) from the first failure seen until the restarted actor has answered its health call
+    first, back = events.index("restart seen"), events.index("restarted actor answered")
+    assert [e for e in events[first:back] if e.startswith("admit")] == [] and events.count("restart seen") == 1
+    admitted = [sum(e.startswith("admit") for e in part) for part in (events[:first], events[back:])]
+    assert sum(admitted) == 12 and admitted[1] > 0
 
 
 async def test_an_actor_that_does_not_come_back_stops_the_job_without_booking_unsent_calls(ray_cluster, tmp_path):
@@ -158,13 +178,16 @@ async def test_an_actor_that_does_not_come_back_stops_the_job_without_booking_un
         spent = ledger.spent
         await backend.close()
         ledger.close()
-    # the call at the provider is booked at its reservation; the next ones, admitted (as sent: Ray) but never
-    # submitted, are not: a resume asks them again
+    # the call at the provider is booked at its reservation; the next ones are not even admitted (the teacher admits
+    # nothing while its actor is down: no intent row, nothing booked), so a resume simply asks them
     assert seen == ["s0000"] and spent == pytest.approx(0.01)
     rows = list(read_journal(tmp_path / "journal.jsonl"))
     assert [(r.state_id, r.error_type, r.possibly_paid) for r in rows] == [("s0000", "actor_died", True)]
+    intents = [i.state_id for i in read_intents(intents_path(tmp_path / "journal.jsonl")) if i.event == "intent"]
+    assert intents == ["s0000"]
     again = Ledger(tmp_path / "journal.jsonl")
-    assert again.spent == pytest.approx(0.01) and len(again.lost) == 0 and again.unsent >= 1
+    assert again.spent == pytest.approx(0.01) and len(again.lost) == 0 and again.unsent == 0
+    assert again.unresolved_usd == pytest.approx(0.01) and again.known_usd == pytest.approx(0.0)
     again.close()
 
 
@@ -264,3 +287,132 @@ async def test_calls_queue_in_the_actor_and_the_provider_never_sees_more_than_ma
     assert answered == [f"s{i:04d}" for i in range(8)]
     # default queue max(2, 2 // 2) = 2: 4 calls reserved and admitted at once, 2 of them at the provider
     assert admitted_at_once == admitted and at_server_at_once == 2
+
+
+def _shared_context(n: int) -> list:
+    """``n`` states (other ids, other traces) whose context is that of ``make_state(0)``: one question per teacher."""
+    base = make_state(0)
+    return [base] + [
+        base.model_copy(
+            update={"state_id": f"dup{i:04d}", "source": base.source.model_copy(update={"trace_id": f"t{i}"})}
+        )
+        for i in range(1, n)
+    ]
+
+
+async def test_states_sharing_a_context_at_once_pay_one_call_per_teacher_on_ray(ray_cluster, tmp_path):
+    with LoopbackOpenAI(lambda body: answer(delay_s=0.3), billing=Billing(price_out_per_mtok=50.0)) as server:
+        cfg = pool_config([teacher(n, server.base_url, max_concurrency=10) for n in ("a", "b", "c")], window=10)
+        pool, backend, ledger = _pool(cfg, tmp_path / "journal.jsonl")
+        outcomes = await pool.replay(_shared_context(10))
+        await backend.close()
+        ledger.close()
+    assert sorted(c.model for c in server.charges) == ["model-a", "model-b", "model-c"]
+    assert sum(len(o.sent) for o in outcomes) == 3 and sum(len(o.shared) for o in outcomes) == 27
+
+
+async def test_a_killed_actor_loses_no_call_when_its_endpoint_takes_idempotency_keys(ray_cluster, tmp_path):
+    """The actor dies with calls at the provider and queued: each is re-sent with its key once the restarted actor
+    answers its health call; the provider charges each question once, every state is answered, the known spend is
+    the bill."""
+    killed = threading.Event()
+    lock = threading.Lock()
+    seen: list[str] = []
+
+    def reply(model, sid, n):
+        with lock:
+            seen.append(sid)
+            k = len(seen)
+        return answer(delay_s=60.0 if k > 3 and not killed.is_set() else 0.05)
+
+    router = Router(reply)
+    billing = Billing(price_out_per_mtok=100.0, idempotency_header="Idempotency-Key")
+    with LoopbackOpenAI(router, billing=billing) as server:
+        t = teacher(
+            "a",
+            server.base_url,
+            max_concurrency=2,
+            price_out_per_mtok=100.0,
+            sampling={"max_tokens": 100},
+            idempotency_header="Idempotency-Key",
+        )
+        cfg = pool_config([t], budget={"job_usd": 1.0})
+        pool, backend, ledger = _pool(cfg, tmp_path / "journal.jsonl", max_restarts=2)
+        first_pid = (await backend.pids())["a"]
+        done: list[str] = []
+        pool.on_record = lambda rec, _: done.append(rec.state_id)
+        run = asyncio.create_task(pool.replay([make_state(i) for i in range(12)]))
+        while not (len(done) == 3 and len(seen) == 5):  # two calls at the provider, two queued in the actor
+            await asyncio.sleep(0.02)
+        os.kill(first_pid, signal.SIGKILL)
+        killed.set()
+        outcomes = await asyncio.wait_for(run, 120)
+        known = (await ledger.snapshot())["known_usd"]
+        await backend.close()
+        ledger.close()
+        charges = list(server.charges)
+    records = {o.state_id: o.records[0] for o in outcomes}
+    assert len(records) == 12 and all(r.ok for r in records.values())
+    assert backend.actor_deaths >= 2 and backend.resent == backend.actor_deaths
+    assert set(seen[3:5]) <= {sid for (_, sid), n in router.calls.items() if n == 2}  # re-sent ...
+    assert sorted(state_of_charge(c) for c in charges) == [f"s{i:04d}" for i in range(12)]  # ... charged once
+    assert known == pytest.approx(sum(c.usd for c in charges), abs=1e-12)
+
+
+def state_of_charge(charge) -> str:
+    from teachers_helpers import state_of
+
+    return state_of(charge.body)
+
+
+@pytest.mark.slow
+async def test_a_question_in_flight_is_awaited_by_another_process_of_a_live_pool(ray_cluster, tmp_path):
+    """Process 1 asks a context; while its request is held at the provider, process 2 asks the same context at
+    another state: it waits in the ledger actor for the answer, and each teacher is paid once."""
+    from crf_prime.teachers import live
+
+    release = threading.Event()
+
+    def reply(body):
+        release.wait(170)  # set by the test once the other process waits (or when it fails): not a timing guess
+        return answer()
+
+    states_b = write_states(tmp_path / "b.jsonl", _shared_context(3)[1:])
+    with LoopbackOpenAI(reply, billing=Billing(price_out_per_mtok=50.0)) as server:
+        # the held requests must not time out while the other process starts (seconds on a loaded box)
+        cfg = pool_config([teacher(n, server.base_url, timeout_s=170.0) for n in ("a", "b")])
+        pool = live.serve(cfg, tmp_path / "journal.jsonl", name="live-flight", namespace=NAMESPACE)
+        ledger = pool.ledger
+        try:
+            first = asyncio.create_task(pool.ask(make_state(0).request()))
+            assert await asyncio.to_thread(server.wait_for, lambda s: len(s.requests) == 2, 120), first
+            script = textwrap.dedent(
+                f"""
+                import asyncio, json, ray
+                from crf_prime.teachers import live
+                from crf_prime.records.states import read_states
+                ray.init(address={ray_cluster.address_info["address"]!r}, namespace={NAMESPACE!r}, log_to_driver=False)
+                pool = live.attach("live-flight", namespace={NAMESPACE!r})
+                outs = asyncio.run(pool.replay(read_states({str(states_b)!r})))
+                print(json.dumps({{"sent": sum(len(o.sent) for o in outs), "shared": sum(len(o.shared) for o in outs),
+                                   "ok": sum(r.ok for o in outs for r in o.records)}}))
+                """
+            )
+            proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+            try:
+                while (await ledger.snapshot())["waiting"] < 4:  # both states x both teachers wait in the ledger
+                    assert proc.poll() is None, f"the attached process exited before asking: {proc.stdout.read()}"
+                    await asyncio.sleep(0.05)
+                release.set()
+                out, _ = await asyncio.to_thread(proc.communicate, timeout=120)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+            outcome = await first
+        finally:
+            release.set()
+            live.shutdown("live-flight", namespace=NAMESPACE)
+    other = json.loads(out.strip().splitlines()[-1])
+    assert [r.ok for r in outcome.sent] == [True, True]
+    assert other == {"sent": 0, "shared": 4, "ok": 4}
+    assert sorted(c.model for c in server.charges) == ["model-a", "model-b"]
