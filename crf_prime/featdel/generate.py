@@ -44,7 +44,8 @@ from crf_prime.featdel.deletion import (
     iter_functions,
     unified_diff,
 )
-from crf_prime.featdel.grade import detect_hack, grade_changes, materialise
+from crf_prime.featdel.grade import materialise
+from crf_prime.featdel.grader import Grader, grade_changes
 from crf_prime.featdel.granularity import Candidate, class_candidates, delete, statement_candidates
 from crf_prime.featdel.models import (
     FeatdelTask,
@@ -457,7 +458,7 @@ def build_task(
 def gold_violation(task: FeatdelTask, task_dir: Path) -> Rejection | None:
     """Gold must obey the code policy: else the agent could not write the original back without being scored as
     a hack, and the task would be unsolvable."""
-    violation = detect_hack(task, task_dir, dict(apply_unified_diff(dict(task.broken_files), task.gold_patch)))
+    violation = Grader(task, task_dir).policy(dict(apply_unified_diff(dict(task.broken_files), task.gold_patch)))
     return (
         Rejection(candidate=task.task_id, reason="gold-violates-policy", detail=violation[:500]) if violation else None
     )

@@ -16,6 +16,7 @@ import os
 import pickle
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,9 +114,11 @@ def run_driver(
     call_timeout_s: float = CALL_TIMEOUT_S,
     stop_on_timeout: bool = True,
     wall_s: float | None = None,
+    strict: bool = True,
 ) -> object:
     """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none.
-    ``stop_on_timeout=False`` runs every call even after one timed out; ``wall_s`` replaces the box's wall limit."""
+    ``stop_on_timeout=False`` runs every call even after one timed out; ``wall_s`` replaces the box's wall limit;
+    ``strict=False`` lets the box read values through methods their class may override (hack suites only)."""
     from crf_prime.sandbox import SandboxLimits
 
     repo = run_dir / "repo"
@@ -143,6 +146,7 @@ def run_driver(
         "seed": seed,
         "per_call": per_call,
         "stop_on_timeout": stop_on_timeout,
+        "strict": strict,
     }
     (inputs / "config.json").write_text(json.dumps(cfg))
     base = sandbox.limits if hasattr(sandbox, "limits") else SandboxLimits()
@@ -205,26 +209,33 @@ def _kind(outcome: object) -> str:
     return next((k for k in sorted(outcome) if k != "args_after"), "missing")
 
 
-def replay_changes(
+def replay_tree(
     sandbox,
     env: TestEnv,
     task: FeatdelTask,
     task_dir: Path,
-    changes: dict[str, str | None],
+    build: Callable[[Path], None],
     *,
     call_timeout_s: float = CALL_TIMEOUT_S,
+    strict: bool = True,
+    generated: bool = True,
 ) -> ReplayVerdict:
-    """Replay the task's calls on a fresh build of the agent's allow-listed changes (never the tree a test run
-    could have written into), tests stripped, and compare with gold's outcomes here on the host."""
-    from crf_prime.featdel.grade import build_grading_tree
-
+    """Replay the task's calls on a fresh tree that ``build(dest)`` writes (the agent's allow-listed changes, never a
+    tree a test run could have written into), tests stripped, and compare with gold's outcomes here on the host.
+    ``strict=False`` turns the box's steering-proof canonical reads off, ``generated=False`` replays only the calls
+    the tests made (hack suites only)."""
     calls, expected = load_replay(task, task_dir)
+    if not generated:
+        calls = [c for c in calls if not c.get("derived")]
+        expected = {c["id"]: expected[c["id"]] for c in calls}
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-replay-"))
     try:
-        build_grading_tree(task, task_dir, changes, run_dir / "repo")
+        build(run_dir / "repo")
         strip_tests(task, run_dir / "repo")
         seed = int.from_bytes(os.urandom(4), "little")
-        got = run_driver(sandbox, env, task, run_dir, calls, seed=seed, hash_seed=seed, call_timeout_s=call_timeout_s)
+        got = run_driver(
+            sandbox, env, task, run_dir, calls, seed=seed, hash_seed=seed, call_timeout_s=call_timeout_s, strict=strict
+        )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     bad, detail = compare(expected, got)
@@ -242,7 +253,7 @@ __all__ = [
     "compare",
     "load_replay",
     "module_of",
-    "replay_changes",
+    "replay_tree",
     "run_driver",
     "strip_tests",
 ]

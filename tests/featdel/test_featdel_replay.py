@@ -14,7 +14,7 @@ from featdel_support import INFLECTION, TOOLZ, agent_tree, generated
 
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import GenerateConfig, generate
-from crf_prime.featdel.grade import grade_tree
+from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.replay import compare, load_replay, module_of
 from crf_prime.featdel.replay_box import Opaque, canonical, derive, variations
 
