@@ -586,6 +586,9 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                     out.append((None, b, Counter()))
                 elif verdicts[b.task_id] is not None or not cfg.replay:
                     out.append((b, verdicts[b.task_id], Counter()))
+                elif replays[b.task_id][0].not_servable:
+                    why = replays[b.task_id][0].not_servable
+                    out.append((None, Rejection(candidate=b.task_id, reason="not-servable", detail=why), Counter()))
                 else:
                     out.append((replays[b.task_id][0], None, replays[b.task_id][1]))
             return out
@@ -666,7 +669,7 @@ def validate_batch(
 
 def _with_replay(task: FeatdelTask, task_dir: Path, sandbox, env: TestEnv) -> tuple[FeatdelTask, None, Counter[str]]:
     """The task with its replay recorded (None when gold made no replayable call) and the calls dropped by reason."""
-    from crf_prime.featdel.record import record_replay
+    from crf_prime.featdel.record import record_replay, servable
 
     original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
     try:
@@ -674,7 +677,7 @@ def _with_replay(task: FeatdelTask, task_dir: Path, sandbox, env: TestEnv) -> tu
     except Exception as e:  # a recording failure leaves the task graded by its tests alone, and says why
         logger.warning("featdel: recording the replay of %s failed: %s: %s", task.task_id, type(e).__name__, e)
         return task, None, Counter({"record-error": 1})
-    return task.model_copy(update={"replay": info}), None, dropped
+    return servable(task, info, dropped), None, dropped
 
 
 def _remove_unused_replays(task_dir: Path, kept: list[FeatdelTask]) -> None:

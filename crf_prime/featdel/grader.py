@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from crf_prime.featdel.grade import (
+    GradingError,
     build_grading_tree,
     collect_changes,
     detect_hack,
@@ -42,6 +43,8 @@ class Grader:
         env: TestEnv | None = None,
         config: GraderConfig | None = None,
     ) -> None:
+        if task.not_servable:
+            raise GradingError(f"task {task.task_id} is not servable: {task.not_servable}")
         self.task = task
         self.task_dir = Path(task_dir)
         self.config = config or GraderConfig()

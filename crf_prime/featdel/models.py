@@ -116,6 +116,9 @@ class FeatdelTask(BaseModel):
     """Seed the generator ran with."""
     replay: ReplayInfo | None = None
     """Out-of-process check against gold's recorded behaviour; None = no replayable call (the replay is vacuous)."""
+    not_servable: str = ""
+    """Why the replay cannot vouch for this task (its target tests call a target under a patch the replay cannot
+    reproduce); generation drops such a task and the grader refuses it. Empty = servable."""
 
 
 class FailedTest(BaseModel):
@@ -163,6 +166,7 @@ RejectReason = Literal[
     "collection-breaks",
     "gold-violates-policy",
     "grader-mismatch",
+    "not-servable",
     "error",
 ]
 
