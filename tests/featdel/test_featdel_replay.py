@@ -15,9 +15,9 @@ from featdel_support import INFLECTION, TOOLZ, agent_tree, generated
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import GenerateConfig, generate
 from crf_prime.featdel.grader import grade_tree
-from crf_prime.featdel.replay import compare, load_replay, module_of
 from crf_prime.featdel.inputs import generate as generate_inputs
 from crf_prime.featdel.inputs import variations
+from crf_prime.featdel.replay import compare, load_replay, module_of
 from crf_prime.featdel.replay_box import Opaque, canonical
 
 
@@ -218,7 +218,7 @@ def test_generation_drops_what_gold_cannot_reproduce_and_prefers_covered_tasks(m
     assert by["noisy"].replay is None  # random: two gold runs disagree
     # the test's monkeypatch: gold outside the test process returns "item-7"; the task is not served
     assert summary.rejected == {"not-servable": 1}
-    assert [r.candidate for r in summary.rejections if r.reason == "not-servable"][0].endswith("label")
+    assert next(r.candidate for r in summary.rejections if r.reason == "not-servable").endswith("label")
     scale = by["scale"].replay
     assert scale is not None and scale.recorded == 2 and scale.derived > 0
     assert summary.replay_covered == 1
