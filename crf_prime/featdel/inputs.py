@@ -23,6 +23,7 @@ import inspect
 import math
 import random
 from collections.abc import Callable
+from typing import NamedTuple
 
 MAX_POOL = 12
 """Distinct values remembered per parameter (and per type) for recombination."""
@@ -183,20 +184,41 @@ def _candidates(
     return out
 
 
+class Fresh(NamedTuple):
+    """One generated call."""
+
+    seed: int
+    """Index of the seed call it changes."""
+    target: int
+    args: tuple
+    kwargs: dict
+    method: bool
+    varied: str
+    """The parameter it changes ("" when only the spelling changed)."""
+    keys: dict[str, str]
+    """Parameter -> identity of a plain value passed to it (for the host's leniency on validation order)."""
+    seed_keys: dict[str, str]
+    """The same for the seed call."""
+
+
+def keys_of(arguments: dict) -> dict[str, str]:
+    return {name: _key(v) for name, v in arguments.items() if _plain(v)}
+
+
 def generate(
     seeds: list[tuple[int, tuple, dict, bool]],
     fns: dict[int, Callable],
     rng: random.Random,
     per_target: int,
-) -> list[tuple[int, int, tuple, dict, bool]]:
-    """Up to ``per_target`` fresh ``(seed index, target, args, kwargs, is_method)`` per target from the seed calls."""
+) -> list[Fresh]:
+    """Up to ``per_target`` fresh calls per target from the seed calls ``(target, args, kwargs, is_method)``."""
     sigs = {t: _signature(fn) for t, fn in fns.items()}
     pools = _Pools()
-    bound: list[dict | None] = []
+    bound: list[dict] = []
     for target, args, kwargs, method in seeds:
         sig = sigs.get(target)
         b = _bind(sig, args, kwargs) if sig is not None else None
-        bound.append(b)
+        bound.append(b or {})
         if b is None:
             continue
         names = list(sig.parameters)
@@ -205,14 +227,14 @@ def generate(
                 pools.add_receiver(value)
             else:
                 pools.add(target, name, value)
-    groups: dict[int, dict[str, list[tuple[int, dict, bool]]]] = {}
+    groups: dict[int, dict[str, list[tuple[int, str, dict, bool]]]] = {}
     for i, (target, _args, _kwargs, method) in enumerate(seeds):
         sig, b = sigs.get(target), bound[i]
-        if sig is None or b is None:
+        if sig is None or not b:
             continue
         for group, arguments, keywords in _candidates(target, sig, b, method, pools, rng):
-            groups.setdefault(target, {}).setdefault(group, []).append((i, arguments, keywords))
-    out: list[tuple[int, int, tuple, dict, bool]] = []
+            groups.setdefault(target, {}).setdefault(group, []).append((i, group, arguments, keywords))
+    out: list[Fresh] = []
     for target, by_group in sorted(groups.items()):
         queues = [by_group[g] for g in sorted(by_group)]
         for q in queues:
@@ -222,8 +244,11 @@ def generate(
         while taken < per_target and any(queues):
             for q in queues:
                 if q and taken < per_target:
-                    i, arguments, keywords = q.pop()
+                    i, group, arguments, keywords = q.pop()
                     args, kwargs = _unbind(sigs[target], arguments, keywords=keywords, method=seeds[i][3])
-                    out.append((i, target, args, kwargs, seeds[i][3]))
+                    varied = group.split(":", 1)[0] if ":" in group else ""
+                    out.append(
+                        Fresh(i, target, args, kwargs, seeds[i][3], varied, keys_of(arguments), keys_of(bound[i]))
+                    )
                     taken += 1
     return out

@@ -501,18 +501,19 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
         parents.append(call)
     fresh = []
     made: dict[str, int] = {}
-    for i, target, args, kwargs, method in generate(seeds, fns, random.Random(cfg.get("seed", 0)), cfg["per_target"]):
+    for f in generate(seeds, fns, random.Random(cfg.get("seed", 0)), cfg["per_target"]):
         try:
-            data = cloudpickle.dumps((args, kwargs, method), protocol=4)
+            data = cloudpickle.dumps((f.args, f.kwargs, f.method), protocol=4)
         except Exception:
             continue
-        key = (target, hashlib.sha256(data).hexdigest())
+        key = (f.target, hashlib.sha256(data).hexdigest())
         if key in seen:
             continue
         seen.add(key)
-        parent = parents[i]
+        parent = parents[f.seed]
         j = made[parent["id"]] = made.get(parent["id"], -1) + 1
-        fresh.append({**parent, "id": f"{parent['id']}~{j}", "payload": data, "derived": True})
+        meta = {"varied": f.varied, "keys": f.keys, "parent_keys": f.seed_keys}
+        fresh.append({**parent, "id": f"{parent['id']}~{j}", "payload": data, "derived": True, **meta})
     with open(out_path, "wb") as fh:
         pickle.dump(fresh, fh, protocol=4)
     return 0
