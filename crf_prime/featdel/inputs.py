@@ -28,6 +28,9 @@ from typing import NamedTuple
 MAX_POOL = 12
 """Distinct values remembered per parameter (and per type) for recombination."""
 
+PROBES = 2
+"""Other seeds each changed value is also tried in (to tell an invalid value from a branch; see ``_probes``)."""
+
 _P = inspect.Parameter
 
 
@@ -184,6 +187,22 @@ def _candidates(
     return out
 
 
+def _probes(
+    target: int, picked: list[tuple[int, str, dict, bool]], seeds: list, bound: list[dict]
+) -> list[tuple[int, str, dict, bool]]:
+    """Each changed plain value also placed into up to ``PROBES`` other seeds of the target: where gold raises on it
+    there, the value is invalid for its parameter, and raising on it elsewhere is accepted (validation order)."""
+    others = [i for i, s in enumerate(seeds) if s[0] == target and bound[i]]
+    out = []
+    for i, group, arguments, _ in picked:
+        name = group.split(":", 1)[0]
+        if ":" not in group or name not in arguments or not _plain(arguments[name]):
+            continue
+        for j in [j for j in others if j != i][:PROBES]:
+            out.append((j, f"{name}:probe", {**bound[j], name: arguments[name]}, False))
+    return out
+
+
 class Fresh(NamedTuple):
     """One generated call."""
 
@@ -240,15 +259,14 @@ def generate(
         for q in queues:
             rng.shuffle(q)
         rng.shuffle(queues)
-        taken = 0
-        while taken < per_target and any(queues):
+        picked: list[tuple[int, str, dict, bool]] = []
+        while len(picked) < per_target and any(queues):
             for q in queues:
-                if q and taken < per_target:
-                    i, group, arguments, keywords = q.pop()
-                    args, kwargs = _unbind(sigs[target], arguments, keywords=keywords, method=seeds[i][3])
-                    varied = group.split(":", 1)[0] if ":" in group else ""
-                    out.append(
-                        Fresh(i, target, args, kwargs, seeds[i][3], varied, keys_of(arguments), keys_of(bound[i]))
-                    )
-                    taken += 1
+                if q and len(picked) < per_target:
+                    picked.append(q.pop())
+        picked += _probes(target, picked, seeds, bound)
+        for i, group, arguments, keywords in picked:
+            args, kwargs = _unbind(sigs[target], arguments, keywords=keywords, method=seeds[i][3])
+            varied = group.split(":", 1)[0] if ":" in group else ""
+            out.append(Fresh(i, target, args, kwargs, seeds[i][3], varied, keys_of(arguments), keys_of(bound[i])))
     return out

@@ -124,7 +124,7 @@ def test_generated_inputs_reach_untested_branches_and_receivers() -> None:
 def test_generated_inputs_are_capped_per_target_and_keep_every_operator() -> None:
     seeds = [(0, (Box(i), "w" * (i + 1)), {}, True) for i in range(5)]
     few = _fresh(seeds, per_target=12)
-    assert len(few) == 12
+    assert 12 <= len(few) <= 12 * 3  # + each changed value tried in up to two other seeds (validity probes)
     assert any(c["x"] is None for c in few)  # round-robin over operators: None is not crowded out
     again = _fresh(seeds, per_target=12)
     assert [(c["self"].n, c["x"], c.get("sep"), c["kw"]) for c in few] == [
