@@ -45,6 +45,9 @@ GENERATED_PER_TARGET = 60
 GOLD_CALL_TIMEOUT_S = 4 * CALL_TIMEOUT_S
 """Gold's own limit per call at generation: generous, so that a loaded machine does not decide which calls are kept."""
 UNDER_PATCH = "under-patch"
+OUT_OF_DOMAIN = frozenset({"builtins.TypeError", "builtins.AttributeError"})
+"""Gold raising these on a generated input means the input has a type the function does not take: the call is not
+kept (raising or returning there is behaviour the task does not specify)."""
 _FAILED = ("load_error", "timeout", "crashed", "no_result", "unresolvable", "driver_error")
 
 
@@ -133,9 +136,12 @@ def reproduced(
     expected: dict[str, object] = {}
     dropped: Counter[str] = Counter()
     lost: set[str] = set()
+    refused: list[dict] = []
     for call in calls:  # recorded calls come first: a derived call goes with its parent
         parent = call["id"].split("~", 1)[0]
         reason = _drop_reason(first.get(call["id"]), second.get(call["id"]), in_test.get(call["id"]))
+        if not reason and call.get("derived") and first[call["id"]].get("raised") in OUT_OF_DOMAIN:
+            reason = "out-of-domain"  # e.g. None where gold does arithmetic: what to do there is not specified
         if in_test.get(call["id"], {}).get("patched"):
             reason = UNDER_PATCH  # what the test patched is not patched here: gold's outcome may not be the test's
         if not reason and call.get("derived") and parent in lost:
@@ -143,11 +149,14 @@ def reproduced(
         if reason:
             lost.add(call["id"])
             dropped[reason] += 1
+            if reason == "out-of-domain":  # still says which values gold refuses (for the leniency below)
+                refused.append(call)
             continue
         keep.append(call)
         expected[call["id"]] = first[call["id"]]
-    for i in lenient(keep, expected):
-        expected[i] = {**expected[i], LENIENT: True}
+    for i in lenient(keep + refused, {**expected, **{c["id"]: first[c["id"]] for c in refused}}):
+        if i in expected:
+            expected[i] = {**expected[i], LENIENT: True}
     return keep, expected, dropped
 
 
