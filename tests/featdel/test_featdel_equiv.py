@@ -98,11 +98,11 @@ class Registry(MutableMapping):
         for key in keys:
             del self._data[key]
 
-    def first(self, default=None):
-        """The first name still present, or ``default``."""
+    def first(self):
+        """The first name still present (None when there is none)."""
         for key in self._data:
             return key
-        return default
+        return None
 
 
 class Span:
