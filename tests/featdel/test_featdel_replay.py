@@ -307,7 +307,7 @@ def test_canonical_cannot_be_steered_by_the_value() -> None:
     try:  # the same reads with the defence off (hack suites): the value decides what is read
         box.STRICT = False
         assert canonical(fake) == canonical(real)
-        assert canonical(masked) == canonical(Shown())[:1] + [[f"{__name__}.Masked", [["dict", [["y", ["int", 2]]]]]]]
+        assert canonical(masked) == ["object", [f"{__name__}.Masked", [["dict", [["y", ["int", 2]]]]]]]
     finally:
         box.STRICT = True
 
