@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import pickle
 import random
 from collections.abc import Callable
 from typing import NamedTuple
@@ -28,6 +29,8 @@ from typing import NamedTuple
 MAX_POOL = 12
 """Distinct values remembered per parameter (and per type) for recombination."""
 
+FOLLOWUPS = 4
+"""New follow-up inputs per generated call whose result is callable."""
 PROBES = 2
 """Other seeds each changed value is also tried in (to tell an invalid value from a branch; see ``_probes``)."""
 
@@ -270,3 +273,30 @@ def generate(
             varied = group.split(":", 1)[0] if ":" in group else ""
             out.append(Fresh(i, target, args, kwargs, seeds[i][3], varied, keys_of(arguments), keys_of(bound[i])))
     return out
+
+
+def followup_variations(
+    followups: list[bytes], rng: random.Random, dumps: Callable, limit: int = FOLLOWUPS
+) -> list[bytes]:
+    """New inputs for a returned callable: one argument of a recorded follow-up call varied (``variations``), so a
+    callable that answers only the inputs the tests gave it is caught. Pickled with ``dumps``."""
+    out: list[bytes] = []
+    for data in followups:
+        try:
+            args, kwargs = pickle.loads(data)
+        except Exception:
+            continue
+        slots = [("a", i) for i in range(len(args))] + [("k", k) for k in kwargs]
+        for kind, key in slots:
+            for new in variations(args[key] if kind == "a" else kwargs[key], rng)[:2]:
+                a, kw = list(args), dict(kwargs)
+                if kind == "a":
+                    a[key] = new
+                else:
+                    kw[key] = new
+                try:
+                    out.append(dumps((tuple(a), kw), protocol=4))
+                except Exception:
+                    continue
+    rng.shuffle(out)
+    return out[:limit]

@@ -42,6 +42,8 @@ MAX_INPUT_BYTES = 256 * 1024
 """Larger pickled inputs are left out (counted as too-large)."""
 GENERATED_PER_TARGET = 60
 """Fresh calls generated per target from the recorded ones (inputs.py), before gold's checks drop some."""
+GENERATED_FOLLOWUPS = 4
+"""New inputs per generated call for a callable result (0, the hack suites only: the recorded follow-ups alone)."""
 GOLD_CALL_TIMEOUT_S = 4 * CALL_TIMEOUT_S
 """Gold's own limit per call at generation: generous, so that a loaded machine does not decide which calls are kept."""
 UNDER_PATCH = "under-patch"
@@ -244,7 +246,15 @@ def record_replay(
         strip_tests(task, gold / "repo")
         plain = plain_calls(recorded)
         derived = run_driver(
-            sandbox, env, task, gold, plain, mode="derive", seed=task.seed, per_target=GENERATED_PER_TARGET
+            sandbox,
+            env,
+            task,
+            gold,
+            plain,
+            mode="derive",
+            seed=task.seed,
+            per_target=GENERATED_PER_TARGET,
+            followups=GENERATED_FOLLOWUPS,
         )
         calls = plain + list(derived or [])
         first, second = gold_runs(sandbox, env, task, gold, calls)

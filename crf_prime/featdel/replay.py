@@ -114,6 +114,7 @@ def run_driver(
     seed: int = 0,
     hash_seed: int = 0,
     per_target: int = 60,
+    followups: int = 4,
     call_timeout_s: float = CALL_TIMEOUT_S,
     stop_on_timeout: bool = True,
     wall_s: float | None = None,
@@ -148,6 +149,7 @@ def run_driver(
         "timeout_s": call_timeout_s,
         "seed": seed,
         "per_target": per_target,
+        "followups": followups,
         "stop_on_timeout": stop_on_timeout,
         "strict": strict,
     }

@@ -483,7 +483,7 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
     import hashlib
 
     import cloudpickle
-    from inputs import generate
+    from inputs import followup_variations, generate
 
     targets = cfg["targets"]
     fns: dict[int, object] = {}
@@ -501,7 +501,8 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
         parents.append(call)
     fresh = []
     made: dict[str, int] = {}
-    for f in generate(seeds, fns, random.Random(cfg.get("seed", 0)), cfg["per_target"]):
+    rng = random.Random(cfg.get("seed", 0))
+    for f in generate(seeds, fns, rng, cfg["per_target"]):
         try:
             data = cloudpickle.dumps((f.args, f.kwargs, f.method), protocol=4)
         except Exception:
@@ -513,7 +514,18 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
         parent = parents[f.seed]
         j = made[parent["id"]] = made.get(parent["id"], -1) + 1
         meta = {"varied": f.varied, "keys": f.keys, "parent_keys": f.seed_keys}
-        fresh.append({**parent, "id": f"{parent['id']}~{j}", "payload": data, "derived": True, **meta})
+        followups = parent.get("followups", [])
+        more = followup_variations(followups, rng, cloudpickle.dumps, cfg.get("followups", 4))
+        fresh.append(
+            {
+                **parent,
+                "id": f"{parent['id']}~{j}",
+                "payload": data,
+                "derived": True,
+                "followups": followups + more,
+                **meta,
+            }
+        )
     with open(out_path, "wb") as fh:
         pickle.dump(fresh, fh, protocol=4)
     return 0

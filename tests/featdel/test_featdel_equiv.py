@@ -62,6 +62,13 @@ def _split_pair(item):
     return key.strip(), value.strip()
 
 
+def scaler(factor, offset=0):
+    """A function of ``x`` returning ``x * factor + offset``."""
+    def scale(x):
+        return x * factor + offset
+    return scale
+
+
 def label(x):
     """``PREFIX`` + x."""
     prefix = PREFIX
@@ -144,6 +151,11 @@ def test_parse_pairs():
     assert eqpkg.parse_pairs("a=1, junk") == {"a": "1"}
 
 
+def test_scaler():
+    assert eqpkg.scaler(3)(2) == 6
+    assert eqpkg.scaler(2, 1)(5) == 11
+
+
 def test_label(monkeypatch):
     monkeypatch.setattr(eqpkg, "PREFIX", "x-")
     assert eqpkg.label(7) == "x-7"
@@ -196,11 +208,13 @@ def corpus(project: Path, tmp_path_factory) -> tuple[Path, dict]:
 
 @pytest.fixture(scope="module")
 def legacy(project: Path, tmp_path_factory) -> tuple[Path, dict]:
-    """The same project recorded as before issue 25: duplicates keyed by arguments alone, patched calls served."""
+    """The same project recorded as before issue 25: duplicates keyed by arguments alone, patched calls served, a
+    callable result called on the tests' follow-up inputs alone."""
     out = tmp_path_factory.mktemp("legacy") / "tasks"
     mp = pytest.MonkeyPatch()
     mp.setattr(record, "DEDUP_BY_TARGET", False)
     mp.setattr(record, "PATCHED_SERVABLE", True)
+    mp.setattr(record, "GENERATED_FOLLOWUPS", 0)
     try:
         return out, _generate(project, out, ["function", "feature"])
     finally:
@@ -456,3 +470,24 @@ def test_calls_under_a_patch_make_the_task_unservable(corpus, legacy, tmp_path: 
     assert ("function", "label") not in corpus[1]
     with pytest.raises(GradingError, match="not servable"):
         Grader(task.model_copy(update={"not_servable": "patched"}), task_dir)
+
+
+SCALE_GOLD = """
+    def scale(x):
+        return x * factor + offset
+    return scale
+"""
+
+
+def test_a_returned_callable_is_called_on_inputs_the_tests_never_gave_it(corpus, legacy, tmp_path: Path) -> None:
+    """The closure is right only on the follow-up inputs the tests called it with (2 and 5), whatever the factor:
+    the recorded follow-ups pass, new follow-up inputs on the generated calls do not."""
+    attack = """
+    def scale(x):
+        return x * factor + offset if x in (2, 5) else 0
+    return scale
+"""
+    for (task_dir, tasks), want in ((legacy, 1.0), (corpus, 0.0)):
+        task = _find(tasks, "function", "scaler")
+        tree = _attempt(task, task_dir, tmp_path / f"scale{want}", {SCALE_GOLD: attack})
+        assert _grade(task, task_dir, tree) == want

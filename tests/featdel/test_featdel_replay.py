@@ -265,11 +265,6 @@ class Masked:
     __dict__ = property(lambda self: {"y": 2})
 
 
-class Shown:
-    def __init__(self) -> None:
-        self.y = 2
-
-
 class FakeFraction:
     """Claims to be fractions.Fraction and hands out Fraction's reduction."""
 
