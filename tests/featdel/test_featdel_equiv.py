@@ -491,3 +491,14 @@ def test_a_returned_callable_is_called_on_inputs_the_tests_never_gave_it(corpus,
         task = _find(tasks, "function", "scaler")
         tree = _attempt(task, task_dir, tmp_path / f"scale{want}", {SCALE_GOLD: attack})
         assert _grade(task, task_dir, tree) == want
+
+
+@pytest.mark.xfail(strict=True, reason="open (issue 25 follow-up): receivers are only swapped among recorded states")
+def test_a_method_constant_on_the_recorded_receiver_states(corpus, tmp_path: Path) -> None:
+    """The new attack tried last: every recorded ``Span`` receiver of ``length`` is ``Span(1, 4)``, so ``return 3``
+    passes the tests and every replayed call. Receiver states are swapped among recorded ones, never mutated
+    (mutating them makes states outside the class's invariants, where honest code may differ)."""
+    task_dir, tasks = corpus
+    task = _find(tasks, "function", "Span.length")
+    gold = "        size = self.end - self.start\n        return size"
+    assert _grade(task, task_dir, _attempt(task, task_dir, tmp_path / "constant", {gold: "        return 3"})) == 0.0
