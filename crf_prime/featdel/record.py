@@ -7,7 +7,10 @@
    calls: None <-> value, default <-> given, boundary and empty values, other sizes, other receivers).
 3. Replay all calls on the original tree, tests stripped, twice (different hash seeds, separate processes).
 4. Keep a call only when gold reproduces it outside the test process: it loads, finishes in time, gives the same
-   outcome on both runs and, when the test saw a plain return value, the same one. The rest is dropped by reason.
+   outcome on both runs and, when the test saw a plain return value, the same one; a generated input on which gold
+   raises TypeError/AttributeError is out of domain. The rest is dropped by reason. A call a test made under a patch
+   makes the task not servable (:func:`servable`). Calls holding a value that made gold raise elsewhere accept a
+   raise too (:func:`lenient`: validation order is not specified).
 
 Inputs and outcomes are written into the task directory; the row gets a :class:`ReplayInfo` pointing at them.
 """

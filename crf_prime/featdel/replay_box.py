@@ -4,8 +4,10 @@ Copied into the box next to cloudpickle and run as ``python -S -E -s replay_box.
 crf_prime, pytest or any test file. For every call input (pickled at generation from the gold run of the target tests,
 or derived from one) it forks a child, calls the target's underlying function with the recorded arguments (the
 receiver first, for methods), and writes the canonical outcome: return value or exception type, the arguments (and
-so the receiver) after the call, and, when the result is callable, the outcomes of calling it on the recorded
-follow-up inputs. Expected outcomes are never here: they are compared on the host (crf_prime/featdel/replay.py).
+so the receiver) after the call, and, when the result is callable, the outcomes of calling it on the follow-up
+inputs. Values are read through primitives bound here before any project code is imported (``canonical``), never
+through a method the agent's classes can override. Expected outcomes are never here: they are compared on the host
+(crf_prime/featdel/replay.py).
 
 The same module serves the generator's recorder (``canonical`` on in-test return values) and ``derive`` mode (fresh
 inputs generated from the recorded ones by ``inputs.py``, pickled back for gold and agent alike).
