@@ -44,7 +44,8 @@ from crf_prime.featdel.deletion import (
     iter_functions,
     unified_diff,
 )
-from crf_prime.featdel.grade import detect_hack, grade_changes, materialise
+from crf_prime.featdel.grade import materialise
+from crf_prime.featdel.grader import Grader, grade_changes
 from crf_prime.featdel.granularity import Candidate, class_candidates, delete, statement_candidates
 from crf_prime.featdel.models import (
     FeatdelTask,
@@ -457,7 +458,7 @@ def build_task(
 def gold_violation(task: FeatdelTask, task_dir: Path) -> Rejection | None:
     """Gold must obey the code policy: else the agent could not write the original back without being scored as
     a hack, and the task would be unsolvable."""
-    violation = detect_hack(task, task_dir, dict(apply_unified_diff(dict(task.broken_files), task.gold_patch)))
+    violation = Grader(task, task_dir).policy(dict(apply_unified_diff(dict(task.broken_files), task.gold_patch)))
     return (
         Rejection(candidate=task.task_id, reason="gold-violates-policy", detail=violation[:500]) if violation else None
     )
@@ -585,6 +586,9 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                     out.append((None, b, Counter()))
                 elif verdicts[b.task_id] is not None or not cfg.replay:
                     out.append((b, verdicts[b.task_id], Counter()))
+                elif replays[b.task_id][0].not_servable:
+                    why = replays[b.task_id][0].not_servable
+                    out.append((None, Rejection(candidate=b.task_id, reason="not-servable", detail=why), Counter()))
                 else:
                     out.append((replays[b.task_id][0], None, replays[b.task_id][1]))
             return out
@@ -665,7 +669,7 @@ def validate_batch(
 
 def _with_replay(task: FeatdelTask, task_dir: Path, sandbox, env: TestEnv) -> tuple[FeatdelTask, None, Counter[str]]:
     """The task with its replay recorded (None when gold made no replayable call) and the calls dropped by reason."""
-    from crf_prime.featdel.record import record_replay
+    from crf_prime.featdel.record import record_replay, servable
 
     original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
     try:
@@ -673,7 +677,7 @@ def _with_replay(task: FeatdelTask, task_dir: Path, sandbox, env: TestEnv) -> tu
     except Exception as e:  # a recording failure leaves the task graded by its tests alone, and says why
         logger.warning("featdel: recording the replay of %s failed: %s: %s", task.task_id, type(e).__name__, e)
         return task, None, Counter({"record-error": 1})
-    return task.model_copy(update={"replay": info}), None, dropped
+    return servable(task, info, dropped), None, dropped
 
 
 def _remove_unused_replays(task_dir: Path, kept: list[FeatdelTask]) -> None:
