@@ -236,8 +236,9 @@ def render(
 
 def print_next(produced: str, steps: list[tuple[str, str]]) -> None:
     """A long-running command's last words: what it produced, then each next command (unwrapped, so it can be
-    copied) with what it is for."""
-    print(produced)
+    copied) with what it is for. An empty ``produced``: the command has said it already."""
+    if produced:
+        print(produced)
     if steps:
         print("next:")
     for command, why in steps:

@@ -162,3 +162,22 @@ def test_the_feature_deletion_environment_requires_what_its_replay_needs() -> No
 
     project = tomllib.loads((REPO / "environments" / "feature_deletion" / "pyproject.toml").read_text())["project"]
     assert "crf-prime[featdel]" in [d.split("#")[0].strip() for d in project["dependencies"]]
+
+
+def test_featdel_generate_ends_with_what_it_wrote_and_the_next_commands(capsys) -> None:
+    from crf_prime.clihelp import print_next
+    from crf_prime.featdel.cli import generated, next_after_generate
+    from crf_prime.featdel.generate import GenerateConfig
+
+    config = GenerateConfig(out=Path("out/featdel"))
+    assert generated(8, config) == "wrote 8 tasks to out/featdel/tasks.jsonl (stopped at --max-tasks 8, the default)"
+    assert generated(3, config).endswith("(every candidate checked)")
+    print_next(generated(8, config), next_after_generate(config.out))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:4] == [
+        "next:",
+        "  crf-prime featdel validate --task-dir out/featdel",
+        "      re-check every task in the sandbox",
+    ]
+    assert '  [orchestrator.train.source.env.taskset] id = "feature-deletion", tasks = "out/featdel"' in lines
+    assert any("tasks/featdel-train and tasks/featdel-eval" in line for line in lines)

@@ -116,8 +116,8 @@ def generate(config: GenerateConfig) -> int:
 
 def generated(n: int, config: GenerateConfig) -> str:
     """What generate wrote, and whether ``--max-tasks`` stopped it (8 by default: a first look, not a training set)."""
-    default = " (the default)" if "max_tasks" not in config.model_fields_set else ""
-    why = f"--max-tasks {config.max_tasks}{default} reached" if n >= config.max_tasks else "every candidate checked"
+    default = ", the default" if "max_tasks" not in config.model_fields_set else ""
+    why = f"stopped at --max-tasks {config.max_tasks}{default}" if n >= config.max_tasks else "every candidate checked"
     return f"wrote {n} tasks to {config.out / 'tasks.jsonl'} ({why})"
 
 
