@@ -172,10 +172,14 @@ def rows(cls: type[BaseModel], defaults: BaseModel | None = None, prefix: tuple[
             out += rows(sub, default if isinstance(default, BaseModel) else None, (*prefix, name))
             continue
         doc = (field.description or docs.get(name, "")).strip()
-        item = sub or _item_model(field.annotation)
-        if item is not None:  # an optional section or a list of tables: name their keys
+        item = _item_model(field.annotation)
+        if item is not None:  # a list of tables: name their keys
             doc += f" Keys: {', '.join(item.model_fields)} (@ file or JSON)."
+        if sub is not None:  # an optional table, off by default: any of its flags turns it on
+            doc += f" Off unless one of its --{'.'.join((*prefix, name)).replace('_', '-')}.* flags is given."
         out.append(Row((*prefix, name), metavar(field.annotation), doc, default, value_range(field)))
+        if sub is not None:
+            out += rows(sub, None, (*prefix, name))
     return out
 
 
@@ -190,7 +194,7 @@ def show_default(value: Any) -> str:
     return repr(value)
 
 
-DEFAULT_NOTE = re.compile(r"\s*\((?:default|Default|None):? ([^()]*(?:\([^()]*\)[^()]*)*)\)|;? default:? ([^;.]*)")
+DEFAULT_NOTE = re.compile(r"\s*\((?:default|Default|None):? ([^()]*(?:\([^()]*\)[^()]*)*)\)|; default:? ([^;.]*)")
 
 
 def split_default(doc: str) -> tuple[str, str]:
@@ -222,7 +226,9 @@ def render(
     for row in rows(cls, prefix=(prefix,) if prefix else ()):
         head = f"{row.flag} / --no-{row.flag[2:]}" if row.metavar == "BOOL" else f"{row.flag} {row.metavar}"
         lines += ["", *_wrap(head, "  ")]
-        doc, meaning = split_default(row.doc.replace("``", "`"))
+        doc, meaning = (
+            split_default(row.doc.replace("``", "`")) if row.default is None else (row.doc.replace("``", "`"), "")
+        )
         if doc:
             lines += _wrap(doc, INDENT)
         shown = show_default(row.default) + (f" ({meaning})" if meaning and row.default is None else "")
