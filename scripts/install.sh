@@ -87,13 +87,12 @@ else
   esac
 fi
 
-step "crf-prime[all] (editable): verifiers, ray, matplotlib, datasets, test tools"
-"${PIP[@]}" -e ".[all]"
+# One pip call: one resolution for the package and its environments (each separate call resolves everything again)
+editables=(-e ".[all]")
 for env in environments/*/; do
-  if [ -f "$env/pyproject.toml" ]; then
-    step "environment ${env%/} (editable)"
-    "${PIP[@]}" -e "$env"
-  fi
+  [ -f "$env/pyproject.toml" ] && editables+=(-e "${env%/}")
 done
+step "crf-prime[all] and $((${#editables[@]} / 2 - 1)) environments (editable): verifiers, ray, matplotlib, datasets, test tools"
+"${PIP[@]}" "${editables[@]}"
 inputs_hash >"$STAMP"
 step "crf-prime installed in .venv: next, .venv/bin/crf-prime featdel generate --out out/featdel"
