@@ -83,6 +83,12 @@ def parse(name: str, args: list[str]) -> object:
     cls = config_type(func)
     if cls == list[str]:
         return args
+    own = args[: args.index("--")] if "--" in args else args
+    if "-h" in own or "--help" in own:  # our renderer: 80 columns, effective defaults and ranges
+        from crf_prime.clihelp import render
+
+        sys.stdout.write(render(cls, f"{PROG} {name}", inspect.getdoc(func) or ""))
+        raise SystemExit(0)
     argv: list[str] | None = None
     if "--" in args:  # ``-- CMD ARGS``: a program's own argv, for a config with an ``argv`` field
         i = args.index("--")
@@ -161,9 +167,14 @@ def one_line(message: str) -> str:
 
 
 def print_help() -> None:
-    lines = [f"usage: {PROG} COMMAND [@ config.toml] [--field value ...]", "", DESCRIPTION, "", "commands:"]
-    lines += [f"  {name:<20} {summary(load(target))}" for name, target in COMMANDS.items()]
-    lines += ["", f"`{PROG} COMMAND --help` shows a command's fields; exit codes: docs/cli.md"]
+    """The command list at 80 columns: each summary wrapped under its command name."""
+    import textwrap
+
+    lines = [f"usage: {PROG} COMMAND [@ config.toml] [--field value ...]", "", *textwrap.wrap(DESCRIPTION, 80), ""]
+    lines.append("commands:")
+    for name, target in COMMANDS.items():
+        lines += textwrap.wrap(summary(load(target)), 80, initial_indent=f"  {name:<18} ", subsequent_indent=" " * 21)
+    lines += ["", f"`{PROG} COMMAND --help` shows a command's fields, defaults and ranges;", "exit codes: docs/cli.md"]
     print("\n".join(lines))
 
 

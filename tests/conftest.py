@@ -2,6 +2,9 @@
 
 On CI (``CI=true``) the hosts that .ci/run installs (bubblewrap, ray) must be present: a missing one fails
 the run instead of silently skipping the tests that cover it.
+
+``slow`` marks what the fast subset (``-m "not slow"``, README) leaves out: tests marked in their module, every Ray
+test (a local Ray takes seconds to start), and the tests below, each measured over 10 s on a loaded 2-core box.
 """
 
 from __future__ import annotations
@@ -37,9 +40,38 @@ _HOSTS: dict[str, tuple[bool, str, bool]] = {
 }
 
 
+SLOW_TESTS = frozenset(
+    {
+        "featdel/test_featdel_taskset_split.py::test_per_package_pick_is_bounded_seeded_and_order_preserving",
+        "featdel/test_featdel_threads.py::test_bare_ast_parse_races_in_threads",
+        "loopback/test_loopback_cli.py::test_command_runs_against_the_server_and_exits_with_its_code",
+        "loopback/test_loopback_cli.py::test_replies_past_the_end_are_http_500_without_cycle",
+        "docs/test_doc_commands.py::test_block_runs",
+        "swe/test_swe_instances.py::test_hub_dataset_offline_or_without_the_hf_extra",
+        "losses/test_losses_kwargs.py::test_kwargs_error_is_on_the_error_base_and_loads_no_cli",
+        "configs/test_configs_check.py::test_every_ladder_arm_is_ready_to_launch",
+        "sandbox/test_harness_tools.py::test_complete_reassembles_streamed_tool_calls",
+        "hints/test_hints_writer_config.py::test_documented_hint_writer_table_validates_with_verifiers",
+        "swe/test_swe_env.py::test_gold_resolves_and_untouched_repo_scores_zero_with_hint",
+        "swe/test_swe_logparse_grading.py::test_real_pytest_ra_output",
+        "report/test_report_ab.py::test_cli_writes_markdown_json_and_png",
+    }
+)
+"""``path::test`` under tests/ (every parametrisation) of the unmarked tests the fast subset leaves out."""
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    if "slow" in item.keywords or "ray" in item.keywords:
+        return True
+    path, _, name = item.nodeid.partition("::")
+    return f"{path.removeprefix('tests/')}::{name.split('[', 1)[0]}" in SLOW_TESTS
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     missing_on_ci: set[str] = set()
     for item in items:
+        if _is_slow(item) and "slow" not in item.keywords:
+            item.add_marker(pytest.mark.slow)
         for marker, (available, how, required_on_ci) in _HOSTS.items():
             if marker not in item.keywords or available:
                 continue

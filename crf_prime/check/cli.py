@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import sys
 
-USAGE = """usage: crf-prime check @ a.toml [@ b.toml …] [--key value …] [--check.base-dir DIR] [--check.prime-rl MODE]
+USAGE = "@ a.toml [@ b.toml ...] [--key value ...] [--check.FIELD VALUE ...]"
 
-Validate a prime-rl run config before launch, composed exactly as `uv run rl` composes the same arguments:
-prime-rl's RLConfig (when importable: installed, or CRF_PRIME_RL_SRC), crf-prime's loss kwargs
+DESCRIPTION = """Validate a prime-rl run config before launch, composed exactly as `uv run rl` composes the same
+arguments: prime-rl's RLConfig (when importable: installed, or CRF_PRIME_RL_SRC), crf-prime's loss kwargs
 (trainer.loss.kwargs.*), every source's taskset and harness config, that task directories, states, journals and
-teachers files exist; then print the channel mix per step. Exit 0 when ready, 1 with every problem named by its key.
+teachers files exist; then print the channel mix per step.
 
-  --check.base-dir DIR      launch directory of `uv run rl` (default: here); relative paths resolve against it
-  --check.prime-rl MODE     auto (default) | require | skip: validate with prime-rl's own RLConfig
-"""
+Exit 0 when ready; 1 with every problem named by its key (stdout); 2 when the arguments cannot be read (a missing
+or malformed @ file, a bad --check value: one line on stderr)."""
 
 
 def run(args: list[str]) -> int:
@@ -31,8 +30,10 @@ def run(args: list[str]) -> int:
     from crf_prime.check.run import check
     from crf_prime.errors import InputError
 
-    if not args or args[0] in ("-h", "--help"):
-        sys.stdout.write(USAGE)
+    if not args or "-h" in args or "--help" in args:
+        from crf_prime.clihelp import render
+
+        sys.stdout.write(render(CheckConfig, "crf-prime check", DESCRIPTION, usage=USAGE, prefix="check"))
         return 0 if args else 2
     own, rl_args = split_own_args(args)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from crf_prime.check.compose import ArgsError, compose_args
+from crf_prime.check.compose import compose_args
 from crf_prime.check.loss import check_loss
 from crf_prime.check.mix import channel_mix
 from crf_prime.check.models import CheckConfig, CheckReport, Problem
@@ -17,13 +17,12 @@ DEFAULT_ALGO = "grpo"
 
 
 def check(args: Sequence[str], config: CheckConfig = CheckConfig()) -> CheckReport:
-    """Everything ``uv run rl <args>`` would trip over before its first step, and the channel mix it would run."""
+    """Everything ``uv run rl <args>`` would trip over before its first step, and the channel mix it would run.
+
+    Raises :class:`~crf_prime.check.compose.ArgsError` when the arguments themselves cannot be read (a missing or
+    malformed ``@`` file): there is no run to check, and the command line reports it like any bad input."""
     report = CheckReport()
-    try:
-        composed = compose_args(args, config.base_dir)
-    except ArgsError as e:
-        report.problems.append(Problem(key="@", message=str(e)))
-        return report
+    composed = compose_args(args, config.base_dir)  # ArgsError: bad input (exit 2, stderr), not a run problem
     validated = _check_rl_config(args, config, report)
     problems, notes = check_loss(composed)
     report.problems += problems

@@ -16,7 +16,9 @@ from typing import Annotated, TypeVar
 from pydantic import Field
 from pydantic_config import BaseConfig
 
+from crf_prime.clihelp import print_next
 from crf_prime.errors import InputError, NegativeResult, NothingProduced
+from crf_prime.extras import require
 from crf_prime.featdel.generate import GenerateConfig
 from crf_prime.placement import GradingSandbox
 
@@ -79,6 +81,8 @@ def generate(config: GenerateConfig) -> int:
 
     from crf_prime.featdel.generate import generate
 
+    if config.replay:  # the replay is the anti-forgery check: without cloudpickle, refuse rather than drop it (exit 6)
+        require("cloudpickle", "featdel")
     with progress_lines("crf-prime featdel generate") as progress:
         tasks, summary = generate(config, progress)
     table = Table(title=f"Feature Deletion: {summary.source.name} {summary.source.version}")
@@ -106,8 +110,31 @@ def generate(config: GenerateConfig) -> int:
     Console().print(table)
     if not tasks:
         raise NothingProduced(f"no valid task among {summary.checked} checked candidates of {config.source}")
-    Console().print(f"wrote {len(tasks)} tasks to {config.out / 'tasks.jsonl'}", soft_wrap=True)
+    print_next(generated(len(tasks), config), next_after_generate(config.out))
     return 0
+
+
+def generated(n: int, config: GenerateConfig) -> str:
+    """What generate wrote, and whether ``--max-tasks`` stopped it (8 by default: a first look, not a training set)."""
+    default = ", the default" if "max_tasks" not in config.model_fields_set else ""
+    why = f"stopped at --max-tasks {config.max_tasks}{default}" if n >= config.max_tasks else "every candidate checked"
+    return f"wrote {n} tasks to {config.out / 'tasks.jsonl'} ({why})"
+
+
+def next_after_generate(out: Path) -> list[tuple[str, str]]:
+    """Where a task directory goes next: its check, the environment's own check, a run config."""
+    return [
+        (f"crf-prime featdel validate --task-dir {out}", "re-check every task in the sandbox"),
+        (
+            f"vf-validate feature-deletion --runtime.type subprocess --taskset.tasks {out}",
+            "the environment's own check (gold patch scores 1.0)",
+        ),
+        (
+            f'[orchestrator.train.source.env.taskset] id = "feature-deletion", tasks = "{out}"',
+            "the taskset config of a run; the ladder reads tasks/featdel-train and tasks/featdel-eval: generate those "
+            "with --out (docs/running.md, step 3)",
+        ),
+    ]
 
 
 def validate(config: ValidateConfig) -> int:
@@ -118,6 +145,7 @@ def validate(config: ValidateConfig) -> int:
 
     from crf_prime.featdel.generate import validate_dir
 
+    require("cloudpickle", "featdel")  # tasks with a replay are graded with it: never without it (exit 6)
     if not config.task_dir.is_dir():
         what = "is a file" if config.task_dir.exists() else "does not exist"
         raise InputError.field("task_dir", f"{config.task_dir} {what}; give a directory written by featdel generate")
@@ -140,4 +168,5 @@ def validate(config: ValidateConfig) -> int:
         raise NothingProduced(f"{config.task_dir / 'tasks.jsonl'} holds no task")
     if bad:
         raise NegativeResult(f"{bad} of {len(results)} tasks are invalid")
+    print_next(f"all {len(results)} tasks of {config.task_dir} are valid", next_after_generate(config.task_dir)[1:])
     return 0

@@ -428,6 +428,18 @@ def corpus(config: CorpusConfig) -> int:
         raise NothingProduced(
             f"{config.out}: no package produced a validated task (reasons: {config.out}/summary.json)"
         )
+    from crf_prime.clihelp import print_next
+
+    print_next(
+        "",  # the summary line above says what was written
+        [
+            (
+                f'[orchestrator.train.source.env.taskset] id = "feature-deletion", tasks = "{config.out}", '
+                'corpus_split = "train"',
+                'the taskset config of a training source; an eval source takes corpus_split = "eval"',
+            )
+        ],
+    )
     return 0
 
 

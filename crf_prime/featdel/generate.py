@@ -514,6 +514,8 @@ def validate_task(
 
 def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[list[FeatdelTask], GenerateSummary]:
     """Run the whole pipeline and write ``tasks.jsonl``, ``summary.json`` and the base archive under ``cfg.out``."""
+    if cfg.replay:  # MissingExtraError (exit 6) now, not a warning per task and tasks without their replay
+        require("cloudpickle", "featdel")
     t0 = time.perf_counter()
     seconds: dict[str, float] = {}
     progress = progress or (lambda phase, done, total: None)

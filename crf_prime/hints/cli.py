@@ -1,15 +1,20 @@
 """``crf-prime hints --traces traces.jsonl``: re-run error-site detection over saved episodes and show the hints.
 
-Useful to inspect what channel 2 would feed opsd for a vf-eval run or a prime-rl rollout file.
+Useful to inspect what channel 2 would feed opsd for a vf-eval run or a prime-rl rollout file. The failing tests
+are not in the messages: the environment recorded them with the hint (``trace.info["hint_sites"]``), so the rebuilt
+hint uses those, as the environment's own did.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 from pydantic_config import BaseConfig
+
+if TYPE_CHECKING:
+    from crf_prime.hints import FailingTest
 
 
 class HintsConfig(BaseConfig):
@@ -21,12 +26,26 @@ class HintsConfig(BaseConfig):
     """Output file: one ``{episode, trace, hint, sites}`` JSON row per trace (written atomically)."""
 
 
+def recorded_failing_tests(trace: Any) -> list[FailingTest]:
+    """The failing tests the environment stored on the trace with its hint (their messages are not stored)."""
+    from crf_prime.hints import SITES_KEY, FailingTest
+
+    info = trace.get("info") if isinstance(trace, dict) else None
+    sites = info.get(SITES_KEY) if isinstance(info, dict) else None
+    return [
+        FailingTest(name=str(s["tool"]))
+        for s in sites or ()
+        if isinstance(s, dict) and s.get("kind") == "failing_test" and s.get("tool")
+    ]
+
+
 def run(config: HintsConfig) -> int:
     """Error sites and channel-2 hints of saved episodes (a verifiers traces.jsonl)."""
     import json
     from collections import Counter
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from crf_prime.errors import InputError
@@ -51,7 +70,7 @@ def run(config: HintsConfig) -> int:
             except (json.JSONDecodeError, KeyError, TypeError) as e:
                 raise InputError.at(config.traces, lineno, f"not a verifiers episode record ({e})") from None
             for trace in traces:
-                hint, sites = build_hint(trace)
+                hint, sites = build_hint(trace, failing_tests=recorded_failing_tests(trace))
                 kinds.update(s.kind for s in sites)
                 rows.append({"episode": episode.get("id"), "trace": trace.get("id"), "hint": hint, "sites": sites})
     table = Table(title=f"error sites in {len(rows)} traces")
@@ -63,7 +82,7 @@ def run(config: HintsConfig) -> int:
     with_hint = [r for r in rows if r["hint"]]
     console.print(f"{len(with_hint)} of {len(rows)} traces get a non-empty hint")
     for r in with_hint[: config.show]:
-        console.print(f"[bold]{r['trace']}[/bold]\n{r['hint']}\n")
+        console.print(f"[bold]{escape(str(r['trace']))}[/bold]\n{escape(r['hint'])}\n")
     if config.out is not None:
         config.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = config.out.with_name(config.out.name + ".tmp")
@@ -71,4 +90,5 @@ def run(config: HintsConfig) -> int:
             for r in rows:
                 f.write(json.dumps({**r, "sites": [s.model_dump() for s in r["sites"]]}) + "\n")
         tmp.replace(config.out)
+        console.print(f"wrote {len(rows)} rows to {config.out}", markup=False, soft_wrap=True)
     return 0

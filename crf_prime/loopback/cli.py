@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import os
 import subprocess
-import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -92,7 +91,7 @@ def serve(config: ServeConfig) -> int:
         if config.argv:
             return _run(config.argv, server.base_url)
         _wait_for_signal()
-        return 0
+        return 0  # pragma: no cover (only a signal ends the wait)
     finally:
         server.stop()
 
@@ -107,9 +106,9 @@ def _run(argv: list[str], base_url: str) -> int:
 
 
 def _wait_for_signal() -> None:
+    """Sleep until a signal: the CLI's handler turns SIGTERM / SIGINT into KeyboardInterrupt, so the server stops in
+    ``serve``'s ``finally`` and the command exits 130 (interrupted, docs/cli.md) like every other."""
     import signal
 
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    while True:
+        signal.pause()

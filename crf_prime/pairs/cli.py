@@ -72,6 +72,17 @@ def run(config: PairsConfig) -> int:
     if config.hf_dataset is not None:
         to_hf_dataset(kept).save_to_disk(str(config.hf_dataset))
     console.print(_table(config.out, stats, counts, len(kept)))
+    from crf_prime.clihelp import print_next
+
+    print_next(
+        f"wrote {len(kept)} pairs to {config.out}",
+        [
+            (
+                f'datasets.load_dataset("json", data_files="{config.out}", split="train")',
+                "TRL's DPOTrainer takes these prompt / chosen / rejected rows as they are (docs/trace_replay.md)",
+            )
+        ],
+    )
     return 0
 
 

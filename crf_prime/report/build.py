@@ -128,10 +128,15 @@ def plot(report: Report, arms: Sequence[ArmData], path: Path) -> None:
     plt.close(fig)
 
 
+REPORT_MODE = 0o644
+"""Mode of the written files: readable by all, like featdel's outputs (mkstemp alone makes them 0600)."""
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+    os.chmod(tmp, REPORT_MODE)
     os.replace(tmp, path)
 
 
@@ -144,6 +149,7 @@ def write_report(report: Report, arms: Sequence[ArmData], out_dir: Path) -> dict
     os.close(fd)
     try:
         plot(report, arms, Path(tmp_png))
+        os.chmod(tmp_png, REPORT_MODE)
         _atomic_write(paths["json"], report.model_dump_json(indent=2).encode())
         _atomic_write(paths["markdown"], markdown(report).encode())
         os.replace(tmp_png, paths["png"])

@@ -46,6 +46,7 @@ def arm(spec: str) -> tuple[str, Path]:
 def run(config: ReportConfig) -> int:
     """pass@1 per arm with bootstrap CIs and paired differences to a baseline (markdown + JSON + PNG)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from crf_prime.report import build_report, load_arm, write_report
@@ -70,7 +71,7 @@ def run(config: ReportConfig) -> int:
     for row in report.arms:
         e, d = row.pass_at_1, row.diff
         table.add_row(
-            row.name,
+            escape(row.name),
             str(e.n),
             f"{100 * e.value:.1f}%",
             f"[{100 * e.low:.1f}, {100 * e.high:.1f}]",
@@ -78,5 +79,10 @@ def run(config: ReportConfig) -> int:
             f"[{100 * d.low:+.1f}, {100 * d.high:+.1f}]" if d else "—",
         )
     console.print(table)
-    console.print(f"wrote {paths['markdown']}, {paths['json']}, {paths['png']}")
+    from crf_prime.clihelp import print_next
+
+    print_next(
+        f"wrote {paths['markdown']}, {paths['json']}, {paths['png']}",
+        [(f"cat {paths['markdown']}", "the table with CIs and paired differences, ready to paste")],
+    )
     return 0

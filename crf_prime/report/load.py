@@ -54,6 +54,21 @@ class ArmData(BaseModel):
     sources of the run, e.g. trace-replay in A3, are left out); empty for vf-eval outputs."""
 
 
+EPISODE_FORMAT = 'one JSON object a line: {"task": {"key": ...}, "traces": [{"rewards": {NAME: {"score": S}}}]}'
+"""What a row must hold, said in the error a bad row gets (docs/cli.md, ``report``)."""
+
+
+def _not_an_episode(row: object) -> str:
+    """Why ``row`` is not an episode record, or ``""``."""
+    if not isinstance(row, dict):
+        return f"a {type(row).__name__}, not an object"
+    if not isinstance(row.get("task"), dict):
+        return "no `task` object"
+    if not isinstance(row.get("traces", []), list):
+        return "`traces` is not a list"
+    return ""
+
+
 def _task_id(task: dict) -> str:
     return task.get("key") or task.get("hash") or json.dumps(task.get("data", {}), sort_keys=True)
 
@@ -81,10 +96,18 @@ def read_traces(path: Path, reward_name: str | None = None) -> tuple[list[Sample
                 continue
             try:
                 row = json.loads(line)
-                task = row["task"]
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ReportInputError(f"{path}:{lineno}: not a verifiers episode record ({e})") from e
-            reward = _episode_reward(row, reward_name)
+            except json.JSONDecodeError as e:
+                raise ReportInputError(f"{path}:{lineno}: not JSON ({e})") from None
+            problem = _not_an_episode(row)
+            if problem:
+                raise ReportInputError(f"{path}:{lineno}: not a verifiers episode record: {problem} ({EPISODE_FORMAT})")
+            task = row["task"]
+            try:
+                reward = _episode_reward(row, reward_name)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise ReportInputError(
+                    f"{path}:{lineno}: traces[0].rewards must map a name to {{score, weight}} or null"
+                ) from None
             if reward is None:
                 unscored += 1
             else:

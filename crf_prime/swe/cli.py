@@ -50,6 +50,7 @@ def instance(config: InstanceConfig):  # -> SweInstance
 def grade(config: GradeConfig) -> int:
     """Grade a test log for an instance with swebench's rules (exit 1: not resolved)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from crf_prime.swe.grading import grade_instance_log
@@ -66,17 +67,20 @@ def grade(config: GradeConfig) -> int:
     if config.format == "json":
         console.print_json(report.model_dump_json())
     else:
-        table = Table(title=f"{found.instance_id}: {report.resolution}" + ("" if report.found else " (log rejected)"))
+        title = f"{found.instance_id}: {report.resolution}" + ("" if report.found else " (log rejected)")
+        table = Table(title=escape(title))
         for column in ("list", "passed", "failed", "failing tests"):
             table.add_column(column, justify="right" if column in ("passed", "failed") else "left")
         for name, passed, failed in (
             ("FAIL_TO_PASS", report.f2p_success, report.f2p_failure),
             ("PASS_TO_PASS", report.p2p_success, report.p2p_failure),
         ):
-            table.add_row(name, str(len(passed)), str(len(failed)), "\n".join(failed[:10]))
+            table.add_row(
+                name, str(len(passed)), str(len(failed)), escape("\n".join(failed[:10]))
+            )  # ids keep their [params]
         console.print(table)
         if not report.found:
-            console.print(f"[red]log not trusted:[/red] {report.reason}")
+            console.print(f"[red]log not trusted:[/red] {escape(report.reason or '')}")
     if not report.resolved:
         raise NegativeResult(
             f"{found.instance_id}: {report.resolution}" + (f" ({report.reason})" if report.reason else "")

@@ -74,10 +74,11 @@ def run(config: ReplayConfig) -> int:
             )
         )
     render(report, console)
-    console.print(f"journal: {config.out / 'journal.jsonl'}  report: {config.out / 'report.json'}")
+    console.print(f"journal: {config.out / 'journal.jsonl'}  report: {config.out / 'report.json'}", soft_wrap=True)
     console.print(
         f"spend: known ${report.known_usd:.4f}; unresolved, worst case ${report.unresolved_usd:.4f} "
-        f"({report.unresolved_calls} calls)"
+        f"({report.unresolved_calls} calls)",
+        soft_wrap=True,
     )
     if report.budget_stopped:
         raise BudgetExhausted(f"spend cap reached: {report.budget_stopped}; rerun with a higher cap to go on")
@@ -87,6 +88,23 @@ def run(config: ReplayConfig) -> int:
             errors.update(t.errors)
         why = ", ".join(f"{kind}: {n}" for kind, n in errors.most_common())
         raise InfraError(f"all {report.calls_sent} teacher calls failed ({why}); is the teacher server up?")
+    from crf_prime.clihelp import print_next
+
+    print_next(
+        f"replayed {config.states} with {len(config.teachers)} teachers into {config.out / 'journal.jsonl'}",
+        [
+            (
+                f"crf-prime pairs --journal {config.out / 'journal.jsonl'} --states {config.states} "
+                f"--out {config.out / 'pairs.jsonl'}",
+                "DPO pairs where the teachers disagree with the student",
+            ),
+            (
+                f'[orchestrator.train.source.env.taskset] id = "trace-replay", states = "{config.states}", '
+                f'journal = "{config.out / "journal.jsonl"}"',
+                "the taskset config of a trace-replay source (A3, A4; docs/running.md)",
+            ),
+        ],
+    )
     return 0
 
 

@@ -79,6 +79,17 @@ def run(config: IngestConfig) -> int:
     with _progress(console, "ingest", input_bytes, config.progress_every) as on_read:
         report = ingest_to_jsonl(files, config.out, spec, report=IngestReport(on_read=on_read), **options)
     _print_summary(console, config.out, report)
+    from crf_prime.clihelp import print_next
+
+    print_next(
+        f"wrote {report.states} states to {config.out}",
+        [
+            (
+                f"crf-prime teachers replay @ configs/teachers.toml --states {config.out} --out replay/run",
+                "ask the frozen teachers at each state (budget-capped, resumable; docs/trace_replay.md)",
+            )
+        ],
+    )
     return 0
 
 

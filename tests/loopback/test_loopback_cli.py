@@ -87,7 +87,7 @@ def test_serves_until_sigterm_with_a_ready_file(tmp_path: Path) -> None:
             models = json.load(response)
         assert [m["id"] for m in models["data"]] == ["tiny"]
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=30) == 130  # interrupted, as docs/cli.md says for every command
     finally:
         if proc.poll() is None:
             proc.kill()
