@@ -19,7 +19,13 @@ from rich.console import Console
 from rich.table import Table
 
 from crf_prime.featdel.deletion import delete_bodies, iter_functions
-from crf_prime.featdel.policy import added_violations, project_gadgets, project_modules, project_own_modules
+from crf_prime.featdel.policy import (
+    added_violations,
+    project_gadgets,
+    project_modules,
+    project_own_modules,
+    violations,
+)
 from crf_prime.featdel.source import load_project, source_files
 
 PACKAGES = (
@@ -43,8 +49,14 @@ def cost(spec: str, workspace: Path) -> tuple[int, list[tuple[str, str]]]:
     gadgets = project_gadgets(files, allowed)
     total, rejected = 0, []
     for rel, text in sorted(files.items()):
+        # only a function whose span holds a violation of the whole file can be rejected (anything outside it is in
+        # the snapshot too, same rule and context, so excused): judge the file once, confirm those exactly
+        lines = [v.line for v in violations(text, allowed, gadgets, own_modules=own) or []]
         for fn in iter_functions(rel, text):
             total += 1
+            end = max(fn.body_lines, default=fn.lineno)
+            if not any(fn.start_line <= n <= end for n in lines):
+                continue
             found = added_violations(delete_bodies(text, [fn.qualname]), text, allowed, gadgets, own_modules=own)
             if found:
                 rejected.append((f"{rel}::{fn.qualname}", found[0].rule))
