@@ -18,9 +18,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from crf_prime.featdel.deletion import delete_bodies, iter_functions
+from crf_prime.featdel.deletion import iter_functions
 from crf_prime.featdel.policy import (
-    added_violations,
     project_gadgets,
     project_modules,
     project_own_modules,
@@ -49,17 +48,16 @@ def cost(spec: str, workspace: Path) -> tuple[int, list[tuple[str, str]]]:
     gadgets = project_gadgets(files, allowed)
     total, rejected = 0, []
     for rel, text in sorted(files.items()):
-        # only a function whose span holds a violation of the whole file can be rejected (anything outside it is in
-        # the snapshot too, same rule and context, so excused): judge the file once, confirm those exactly
-        lines = [v.line for v in violations(text, allowed, gadgets, own_modules=own) or []]
+        # judged once per file: a function is rejected when one of the file's violations lies in its span (from its
+        # decorators to its last body line). Anything outside the span is in the snapshot too (same rule, same
+        # context), so it is excused; anything inside is not (its body is deleted, or its source, the context, changed)
+        found = violations(text, allowed, gadgets, own_modules=own) or []
         for fn in iter_functions(rel, text):
             total += 1
             end = max(fn.body_lines, default=fn.lineno)
-            if not any(fn.start_line <= n <= end for n in lines):
-                continue
-            found = added_violations(delete_bodies(text, [fn.qualname]), text, allowed, gadgets, own_modules=own)
-            if found:
-                rejected.append((f"{rel}::{fn.qualname}", found[0].rule))
+            inside = [v for v in found if fn.start_line <= v.line <= end]
+            if inside:
+                rejected.append((f"{rel}::{fn.qualname}", inside[0].rule))
     return total, rejected
 
 
@@ -80,6 +78,7 @@ def main() -> None:
         table.add_row(spec, str(total), str(len(rejected)), f"{len(rejected) / max(total, 1):.1%}", top)
         for name, rule in rejected[: args.show]:
             console.print(f"  {spec} {name}: {rule}")
+        console.print(f"ROW {spec} functions={total} rejected={len(rejected)}")  # one line per package as it ends
     console.print(table)
 
 

@@ -647,7 +647,10 @@ class _Checker(ast.NodeVisitor):
             picked = node.args if which == "all" else [node.args[int(i)] for i in which if int(i) < len(node.args)]
             lits = [a.value for a in picked if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             starred = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
-            if starred or not lits or (which != "01" and len(lits) != len(picked)) or (which == "all" and not picked):
+            computed = not lits or (which != "01" and len(lits) != len(picked)) or (which == "all" and not picked)
+            if computed and not starred and which in ("0", "1") and picked and self.prefix_confined(node, picked[0]):
+                computed = False  # getattr(self, "visit_" + kind): no forbidden name can start that way
+            if starred or computed:
                 self.flag(f"{name}() with a computed attribute name", node)
             for part in (p for lit in lits for p in lit.split(".")):
                 problem = _attr_name_problem(part)
@@ -656,6 +659,41 @@ class _Checker(ast.NodeVisitor):
         if any(k.arg == "eval_str" for k in node.keywords):  # inspect.signature/get_annotations evaluate strings
             self.flag("eval_str= evaluates annotation strings", node)
         self.generic_visit(node)
+
+    def prefix_confined(self, call: ast.Call, name: ast.expr) -> bool:
+        """A computed attribute name that certainly starts with a literal no forbidden name starts with (not ``_``,
+        no frame/import/hook attribute), looked up on a value that is no module: ``getattr(self, "visit_" + kind)``
+        reaches only ordinary attributes, so dispatch tables by name stay honest code."""
+        prefix = self.name_prefix(name)
+        obj = call.args[0] if call.args and call.args[0] is not name else None
+        if not prefix or prefix.startswith("_") or any(d.startswith(prefix) for d in DENIED_ATTRS):
+            return False
+        return obj is None or self.module_of(obj) is None
+
+    def name_prefix(self, node: ast.expr) -> str:
+        """The literal text a computed string certainly starts with ('' when none): ``"visit_" + x``,
+        ``f"visit_{x}"``, ``"visit_%s" % x``, ``"visit_{}".format(x)``, or a name bound once to one of these."""
+        if isinstance(node, ast.Name) and self.scopes is not None and id(node) not in self._resolving:
+            value = self.scopes.value_of(node)
+            if value is None:
+                return ""
+            self._resolving.add(id(node))
+            try:
+                return self.name_prefix(value)
+            finally:
+                self._resolving.discard(id(node))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left = self.literal_text(node.left)
+            return left if left is not None else self.name_prefix(node.left)
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            return str(node.values[0].value)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            left = self.literal_text(node.left)
+            return (left or "").split("%", 1)[0]
+        func = node.func if isinstance(node, ast.Call) else None
+        if isinstance(func, ast.Attribute) and func.attr == "format":
+            return (self.literal_text(func.value) or "").split("{", 1)[0]
+        return ""
 
     def _module_test_ok(self, exprs: list[ast.expr]) -> None:
         """``if mod is None`` / ``if not mod``: an optional import's presence test does not use the module."""

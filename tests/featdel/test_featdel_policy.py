@@ -437,3 +437,22 @@ def test_readers():
     assert os.environ.pop("CRF_X") == "1" and "CRF_X" not in os.environ
 """
     assert _grading_pytest(tmp_path, tests, "") == 0
+
+
+@pytest.mark.parametrize(
+    ("source", "ok"),
+    [
+        ("def v(self, node):\n    m = 'visit_' + type(node).__name__\n    return getattr(self, m, None)\n", True),
+        ("def v(self, k):\n    return getattr(self, f'visit_{k}')\n", True),
+        ("def v(self, k):\n    return getattr(self, 'on_%s' % k)\n", True),
+        ("def v(self, k):\n    return getattr(self, 'f_' + k)\n", False),  # f_back, f_globals start that way
+        ("def v(self, k):\n    return getattr(self, '_' + k)\n", False),  # private and dunder names
+        ("def v(self, k):\n    return getattr(self, 'get' + k)\n", False),  # get_objects, getattr_static
+        ("def v(self, k):\n    return getattr(self, k + '_x')\n", False),  # no literal start
+        ("import string\n\n\ndef v(k):\n    return getattr(string, 'a' + k)\n", False),  # on a module
+    ],
+)
+def test_prefix_confined_dispatch_is_honest_code(source: str, ok: bool) -> None:
+    """Dispatch by a literal-prefixed name (pycparser's ``visit_<Kind>``) cannot name a forbidden attribute."""
+    rules = _rules(source, frozenset())
+    assert (rules == []) == ok, rules
