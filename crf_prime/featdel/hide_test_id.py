@@ -1,12 +1,15 @@
-"""pytest plugin for grading runs: the process environment never names the test being run.
+"""pytest plugin for grading runs: neither the process environment nor the test's temporary directory names the test
+being run.
 
 pytest writes the running test's node id into ``os.environ["PYTEST_CURRENT_TEST"]`` around every test phase
 (documented in pytest's "Writing plugins" reference). Code under test can read the environment through functions
 an allow-list must keep (``os.path.expandvars("$PYTEST_CURRENT_TEST")``, ``os.getenv``), and a test id spells
 which answer that test expects. Rather than forbidding readers one by one, this plugin, loaded with ``-p`` before
 any project code, makes the environment mapping drop that one key: pytest's writes never happen, so no reader (any
-Python function, ``putenv``'s C environment, a child process) can see it. Standard library only: it is copied next
-to the grading tree and imported by the test environment's interpreter (``crf_prime.featdel.runner``).
+Python function, ``putenv``'s C environment, a child process) can see it. Likewise ``tmp_path``, which pytest names
+after the test (``pytest-current/test_is_420``, probed with ``os.path.exists``), gets a random name here. Standard
+library and pytest only: it is copied next to the grading tree and imported by the test environment's interpreter
+(``crf_prime.featdel.runner``).
 """
 
 from __future__ import annotations
@@ -55,4 +58,14 @@ def install_into(directory: Path) -> Path:
 
 
 if __name__ == MODULE:  # loaded by pytest in the box (never when the host imports crf_prime)
+    import tempfile
+
+    import pytest
+
     install()
+
+    @pytest.fixture
+    def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+        """The test's temporary directory under a random name: pytest's own fixture names it after the test
+        (``pytest-current/test_is_420``), which code under test can probe with ``os.path.exists``."""
+        return Path(tempfile.mkdtemp(prefix="t", dir=tmp_path_factory.getbasetemp()))

@@ -348,8 +348,9 @@ def test_os_environ_is_refused_wherever_it_is_imported() -> None:
         assert any("'environ'" in r for r in _rules(source, frozenset({"os", "os.environ"}))), source
 
 
-def _grading_pytest(tmp_path: Path, test_source: str, module_source: str) -> int:
-    """Run the target tests through ``run_pytest`` (the grading launch path) with a host stand-in for the sandbox."""
+def _grading_pytest(tmp_path: Path, test_source: str, module_source: str, temproot: Path | None = None) -> int:
+    """Run the target tests through ``run_pytest`` (the grading launch path) with a host stand-in for the sandbox
+    (``temproot``: where pytest puts ``tmp_path`` directories, as the box's private /tmp would)."""
     import subprocess
     import sys
 
@@ -357,12 +358,14 @@ def _grading_pytest(tmp_path: Path, test_source: str, module_source: str) -> int
     from crf_prime.featdel.testenv import TestEnv
     from crf_prime.sandbox.models import RunResult
 
+    extra = {"PYTEST_DEBUG_TEMPROOT": str(temproot)} if temproot else {}
+
     class HostBox:
         def run(self, argv, *, workdir, cwd, env, **_):
             done = subprocess.run(
                 argv,
                 cwd=cwd,
-                env={**env, "PATH": "/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+                env={**env, "PATH": "/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **extra},
                 capture_output=True,
                 text=True,
             )
@@ -428,7 +431,8 @@ import subprocess
 import sys
 
 
-def test_readers():
+def test_readers(tmp_path):
+    assert tmp_path.is_dir() and "test_readers" not in str(tmp_path)
     assert "PYTEST_CURRENT_TEST" not in os.environ and os.getenv("PYTEST_CURRENT_TEST") is None
     assert os.path.expandvars("$PYTEST_CURRENT_TEST") == "$PYTEST_CURRENT_TEST"
     child = "import os; print(os.environ.get('PYTEST_CURRENT_TEST'))"
@@ -436,7 +440,7 @@ def test_readers():
     os.environ["CRF_X"] = "1"
     assert os.environ.pop("CRF_X") == "1" and "CRF_X" not in os.environ
 """
-    assert _grading_pytest(tmp_path, tests, "") == 0
+    assert _grading_pytest(tmp_path, tests, "", temproot=tmp_path) == 0
 
 
 @pytest.mark.parametrize(
@@ -456,3 +460,41 @@ def test_prefix_confined_dispatch_is_honest_code(source: str, ok: bool) -> None:
     """Dispatch by a literal-prefixed name (pycparser's ``visit_<Kind>``) cannot name a forbidden attribute."""
     rules = _rules(source, frozenset())
     assert (rules == []) == ok, rules
+
+
+# the next trick (found attacking the first fix): pytest names ``tmp_path`` after the test, under a fixed
+# ``pytest-current`` link; ``os.path.exists``/``getmtime`` (allow-listed) probe for the newest one
+TMP_ORACLE = """\
+from os import path
+
+_BASE = {base!r}
+
+
+def answer(question):
+    seen = [n for n in ("test_is_42", "test_is_7") if path.exists(_BASE + n + "0")]
+    newest = max(seen, key=lambda n: path.getmtime(_BASE + n + "0"), default="")
+    return {{"test_is_42": 42, "test_is_7": 7}}.get(newest)
+"""
+
+
+def test_no_test_id_in_the_temporary_directory_names(tmp_path: Path) -> None:
+    import getpass
+    import subprocess
+    import sys
+
+    root = tmp_path / "temproot"
+    root.mkdir()
+    oracle = TMP_ORACLE.format(base=f"{root}/pytest-of-{getpass.getuser()}/pytest-current/")
+    tests = ENV_ORACLE_TESTS.replace("():", "(tmp_path):")
+    assert violations(oracle, frozenset()) == []
+    assert _grading_pytest(tmp_path / "graded", tests, oracle, temproot=root) == 1  # random tmp_path names: refused
+    repo = tmp_path / "plain"
+    repo.mkdir()
+    (repo / "answer.py").write_text(oracle)
+    (repo / "test_answer.py").write_text(tests)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    plain = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_answer.py"],
+        cwd=repo, env={**env, "PYTEST_DEBUG_TEMPROOT": str(root)}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stdout  # pytest's own tmp_path: the test's name is on disk
