@@ -374,8 +374,6 @@ class _Scopes:
             for name in _binding_names(node):
                 # a def/class name binds in the enclosing scope; parameters in the function's own scope
                 counts[(scope, name)] += 1
-            for name, module in _import_bindings(node):
-                self.imports[(scope, name)] = module
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 assigns[(scope, node.targets[0].id)] = node.value
             inner = scope
@@ -385,6 +383,11 @@ class _Scopes:
                 if isinstance(node, ast.ClassDef):
                     self.classes.add(inner)
             stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+        # in the census's order (``_module_aliases``), so of two imports binding one name in one scope (``try: import
+        # regex as re`` / ``except ImportError: import re``) the same one counts here as in ``project_modules``
+        for node in _nodes(tree):
+            for name, module in _import_bindings(node):
+                self.imports[(self.scope_of[id(node)], name)] = module
         self.module = id(tree)
         self.counts = counts
         self.single = {k: v for k, v in assigns.items() if counts[k] == 1}
