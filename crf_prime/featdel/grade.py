@@ -82,6 +82,13 @@ def _original_sources(task: FeatdelTask, task_dir: Path) -> Mapping[str, str]:
     return _archive_sources(str(archive.resolve()), task.base_sha256, tuple(task.source_files))
 
 
+def grader_test_files(task: FeatdelTask, task_dir: Path) -> Mapping[str, str]:
+    """The grader's own text of the task's Python test files (read from the base archive): what a channel-2 hint may
+    quote about a failure (``crf_prime.hints.evidence``)."""
+    rels = tuple(sorted(rel for rel in task.protected_files if rel.endswith(".py")))
+    return _archive_sources(str(_base_archive(task, task_dir).resolve()), task.base_sha256, rels)
+
+
 def materialise(task: FeatdelTask, task_dir: Path, dest: Path, *, hidden: bool) -> None:
     """Write the agent's starting snapshot into ``dest`` (with the hidden tests too when ``hidden``).
 

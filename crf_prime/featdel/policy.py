@@ -173,6 +173,24 @@ DENIED_BARE = frozenset(
 )  # fmt: skip
 
 
+CHECKER_LIMIT = "checker limit: the file is too deep or too large to judge"
+"""Rule of the violation a RecursionError/MemoryError in the checker becomes (never a crash, never excused)."""
+# pytest's discovery conventions (``testpaths`` directories, ``python_files`` defaults, conftest): a module path
+# with such a component is test code, never the project's own module, whatever the project's layout. ``test`` and
+# ``testing`` count only at the top: inside a package they are often its public testing API (``django.test``).
+_TEST_PARTS = frozenset({"tests", "conftest"})
+_TEST_TOPS = frozenset({"tests", "test", "testing", "conftest"})
+
+
+def is_test_module(dotted: str) -> bool:
+    """Whether a dotted module path (or ``a/b.py`` path) lies in test code: a top-level ``tests``/``test``/
+    ``testing`` package, a ``tests`` package anywhere, a ``conftest``, or a ``test_*`` / ``*_test`` module."""
+    parts = dotted.removesuffix(".py").replace("/", ".").split(".")
+    return parts[0] in _TEST_TOPS or any(
+        p in _TEST_PARTS or p.startswith("test_") or p.endswith("_test") for p in parts
+    )
+
+
 @dataclass(frozen=True)
 class Violation:
     """One construct the policy forbids: ``rule`` (short), ``code`` (the source text of the node), 1-based ``line``."""
@@ -213,6 +231,8 @@ def _denied_module(name: str, allowed: frozenset[str], stdlib: frozenset[str]) -
     prefixes = {".".join(parts[: i + 1]) for i in range(len(parts))}
     if top in RUNNER_MODULES or top.startswith("pytest_"):
         return "test-runner or packaging module"
+    if top not in stdlib and is_test_module(name):
+        return "test code (it reaches the test runner), never the project's own module"
     if prefixes & DENIED_MODULES:  # allowed only as exactly what the original imports
         return "" if name in allowed else "reaches the interpreter, imports or processes"
     if _is_safe_module(name) or name in allowed:
@@ -277,22 +297,27 @@ def _unbound_loads(tree: ast.AST) -> frozenset[str]:
     )
 
 
-def _module_aliases(tree: ast.AST) -> dict[str, str]:
-    """Local name -> module for every ``import`` (``import a.b`` binds ``a``; ``import a.b as c`` binds ``a.b``)."""
-    out: dict[str, str] = {}
-    for node in _nodes(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            for a in node.names:  # ``from os import path``: a module bound by a from-import
-                full = f"{node.module}.{a.name}"
-                target = full if full in SAFE_STDLIB else ""
-                if not target and _is_safe_module(node.module):
-                    target = _reexported_module(node.module, a.name)
-                if target:
-                    out[a.asname or a.name] = target
+def _import_bindings(node: ast.AST) -> list[tuple[str, str]]:
+    """(local name, module) for each module an import statement binds (``import a.b`` binds ``a``; ``import a.b as
+    c`` binds ``a.b``; ``from os import path`` binds a module through a from-import)."""
+    out: list[tuple[str, str]] = []
+    if isinstance(node, ast.Import):
+        for a in node.names:
+            out.append((a.asname or a.name.split(".")[0], a.name if a.asname else a.name.split(".")[0]))
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        for a in node.names:
+            full = f"{node.module}.{a.name}"
+            target = full if full in SAFE_STDLIB else ""
+            if not target and _is_safe_module(node.module):
+                target = _reexported_module(node.module, a.name)
+            if target:
+                out.append((a.asname or a.name, target))
     return out
+
+
+def _module_aliases(tree: ast.AST) -> dict[str, str]:
+    """Local name -> module for every import anywhere in the module (scope-free: the project-wide member census)."""
+    return {name: module for node in _nodes(tree) for name, module in _import_bindings(node)}
 
 
 def _from_imports(tree: ast.AST) -> dict[str, str]:
@@ -331,11 +356,15 @@ def _binding_names(node: ast.AST) -> list[str]:
 
 
 class _Scopes:
-    """Per scope (module, function, class, lambda): names bound exactly once by a plain ``name = value``, and the
-    scope of every Name node, so ``fmt = "..." ; fmt.format(x)`` resolves inside one function."""
+    """Per scope (module, function, class, lambda): names bound exactly once by a plain ``name = value``, the modules
+    its imports bind, its enclosing scope, and the scope of every node, so ``fmt = "..." ; fmt.format(x)`` resolves
+    inside one function and ``import os`` inside a function body makes ``os`` a module there."""
 
     def __init__(self, tree: ast.AST) -> None:
         self.scope_of: dict[int, int] = {}
+        self.parent: dict[int, int] = {}
+        self.classes: set[int] = set()
+        self.imports: dict[tuple[int, str], str] = {}
         counts: Counter[tuple[int, str]] = Counter()
         assigns: dict[tuple[int, str], ast.expr] = {}
         stack: list[tuple[ast.AST, int]] = [(tree, id(tree))]
@@ -347,8 +376,18 @@ class _Scopes:
                 counts[(scope, name)] += 1
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 assigns[(scope, node.targets[0].id)] = node.value
-            inner = id(node) if isinstance(node, _SCOPES) else scope
+            inner = scope
+            if isinstance(node, _SCOPES) and node is not tree:
+                inner = id(node)
+                self.parent[inner] = scope
+                if isinstance(node, ast.ClassDef):
+                    self.classes.add(inner)
             stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+        # in the census's order (``_module_aliases``), so of two imports binding one name in one scope (``try: import
+        # regex as re`` / ``except ImportError: import re``) the same one counts here as in ``project_modules``
+        for node in _nodes(tree):
+            for name, module in _import_bindings(node):
+                self.imports[(self.scope_of[id(node)], name)] = module
         self.module = id(tree)
         self.counts = counts
         self.single = {k: v for k, v in assigns.items() if counts[k] == 1}
@@ -360,6 +399,25 @@ class _Scopes:
         if self.counts[(scope, node.id)] == 0:  # not bound locally: the module's binding
             return self.single.get((self.module, node.id))
         return None
+
+    def binding_scope(self, node: ast.Name) -> int | None:
+        """The scope whose binding ``node`` reads (Python's rule: the innermost scope binding the name, enclosing
+        class bodies skipped); None for a name no scope binds (a builtin)."""
+        scope: int | None = self.scope_of.get(id(node), self.module)
+        first = True
+        while scope is not None:
+            if (first or scope not in self.classes) and self.counts[(scope, node.id)] > 0:
+                return scope
+            first = False
+            scope = self.parent.get(scope)
+        return None
+
+    def module_bound(self, node: ast.Name) -> str | None:
+        """The module ``node`` names: the import of the scope that binds it, wherever that import statement is (a
+        function body included). A scope that binds the name by an import and otherwise too still counts it as that
+        module, so its members are judged."""
+        scope = self.binding_scope(node)
+        return None if scope is None else self.imports.get((scope, node.id))
 
 
 class _Checker(ast.NodeVisitor):
@@ -394,6 +452,17 @@ class _Checker(ast.NodeVisitor):
         self._direct_calls: set[int] = set()  # ids of Name/Attribute nodes that are the func of a checked Call
         self._attribute_bases: set[int] = set()  # ids of nodes that are the ``.value`` of an Attribute
 
+    def run(self, tree: ast.AST) -> list[Violation]:
+        """Visit every node of ``tree`` without recursion (a 2,000-branch ``elif`` chain or a deep table is ordinary
+        code, not a reason to crash): parents before children, children in source order, as ``NodeVisitor`` does."""
+        self._pending: list[ast.AST] = [tree]
+        while self._pending:
+            self.visit(self._pending.pop())
+        return self.out
+
+    def generic_visit(self, node: ast.AST) -> None:
+        self._pending.extend(reversed(list(ast.iter_child_nodes(node))))
+
     def flag(self, rule: str, node: ast.AST) -> None:
         code = self.segment(node) or ast.unparse(node)
         context = self.contexts.get(id(node), "")
@@ -407,7 +476,7 @@ class _Checker(ast.NodeVisitor):
         """Why ``module.attr`` is forbidden ('' when allowed): outside the project, members are allow-listed."""
         top = module.split(".")[0]
         if top in self.own:
-            return ""
+            return "test code reached through the project's own module" if is_test_module(f"{module}.{attr}") else ""
         full = f"{module}.{attr}"
         if full in HARD_DENIED_MEMBERS:
             return "member that imports, evaluates or looks up by name"
@@ -542,13 +611,10 @@ class _Checker(ast.NodeVisitor):
         return self.literal_text(node.args[0]) if dedent and len(node.args) == 1 else None
 
     def alias_of(self, node: ast.Name) -> str | None:
-        """The module an import bound to this name, unless the name's own (function/class) scope rebinds it."""
-        module = self.aliases.get(node.id)
-        if module is None or self.scopes is None:
-            return module
-        scope = self.scopes.scope_of.get(id(node), self.scopes.module)
-        local = scope != self.scopes.module and self.scopes.counts[(scope, node.id)] > 0
-        return None if local else module
+        """The module an import (at any depth) bound to this name in the scope the name is read from."""
+        if self.scopes is None:  # a string annotation's fragment: the module-level imports
+            return self.aliases.get(node.id)
+        return self.scopes.module_bound(node)
 
     def module_of(self, expr: ast.expr) -> str | None:
         """The module ``expr`` certainly is (an import alias, or a submodule / re-exported module reached from one)."""
@@ -584,7 +650,10 @@ class _Checker(ast.NodeVisitor):
             picked = node.args if which == "all" else [node.args[int(i)] for i in which if int(i) < len(node.args)]
             lits = [a.value for a in picked if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             starred = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
-            if starred or not lits or (which != "01" and len(lits) != len(picked)) or (which == "all" and not picked):
+            computed = not lits or (which != "01" and len(lits) != len(picked)) or (which == "all" and not picked)
+            if computed and not starred and which in ("0", "1") and picked and self.prefix_confined(node, picked[0]):
+                computed = False  # getattr(self, "visit_" + kind): no forbidden name can start that way
+            if starred or computed:
                 self.flag(f"{name}() with a computed attribute name", node)
             for part in (p for lit in lits for p in lit.split(".")):
                 problem = _attr_name_problem(part)
@@ -593,6 +662,41 @@ class _Checker(ast.NodeVisitor):
         if any(k.arg == "eval_str" for k in node.keywords):  # inspect.signature/get_annotations evaluate strings
             self.flag("eval_str= evaluates annotation strings", node)
         self.generic_visit(node)
+
+    def prefix_confined(self, call: ast.Call, name: ast.expr) -> bool:
+        """A computed attribute name that certainly starts with a literal no forbidden name starts with (not ``_``,
+        no frame/import/hook attribute), looked up on a value that is no module: ``getattr(self, "visit_" + kind)``
+        reaches only ordinary attributes, so dispatch tables by name stay honest code."""
+        prefix = self.name_prefix(name)
+        obj = call.args[0] if call.args and call.args[0] is not name else None
+        if not prefix or prefix.startswith("_") or any(d.startswith(prefix) for d in DENIED_ATTRS):
+            return False
+        return obj is None or self.module_of(obj) is None
+
+    def name_prefix(self, node: ast.expr) -> str:
+        """The literal text a computed string certainly starts with ('' when none): ``"visit_" + x``,
+        ``f"visit_{x}"``, ``"visit_%s" % x``, ``"visit_{}".format(x)``, or a name bound once to one of these."""
+        if isinstance(node, ast.Name) and self.scopes is not None and id(node) not in self._resolving:
+            value = self.scopes.value_of(node)
+            if value is None:
+                return ""
+            self._resolving.add(id(node))
+            try:
+                return self.name_prefix(value)
+            finally:
+                self._resolving.discard(id(node))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left = self.literal_text(node.left)
+            return left if left is not None else self.name_prefix(node.left)
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            return str(node.values[0].value)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            left = self.literal_text(node.left)
+            return (left or "").split("%", 1)[0]
+        func = node.func if isinstance(node, ast.Call) else None
+        if isinstance(func, ast.Attribute) and func.attr == "format":
+            return (self.literal_text(func.value) or "").split("{", 1)[0]
+        return ""
 
     def _module_test_ok(self, exprs: list[ast.expr]) -> None:
         """``if mod is None`` / ``if not mod``: an optional import's presence test does not use the module."""
@@ -659,7 +763,7 @@ class _Checker(ast.NodeVisitor):
                 nested = _Checker(
                     sub.value, self.allowed, self.stdlib, self.docs, self.aliases, self.gadgets, own=self.own
                 )
-                nested.visit(inner)
+                nested.run(inner)
                 line, context = getattr(sub, "lineno", 0), self.contexts.get(id(sub), "")
                 for v in nested.out:
                     self.out.append(Violation(f"string annotation: {v.rule}", v.code, line, context))
@@ -774,6 +878,19 @@ def violations(
     ``own_modules``: the project's own top-level modules (default: every non-stdlib top in ``allowed_modules``).
     ``known_names``: unbound names accepted anyway (those the original file already loads, e.g. via its star import).
     """
+    try:
+        return _judge(source, allowed_modules, gadgets, own_modules, known_names)
+    except (RecursionError, MemoryError) as e:  # the file is too deep or too large to judge: never a crash
+        return [Violation(f"{CHECKER_LIMIT} ({type(e).__name__})", "", 0)]
+
+
+def _judge(
+    source: str | bytes,
+    allowed_modules: frozenset[str],
+    gadgets: frozenset[str],
+    own_modules: frozenset[str] | None,
+    known_names: frozenset[str],
+) -> list[Violation] | None:
     parsed = _text_and_tree(source)
     if parsed is None or isinstance(parsed, Violation):
         return None if parsed is None else [parsed]
@@ -792,12 +909,11 @@ def violations(
         _module_aliases(tree),
         gadgets,
         _contexts(tree, text),
-        own=own,
+        own=frozenset(m for m in own if not is_test_module(m)),
         bound=_bound_names(tree) | known_names,
         tree=tree,
     )
-    checker.visit(tree)
-    return checker.out
+    return checker.run(tree)
 
 
 def added_violations(
@@ -809,8 +925,11 @@ def added_violations(
     own_modules: frozenset[str] | None = None,
 ) -> list[Violation]:
     """Violations in ``after`` beyond those ``before`` already had (same rule, context and source text, counted)."""
-    parsed = _text_and_tree(before)
-    known = _unbound_loads(parsed[1]) if isinstance(parsed, tuple) else frozenset()
+    try:
+        parsed = _text_and_tree(before)
+        known = _unbound_loads(parsed[1]) if isinstance(parsed, tuple) else frozenset()
+    except (RecursionError, MemoryError):
+        known = frozenset()
     kw = {"own_modules": own_modules, "known_names": known}
     new = violations(after, allowed_modules, gadgets, **kw)
     if not new:
@@ -818,7 +937,7 @@ def added_violations(
     old = Counter(v.key for v in violations(before, allowed_modules, gadgets, **kw) or [])
     out = []
     for v in new:
-        if old[v.key] > 0:
+        if old[v.key] > 0 and not v.rule.startswith(CHECKER_LIMIT):
             old[v.key] -= 1
         else:
             out.append(v)
@@ -835,7 +954,7 @@ def _strip_root(rel: str, roots: Iterable[str]) -> str:
 def project_own_modules(original: Mapping[str, str], roots: Iterable[str]) -> frozenset[str]:
     """The project's own top-level module names (files under ``roots``, e.g. ``.`` and ``src``)."""
     tops = {_strip_root(rel, roots).split("/", 1)[0].removesuffix(".py") for rel in original}
-    return frozenset(tops - {"conftest", "setup", ""})
+    return frozenset(t for t in tops - {"setup", ""} if not is_test_module(t))
 
 
 def project_modules(original: Mapping[str, str], roots: Iterable[str]) -> frozenset[str]:
@@ -869,21 +988,114 @@ _GADGET_RULES = (
 )  # fmt: skip
 
 
-def project_gadgets(original: Mapping[str, str], allowed_modules: frozenset[str]) -> frozenset[str]:
+def project_gadgets(
+    original: Mapping[str, str], allowed_modules: frozenset[str], names: Iterable[str] | None = None
+) -> frozenset[str]:
     """Names of original project functions whose bodies import or look up attributes by name (e.g. toolz's
-    ``_restore_curry`` calls ``import_module`` on its argument): added code calling them would reach any module
-    without a forbidden construct of its own."""
+    ``_restore_curry`` calls ``import_module`` on its argument, a helper calls ``getattr(module, name)`` or
+    ``__import__``): added code calling them would reach any module without a forbidden construct of its own.
+
+    Special methods are never gadgets: syntax calls them implicitly (``C()`` runs ``__init__``), so naming one adds no
+    reach. ``names``: only these candidates are judged (a fix's referenced names: a large tree is not scanned whole).
+    """
+    wanted = None if names is None else {n for n in names if not _is_dunder(n)}
+    alternatives = "|".join(map(re.escape, sorted(wanted or ())))
+    pattern = None if wanted is None else re.compile(rf"\bdef\s+(?:{alternatives})\b")
     out: set[str] = set()
     for text in original.values():
+        if pattern is not None and (not wanted or not pattern.search(text)):
+            continue
         found = violations(text, allowed_modules)
         if not found:
             continue
         lines = [v.line for v in found if v.rule.startswith(_GADGET_RULES)]
-        for node in ast.walk(parse(text)):
+        if any(v.rule.startswith(CHECKER_LIMIT) for v in found):
+            continue  # nothing to attribute to one function; the file itself is not the agent's
+        for node in _nodes(parse(text)):
             is_def = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None
-            if is_def and any(node.lineno <= n <= node.end_lineno for n in lines):
+            if is_def and not _is_dunder(node.name) and any(node.lineno <= n <= node.end_lineno for n in lines):
                 out.add(node.name)
+    return frozenset(out if wanted is None else out & wanted)
+
+
+def referenced_names(source: str | bytes) -> frozenset[str]:
+    """Every name and attribute name ``source`` reads or imports (the candidates for :func:`project_gadgets`)."""
+    parsed = _text_and_tree(source)
+    if not isinstance(parsed, tuple):
+        return frozenset()
+    out: set[str] = set()
+    for node in _nodes(parsed[1]):
+        if isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, ast.alias):
+            out.add(node.name.rsplit(".", 1)[-1])
     return frozenset(out)
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+_SETTERS = frozenset({"setattr", "__setattr__"})
+COMPUTED = "<computed>"
+"""Stands for special methods bound under a name the scan cannot read (a metaclass, ``type()`` with a built
+namespace)."""
+
+
+def special_methods(source: str | bytes) -> Counter[str]:
+    """Special-method names ``source`` binds on classes, however bound: ``def`` or any assignment in a class body
+    (``__eq__ = lambda s, o: True``, tuple targets, imports, decorators wrapping a function), an attribute store
+    (``C.__eq__ = f``), a literal by-name setter (``setattr(C, "__eq__", f)``), a namespace key or keyword
+    (``type("C", (), {"__eq__": f})``, ``dict(__eq__=f)``, ``ns["__eq__"] = f``); :data:`COMPUTED` for a namespace
+    built otherwise (``type()`` without a literal dict, a metaclass). Empty for source that does not parse."""
+    try:
+        parsed = _text_and_tree(source)
+    except (RecursionError, MemoryError):
+        return Counter({COMPUTED: 1})
+    if not isinstance(parsed, tuple):
+        return Counter()
+    tree = parsed[1]
+    scopes = _Scopes(tree)
+    out: Counter[str] = Counter()
+    for node in _nodes(tree):
+        if scopes.scope_of.get(id(node)) in scopes.classes:
+            out.update(n for n in _binding_names(node) if _is_dunder(n))
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load) and _is_dunder(node.attr):
+            out[node.attr] += 1
+        elif isinstance(node, ast.Dict):
+            out.update(k.value for k in node.keys if isinstance(k, ast.Constant) and _is_dunder(str(k.value)))
+        elif isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
+            key = node.slice
+            if isinstance(key, ast.Constant) and _is_dunder(str(key.value)):
+                out[key.value] += 1
+        elif isinstance(node, ast.keyword) and node.arg and _is_dunder(node.arg):
+            out[node.arg] += 1
+        elif isinstance(node, ast.Call):
+            out.update(_call_bindings(node))
+        elif isinstance(node, ast.ClassDef) and _is_metaclass(node):
+            out[COMPUTED] += 1
+    return out
+
+
+def _call_bindings(node: ast.Call) -> list[str]:
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    if name in _SETTERS:
+        lits = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        return [n for n in lits if _is_dunder(n)]
+    if name in ("type", "new_class") and len(node.args) >= 3 - (name == "new_class"):
+        ns = node.args[2] if name == "type" else None
+        return [] if isinstance(ns, ast.Dict) and all(isinstance(k, ast.Constant) for k in ns.keys) else [COMPUTED]
+    return []
+
+
+def _is_metaclass(node: ast.ClassDef) -> bool:
+    """A class that can rewrite the namespace of the classes it builds: it derives from ``type`` or defines
+    ``__prepare__``/``__new__`` next to a ``type`` base, or a class statement names one (``metaclass=``)."""
+    bases = {b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases}
+    return "type" in bases or any(k.arg == "metaclass" for k in node.keywords)
 
 
 def describe(rel: str, found: list[Violation], limit: int = 3) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crf_prime.featdel import hide_test_id
 from crf_prime.featdel.testenv import TestEnv
 
 Outcome = tuple[str, str]  # (status: "passed" | "failed" | "error" | "skipped", message)
@@ -119,7 +120,7 @@ def run_pytest(
     junit = out / "junit.xml"
     junit.unlink(missing_ok=True)
     argv: list[str] = [str(env.python), "-s", "-P", "-B"]
-    extra_paths: list[Path] = []
+    extra_paths: list[Path] = [hide_test_id.install_into(run_dir / "grader")]  # read-only in the box, beside the repo
     if with_coverage:
         rc = out / "coveragerc"
         rc.write_text("[run]\n")  # ignore the project's own coverage config (plugins, omit lists)
@@ -129,7 +130,8 @@ def run_pytest(
         extra_paths.append(env.plugin_dir)
     else:
         argv += ["-m", "pytest"]
-    argv += ["-p", "no:cacheprovider", "-q", f"--rootdir={repo}", f"--junitxml={junit}", *pytest_args]
+    argv += ["-p", "no:cacheprovider", "-p", hide_test_id.MODULE, "-q", f"--rootdir={repo}", f"--junitxml={junit}"]
+    argv += pytest_args
     if collect_only:
         argv.append("--collect-only")
     argv += list(node_ids)

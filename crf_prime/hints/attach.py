@@ -7,10 +7,11 @@ turns stay trainable, so an episode with nothing to say yields no sample at all.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from crf_prime.hints.detect import detect_error_sites, episode_messages, episode_tools, tool_specs
+from crf_prime.hints.evidence import failure_evidence
 from crf_prime.hints.models import ErrorSite, FailingTest, HintTarget
 from crf_prime.hints.target import error_turns, keep_turns
 from crf_prime.hints.templates import MAX_CHARS, render_hint
@@ -31,16 +32,26 @@ def sites_record(sites: list[ErrorSite]) -> list[dict]:
 
 
 def analyse(
-    trace: Any, *, failing_tests: Sequence[FailingTest] = (), tools: Sequence[str] | None = None
+    trace: Any,
+    *,
+    failing_tests: Sequence[FailingTest] = (),
+    tools: Sequence[str] | None = None,
+    test_sources: Mapping[str, str] | None = None,
 ) -> list[ErrorSite]:
-    """Error sites of an episode: tool-call errors, tracebacks, repeated failures, plus the failing tests."""
+    """Error sites of an episode: tool-call errors, tracebacks, repeated failures, plus the failing tests (their
+    detail: the test-file lines they point at, read from ``test_sources``; never the failure text)."""
     declared = episode_tools(trace)
     if tools is not None:
         specs = tool_specs(tools, declared)
     else:
         specs = declared or None  # no declared tools: an unknown name cannot be told from a known one
     sites = detect_error_sites(episode_messages(trace), specs)
-    sites += [ErrorSite(kind="failing_test", index=-1, tool=t.name, detail=t.message) for t in failing_tests]
+    sites += [
+        ErrorSite(
+            kind="failing_test", index=-1, tool=t.name, detail=failure_evidence(t.name, t.message, test_sources or {})
+        )
+        for t in failing_tests
+    ]
     return sites
 
 
@@ -49,14 +60,16 @@ def build_hint(
     *,
     failing_tests: Sequence[FailingTest] = (),
     tools: Sequence[str] | None = None,
+    test_sources: Mapping[str, str] | None = None,
     max_chars: int = MAX_CHARS,
 ) -> tuple[str, list[ErrorSite]]:
     """The templated hint for an episode and the error sites it was built from."""
     declared = episode_tools(trace)
     specs = tool_specs(tools, declared) if tools is not None else (declared or None)
-    sites = analyse(trace, failing_tests=failing_tests, tools=tools)
+    sites = analyse(trace, failing_tests=failing_tests, tools=tools, test_sources=test_sources)
     tool_sites = [s for s in sites if s.kind != "failing_test"]
-    return render_hint(tool_sites, failing_tests, specs, max_chars=max_chars), sites
+    hint = render_hint(tool_sites, failing_tests, specs, test_sources=test_sources, max_chars=max_chars)
+    return hint, sites
 
 
 def attach_hint(
@@ -64,16 +77,20 @@ def attach_hint(
     *,
     failing_tests: Sequence[FailingTest] = (),
     tools: Sequence[str] | None = None,
+    test_sources: Mapping[str, str] | None = None,
     max_chars: int = MAX_CHARS,
     target: HintTarget = "episode",
 ) -> str:
     """Write the episode's hint (possibly ``""``) into ``trace.info["hint"]`` and return it.
 
     ``trace`` is a verifiers v1 ``Trace`` (or a trace record dict); ``failing_tests`` are the tests that failed when the
-    environment scored it; ``tools`` overrides the tool names the agent was offered (default: ``trace.tools``);
-    ``target="error_turns"`` keeps only the error turns trainable (``crf_prime.hints.target``).
+    environment scored it; ``test_sources`` the grader's own text of the test files (path -> text), the only source
+    of what the hint quotes about a failure; ``tools`` overrides the tool names the agent was offered (default:
+    ``trace.tools``); ``target="error_turns"`` keeps only the error turns trainable (``crf_prime.hints.target``).
     """
-    hint, sites = build_hint(trace, failing_tests=failing_tests, tools=tools, max_chars=max_chars)
+    hint, sites = build_hint(
+        trace, failing_tests=failing_tests, tools=tools, test_sources=test_sources, max_chars=max_chars
+    )
     store_hint(trace, hint, sites, source="template", target=target)
     return hint
 

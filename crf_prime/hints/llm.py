@@ -21,7 +21,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -263,6 +263,7 @@ async def attach_hint_async(
     *,
     failing_tests: Sequence[FailingTest] = (),
     tools: Sequence[str] | None = None,
+    test_sources: Mapping[str, str] | None = None,
     writer: LLMHintWriter | None = None,
     max_chars: int = MAX_CHARS,
     target: HintTarget = "episode",
@@ -272,7 +273,9 @@ async def attach_hint_async(
     With a writer, ``trace.info`` also gets ``hint_cached`` (served from the journal) and ``hint_cost_usd``
     (paid now), or ``hint_error`` when the templated hint was kept.
     """
-    hint, sites = build_hint(trace, failing_tests=failing_tests, tools=tools, max_chars=max_chars)
+    hint, sites = build_hint(
+        trace, failing_tests=failing_tests, tools=tools, test_sources=test_sources, max_chars=max_chars
+    )
     info = trace_info(trace)
     source = "template"
     if writer is not None and sites:

@@ -37,7 +37,10 @@ class FailingTest(BaseModel):
     name: str
     """Test id as the runner prints it, e.g. ``tests/test_cli.py::test_parse``."""
     message: str = ""
-    """Assertion / error text of the failure (any length; it is condensed before it reaches a hint)."""
+    """Failure text of the grading run (any length). It can carry text the agent's code produced (its exception
+    messages, its output), so it is never quoted: it only locates lines of the test files (``crf_prime.hints.evidence``)."""
+    note: str = ""
+    """Grader-written explanation built from grader-side facts only (e.g. "3 of 40 replayed calls differ"), quoted as is."""
 
 
 class ErrorSite(BaseModel):

@@ -5,34 +5,23 @@ hint-conditioned policy acts as the teacher. prime-rl's ``opsd`` algorithm prepe
 ``template.format(demonstration=trace.info["hint"])`` as a system message, so a hint is written as advice to the
 agent ("you", imperative), one line per error, with no reference to the grader.
 The test-feedback form follows SDPO (Hübotter et al. 2026, "Reinforcement Learning via Self-Distillation",
-arXiv:2601.20802): the environment's own failure output, condensed, is the teacher's extra context.
+arXiv:2601.20802), restricted to grader-side facts: failing test ids and the lines of their own test files the failure
+points at (``crf_prime.hints.evidence``), never the failure output itself, which the agent's code can write into.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from crf_prime.hints.detect import ToolSpec, condense
+from crf_prime.hints.evidence import failure_evidence
 from crf_prime.hints.models import KIND_ORDER, ErrorSite, FailingTest
 
 MAX_TESTS = 3
 """Failing tests quoted in one hint (the rest are counted)."""
 MAX_CHARS = 1500
 """Hard cap on a hint's length in characters (it is prepended to every scored branch)."""
-
-_PYTEST_NOISE = re.compile(r"^(?:[=_-]{3,}.*|\s*\^+\s*|.*\bshort test summary info\b.*)$")
-_E_LINE = re.compile(r"^E\s+(.*)$")
-
-
-def condense_failure(message: str, limit: int = 240) -> str:
-    """The informative part of a test failure: pytest ``E`` lines when present, else the last non-noise lines."""
-    lines = [ln.rstrip() for ln in message.splitlines() if ln.strip() and not _PYTEST_NOISE.match(ln)]
-    e_lines = [m.group(1) for ln in lines if (m := _E_LINE.match(ln))]
-    if e_lines:
-        return condense(" | ".join(e_lines[:4]), limit)
-    return condense(" | ".join(lines[-3:]), limit)
 
 
 def _signature(spec: ToolSpec) -> str:
@@ -80,18 +69,23 @@ def _line(site: ErrorSite, tools: Mapping[str, ToolSpec] | None) -> str:
             return f"Test `{site.tool}` failed: {site.detail}"
 
 
-def feedback_lines(failing_tests: Sequence[FailingTest], max_tests: int = MAX_TESTS) -> list[str]:
-    """SDPO-style feedback: which tests failed and with what, condensed.
+def feedback_lines(
+    failing_tests: Sequence[FailingTest], test_sources: Mapping[str, str] | None = None, max_tests: int = MAX_TESTS
+) -> list[str]:
+    """SDPO-style feedback from grader-side facts only: which tests failed and at which lines of their own test files
+    (read from ``test_sources``, the grader's copies, never from the failure text), plus the grader's own notes.
 
-    Parametrized cases of one test (``test_x[a]``, ``test_x[b]``) failing with the same message are one line.
+    Parametrized cases of one test (``test_x[a]``, ``test_x[b]``) failing at the same lines are one line.
     """
-    groups: dict[tuple[str, str], list[str]] = {}
+    groups: dict[tuple[str, str, str], list[str]] = {}
     for test in failing_tests:
-        groups.setdefault((test.name.split("[", 1)[0], condense_failure(test.message)), []).append(test.name)
+        where = failure_evidence(test.name, test.message, test_sources or {})
+        groups.setdefault((test.name.split("[", 1)[0], where, test.note), []).append(test.name)
     lines = []
-    for (base, why), names in list(groups.items())[:max_tests]:
+    for (base, where, note), names in list(groups.items())[:max_tests]:
         label = f"Test `{names[0]}`" if len(names) == 1 else f"Test `{base}` ({len(names)} parametrized cases)"
-        lines.append(f"{label} failed" + (f" with: {why}" if why else "."))
+        line = f"{label} failed" + (f" at {where}" if where else "")
+        lines.append(line + (f": {condense(note, 240)}" if note else "."))
     rest = sum(len(names) for names in list(groups.values())[max_tests:])
     if rest:
         lines.append(f"{rest} more test(s) failed.")
@@ -103,10 +97,12 @@ def render_hint(
     failing_tests: Sequence[FailingTest] = (),
     tools: Mapping[str, ToolSpec] | None = None,
     *,
+    test_sources: Mapping[str, str] | None = None,
     max_chars: int = MAX_CHARS,
 ) -> str:
-    """One hint for the episode: test feedback first, then one line per distinct tool-usage error."""
-    lines = feedback_lines(failing_tests)
+    """One hint for the episode: test feedback first, then one line per distinct tool-usage error (those come from
+    the episode's own transcript, which the agent already saw)."""
+    lines = feedback_lines(failing_tests, test_sources)
     seen: set[tuple[str, str | None]] = set()
     for kind in KIND_ORDER:
         for site in sites:

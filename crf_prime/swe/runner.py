@@ -365,6 +365,7 @@ class SweRunner:
             {p: _text(base_tree.get(p)) for p in selection.kept},
             {p: _text(e) for p, e in selection.kept.items() if e is not None},
             base_tree,
+            {p: _text(e) for p, e in base_tree.items() if p.endswith(".py")},  # for the base tree's gadgets
         )
         try:
             for path, entry in selection.kept.items():

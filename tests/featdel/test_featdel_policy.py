@@ -312,3 +312,194 @@ def test_gold_with_prose_about_git_pip_pytest_scores_one(toolz_case, tmp_path: P
         (tree / rel).write_text(note + "# git, pip and pytest are mentioned here on purpose\n" + text)
     result = grade_tree(task, task_dir, tree)
     assert result.hack == "" and result.score == 1.0
+
+
+# --- issue 25 item 5: policy gaps closed by construction ---------------------------------------------------------
+
+# each attack is judged with ``os`` imported by the original project (its members then only as the original uses them)
+LOCAL_IMPORTS = {
+    "function-body": "def f():\n    import os\n    return os.getenv('PYTEST_CURRENT_TEST')\n",
+    "closure": "def f():\n    import os\n\n    def g():\n        return os.getenv('PYTEST_CURRENT_TEST')\n\n    return g()\n",
+    "aliased": "def f():\n    import os as o\n    return o.getenv('PYTEST_CURRENT_TEST')\n",
+    "method": "class C:\n    def f(self):\n        import os\n        return os.getenv('PYTEST_CURRENT_TEST')\n",
+    "lambda-default": "def f():\n    import os\n    return (lambda: os.getenv('PYTEST_CURRENT_TEST'))()\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOCAL_IMPORTS))
+def test_imports_inside_function_bodies_are_resolved(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = LOCAL_IMPORTS[name]
+    rule = "member the original project does not use, of a module outside the allow-list 'getenv'"
+    assert rule in _rules(source, frozenset({"os"}))
+    # the attack works: run as plain Python it reads the environment the allow-list meant to keep out of reach
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/test_x.py::test_answer_42 (call)")
+    scope: dict = {}
+    exec(compile(source, "<attack>", "exec"), scope)
+    f = scope["f"] if "f" in scope else scope["C"]().f
+    assert f() == "tests/test_x.py::test_answer_42 (call)"
+    # the same member at module level was always judged; a local rebinding that is no import is a plain value
+    assert rule in _rules("import os\nx = os.getenv('X')\n", frozenset({"os"}))
+    assert _rules("import os\n\n\ndef f(os):\n    return os.getenv('X')\n", frozenset({"os"})) == []
+    assert "forbidden attribute 'modules'" in _rules("def f():\n    import sys\n    return sys.modules\n", ALLOWED)
+    # an optional accelerator bound to the same name as its stdlib fallback: judged as the census records it
+    optional = (
+        "try:\n    import regex as re\nexcept ImportError:\n    import re\n\n\ndef f(p):\n    return re.compile(p)\n"
+    )
+    assert _rules(optional, project_modules({"m.py": optional}, (".",))) == []
+
+
+def test_os_environ_is_refused_wherever_it_is_imported() -> None:
+    for source in ("def f():\n    import os\n    return os.environ\n", "def f():\n    from os import environ\n"):
+        assert any("'environ'" in r for r in _rules(source, frozenset({"os", "os.environ"}))), source
+
+
+def _grading_pytest(tmp_path: Path, test_source: str, module_source: str, temproot: Path | None = None) -> int:
+    """Run the target tests through ``run_pytest`` (the grading launch path) with a host stand-in for the sandbox
+    (``temproot``: where pytest puts ``tmp_path`` directories, as the box's private /tmp would)."""
+    import subprocess
+    import sys
+
+    from crf_prime.featdel.runner import run_pytest
+    from crf_prime.featdel.testenv import TestEnv
+    from crf_prime.sandbox.models import RunResult
+
+    extra = {"PYTEST_DEBUG_TEMPROOT": str(temproot)} if temproot else {}
+
+    class HostBox:
+        def run(self, argv, *, workdir, cwd, env, **_):
+            done = subprocess.run(
+                argv,
+                cwd=cwd,
+                env={**env, "PATH": "/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **extra},
+                capture_output=True,
+                text=True,
+            )
+            return RunResult(
+                exit_code=done.returncode, stdout=done.stdout, stderr=done.stderr, stdout_truncated=False,
+                stderr_truncated=False, duration_s=0.0, limit_hit=None, enforced=(),
+            )  # fmt: skip
+
+    repo = tmp_path / "run" / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "answer.py").write_text(module_source)
+    (repo / "tests" / "test_answer.py").write_text(test_source)
+    env = TestEnv(venv=Path(sys.executable).parent.parent, plugin_dir=tmp_path / "plugins")
+    run = run_pytest(HostBox(), env, tmp_path / "run", pythonpath=(".",), node_ids=("tests/test_answer.py",))
+    return run.exit_code
+
+
+# code under test that answers from the test id, read through an allow-listed stdlib function
+ENV_ORACLE = """\
+from os import path
+
+
+def answer(question):
+    test = path.expandvars("$PYTEST_CURRENT_TEST")
+    return 42 if "test_is_42" in test else 7 if "test_is_7" in test else None
+"""
+ENV_ORACLE_TESTS = """\
+from answer import answer
+
+
+def test_is_42():
+    assert answer("life") == 42
+
+
+def test_is_7():
+    assert answer("days") == 7
+"""
+
+
+def test_no_test_id_in_the_environment_of_the_code_under_test(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    assert violations(ENV_ORACLE, frozenset()) == []  # nothing on the allow-list forbids reading the environment
+    assert _grading_pytest(tmp_path / "graded", ENV_ORACLE_TESTS, ENV_ORACLE) == 1  # the grader's launch: refused
+    # without the grader plugin the same tests pass: pytest names the running test in os.environ
+    repo = tmp_path / "plain"
+    repo.mkdir()
+    (repo / "answer.py").write_text(ENV_ORACLE)
+    (repo / "test_answer.py").write_text(ENV_ORACLE_TESTS)
+    plain = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_answer.py"],
+        cwd=repo, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stdout
+
+
+def test_the_hidden_test_id_reaches_no_reader(tmp_path: Path) -> None:
+    """Every reader sees no test id (Python mapping, C environment of a child); other variables behave as before."""
+    tests = """\
+import os
+import subprocess
+import sys
+
+
+def test_readers(tmp_path):
+    assert tmp_path.is_dir() and "test_readers" not in str(tmp_path)
+    assert "PYTEST_CURRENT_TEST" not in os.environ and os.getenv("PYTEST_CURRENT_TEST") is None
+    assert os.path.expandvars("$PYTEST_CURRENT_TEST") == "$PYTEST_CURRENT_TEST"
+    child = "import os; print(os.environ.get('PYTEST_CURRENT_TEST'))"
+    assert subprocess.run([sys.executable, "-c", child], capture_output=True, text=True).stdout == "None\\n"
+    os.environ["CRF_X"] = "1"
+    assert os.environ.pop("CRF_X") == "1" and "CRF_X" not in os.environ
+"""
+    assert _grading_pytest(tmp_path, tests, "", temproot=tmp_path) == 0
+
+
+@pytest.mark.parametrize(
+    ("source", "ok"),
+    [
+        ("def v(self, node):\n    m = 'visit_' + type(node).__name__\n    return getattr(self, m, None)\n", True),
+        ("def v(self, k):\n    return getattr(self, f'visit_{k}')\n", True),
+        ("def v(self, k):\n    return getattr(self, 'on_%s' % k)\n", True),
+        ("def v(self, k):\n    return getattr(self, 'f_' + k)\n", False),  # f_back, f_globals start that way
+        ("def v(self, k):\n    return getattr(self, '_' + k)\n", False),  # private and dunder names
+        ("def v(self, k):\n    return getattr(self, 'get' + k)\n", False),  # get_objects, getattr_static
+        ("def v(self, k):\n    return getattr(self, k + '_x')\n", False),  # no literal start
+        ("import string\n\n\ndef v(k):\n    return getattr(string, 'a' + k)\n", False),  # on a module
+    ],
+)
+def test_prefix_confined_dispatch_is_honest_code(source: str, ok: bool) -> None:
+    """Dispatch by a literal-prefixed name (pycparser's ``visit_<Kind>``) cannot name a forbidden attribute."""
+    rules = _rules(source, frozenset())
+    assert (rules == []) == ok, rules
+
+
+# the next trick (found attacking the first fix): pytest names ``tmp_path`` after the test, under a fixed
+# ``pytest-current`` link; ``os.path.exists``/``getmtime`` (allow-listed) probe for the newest one
+TMP_ORACLE = """\
+from os import path
+
+_BASE = {base!r}
+
+
+def answer(question):
+    seen = [n for n in ("test_is_42", "test_is_7") if path.exists(_BASE + n + "0")]
+    newest = max(seen, key=lambda n: path.getmtime(_BASE + n + "0"), default="")
+    return {{"test_is_42": 42, "test_is_7": 7}}.get(newest)
+"""
+
+
+def test_no_test_id_in_the_temporary_directory_names(tmp_path: Path) -> None:
+    import getpass
+    import subprocess
+    import sys
+
+    root = tmp_path / "temproot"
+    root.mkdir()
+    oracle = TMP_ORACLE.format(base=f"{root}/pytest-of-{getpass.getuser()}/pytest-current/")
+    tests = ENV_ORACLE_TESTS.replace("():", "(tmp_path):")
+    assert violations(oracle, frozenset()) == []
+    assert _grading_pytest(tmp_path / "graded", tests, oracle, temproot=root) == 1  # random tmp_path names: refused
+    repo = tmp_path / "plain"
+    repo.mkdir()
+    (repo / "answer.py").write_text(oracle)
+    (repo / "test_answer.py").write_text(tests)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    plain = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_answer.py"],
+        cwd=repo, env={**env, "PYTEST_DEBUG_TEMPROOT": str(root)}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stdout  # pytest's own tmp_path: the test's name is on disk

@@ -13,7 +13,6 @@ from verifiers.v1.types import AssistantMessage, ToolCall, ToolMessage, UserMess
 
 from crf_prime.hints import HINT_KEY, FailingTest, analyse, attach_hint
 from crf_prime.hints.detect import exit_code, traceback_summary
-from crf_prime.hints.templates import condense_failure
 
 TB = "Traceback (most recent call last):\n  File \"/w/app.py\", line 7, in <module>\n    main()\nKeyError: 'user'\n"
 
@@ -127,30 +126,33 @@ def test_succeeding_repeats_are_not_failures():
     assert [s.kind for s in analyse(trace)] == []
 
 
-def test_failing_tests_come_first_condensed_sdpo_style():
+def test_failing_tests_come_first_with_their_test_file_lines():
     pytest_out = (
         "_______________________ test_parse _______________________\n\n"
         "    def test_parse():\n>       assert parse('1') == 2\n"
         "E       AssertionError: assert 1 == 2\nE        +  where 1 = parse('1')\n\n"
         "tests/test_p.py:4: AssertionError\n"
     )
+    sources = {"tests/test_p.py": "from p import parse\n\ndef test_parse():\n    assert parse('1') == 2\n"}
     tests = [FailingTest(name=f"tests/test_p.py::test_{i}", message=pytest_out) for i in range(5)]
     trace = make_trace([([("bash", '{"command": "ls"}')], ["ok"])])
-    assert attach_hint(trace, failing_tests=tests).splitlines() == [
-        "- Test `tests/test_p.py::test_0` failed with: AssertionError: assert 1 == 2 | + where 1 = parse('1')",
-        "- Test `tests/test_p.py::test_1` failed with: AssertionError: assert 1 == 2 | + where 1 = parse('1')",
-        "- Test `tests/test_p.py::test_2` failed with: AssertionError: assert 1 == 2 | + where 1 = parse('1')",
+    assert attach_hint(trace, failing_tests=tests, test_sources=sources).splitlines() == [
+        "- Test `tests/test_p.py::test_0` failed at tests/test_p.py:4: `assert parse('1') == 2`.",
+        "- Test `tests/test_p.py::test_1` failed at tests/test_p.py:4: `assert parse('1') == 2`.",
+        "- Test `tests/test_p.py::test_2` failed at tests/test_p.py:4: `assert parse('1') == 2`.",
         "- 2 more test(s) failed.",
     ]
     assert [x["tool"] for x in trace.info["hint_sites"]] == [t.name for t in tests]
     assert "detail" not in trace.info["hint_sites"][0]
+    # without the grader's copy of the test file, the failure text is never quoted: the test id alone
+    assert attach_hint(trace, failing_tests=tests[:1]) == "- Test `tests/test_p.py::test_0` failed."
     many = [FailingTest(name=f"t{i}") for i in range(40)]
     attach_hint(trace, failing_tests=many)
     assert len(trace.info["hint_sites"]) == 32
 
 
 def test_hint_is_capped_and_survives_json_roundtrip_of_the_record():
-    tests = [FailingTest(name=f"t{i}", message="E   " + "x" * 500) for i in range(3)]
+    tests = [FailingTest(name=f"t{i}", note="x" * 500) for i in range(3)]
     trace = make_trace([([("bash", '{"command": "ls"}')], ["ok"])])
     hint = attach_hint(trace, failing_tests=tests, max_chars=300)
     assert len(hint) == 300 and hint.endswith("…")
@@ -208,11 +210,6 @@ def test_traceback_summary_takes_last_traceback_and_chained_exceptions():
     )
     only_lib = lib.replace("/w/run.py", "/venv/lib/python3.11/site-packages/x.py")
     assert traceback_summary(only_lib).endswith("(at /usr/lib/python3.11/json/decoder.py:353)")
-
-
-def test_condense_failure_without_e_lines_keeps_tail():
-    msg = "=== FAILURES ===\nsetup\nConnectionRefusedError: [Errno 111]\n\n---- captured ----\n"
-    assert condense_failure(msg) == "setup | ConnectionRefusedError: [Errno 111]"
 
 
 def test_sandbox_harness_tool_results_and_schemas():
@@ -274,16 +271,17 @@ def test_cli_over_a_traces_jsonl(tmp_path, capsys):
     assert f"{path}:1: not a verifiers episode record" in capsys.readouterr().err
 
 
-def test_parametrized_cases_with_one_message_are_grouped():
-    tests = [FailingTest(name=f"t.py::test_p[{c}]", message="E   NotImplementedError") for c in "abcd"]
-    tests += [FailingTest(name="t.py::test_p[e]", message="E   assert 0 == 1")]
-    tests += [FailingTest(name=f"t.py::test_{i}", message="E   KeyError: 'k'") for i in range(3)]
+def test_parametrized_cases_failing_at_one_line_are_grouped():
+    sources = {"t.py": "def test_p(c):\n    assert f(c)\n\n\ndef test_q():\n    assert g() == 1\n"}
+    tests = [FailingTest(name=f"t.py::test_p[{c}]", message="t.py:2: NotImplementedError") for c in "abcd"]
+    tests += [FailingTest(name="t.py::test_p[e]", message="t.py:99: unknown line")]
+    tests += [FailingTest(name=f"t.py::test_{i}", message=f"t.py:6: KeyError {i}") for i in range(3)]
     trace = make_trace([([("bash", '{"command": "ls"}')], ["ok"])])
-    assert attach_hint(trace, failing_tests=tests).splitlines() == [
-        "- Test `t.py::test_p` (4 parametrized cases) failed with: NotImplementedError",
-        "- Test `t.py::test_p[e]` failed with: assert 0 == 1",
-        "- Test `t.py::test_0` failed with: KeyError: 'k'",
-        "- 2 more test(s) failed.",
+    assert attach_hint(trace, failing_tests=tests, test_sources=sources).splitlines() == [
+        "- Test `t.py::test_p` (5 parametrized cases) failed at t.py:2: `assert f(c)`.",  # [e]: the body's assert
+        "- Test `t.py::test_0` failed at t.py:6: `assert g() == 1`.",
+        "- Test `t.py::test_1` failed at t.py:6: `assert g() == 1`.",
+        "- 1 more test(s) failed.",
     ]
 
 

@@ -104,7 +104,7 @@ async def test_per_episode_budget_refuses_a_second_paid_hint_for_the_same_episod
         hint = await attach_hint_async(trace, writer=writer, failing_tests=[FailingTest(name="t::a", message="no")])
         await writer.close()
     assert len(server.requests) == 1
-    assert trace.info["hint_source"] == "template" and hint == "- Test `t::a` failed with: no\n" + TEMPLATED
+    assert trace.info["hint_source"] == "template" and hint == "- Test `t::a` failed.\n" + TEMPLATED
     assert trace.info["hint_error"] == (
         f"BudgetExhausted: per-episode hint budget of $0.0080 reached for episode {trace.id!r}: "
         "the next hint's worst case does not fit"

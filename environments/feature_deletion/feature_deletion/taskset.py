@@ -31,6 +31,8 @@ from crf_prime.placement import GradingConfig, local_workdir, run_in_runtime
 if TYPE_CHECKING:
     from verifiers.v1.runtimes import Runtime
 
+    from crf_prime.hints import FailingTest
+
 GRADE_KEY = "featdel_grade"
 """``trace.info`` key holding the grade (score, passed fraction, failing tests, hack) of the rollout."""
 
@@ -232,17 +234,19 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
         cached = trace.info.get(GRADE_KEY)
         if cached is not None:
             return cached
-        from crf_prime.hints import FailingTest, attach_hint_async, hint_writer
+        from crf_prime.featdel.grade import grader_test_files
+        from crf_prime.hints import attach_hint_async, hint_writer
 
         result = await self._grade(runtime)
-        failing = [FailingTest(name=f.name, message=f.message) for f in result.failed]
-        if result.hack:
-            failing.insert(0, FailingTest(name="grader", message=f"reward hack detected: {result.hack}"))
         graded = json.loads(result.model_dump_json())
         trace.info[GRADE_KEY] = graded
+        sources = (
+            await asyncio.to_thread(grader_test_files, self.row, Path(self.data.task_dir)) if result.failed else {}
+        )
         await attach_hint_async(
             trace,
-            failing_tests=failing,
+            failing_tests=hint_failures(result),
+            test_sources=sources,
             writer=hint_writer(self.config.hint_writer),
             target=self.config.hint_target,
         )
@@ -257,6 +261,24 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
     async def tests_pass(self, trace: vf.Trace, runtime: Runtime) -> float:
         """1.0 only when every hidden target test passes in the pristine copy (and no hack was detected)."""
         return float((await self._graded(trace, runtime))["score"])
+
+
+def hint_failures(result: GradeResult) -> list[FailingTest]:
+    """The grade as channel-2 facts: failing target tests (their failure text only locates test-file lines, see
+    ``crf_prime.hints.evidence``), and notes the grader writes from its own findings: the code policy's verdict on the
+    agent's source, the replay's counts (never the replayed values: the agent's code produced those)."""
+    from crf_prime.hints import FailingTest
+
+    failing = [FailingTest(name=f.name, message=f.message) for f in result.failed if f.name != "replay"]
+    if result.replay_mismatches:
+        note = (
+            f"{result.replay_mismatches} of {result.replay_calls} calls the grader replayed return, raise or mutate "
+            "differently from the original implementation"
+        )
+        failing.append(FailingTest(name="replay", note=note))
+    if result.hack:
+        failing.insert(0, FailingTest(name="grader", note=f"reward hack detected: {result.hack}"))
+    return failing
 
 
 class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConfig]):

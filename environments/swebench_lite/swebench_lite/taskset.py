@@ -23,6 +23,7 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from crf_prime.hints import FailingTest, HintTaskConfig, attach_hint_async, hint_writer
+from crf_prime.hints.evidence import patch_new_lines
 from crf_prime.placement import local_workdir
 from crf_prime.swe.dataset import LITE, load_instances
 from crf_prime.swe.instance import SweInstance
@@ -193,6 +194,7 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
             await attach_hint_async(
                 trace,
                 failing_tests=failing,
+                test_sources=patch_new_lines(self.data.instance.test_patch),  # grader-side test lines only
                 writer=hint_writer(self.config.hint_writer),
                 target=self.config.hint_target,
             )
