@@ -111,9 +111,17 @@ class GenerateConfig(GradingSandbox, BaseConfig):
     replay_search: Annotated[float, Field(ge=1)] = 2.0
     """Validate up to this many times ``max_tasks`` candidates looking for tasks the replay covers; uncovered valid
     tasks only fill the places left."""
+    allow_unreplayed: bool = False
+    """Also write tasks where a target has no replayed call of its own (graded there by its tests alone); their
+    rows list those targets (``unreplayed_targets``). Off: such tasks are rejected (``no-replay-coverage``)."""
+    mutants_per_task: Annotated[int, Field(ge=0)] = 10
+    """Gold mutants graded per task to measure the grader (crf_prime/featdel/strength.py), a deterministic sample;
+    0 measures nothing."""
+    min_mutation_rate: Annotated[float, Field(ge=0, le=1)] = 0.95
+    """Keep a task only when its grader rejects at least this share of the behaviour-changing mutants."""
     granularities: Annotated[list[Granularity], Field(min_length=1)] = ["function", "feature"]
     """What a task may delete: function, feature, block (an if/for/while/with/try body), tail (a function's
-    statements after its first ones), class (every method of a class); see crf_prime/featdel/granularity.py."""
+    statements after its first ones), class (every tested method of a class); see crf_prime/featdel/granularity.py."""
 
 
 @dataclass
@@ -383,9 +391,8 @@ def build_prompt(project: Project, cand: Candidate, broken: dict[str, str], visi
         if cand.granularity == "function":
             what = first
         elif cand.granularity == "class":
-            what = (
-                f"every method of class `{cand.functions[0].qualname.rsplit('.', 1)[0]}` in `{cand.functions[0].path}`"
-            )
+            names = ", ".join(f"`{f.qualname.rsplit('.', 1)[-1]}`" for f in cand.functions)
+            what = f"the methods {names} of class `{cand.functions[0].qualname.rsplit('.', 1)[0]}` in `{cand.functions[0].path}`"
         else:
             what = "these related functions: " + ", ".join(f"`{f.qualname}` (`{f.path}`)" for f in cand.functions)
         lead = (
@@ -579,15 +586,30 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                     alone, pool.map(lambda t: _with_replay(t, staging, sandbox, env), alone), strict=True
                 ):
                     replays[t.task_id] = (task, dropped)
+            ready = [replays[t.task_id][0] if cfg.replay else t for t in accepted]
+            t_verify = time.perf_counter()
+            checked_ = dict(zip(accepted_ids := [t.task_id for t in ready], pool.map(verify, ready), strict=True))
+            seconds["verify"] = seconds.get("verify", 0.0) + time.perf_counter() - t_verify
             out: list[Checked] = []
             for b in built:  # in candidate order: deterministic
                 if isinstance(b, Rejection):
                     out.append((None, b, Counter()))
-                elif verdicts[b.task_id] is not None or not cfg.replay:
+                elif b.task_id not in accepted_ids:
                     out.append((b, verdicts[b.task_id], Counter()))
                 else:
-                    out.append((replays[b.task_id][0], None, replays[b.task_id][1]))
+                    final = checked_[b.task_id]
+                    dropped = replays[b.task_id][1] if cfg.replay else Counter()
+                    if isinstance(final, Rejection):
+                        out.append((None, final, Counter()))
+                    else:
+                        out.append((final, None, dropped))
             return out
+
+        def verify(task: FeatdelTask) -> FeatdelTask | Rejection:
+            try:
+                return verifiable(task, staging, cfg, sandbox=sandbox, env=env)
+            except Exception as e:
+                return Rejection(candidate=task.task_id, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
 
         def more() -> bool:
             if len(covered) >= cfg.max_tasks or pos >= len(cands):
@@ -604,7 +626,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                     if rej is not None:
                         rejections.append(rej)
                     elif task is not None and len(covered) < cfg.max_tasks:
-                        preferred = task.replay is not None or not cfg.replay  # without the replay: first found
+                        preferred = not task.unreplayed_targets or not cfg.replay  # no replay: first found
                         (covered if preferred else uncovered).append(task)
                         lost[task.task_id] = dropped
                 progress("validate", min(len(covered) + len(uncovered), cfg.max_tasks), cfg.max_tasks)
@@ -639,6 +661,43 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         shutil.rmtree(workspace, ignore_errors=True)
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def unreplayed(task: FeatdelTask, task_dir: Path) -> tuple[str, ...]:
+    """Qualnames of the targets that no kept replay call exercises (every target when the task has no replay)."""
+    if task.replay is None:
+        return tuple(t.qualname for t in task.targets)
+    from crf_prime.featdel.replay import load_replay
+
+    calls, _ = load_replay(task, task_dir)
+    hit = {c["target"] for c in calls}
+    return tuple(t.qualname for i, t in enumerate(task.targets) if i not in hit)
+
+
+def verifiable(
+    task: FeatdelTask, task_dir: Path, cfg: GenerateConfig, *, sandbox, env: TestEnv
+) -> FeatdelTask | Rejection:
+    """The task with its replay gaps and mutation score, or why it is not written: a target without replayed calls
+    (unless ``allow_unreplayed`` or the replay is off) or a grader that lets behaviour-changing mutants through."""
+    from crf_prime.featdel.strength import mutation_score
+
+    gaps = unreplayed(task, task_dir)
+    if gaps and cfg.replay and not cfg.allow_unreplayed:
+        return Rejection(
+            candidate=task.task_id, reason="no-replay-coverage", detail=f"no replayed call of {', '.join(gaps)}"
+        )
+    task = task.model_copy(update={"unreplayed_targets": gaps})
+    if not cfg.mutants_per_task or task.replay is None:
+        return task
+    score = mutation_score(task, task_dir, cap=cfg.mutants_per_task, sandbox=sandbox, env=env)
+    if score.rate is not None and score.rate < cfg.min_mutation_rate:
+        return Rejection(
+            candidate=task.task_id,
+            reason="weak-grader",
+            detail=f"the grader rejects {score.rejected} of {score.behaviour_changing} behaviour-changing mutants "
+            f"({score.rate:.0%} < {cfg.min_mutation_rate:.0%}); accepted: {', '.join(score.survivors)}"[:500],
+        )
+    return task.model_copy(update={"mutation": score})
 
 
 Checked = tuple[FeatdelTask | None, Rejection | None, Counter[str]]

@@ -73,6 +73,28 @@ class ReplayInfo(BaseModel):
     """Calls left out at generation, by reason (unpicklable, gold cannot load or finish it, non-deterministic, ...)."""
 
 
+class MutationScore(BaseModel):
+    """The grader's strength on one task, measured at generation (crf_prime/featdel/strength.py): gold's deleted code
+    mutated with standard operators (crf_prime/featdel/mutants.py), each mutant graded as served (target tests +
+    replay). A mutant is behaviour-changing when the grader rejects it or it differs from gold on the held-out calls
+    (more inputs than the grader replays); the others count as equivalent and are left out of the rate."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mutants: int
+    """Mutants graded (a deterministic sample of at most ``mutants_per_task``)."""
+    behaviour_changing: int
+    rejected: int
+    """Behaviour-changing mutants the grader scores 0."""
+    survivors: tuple[str, ...] = ()
+    """``path:line:operator`` of the behaviour-changing mutants the grader scores 1.0."""
+    held_out_calls: int = 0
+    """Calls beyond the served replay on which gold's outcomes were compared (0: none were needed or available)."""
+    rate: float | None = None
+    """``rejected / behaviour_changing``; None when no mutant changed behaviour or the task has no replay to tell a
+    surviving mutant from an equivalent one."""
+
+
 class FeatdelTask(BaseModel):
     """One validated Feature Deletion task (a JSONL row)."""
 
@@ -84,7 +106,7 @@ class FeatdelTask(BaseModel):
     granularity: Granularity
     """"function" = one body deleted; "feature" = a group of related functions deleted together; "block" = the body
     of one if/for/while/with/try inside a function; "tail" = a function's statements after its first ones; "class" =
-    every method of one class."""
+    every method of one class that a test executes."""
     targets: tuple[Target, ...]
     prompt: str
     """Task statement written from the names, signatures, docstrings and call sites of the targets."""
@@ -116,6 +138,11 @@ class FeatdelTask(BaseModel):
     """Seed the generator ran with."""
     replay: ReplayInfo | None = None
     """Out-of-process check against gold's recorded behaviour; None = no replayable call (the replay is vacuous)."""
+    unreplayed_targets: tuple[str, ...] = ()
+    """Targets (qualnames) no replayed call exercises. Such a task is written only when generation allowed it
+    (``allow_unreplayed``, or the replay switched off); by default every target has calls of its own."""
+    mutation: MutationScore | None = None
+    """The grader's mutation score on this task (None when generation measured none)."""
 
 
 class FailedTest(BaseModel):
@@ -163,6 +190,8 @@ RejectReason = Literal[
     "collection-breaks",
     "gold-violates-policy",
     "grader-mismatch",
+    "no-replay-coverage",
+    "weak-grader",
     "error",
 ]
 
