@@ -51,10 +51,12 @@ from crf_prime.featdel.models import (
     GenerateSummary,
     GradeResult,
     Granularity,
+    RateStats,
     Rejection,
     SourceInfo,
     Target,
     TestEnvSpec,
+    VerifyConfig,
 )
 from crf_prime.featdel.runner import PytestRun, node_id, run_pytest
 from crf_prime.featdel.shared import shared_gold, shared_replay
@@ -75,7 +77,7 @@ DEFAULT_SOURCE = "pypi:toolz==1.2.0"
 logger = logging.getLogger(__name__)
 
 
-class GenerateConfig(GradingSandbox, BaseConfig):
+class GenerateConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """One generation run (``crf-prime featdel generate``: flags, ``@ file.toml`` keys and these fields share names).
     The sandbox settings (``limits`` of one task's validation run, ``unsandboxed``, ``bwrap``) are
     :class:`crf_prime.placement.GradingSandbox`'s."""
@@ -111,14 +113,6 @@ class GenerateConfig(GradingSandbox, BaseConfig):
     replay_search: Annotated[float, Field(ge=1)] = 2.0
     """Validate up to this many times ``max_tasks`` candidates looking for tasks the replay covers; uncovered valid
     tasks only fill the places left."""
-    allow_unreplayed: bool = False
-    """Also write tasks where a target has no replayed call of its own (graded there by its tests alone); their
-    rows list those targets (``unreplayed_targets``). Off: such tasks are rejected (``no-replay-coverage``)."""
-    mutants_per_task: Annotated[int, Field(ge=0)] = 10
-    """Gold mutants graded per task to measure the grader (crf_prime/featdel/strength.py), a deterministic sample;
-    0 measures nothing."""
-    min_mutation_rate: Annotated[float, Field(ge=0, le=1)] = 0.95
-    """Keep a task only when its grader rejects at least this share of the behaviour-changing mutants."""
     granularities: Annotated[list[Granularity], Field(min_length=1)] = ["function", "feature"]
     """What a task may delete: function, feature, block (an if/for/while/with/try body), tail (a function's
     statements after its first ones), class (every tested method of a class); see crf_prime/featdel/granularity.py."""
@@ -650,6 +644,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             replay_covered=sum(1 for t in valid if t.replay is not None),
             replay_checked=len(covered) + len(uncovered),
             replay_dropped=dict(sorted(sum((lost[t.task_id] for t in valid), Counter()).items())),
+            mutation=RateStats.of([t.mutation for t in valid]) if cfg.mutants_per_task else None,
         )
         with open(staging / "tasks.jsonl", "w") as fh:
             for task in valid:

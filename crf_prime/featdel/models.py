@@ -6,11 +6,27 @@ code); the grader reads their outcome from pytest's junit XML.
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+import statistics
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Granularity = Literal["function", "feature", "block", "tail", "class"]
+
+
+class VerifyConfig(BaseModel):
+    """Which validated tasks are written: only verifiable ones, with a grader measured by gold's mutants (shared by
+    ``featdel generate`` and ``featdel corpus``)."""
+
+    allow_unreplayed: bool = False
+    """Also write tasks where a target has no replayed call of its own (graded there by its tests alone); their
+    rows list those targets (``unreplayed_targets``). Off: such tasks are rejected (``no-replay-coverage``)."""
+    mutants_per_task: Annotated[int, Field(ge=0)] = 10
+    """Gold mutants graded per task to measure the grader (crf_prime/featdel/strength.py), a deterministic sample;
+    0 measures nothing."""
+    min_mutation_rate: Annotated[float, Field(ge=0, le=1)] = 0.95
+    """Keep a task only when its grader rejects at least this share of the behaviour-changing mutants."""
 
 
 class SourceInfo(BaseModel):
@@ -93,6 +109,46 @@ class MutationScore(BaseModel):
     rate: float | None = None
     """``rejected / behaviour_changing``; None when no mutant changed behaviour or the task has no replay to tell a
     surviving mutant from an equivalent one."""
+
+
+class RateStats(BaseModel):
+    """Mutation rates over a set of tasks (a package, a granularity, a corpus)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tasks: int
+    """Tasks with a measured rate."""
+    unmeasured: int = 0
+    """Tasks without one (no behaviour-changing mutant, or no replay to tell survivors from equivalents)."""
+    median: float | None = None
+    p5: float | None = None
+    """5th percentile (nearest rank): the weakest graders."""
+    mutants: int = 0
+    behaviour_changing: int = 0
+    rejected: int = 0
+
+    @classmethod
+    def of(cls, scores: list[MutationScore | None]) -> RateStats:
+        rates = sorted(s.rate for s in scores if s is not None and s.rate is not None)
+        measured = [s for s in scores if s is not None]
+        return cls(
+            tasks=len(rates),
+            unmeasured=len(scores) - len(rates),
+            median=statistics.median(rates) if rates else None,
+            p5=rates[max(math.ceil(0.05 * len(rates)) - 1, 0)] if rates else None,
+            mutants=sum(s.mutants for s in measured),
+            behaviour_changing=sum(s.behaviour_changing for s in measured),
+            rejected=sum(s.rejected for s in measured),
+        )
+
+    def line(self) -> str:
+        """One line for tables: ``median 100% p5 90% (12 tasks, 1 unmeasured; 80/81 mutants rejected)``."""
+        if not self.tasks:
+            return f"no rate ({self.unmeasured} unmeasured)"
+        return (
+            f"median {self.median:.0%} p5 {self.p5:.0%} ({self.tasks} tasks, {self.unmeasured} unmeasured; "
+            f"{self.rejected}/{self.behaviour_changing} behaviour-changing mutants rejected)"
+        )
 
 
 class FeatdelTask(BaseModel):
@@ -238,3 +294,5 @@ class GenerateSummary(BaseModel):
     """Valid tasks found before preferring covered ones (covered + uncovered)."""
     replay_dropped: dict[str, int] = Field(default_factory=dict)
     """Calls left out of the written tasks' replays, by reason."""
+    mutation: RateStats | None = None
+    """The grader's mutation rates over the written tasks (None when no mutant was graded)."""
