@@ -4,8 +4,9 @@ Mutation testing applied to the grader (EvalPlus, Liu et al. 2023, measured test
 mutant of gold's deleted code (crf_prime/featdel/mutants.py) is graded as the task is served — the replay of the
 task's calls (``replay_changes``) and the target tests in a fresh grading tree — and the verdict is the grader's
 (1.0 only when both pass; the replay runs first because it is the cheaper of the two). A mutant the grader accepts
-is then replayed on **held-out calls**: fresh variations of the recorded calls, drawn with another seed and more per
-call than the served replay has, on which gold is deterministic. A mutant that differs from gold there is a
+is then replayed on **held-out calls**: fresh variations of every served call (recorded or derived: a second step
+away from what the tests did), drawn with another seed and more per call than the served replay, minus the served
+inputs themselves, kept where gold is deterministic. A mutant that differs from gold there is a
 survivor (behaviour-changing, accepted); one that agrees everywhere counts as equivalent and is left out. The rate
 is ``rejected / (rejected + survivors)``.
 
@@ -14,6 +15,7 @@ The static code policy is not applied to mutants (it judges constructs, not beha
 
 from __future__ import annotations
 
+import random
 import shutil
 import tempfile
 from pathlib import Path
@@ -27,7 +29,9 @@ from crf_prime.featdel.replay import compare, load_replay, replay_changes, run_d
 from crf_prime.featdel.testenv import TestEnv
 
 HELD_OUT_PER_CALL = 8
-"""Fresh calls derived from each recorded call for the held-out set (the served replay derives 3)."""
+"""Fresh calls derived from each served call for the held-out set (the served replay derives 3 per recorded call)."""
+MAX_HELD_OUT = 400
+"""Held-out calls kept per task (a deterministic sample), so that one task's check stays within seconds."""
 HELD_OUT_SEED = 7919
 """Added to the task's seed: the held-out variations are not the served ones."""
 MUTANT_TEST_WALL_S = 60.0
@@ -59,7 +63,6 @@ class HeldOut:
 
     def _derive(self) -> list[dict]:
         served, _ = load_replay(self.task, self.task_dir)
-        recorded = [c for c in served if not c.get("derived")]
         seen = {c["payload"] for c in served}
         work = Path(tempfile.mkdtemp(prefix="crf-featdel-heldout-"))
         try:
@@ -71,12 +74,15 @@ class HeldOut:
                 self.env,
                 self.task,
                 gold,
-                recorded,
+                served,
                 mode="derive",
                 seed=self.task.seed + HELD_OUT_SEED,
                 per_call=HELD_OUT_PER_CALL,
             )
             calls = [{**c, "id": f"h:{c['id']}"} for c in (fresh or []) if c["payload"] not in seen]
+            if len(calls) > MAX_HELD_OUT:
+                picked = sorted(random.Random(mutation_seed(self.task)).sample(range(len(calls)), MAX_HELD_OUT))
+                calls = [calls[i] for i in picked]
             if not calls:
                 return []
             first, second = gold_runs(self.sandbox, self.env, self.task, gold, calls, shared=True)
