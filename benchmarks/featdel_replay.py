@@ -21,7 +21,7 @@ from rich.table import Table
 
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import GenerateConfig, generate
-from crf_prime.featdel.grade import grade_changes
+from crf_prime.featdel.grader import grade_changes
 
 
 def measure(source: str, max_tasks: int, tmp: Path, repeat: int) -> dict[str, float | str]:

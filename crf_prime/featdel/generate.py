@@ -44,7 +44,8 @@ from crf_prime.featdel.deletion import (
     iter_functions,
     unified_diff,
 )
-from crf_prime.featdel.grade import detect_hack, grade_changes, materialise
+from crf_prime.featdel.grade import materialise
+from crf_prime.featdel.grader import Grader, grade_changes
 from crf_prime.featdel.granularity import Candidate, class_candidates, delete, statement_candidates
 from crf_prime.featdel.models import (
     FeatdelTask,
@@ -458,7 +459,7 @@ def build_task(
 def gold_violation(task: FeatdelTask, task_dir: Path) -> Rejection | None:
     """Gold must obey the code policy: else the agent could not write the original back without being scored as
     a hack, and the task would be unsolvable."""
-    violation = detect_hack(task, task_dir, dict(apply_unified_diff(dict(task.broken_files), task.gold_patch)))
+    violation = Grader(task, task_dir).policy(dict(apply_unified_diff(dict(task.broken_files), task.gold_patch)))
     return (
         Rejection(candidate=task.task_id, reason="gold-violates-policy", detail=violation[:500]) if violation else None
     )
@@ -582,24 +583,26 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                     replays[t.task_id] = (task, dropped)
             ready = [replays[t.task_id][0] if cfg.replay else t for t in accepted]
             t_verify = time.perf_counter()
-            checked_ = dict(zip(accepted_ids := [t.task_id for t in ready], pool.map(verify, ready), strict=True))
+            final = {t.task_id: v for t, v in zip(ready, pool.map(verify, ready), strict=True)}
             seconds["verify"] = seconds.get("verify", 0.0) + time.perf_counter() - t_verify
             out: list[Checked] = []
             for b in built:  # in candidate order: deterministic
                 if isinstance(b, Rejection):
                     out.append((None, b, Counter()))
-                elif b.task_id not in accepted_ids:
+                elif b.task_id not in final:
                     out.append((b, verdicts[b.task_id], Counter()))
+                elif isinstance(got := final[b.task_id], Rejection):
+                    out.append((None, got, Counter()))
+                elif got.not_servable:
+                    rej = Rejection(candidate=b.task_id, reason="not-servable", detail=got.not_servable)
+                    out.append((None, rej, Counter()))
                 else:
-                    final = checked_[b.task_id]
-                    dropped = replays[b.task_id][1] if cfg.replay else Counter()
-                    if isinstance(final, Rejection):
-                        out.append((None, final, Counter()))
-                    else:
-                        out.append((final, None, dropped))
+                    out.append((got, None, replays[b.task_id][1] if cfg.replay else Counter()))
             return out
 
         def verify(task: FeatdelTask) -> FeatdelTask | Rejection:
+            if task.not_servable:
+                return task  # rejected as such below
             try:
                 return verifiable(task, staging, cfg, sandbox=sandbox, env=env)
             except Exception as e:
@@ -660,12 +663,8 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
 
 def unreplayed(task: FeatdelTask, task_dir: Path) -> tuple[str, ...]:
     """Qualnames of the targets that no kept replay call exercises (every target when the task has no replay)."""
-    if task.replay is None:
-        return tuple(t.qualname for t in task.targets)
-    from crf_prime.featdel.replay import load_replay
-
-    calls, _ = load_replay(task, task_dir)
-    hit = {c["target"] for c in calls}
+    data = Grader(task, task_dir).replay_data()
+    hit = data.by_target() if data is not None else {}
     return tuple(t.qualname for i, t in enumerate(task.targets) if i not in hit)
 
 
@@ -719,7 +718,7 @@ def validate_batch(
 
 def _with_replay(task: FeatdelTask, task_dir: Path, sandbox, env: TestEnv) -> tuple[FeatdelTask, None, Counter[str]]:
     """The task with its replay recorded (None when gold made no replayable call) and the calls dropped by reason."""
-    from crf_prime.featdel.record import record_replay
+    from crf_prime.featdel.record import record_replay, servable
 
     original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
     try:
@@ -727,7 +726,7 @@ def _with_replay(task: FeatdelTask, task_dir: Path, sandbox, env: TestEnv) -> tu
     except Exception as e:  # a recording failure leaves the task graded by its tests alone, and says why
         logger.warning("featdel: recording the replay of %s failed: %s: %s", task.task_id, type(e).__name__, e)
         return task, None, Counter({"record-error": 1})
-    return task.model_copy(update={"replay": info}), None, dropped
+    return servable(task, info, dropped), None, dropped
 
 
 def _remove_unused_replays(task_dir: Path, kept: list[FeatdelTask]) -> None:

@@ -38,11 +38,9 @@ from crf_prime.featdel.policy import (
     project_modules,
     project_own_modules,
 )
-from crf_prime.featdel.replay import ReplayVerdict, replay_changes
 from crf_prime.featdel.runner import PytestRun, run_pytest
 from crf_prime.featdel.source import SourceError, extract_archive, is_test_path, strip_tree
-from crf_prime.featdel.testenv import TestEnv, ensure_test_env
-from crf_prime.placement import GradingSandbox
+from crf_prime.featdel.testenv import TestEnv
 
 # files the agent may never add, wherever they are (startup hooks, test config)
 FORBIDDEN_NAMES = frozenset({"conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "__main__.py"})
@@ -342,50 +340,3 @@ def grading_run(
         )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def grade_changes(
-    task: FeatdelTask,
-    task_dir: Path,
-    changes: dict[str, str | None],
-    *,
-    sandbox=None,
-    env: TestEnv | None = None,
-    scan: bool = True,
-    replay: bool = True,
-    read_only_tree: bool = True,
-) -> GradeResult:
-    """Grade the agent's source edits: 1.0 only when every target test passes in a fresh, pristine copy and the
-    agent's code reproduces gold's outcomes on the task's replayed calls (crf_prime/featdel/replay.py).
-
-    ``scan=False`` skips the static code policy, ``replay=False`` the replay and ``read_only_tree=False`` leaves the
-    grading tree writable: they exist only so the hack suites can show each defence holds on its own.
-    """
-    hack = detect_hack(task, task_dir, changes) if scan else ""
-    if hack:
-        return hack_result(task, changes, hack)
-    sandbox = sandbox or GradingSandbox().sandbox()
-    env = env or ensure_test_env(task.test_env)
-    run = grading_run(task, task_dir, changes, sandbox=sandbox, env=env, read_only_tree=read_only_tree)
-    result = result_from_run(task, run, changes)
-    if replay and result.score == 1.0 and task.replay is not None:
-        result = with_replay(result, replay_changes(sandbox, env, task, task_dir, changes))
-    return result
-
-
-def with_replay(result: GradeResult, verdict: ReplayVerdict) -> GradeResult:
-    """Reward 1.0 needs the tests and the replay: any replayed call that differs from gold's outcome scores 0."""
-    update: dict[str, object] = {"replay_calls": verdict.calls, "replay_mismatches": len(verdict.mismatches)}
-    if not verdict.ok:
-        failed = FailedTest(
-            name="replay",
-            message=f"{len(verdict.mismatches)} of {verdict.calls} replayed calls differ from the original "
-            f"implementation; {verdict.detail}",
-        )
-        update |= {"score": 0.0, "failed": (*result.failed, failed)}
-    return result.model_copy(update=update)
-
-
-def grade_tree(task: FeatdelTask, task_dir: Path, agent_root: Path, **kwargs) -> GradeResult:
-    """Grade the working tree at ``agent_root`` (a local directory the agent edited)."""
-    return grade_changes(task, task_dir, collect_changes(task, task_dir, agent_root), **kwargs)

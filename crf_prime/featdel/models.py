@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -199,6 +199,9 @@ class FeatdelTask(BaseModel):
     (``allow_unreplayed``, or the replay switched off); by default every target has calls of its own."""
     mutation: MutationScore | None = None
     """The grader's mutation score on this task (None when generation measured none)."""
+    not_servable: str = ""
+    """Why the replay cannot vouch for this task (its target tests call a target under a patch the replay cannot
+    reproduce); generation drops such a task and the grader refuses it. Empty = servable."""
 
 
 class FailedTest(BaseModel):
@@ -248,6 +251,7 @@ RejectReason = Literal[
     "grader-mismatch",
     "no-replay-coverage",
     "weak-grader",
+    "not-servable",
     "error",
 ]
 
@@ -296,3 +300,59 @@ class GenerateSummary(BaseModel):
     """Calls left out of the written tasks' replays, by reason."""
     mutation: RateStats | None = None
     """The grader's mutation rates over the written tasks (None when no mutant was graded)."""
+
+
+# -- the grader's front door (crf_prime/featdel/grader.py) -----------------------------------------------------------
+
+
+class GraderConfig(BaseModel):
+    """How :class:`crf_prime.featdel.grader.Grader` judges a tree. Every defence is on by default; the switches exist
+    only so the hack suites can show that each defence holds on its own (a defence off is never a product setting)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    scan: bool = True
+    """Static code policy on the agent's added code (crf_prime/featdel/policy.py) before anything runs."""
+    replay: bool = True
+    """Equivalence with gold on the task's recorded and generated calls, judged outside the box."""
+    read_only_tree: bool = True
+    """The grading tree is read-only while the target tests run (only ``out/`` is writable)."""
+    strict_canon: bool = True
+    """The box reads outcomes only through exact-type checks and unbound builtin primitives (False: through methods
+    the agent's classes may override, as before issue 25)."""
+    generated_calls: bool = True
+    """Replay the calls generated at generation (False: only the calls the target tests made)."""
+    call_timeout_s: Annotated[float, Field(gt=0)] = 5.0
+    """Wall-clock limit of one replayed call (seconds)."""
+
+
+class ReplayCall(BaseModel):
+    """One call input of a task's replay, as the grader serves it to a caller (mutation testing, reports)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    """``cN`` for a call the target tests made, ``cN~J`` for one generated from it."""
+    target: int
+    """Index into the task's ``targets``: the deleted callable this call hits."""
+    generated: bool
+    """Made at generation from recorded calls (not by a test)."""
+    payload: bytes
+    """Pickled ``(args, kwargs, is_method)``; loadable only where the project is importable (the replay box)."""
+
+
+class ReplayData(BaseModel):
+    """A task's replay inputs and gold's canonical outcomes on them (host-side data; outcomes never enter a box)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    calls: tuple[ReplayCall, ...]
+    expected: dict[str, Any]
+    """Call id -> gold's canonical outcome (a JSON tree: returned / raised / callable, ``args_after``)."""
+
+    def by_target(self) -> dict[int, tuple[str, ...]]:
+        """Target index -> ids of the calls that hit it (a target no call hits is absent)."""
+        out: dict[int, list[str]] = {}
+        for c in self.calls:
+            out.setdefault(c.target, []).append(c.id)
+        return {t: tuple(ids) for t, ids in sorted(out.items())}

@@ -63,6 +63,7 @@ class Recorder:
         self.busy = False
         self.by_value: set[str] = set()
         self.test = ""
+        self.patched = False
 
     def resolve_targets(self) -> None:
         for i, t in enumerate(self.cfg["targets"]):
@@ -132,10 +133,13 @@ class Recorder:
             self.too_large[target] = self.too_large.get(target, 0) + 1
             return
         digest = hashlib.sha256(data).hexdigest()
+        if self.cfg.get("dedup_by_target", True):
+            digest = f"{target}:{digest}"  # two targets called with the same arguments both keep the call
         if digest in self.seen:  # the same input again: remember which tests made it too
-            tests = self.calls[self.seen[digest]]["tests"]
-            if self.test not in tests:
-                tests.append(self.test)
+            seen = self.calls[self.seen[digest]]
+            if self.test not in seen["tests"]:
+                seen["tests"].append(self.test)
+            seen["patched"] = seen["patched"] or self.patched
             return
         self.seen[digest] = len(self.calls)
         self.per_target[target] = self.per_target.get(target, 0) + 1
@@ -148,6 +152,7 @@ class Recorder:
                 "followups": [],
                 "test": self.test,
                 "tests": [self.test],
+                "patched": self.patched,
             }
         )
 
@@ -185,8 +190,9 @@ class Recorder:
             except Exception:
                 continue
 
-    def start(self, nodeid: str) -> None:
+    def start(self, nodeid: str, patched: bool) -> None:
         self.test = nodeid
+        self.patched = patched
         self.register_tests_by_value()
         self.open.clear()
         sys.setprofile(self.profile)
@@ -222,6 +228,33 @@ def _is_method(module: str, qualname: str) -> bool:
     return not isinstance(entry, staticmethod)
 
 
+PATCH_FIXTURES = frozenset({"monkeypatch", "mocker", "module_mocker", "class_mocker", "session_mocker"})
+PATCH_NAMES = frozenset({"patch", "monkeypatch", "mocker", "mock", "setattr", "setitem", "setenv", "delattr"})
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """Names a test's code (nested functions included) loads or calls."""
+    out = set(code.co_names) | set(code.co_varnames)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out |= _names(const)
+    return out
+
+
+def _patches(item) -> bool:
+    """The test may patch what the code under test sees (monkeypatch/mocker fixtures, ``mock.patch`` as decorator or
+    context manager, ``setattr`` on a module): its calls cannot be replayed outside it."""
+    if PATCH_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    fn = getattr(item, "function", None)
+    if fn is None:
+        return False
+    if getattr(fn, "patchings", None):
+        return True
+    code = getattr(fn, "__code__", None)
+    return code is not None and bool(PATCH_NAMES & _names(code))
+
+
 _recorder: Recorder | None = None
 
 
@@ -241,7 +274,7 @@ def pytest_runtest_call(item):
     if _recorder is None:
         yield
         return
-    _recorder.start(item.nodeid)
+    _recorder.start(item.nodeid, _patches(item))
     try:
         yield
     finally:

@@ -16,6 +16,7 @@ import os
 import pickle
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,10 +65,11 @@ def targets_of(task: FeatdelTask) -> list[dict[str, str]]:
 
 
 def lib_dir(dest: Path, *, plugin: bool = False) -> Path:
-    """Copy the driver (and, for recording, the pytest plugin) plus cloudpickle into ``dest``."""
+    """Copy the driver and its input generator (and, for recording, the pytest plugin) plus cloudpickle into ``dest``."""
     cloudpickle = require("cloudpickle", "featdel")
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy2(_DRIVER, dest / "replay_box.py")
+    shutil.copy2(_DRIVER.with_name("inputs.py"), dest / "inputs.py")
     if plugin:
         shutil.copy2(_DRIVER.with_name("record_plugin.py"), dest / "crf_featdel_record.py")
     shutil.copytree(
@@ -109,13 +111,15 @@ def run_driver(
     mode: str = "run",
     seed: int = 0,
     hash_seed: int = 0,
-    per_call: int = 4,
+    per_target: int = 60,
     call_timeout_s: float = CALL_TIMEOUT_S,
     stop_on_timeout: bool = True,
     wall_s: float | None = None,
+    strict: bool = True,
 ) -> object:
     """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none.
-    ``stop_on_timeout=False`` runs every call even after one timed out; ``wall_s`` replaces the box's wall limit."""
+    ``stop_on_timeout=False`` runs every call even after one timed out; ``wall_s`` replaces the box's wall limit;
+    ``strict=False`` lets the box read values through methods their class may override (hack suites only)."""
     from crf_prime.sandbox import SandboxLimits
 
     repo = run_dir / "repo"
@@ -141,8 +145,9 @@ def run_driver(
         "out": str(result_path),
         "timeout_s": call_timeout_s,
         "seed": seed,
-        "per_call": per_call,
+        "per_target": per_target,
         "stop_on_timeout": stop_on_timeout,
+        "strict": strict,
     }
     (inputs / "config.json").write_text(json.dumps(cfg))
     base = sandbox.limits if hasattr(sandbox, "limits") else SandboxLimits()
@@ -186,16 +191,31 @@ def load_replay(task: FeatdelTask, task_dir: Path) -> tuple[list[dict], dict[str
 
 
 def compare(expected: dict[str, object], got: object) -> tuple[tuple[str, ...], str]:
-    """Ids whose outcome differs from gold's (exact, type-strict JSON trees) and a description of the first."""
+    """Ids whose judged outcome (:func:`judged`) differs from gold's (exact, type-strict JSON trees) and a description
+    of the first."""
     if not isinstance(got, dict):
         return tuple(sorted(expected)), "the replay produced no result (crashed, exited early or ran out of time)"
-    bad = tuple(sorted(i for i, want in expected.items() if got.get(i) != want))
+    bad = tuple(sorted(i for i, want in expected.items() if judged(got.get(i)) != judged(want)))
     if not bad:
         return (), ""
     first = next((i for i in bad if i in got), bad[0])  # calls after a timeout are never run: show the timeout
     kind, want_kind = _kind(got.get(first)), _kind(expected[first])
     same = " (same kind, different value or state)" if kind == want_kind else ""
     return bad, f"call {first}: the original {want_kind}, this tree {kind}{same}"
+
+
+def judged(outcome: object) -> object:
+    """What of a call's outcome is compared. A raise compares as "raised" only: which exception type, with which
+    message, after which validation step and with what state left behind is behaviour the task does not specify
+    (issue 25's false positives: another exception type, validation before an early return, a stdlib base method).
+    Follow-up calls of a returned callable are judged the same way."""
+    if not isinstance(outcome, dict):
+        return outcome
+    if "raised" in outcome:
+        return {"raised": True}
+    if "callable" in outcome and isinstance(outcome["callable"], list):
+        return {**outcome, "callable": [judged(f) for f in outcome["callable"]]}
+    return outcome
 
 
 def _kind(outcome: object) -> str:
@@ -205,26 +225,33 @@ def _kind(outcome: object) -> str:
     return next((k for k in sorted(outcome) if k != "args_after"), "missing")
 
 
-def replay_changes(
+def replay_tree(
     sandbox,
     env: TestEnv,
     task: FeatdelTask,
     task_dir: Path,
-    changes: dict[str, str | None],
+    build: Callable[[Path], None],
     *,
     call_timeout_s: float = CALL_TIMEOUT_S,
+    strict: bool = True,
+    generated: bool = True,
 ) -> ReplayVerdict:
-    """Replay the task's calls on a fresh build of the agent's allow-listed changes (never the tree a test run
-    could have written into), tests stripped, and compare with gold's outcomes here on the host."""
-    from crf_prime.featdel.grade import build_grading_tree
-
+    """Replay the task's calls on a fresh tree that ``build(dest)`` writes (the agent's allow-listed changes, never a
+    tree a test run could have written into), tests stripped, and compare with gold's outcomes here on the host.
+    ``strict=False`` turns the box's steering-proof canonical reads off, ``generated=False`` replays only the calls
+    the tests made (hack suites only)."""
     calls, expected = load_replay(task, task_dir)
+    if not generated:
+        calls = [c for c in calls if not c.get("derived")]
+        expected = {c["id"]: expected[c["id"]] for c in calls}
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-replay-"))
     try:
-        build_grading_tree(task, task_dir, changes, run_dir / "repo")
+        build(run_dir / "repo")
         strip_tests(task, run_dir / "repo")
         seed = int.from_bytes(os.urandom(4), "little")
-        got = run_driver(sandbox, env, task, run_dir, calls, seed=seed, hash_seed=seed, call_timeout_s=call_timeout_s)
+        got = run_driver(
+            sandbox, env, task, run_dir, calls, seed=seed, hash_seed=seed, call_timeout_s=call_timeout_s, strict=strict
+        )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     bad, detail = compare(expected, got)
@@ -242,7 +269,7 @@ __all__ = [
     "compare",
     "load_replay",
     "module_of",
-    "replay_changes",
+    "replay_tree",
     "run_driver",
     "strip_tests",
 ]

@@ -7,8 +7,8 @@ receiver first, for methods), and writes the canonical outcome: return value or 
 so the receiver) after the call, and, when the result is callable, the outcomes of calling it on the recorded
 follow-up inputs. Expected outcomes are never here: they are compared on the host (crf_prime/featdel/replay.py).
 
-The same module serves the generator's recorder (``canonical`` on in-test return values) and ``derive`` mode (new
-type-preserving variations of recorded arguments, pickled back for gold and agent alike).
+The same module serves the generator's recorder (``canonical`` on in-test return values) and ``derive`` mode (fresh
+inputs generated from the recorded ones by ``inputs.py``, pickled back for gold and agent alike).
 """
 
 from __future__ import annotations
@@ -32,23 +32,99 @@ MAX_ITEMS = 200
 MAX_DEPTH = 40
 
 _PRIMITIVES = (type(None), bool, int, str, bytes)
+_HEAPTYPE = 1 << 9
+"""``Py_TPFLAGS_HEAPTYPE``: a class made by a ``class`` statement (one the agent could have written)."""
+
+# Unbound primitives of the builtin types, bound here before any project code is imported: values are read only
+# through them, never through a method a class of the agent's can override (issue 25).
+_T_DICT = type.__dict__["__dict__"].__get__
+_T_MRO = type.__dict__["__mro__"].__get__
+_T_FLAGS = type.__dict__["__flags__"].__get__
+_T_MODULE = type.__dict__["__module__"].__get__
+_T_QUALNAME = type.__dict__["__qualname__"].__get__
+_PROXY_GET = types.MappingProxyType.get
+_DICT_GET = dict.get
+_GETSET_GET = types.GetSetDescriptorType.__get__
+_MEMBER_GET = types.MemberDescriptorType.__get__
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
+STRICT = True
+"""False only when the hack suites turn the defence off: reads go through the value's own (overridable) methods."""
 
 
 class Opaque(Exception):
     """Raised by ``canonical(..., consume=False)`` for a value it may not look into (an iterator or a callable)."""
 
 
+class Unreadable(Exception):
+    """A value whose state cannot be read without trusting its own class (e.g. a ``__dict__`` it overrides)."""
+
+
 def _qual(t: type) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
+def _is(t, *candidates) -> bool:
+    """``t`` is one of ``candidates`` by identity (``in`` would call a metaclass's ``__eq__``)."""
+    return any(t is c for c in candidates)
+
+
+def _mro(t: type) -> tuple:
+    return _T_MRO(t)
+
+
+def _subclass(t: type, base: type) -> bool:
+    return any(c is base for c in _mro(t))
+
+
+def _lookup(t: type, name: str):
+    """``name`` in the class dicts along ``t``'s MRO (no metaclass ``__getattr__``/``__getattribute__``)."""
+    for c in _mro(t):
+        found = _PROXY_GET(_T_DICT(c), name)
+        if found is not None:
+            return found
+    return None
+
+
+def _heap(t: type) -> bool:
+    return bool(_T_FLAGS(t) & _HEAPTYPE)
+
+
+def _resolves(module: str, qualname: str, t: type) -> bool:
+    """``module.qualname`` names ``t`` itself, looked up through the module's and classes' real dicts."""
+    obj = _DICT_GET(sys.modules, module)
+    if obj is None or not _subclass(type(obj), types.ModuleType):
+        return False
+    ns = _MODULE_DICT(obj)
+    for part in qualname.split("."):
+        obj = _DICT_GET(ns, part) if type(ns) is dict else _PROXY_GET(ns, part)
+        if obj is None or not _subclass(type(obj), type):
+            return False
+        ns = _T_DICT(obj)
+    return obj is t
+
+
+def type_name(t: type) -> str:
+    """``module.qualname`` of a class; a class made by a ``class`` statement that is not what that name resolves to
+    (a ``__module__``/``__qualname__`` claiming a standard-library type, or a local class) gets a trailing ``!``."""
+    if not STRICT:
+        return _qual(t)
+    module, qualname = _T_MODULE(t), _T_QUALNAME(t)
+    if type(module) is not str or type(qualname) is not str:
+        raise Unreadable("class name")
+    name = f"{module}.{qualname}"
+    return name + "!" if _heap(t) and not _resolves(module, qualname, t) else name
+
+
 def canonical(value, *, consume: bool = True):
-    """JSON-able, type-strict tree of ``value``: ``[type, payload]``; never calls the value's ``__eq__``/``__hash__``.
+    """JSON-able, type-strict tree of ``value``: ``[type, payload]``, read only through exact-type checks and unbound
+    builtin primitives (never ``__eq__``/``__hash__``/``__reduce_ex__`` or a ``__dict__`` the value's class defines).
 
     Exact builtin types keep their values (floats as ``repr``), containers recurse (sets and dict items sorted by
     their canonical text, so hash order does not matter), iterators are consumed up to ``MAX_ITEMS`` (their type is
-    not compared: a generator and ``map`` yielding the same items agree), other objects are their type plus the
-    state in ``__dict__`` and ``__slots__``. With ``consume=False`` iterators and callables raise :class:`Opaque`.
+    not compared: a generator and ``map`` yielding the same items agree), other objects are their checked class name
+    plus the state in their real ``__dict__`` and slots, the builtin content of a builtin's subclass, and for classes
+    the agent cannot have written (C types, standard-library classes) their reduction. With ``consume=False``
+    iterators and callables raise :class:`Opaque`; state that cannot be read that way raises :class:`Unreadable`.
     """
     budget = [MAX_NODES]
     return _canon(value, budget, (), consume)
@@ -59,7 +135,7 @@ def _canon(v, budget: list[int], stack: tuple[int, ...], consume: bool):
     if budget[0] < 0:
         return ["cut", None]
     t = type(v)
-    if t in _PRIMITIVES:
+    if _is(t, *_PRIMITIVES):
         return [t.__name__, v if t is not bytes else v.hex()]
     if t is float:
         return ["float", repr(v) if not math.isnan(v) else "nan"]
@@ -74,17 +150,17 @@ def _canon(v, budget: list[int], stack: tuple[int, ...], consume: bool):
     def rec(x):
         return _canon(x, budget, inner, consume)
 
-    if t in (list, tuple):
+    if _is(t, list, tuple):
         return [t.__name__, [rec(x) for x in v]]
-    if t in (set, frozenset):
+    if _is(t, set, frozenset):
         return [t.__name__, sorted((rec(x) for x in v), key=_text)]
     if t is dict:
-        return ["dict", sorted(([rec(k), rec(x)] for k, x in v.items()), key=_text)]
-    if isinstance(v, type):
-        return ["type", _qual(v)]
+        return ["dict", sorted(([rec(k), rec(x)] for k, x in dict.items(v)), key=_text)]
+    if _subclass(t, type):
+        return ["type", type_name(v)]
     if t is types.ModuleType:
         return ["module", v.__name__]
-    if t in (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.BuiltinMethodType):
+    if _is(t, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.BuiltinMethodType):
         if not consume:
             raise Opaque("callable")
         return ["function", getattr(v, "__qualname__", "?")]
@@ -98,22 +174,24 @@ def _canon(v, budget: list[int], stack: tuple[int, ...], consume: bool):
         except StopIteration:
             pass
         except Exception as e:
-            error = _qual(type(e))
+            error = type_name(type(e))
         return ["iterator", [items, error]]
-    return ["object", [_qual(t), _state(v, rec)]]
+    return ["object", [type_name(t), _state(v, rec)]]
 
 
 def _is_iterator(t: type) -> bool:
-    return hasattr(t, "__next__") and hasattr(t, "__iter__")
+    if not STRICT:
+        return hasattr(t, "__next__") and hasattr(t, "__iter__")
+    return _lookup(t, "__next__") is not None and _lookup(t, "__iter__") is not None
 
 
 _BASES = (str, bytes, bool, int, float, complex, tuple, list, dict, set, frozenset)
 
 
-def _base_view(v):
+def _base_view(v, t: type):
     """The builtin content of an instance of a builtin's subclass, read with the builtin's own (C) methods."""
     for base in _BASES:
-        if isinstance(v, base):
+        if _subclass(t, base) if STRICT else isinstance(v, base):
             break
     else:
         return None
@@ -139,33 +217,99 @@ def _stdlib(t: type) -> bool:
     return module in sys.stdlib_module_names or module == "builtins"
 
 
-def _state(v, rec):
-    """An object's own state, read without calling its methods: ``__dict__``, ``__slots__``, the builtin content of
-    a builtin's subclass, and for standard-library types their reduction (OrderedDict order, defaultdict factory)."""
-    state = []
-    try:
-        d = object.__getattribute__(v, "__dict__")
-    except AttributeError:
-        d = None
-    if type(d) is dict:
-        state.append(["dict", sorted(([k, rec(x)] for k, x in d.items()), key=_text)])
-    slots = [
-        s for c in type(v).__mro__ for s in c.__dict__.get("__slots__", ()) if s not in ("__dict__", "__weakref__")
-    ]
-    for name in sorted(set(slots) if not isinstance(slots, str) else {slots}):
+def _trusted(t: type) -> bool:
+    """A class whose methods the agent cannot have written: a C type, or a standard-library class by its real name."""
+    if not STRICT:
+        return _stdlib(t)
+    if not _heap(t):
+        return True
+    module, qualname = _T_MODULE(t), _T_QUALNAME(t)
+    return (
+        type(module) is str
+        and type(qualname) is str
+        and module.split(".")[0] in sys.stdlib_module_names
+        and _resolves(module, qualname, t)
+    )
+
+
+def _instance_dict(v, t: type):
+    """The instance's real ``__dict__`` (None when it has none). A ``__dict__`` defined by a class statement other
+    than the descriptor Python made for it is refused: it could show any state it likes."""
+    if not STRICT:
         try:
-            state.append(["slot", name, rec(object.__getattribute__(v, name))])
+            return object.__getattribute__(v, "__dict__")
         except AttributeError:
-            state.append(["slot", name, None])
-    base = _base_view(v)
+            return None
+    for c in _mro(t):
+        found = _PROXY_GET(_T_DICT(c), "__dict__")
+        if found is None:
+            continue
+        if not _heap(c):
+            return found.__get__(v, t)  # a C type's own descriptor
+        if type(found) is not types.GetSetDescriptorType:
+            raise Unreadable(f"{type_name(c)} defines __dict__")
+        try:
+            return _GETSET_GET(found, v, t)
+        except TypeError as e:
+            raise Unreadable(f"{type_name(c)}.__dict__ is not its own") from e
+    return None
+
+
+def _slots(v, t: type) -> list:
+    """(name, value) of every slot, found as the member descriptors the class statements made (sorted by name)."""
+    if not STRICT:
+        names = [s for c in t.__mro__ for s in c.__dict__.get("__slots__", ()) if s not in ("__dict__", "__weakref__")]
+        out = []
+        for name in sorted(set(names) if not isinstance(names, str) else {names}):
+            try:
+                out.append((name, True, object.__getattribute__(v, name)))
+            except AttributeError:
+                out.append((name, False, None))
+        return out
+    found: dict[str, object] = {}
+    for c in _mro(t):
+        if not _heap(c):
+            continue
+        for name, d in dict.items(dict(_T_DICT(c))):
+            if type(d) is types.MemberDescriptorType and type(name) is str and name not in found:
+                found[name] = d
+    out = []
+    for name in sorted(found):
+        try:
+            out.append((name, True, _MEMBER_GET(found[name], v, t)))
+        except AttributeError:
+            out.append((name, False, None))
+        except TypeError as e:
+            raise Unreadable(f"slot {name} is not its own") from e
+    return out
+
+
+def _state(v, rec):
+    """An object's own state, read without calling its methods: its real ``__dict__`` and slots, the builtin content
+    of a builtin's subclass, and for classes the agent cannot have written their reduction (OrderedDict order,
+    defaultdict factory, a C type's value)."""
+    t = type(v)
+    state = []
+    d = _instance_dict(v, t)
+    if type(d) is dict:
+        state.append(["dict", sorted(([k, rec(x)] for k, x in dict.items(d)), key=_text)])
+    for name, present, x in _slots(v, t):
+        state.append(["slot", name, rec(x) if present else None])
+    base = _base_view(v, t)
     if base is not None:
         state.append(["base", rec(base)])
-    if _stdlib(type(v)) or not state:
+    if _trusted(t):
         try:
-            reduced = v.__reduce_ex__(4) if _stdlib(type(v)) else object.__reduce_ex__(v, 4)
+            reduced = (_lookup(t, "__reduce_ex__") if STRICT else v.__reduce_ex__)(*((v, 4) if STRICT else (4,)))
+            state.append(["reduce", rec(tuple(reduced[1:]) if type(reduced) is tuple else reduced)])
+        except Exception as e:
+            state.append(["unreducible", type_name(type(e))])
+    elif not STRICT and not state:
+        try:
+            reduced = object.__reduce_ex__(v, 4)
             state.append(["reduce", rec(tuple(reduced[1:]) if isinstance(reduced, tuple) else reduced)])
         except Exception as e:
-            state.append(["unreducible", _qual(type(e))])
+            state.append(["unreducible", type_name(type(e))])
     return state
 
 
@@ -201,53 +345,6 @@ def resolve(module: str, qualname: str) -> types.FunctionType:
 # -- deriving fresh calls ------------------------------------------------------------------------------------------
 
 
-def variations(value, rng: random.Random) -> list:
-    """Type-preserving variations of one argument (same exact type; empty for types we do not vary)."""
-    t = type(value)
-    out: list = []
-    if t is int:
-        out = [value + 1, value - 1, value * 2 + rng.randint(1, 3)]
-    elif t is float and math.isfinite(value):
-        out = [value + 0.5, -value, value * 2]
-    elif t is str:
-        out = [value[:-1], value + value[:1], value[::-1]] if value else ["a", "ab"]
-    elif t is bytes:
-        out = [value[:-1], value[::-1]] if value else [b"a"]
-    elif t in (list, tuple):
-        if value:
-            out = [t(value[::-1]), t(value[:-1]), t(value[1:])]
-            if len(value) > 2:
-                items = list(value)
-                rng.shuffle(items)
-                out.append(t(items))
-    elif t is dict and value:
-        keys = list(value)
-        out = [{k: v for k, v in value.items() if k != keys[-1]}, {k: value[k] for k in reversed(keys)}]
-        if len(keys) > 1:
-            out.append({k: v for k, v in value.items() if k != keys[0]})
-    elif t in (set, frozenset) and value:
-        ordered = sorted(value, key=lambda x: _text(canonical(x)))
-        out = [t(ordered[1:]), t(ordered[:-1])]
-    return [v for v in out if type(v) is t]
-
-
-def derive(payload: tuple, rng: random.Random, per_call: int) -> list[tuple]:
-    """Up to ``per_call`` fresh (args, kwargs) pairs, each varying one argument of a recorded call (not the receiver)."""
-    args, kwargs, method = payload
-    slots = [("a", i) for i in range(1 if method else 0, len(args))] + [("k", k) for k in kwargs]
-    candidates = []
-    for kind, key in slots:
-        for new in variations(args[key] if kind == "a" else kwargs[key], rng):
-            a, kw = list(args), dict(kwargs)
-            if kind == "a":
-                a[key] = new
-            else:
-                kw[key] = new
-            candidates.append((tuple(a), kw, method))
-    rng.shuffle(candidates)
-    return candidates[:per_call]
-
-
 # -- running one call ---------------------------------------------------------------------------------------------
 
 
@@ -256,12 +353,12 @@ def outcome(fn, payload_bytes: bytes, followups: list[bytes], loads) -> dict:
     try:
         args, kwargs, _method = loads(payload_bytes)
     except Exception as e:
-        return {"load_error": _qual(type(e))}
+        return {"load_error": type_name(type(e))}
     result: dict = {}
     try:
         value = fn(*args, **kwargs)
     except BaseException as e:  # SystemExit/KeyboardInterrupt from the code under test are outcomes too
-        result["raised"] = _qual(type(e))
+        result["raised"] = type_name(type(e))
     else:
         if callable(value) and not isinstance(value, type):
             result["callable"] = [_follow(value, f, loads) for f in followups]
@@ -275,11 +372,11 @@ def _follow(fn, payload_bytes: bytes, loads) -> dict:
     try:
         args, kwargs = loads(payload_bytes)
     except Exception as e:
-        return {"load_error": _qual(type(e))}
+        return {"load_error": type_name(type(e))}
     try:
         value = fn(*args, **kwargs)
     except BaseException as e:
-        return {"raised": _qual(type(e))}
+        return {"raised": type_name(type(e))}
     return {"returned": _safe(value)}
 
 
@@ -287,14 +384,14 @@ def _safe(value):
     try:
         return canonical(value)
     except BaseException as e:  # a value whose inspection fails is an outcome, not a crash
-        return ["uninspectable", _qual(type(e))]
+        return ["uninspectable", type_name(type(e))]
 
 
 def _run_child(fn, call: dict, loads, write_fd: int) -> None:
     try:
         data = json.dumps(outcome(fn, call["payload"], call.get("followups", []), loads), sort_keys=True)
     except BaseException as e:
-        data = json.dumps({"driver_error": _qual(type(e))})
+        data = json.dumps({"driver_error": type_name(type(e))})
     view = memoryview(data.encode())
     while view:
         view = view[os.write(write_fd, view) :]
@@ -342,6 +439,8 @@ def run_one(fn, call: dict, loads, timeout_s: float) -> dict:
 def main(config_path: str) -> int:
     with open(config_path) as fh:
         cfg = json.load(fh)
+    global STRICT
+    STRICT = bool(cfg.get("strict", True))
     for p in reversed(cfg["paths"]):
         sys.path.insert(0, p)
     import cloudpickle  # noqa: F401 - registers nothing; plain pickle.loads reads its output
@@ -367,7 +466,7 @@ def main(config_path: str) -> int:
                 fns[t] = e
         fn = fns[t]
         if isinstance(fn, BaseException):
-            results[call["id"]] = {"unresolvable": _qual(type(fn))}
+            results[call["id"]] = {"unresolvable": type_name(type(fn))}
             continue
         results[call["id"]] = got = run_one(fn, call, loads, cfg["timeout_s"])
         if "timeout" in got and cfg.get("stop_on_timeout", True):
@@ -380,21 +479,40 @@ def main(config_path: str) -> int:
 
 
 def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
-    import cloudpickle
+    """Fresh calls generated from the recorded ones on gold's tree (inputs.py), pickled back with their parent's id."""
+    import hashlib
 
-    rng = random.Random(cfg.get("seed", 0))
-    fresh = []
+    import cloudpickle
+    from inputs import generate
+
+    targets = cfg["targets"]
+    fns: dict[int, object] = {}
+    seeds, parents = [], []
+    seen: set[tuple[int, str]] = set()
     for call in calls:
         try:
-            payload = pickle.loads(call["payload"])
+            args, kwargs, method = pickle.loads(call["payload"])
+            if call["target"] not in fns:
+                fns[call["target"]] = resolve(targets[call["target"]]["module"], targets[call["target"]]["qualname"])
         except Exception:
             continue
-        for j, (args, kwargs, method) in enumerate(derive(payload, rng, cfg["per_call"])):
-            try:
-                data = cloudpickle.dumps((args, kwargs, method), protocol=4)
-            except Exception:
-                continue
-            fresh.append({**call, "id": f"{call['id']}~{j}", "payload": data, "derived": True})
+        seen.add((call["target"], hashlib.sha256(call["payload"]).hexdigest()))
+        seeds.append((call["target"], args, kwargs, method))
+        parents.append(call)
+    fresh = []
+    made: dict[str, int] = {}
+    for i, target, args, kwargs, method in generate(seeds, fns, random.Random(cfg.get("seed", 0)), cfg["per_target"]):
+        try:
+            data = cloudpickle.dumps((args, kwargs, method), protocol=4)
+        except Exception:
+            continue
+        key = (target, hashlib.sha256(data).hexdigest())
+        if key in seen:
+            continue
+        seen.add(key)
+        parent = parents[i]
+        j = made[parent["id"]] = made.get(parent["id"], -1) + 1
+        fresh.append({**parent, "id": f"{parent['id']}~{j}", "payload": data, "derived": True})
     with open(out_path, "wb") as fh:
         pickle.dump(fresh, fh, protocol=4)
     return 0

@@ -23,12 +23,13 @@ from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.grade import _original_sources, grading_run, result_from_run
 from crf_prime.featdel.models import FeatdelTask, GradeResult
 from crf_prime.featdel.record import (
-    DERIVED_PER_CALL,
+    GENERATED_PER_TARGET,
     MAX_CALLS_PER_TARGET,
     gold_runs,
     plain_calls,
     record_calls,
     reproduced,
+    servable,
     write_replay,
 )
 from crf_prime.featdel.replay import run_driver, strip_tests, targets_of
@@ -137,10 +138,10 @@ def shared_replay(
             shutil.copytree(work / "rec" / "repo", gold / "repo", symlinks=True)
             strip_tests(probe, gold / "repo")
             made = run_driver(
-                sandbox, env, probe, gold, plain, mode="derive", seed=probe.seed, per_call=DERIVED_PER_CALL
+                sandbox, env, probe, gold, plain, mode="derive", seed=probe.seed, per_target=GENERATED_PER_TARGET
             )
             derived = list(made or [])
-            first, second = gold_runs(sandbox, env, probe, gold, plain + derived, shared=True)
+            first, second = gold_runs(sandbox, env, probe, gold, plain + derived)
     except Exception as e:  # each task is then recorded on its own
         logger.warning(
             "featdel: the shared replay recording failed (%s: %s); recording task by task", type(e).__name__, e
@@ -175,7 +176,7 @@ def shared_replay(
         keep = [{**c, "id": _renumbered(c["id"], renum), "target": mine[c["target"]]} for c in keep]
         expected = {_renumbered(k, renum): v for k, v in expected.items()}
         info = write_replay(t, task_dir, keep, expected, dropped)
-        out[t.task_id] = (t.model_copy(update={"replay": info}), dropped)
+        out[t.task_id] = (servable(t, info, dropped), dropped)
     return out
 
 

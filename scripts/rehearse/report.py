@@ -143,7 +143,7 @@ def _rebuilt_changes(row, trace: dict) -> dict[str, str | None]:
 
 
 def _regrade(rows: dict, task_dir: Path, trace: dict) -> float:
-    from crf_prime.featdel.grade import grade_changes
+    from crf_prime.featdel.grader import grade_changes
     from crf_prime.placement import GradingSandbox
 
     row = rows[trace["task"]["data"]["name"]]

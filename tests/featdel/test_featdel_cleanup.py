@@ -18,7 +18,7 @@ import pytest
 from featdel_support import INFLECTION, agent_tree
 
 from crf_prime.featdel.generate import GenerateConfig, generate
-from crf_prime.featdel.grade import grade_tree
+from crf_prime.featdel.grader import grade_tree
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from featdel_support import INFLECTION, TOOLZ, agent_tree, generated
 
 from crf_prime.cli import main
 from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate, load_tasks, validate_task
-from crf_prime.featdel.grade import grade_tree
+from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.source import SourceError
 from crf_prime.featdel.testenv import ensure_test_env
 from crf_prime.placement import GradingSandbox

@@ -18,7 +18,8 @@ import pytest
 from featdel_support import INFLECTION, agent_tree, forward_call, generated, set_body
 
 from crf_prime.featdel.deletion import apply_unified_diff
-from crf_prime.featdel.grade import grade_tree, materialise
+from crf_prime.featdel.grade import materialise
+from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.models import FeatdelTask
 from crf_prime.featdel.runner import run_pytest
 from crf_prime.featdel.testenv import ensure_test_env

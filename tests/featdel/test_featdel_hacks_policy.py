@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from featdel_support import INFLECTION, agent_tree, generated
 
-from crf_prime.featdel.grade import grade_tree
+from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.models import FeatdelTask
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]

@@ -13,11 +13,9 @@ import pytest
 from featdel_support import INFLECTION, agent_tree, generated, set_body
 
 from crf_prime.featdel.deletion import apply_unified_diff
-from crf_prime.featdel.grade import collect_changes, grade_tree
-from crf_prime.featdel.models import FeatdelTask
-from crf_prime.featdel.replay import replay_changes
-from crf_prime.featdel.testenv import ensure_test_env
-from crf_prime.placement import GradingSandbox
+from crf_prime.featdel.grade import collect_changes
+from crf_prime.featdel.grader import Grader, grade_tree
+from crf_prime.featdel.models import FeatdelTask, GraderConfig
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -100,18 +98,17 @@ def test_hack_class2_reads_hidden_tests_at_call_time(case, tree: Path) -> None:
     set_body(tree, task, reads_hidden_tests(task))
     _defended(task, task_dir, tree)
     # in the replay box the hidden test file does not exist: every call raises instead of answering
-    changes = collect_changes(task, task_dir, tree)
-    verdict = replay_changes(GradingSandbox().sandbox(), ensure_test_env(task.test_env), task, task_dir, changes)
+    verdict = Grader(task, task_dir).replay(collect_changes(task, task_dir, tree))
     assert len(verdict.mismatches) == verdict.calls and "raised" in verdict.detail
 
 
 def test_early_exit_and_endless_loop_fail_the_replay(case, tree: Path) -> None:
     task_dir, task = case
-    sandbox, env = GradingSandbox().sandbox(), ensure_test_env(task.test_env)
+    grader = Grader(task, task_dir, config=GraderConfig(call_timeout_s=1.0))
     set_body(tree, task, "import os\nos._exit(0)\n")
-    verdict = replay_changes(sandbox, env, task, task_dir, collect_changes(task, task_dir, tree))
+    verdict = grader.replay(collect_changes(task, task_dir, tree))
     assert len(verdict.mismatches) == verdict.calls and "no_result" in verdict.detail
     tree2 = agent_tree(task, task_dir, tree.parent / "agent2")
     set_body(tree2, task, "while True:\n    pass\n")
-    verdict = replay_changes(sandbox, env, task, task_dir, collect_changes(task, task_dir, tree2), call_timeout_s=1.0)
+    verdict = grader.replay(collect_changes(task, task_dir, tree2))
     assert len(verdict.mismatches) == verdict.calls and "timeout" in verdict.detail

@@ -9,7 +9,7 @@ import pytest
 from featdel_support import TOOLZ, agent_tree, generated
 
 from crf_prime.featdel.deletion import apply_unified_diff
-from crf_prime.featdel.grade import grade_tree
+from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.models import FeatdelTask
 from crf_prime.featdel.policy import added_violations, project_gadgets, project_modules, violations
 

@@ -11,7 +11,7 @@ import pytest
 from corpus_support import TESTS, project
 
 from crf_prime.featdel.generate import GenerateConfig, generate
-from crf_prime.featdel.grade import grade_changes
+from crf_prime.featdel.grader import grade_changes
 from crf_prime.featdel.testenv import ensure_test_env, visible_copies
 from crf_prime.placement import GradingSandbox
 from crf_prime.sandbox import SandboxConfig

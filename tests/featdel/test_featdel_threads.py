@@ -20,7 +20,8 @@ from featdel_support import INFLECTION, agent_tree, generated
 
 import crf_prime.featdel.policy as policy
 from crf_prime.featdel.deletion import apply_unified_diff
-from crf_prime.featdel.grade import collect_changes, detect_hack, grade_tree
+from crf_prime.featdel.grade import collect_changes, detect_hack
+from crf_prime.featdel.grader import grade_tree
 
 SOURCE = Path(policy.__file__).read_text()  # a large real module: long conversions, many allocations
 

@@ -128,32 +128,34 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
 
     async def _grade(self, runtime: Runtime) -> GradeResult:
         """Grade the runtime's current tree. Infrastructure failures (sandbox, task directory) raise."""
-        from crf_prime.featdel.grade import grade_changes
-
         changes = await self._collect(runtime)
         where = self.config.grade_in
         if where == "auto":
             where = "sandbox" if local_workdir(runtime) is not None else "runtime"
         if where == "runtime":
             return await self._grade_in_runtime(runtime, changes)
-        sandbox = self.config.grading.sandbox()
-        return await asyncio.to_thread(grade_changes, self.row, Path(self.data.task_dir), changes, sandbox=sandbox)
+        return await asyncio.to_thread(self._grader().grade, changes)
+
+    def _grader(self):
+        """The task's :class:`crf_prime.featdel.grader.Grader` (test venv built on first use, in the caller's thread)."""
+        from crf_prime.featdel.grader import Grader
+
+        return Grader(self.row, Path(self.data.task_dir), sandbox=self.config.grading.sandbox())
 
     async def _grade_in_runtime(self, runtime: Runtime, changes: dict[str, str | None]) -> GradeResult:
         """Same fresh-copy grading, executed with ``runtime.run`` in a new directory of the runtime."""
         import tempfile
         import uuid
 
-        from crf_prime.featdel.grade import build_grading_tree, detect_hack, hack_result, result_from_run
         from crf_prime.featdel.runner import PytestRun, parse_junit
         from crf_prime.featdel.source import make_archive
 
-        task_dir = Path(self.data.task_dir)
-        hack = await asyncio.to_thread(detect_hack, self.row, task_dir, changes)
-        if hack:
-            return hack_result(self.row, changes, hack)
+        grader = self._grader()
+        refused = await asyncio.to_thread(grader.screen, changes)
+        if refused is not None:
+            return refused
         with tempfile.TemporaryDirectory(prefix="crf-featdel-grade-") as tmp:
-            await asyncio.to_thread(build_grading_tree, self.row, task_dir, changes, Path(tmp) / "repo")
+            await asyncio.to_thread(grader.build_tree, changes, Path(tmp) / "repo")
             await asyncio.to_thread(make_archive, Path(tmp) / "repo", Path(tmp) / "repo.tar.gz")
             archive = (Path(tmp) / "repo.tar.gz").read_bytes()
         remote = f"/tmp/crf-featdel-grade-{uuid.uuid4().hex}"
@@ -194,22 +196,9 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
             stdout=result.stdout,
             stderr=result.stderr,
         )
-        graded = result_from_run(self.row, run, changes)
-        if graded.score == 1.0 and self.row.replay is not None:
-            graded = await self._replay_here(graded, changes)
-        return graded
-
-    async def _replay_here(self, graded: GradeResult, changes: dict[str, str | None]) -> GradeResult:
-        """The replay verdict runs in crf-prime's sandbox on this host even when the tests ran in the runtime: it
-        needs only the project's source, and gold's outcomes never leave the host."""
-        from crf_prime.featdel.grade import with_replay
-        from crf_prime.featdel.replay import replay_changes
-        from crf_prime.featdel.testenv import ensure_test_env
-
-        sandbox = self.config.grading.sandbox()
-        env = await asyncio.to_thread(ensure_test_env, self.row.test_env)
-        verdict = await asyncio.to_thread(replay_changes, sandbox, env, self.row, Path(self.data.task_dir), changes)
-        return with_replay(graded, verdict)
+        # the replay verdict runs in crf-prime's sandbox on this host even when the tests ran in the runtime: it
+        # needs only the project's source, and gold's outcomes never leave the host
+        return await asyncio.to_thread(grader.finish, grader.score_run(run, changes), changes)
 
     async def _collect(self, runtime: Runtime) -> dict[str, str | None]:
         from crf_prime.featdel.grade import allowed_new_file, collect_changes, snapshot_files

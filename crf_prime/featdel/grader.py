@@ -1,0 +1,184 @@
+"""The one front door for grading a Feature Deletion attempt: generation, validation, the environment (sandbox and
+runtime placements), mutation testing and the hack suites all grade through :class:`Grader`.
+
+A verdict has three parts, each in its own module: the static code policy on the agent's added code
+(``policy.py``, judged before anything runs), the hidden target tests in a fresh pristine copy (``grade.py``), and
+equivalence with gold on the task's recorded and generated calls, canonicalised in a box with no tests and compared
+here on the host (``replay.py`` / ``replay_box.py``). Reward 1.0 needs all three; an infrastructure failure raises.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crf_prime.featdel.grade import (
+    GradingError,
+    build_grading_tree,
+    collect_changes,
+    detect_hack,
+    grading_run,
+    hack_result,
+    result_from_run,
+)
+from crf_prime.featdel.models import FailedTest, FeatdelTask, GraderConfig, GradeResult, ReplayCall, ReplayData
+from crf_prime.featdel.replay import ReplayVerdict, load_replay, replay_tree
+from crf_prime.featdel.runner import PytestRun
+from crf_prime.featdel.testenv import TestEnv, ensure_test_env
+
+Changes = dict[str, str | None]
+"""The agent's edits to allow-listed files: path -> new text (None = deleted)."""
+
+
+class Grader:
+    """Grades attempts at one task. ``sandbox`` (a built sandbox, e.g. ``GradingSandbox().sandbox()``) and ``env``
+    (the task's test venv) are made on first use when not given; a Grader holds no per-attempt state, so one instance
+    may grade many attempts, from many threads at once."""
+
+    def __init__(
+        self,
+        task: FeatdelTask,
+        task_dir: Path,
+        *,
+        sandbox=None,
+        env: TestEnv | None = None,
+        config: GraderConfig | None = None,
+    ) -> None:
+        if task.not_servable:
+            raise GradingError(f"task {task.task_id} is not servable: {task.not_servable}")
+        self.task = task
+        self.task_dir = Path(task_dir)
+        self.config = config or GraderConfig()
+        self._sandbox = sandbox
+        self._env = env
+
+    @property
+    def sandbox(self):
+        if self._sandbox is None:
+            from crf_prime.placement import GradingSandbox
+
+            self._sandbox = GradingSandbox().sandbox()
+        return self._sandbox
+
+    @property
+    def env(self) -> TestEnv:
+        if self._env is None:
+            self._env = ensure_test_env(self.task.test_env)
+        return self._env
+
+    # -- whole verdicts ---------------------------------------------------------------------------------------
+
+    def grade_tree(self, agent_root: Path) -> GradeResult:
+        """Grade the working tree at ``agent_root`` (a local directory the agent edited)."""
+        return self.grade(self.collect(agent_root))
+
+    def grade(self, changes: Changes) -> GradeResult:
+        """Policy, then the target tests, then (when they all pass) equivalence with gold on the replayed calls."""
+        refused = self.screen(changes)
+        if refused is not None:
+            return refused
+        run = self.run_tests(changes)
+        return self.finish(self.score_run(run, changes), changes)
+
+    def finish(self, tests: GradeResult, changes: Changes) -> GradeResult:
+        """The final verdict from a tests-only grade (however the tests were run): the replay decides a pass."""
+        if not self.config.replay or tests.score != 1.0 or self.task.replay is None:
+            return tests
+        return with_replay(tests, self.replay(changes))
+
+    # -- the parts --------------------------------------------------------------------------------------------
+
+    def collect(self, agent_root: Path) -> Changes:
+        """The agent's allow-listed edits read from ``agent_root`` without following its symlinks."""
+        return collect_changes(self.task, self.task_dir, agent_root)
+
+    def policy(self, changes: Changes) -> str:
+        """Non-empty description of the static policy violations in ``changes`` ("" when clean or the scan is off)."""
+        return detect_hack(self.task, self.task_dir, changes) if self.config.scan else ""
+
+    def screen(self, changes: Changes) -> GradeResult | None:
+        """Score 0 without running anything when the policy refuses ``changes``; None when they may run."""
+        hack = self.policy(changes)
+        return hack_result(self.task, changes, hack) if hack else None
+
+    def build_tree(self, changes: Changes, dest: Path) -> None:
+        """Write the grading tree at ``dest``: pristine base + snapshot edits + the allow-listed ``changes``."""
+        build_grading_tree(self.task, self.task_dir, changes, dest)
+
+    def run_tests(self, changes: Changes, *, wall_seconds: float | None = None) -> PytestRun:
+        """The target tests on a fresh grading tree in the sandbox (no policy scan: call :meth:`policy` first)."""
+        return grading_run(
+            self.task,
+            self.task_dir,
+            changes,
+            sandbox=self.sandbox,
+            env=self.env,
+            read_only_tree=self.config.read_only_tree,
+            wall_seconds=wall_seconds,
+        )
+
+    def score_run(self, run: PytestRun, changes: Changes) -> GradeResult:
+        """Tests-only grade of a finished target-test run (junit outcomes cross-checked with the exit status)."""
+        return result_from_run(self.task, run, changes)
+
+    def replay(self, changes: Changes) -> ReplayVerdict:
+        """Equivalence with gold on the task's replayed calls (a task without a replay has none: 0 calls, ok)."""
+        if self.task.replay is None:
+            return ReplayVerdict(calls=0, mismatches=())
+        return replay_tree(
+            self.sandbox,
+            self.env,
+            self.task,
+            self.task_dir,
+            lambda dest: self.build_tree(changes, dest),
+            call_timeout_s=self.config.call_timeout_s,
+            strict=self.config.strict_canon,
+            generated=self.config.generated_calls,
+        )
+
+    def replay_data(self) -> ReplayData | None:
+        """The task's replay inputs (recorded and generated, each with the target it hits) and gold's outcomes."""
+        if self.task.replay is None:
+            return None
+        calls, expected = load_replay(self.task, self.task_dir)
+        served = tuple(
+            ReplayCall(id=c["id"], target=c["target"], generated=bool(c.get("derived")), payload=c["payload"])
+            for c in calls
+        )
+        return ReplayData(calls=served, expected=expected)
+
+
+def with_replay(result: GradeResult, verdict: ReplayVerdict) -> GradeResult:
+    """Reward 1.0 needs the tests and the replay: any replayed call that differs from gold's outcome scores 0."""
+    update: dict[str, object] = {"replay_calls": verdict.calls, "replay_mismatches": len(verdict.mismatches)}
+    if not verdict.ok:
+        failed = FailedTest(
+            name="replay",
+            message=f"{len(verdict.mismatches)} of {verdict.calls} replayed calls differ from the original "
+            f"implementation; {verdict.detail}",
+        )
+        update |= {"score": 0.0, "failed": (*result.failed, failed)}
+    return result.model_copy(update=update)
+
+
+def grade_changes(
+    task: FeatdelTask,
+    task_dir: Path,
+    changes: Changes,
+    *,
+    sandbox=None,
+    env: TestEnv | None = None,
+    config: GraderConfig | None = None,
+    **switches: bool,
+) -> GradeResult:
+    """``Grader(task, task_dir, ...).grade(changes)``; ``switches`` are :class:`GraderConfig` fields (hack suites)."""
+    if switches:
+        config = GraderConfig.model_validate({**(config or GraderConfig()).model_dump(), **switches})
+    return Grader(task, task_dir, sandbox=sandbox, env=env, config=config).grade(changes)
+
+
+def grade_tree(task: FeatdelTask, task_dir: Path, agent_root: Path, **kwargs) -> GradeResult:
+    """Grade the working tree at ``agent_root``: :func:`grade_changes` on its allow-listed edits."""
+    return grade_changes(task, task_dir, collect_changes(task, task_dir, agent_root), **kwargs)
+
+
+__all__ = ["Changes", "Grader", "GraderConfig", "grade_changes", "grade_tree", "with_replay"]
