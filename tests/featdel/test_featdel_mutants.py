@@ -139,13 +139,13 @@ def test_rates_per_package_and_granularity_with_median_and_p5() -> None:
 
 REACH = textwrap.dedent(
     '''\
-    """Fixture: a branch only inputs two steps from the tests' reach, and a method whose calls cannot be replayed."""
+    """Fixture: a branch only inputs two steps from the tests reach, and a method whose calls cannot be replayed."""
 
 
     def describe(n):
         """Text for ``n``."""
-        if n == 0:
-            return "zero"
+        if n == 4:
+            return "square"
         text = str(n * 2)
         return text
 
@@ -208,7 +208,8 @@ def test_generation_keeps_only_verifiable_tasks_with_a_strong_grader(tmp_path: P
     cfg = GenerateConfig(source=str(src), out=tmp_path / "out", max_tasks=10, workers=2, granularities=["function", "tail", "class"])  # fmt: skip
     tasks, summary = generate(cfg)
     why = {r.candidate: (r.reason, r.detail) for r in summary.rejections}
-    # describe's `n == 0` branch: the tests and the served replay never pass 0, the held-out calls do
+    # describe's `n == 4` branch: the test calls describe(2); the served inputs are one step from it (3, 1, 0, -2,
+    # 5..7, ...), never 4; the held-out ones are two steps away (3 + 1): the branch's mutants survive the grader
     reason, detail = why["src-local__reach.describe"]
     assert reason == "weak-grader" and "reach/__init__.py:6:branch" in detail and "reach/__init__.py:7:" in detail
     # read's only calls ran under the test's setting: no replayed call checks it, alone or in its class
