@@ -183,7 +183,10 @@ def assemble(
 
 
 def mutation_tables(rows: list[tuple[str, TaskMeta]]) -> dict:
-    """CorpusSummary's mutation fields from (package slug, row) pairs: overall, per package, per granularity."""
+    """CorpusSummary's mutation fields from (package slug, row) pairs: overall, per package, per granularity (none
+    when no task was measured: generation ran without mutants)."""
+    if all(m.mutation is None for _, m in rows):
+        return {}
     by_pkg: dict[str, list[TaskMeta]] = defaultdict(list)
     by_gran: dict[str, list[TaskMeta]] = defaultdict(list)
     for slug, m in rows:
