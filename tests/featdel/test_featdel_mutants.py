@@ -117,6 +117,7 @@ def test_rates_per_package_and_granularity_with_median_and_p5() -> None:
         ("b", _meta("b-1", "function", 0.96)),
         ("b", _meta("b-2", "function", None, changing=0)),
     ]
+    assert mutation_tables([("a", rows[0][1].model_copy(update={"mutation": None}))]) == {}  # nothing measured
     tables = mutation_tables(rows)
     assert tables["mutation"].median == 0.96 and tables["mutation"].p5 == 0.9 and tables["mutation"].unmeasured == 1
     assert {k: (v.tasks, v.median) for k, v in tables["mutation_by_package"].items()} == {
