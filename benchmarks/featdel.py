@@ -6,13 +6,19 @@ one validation worker with one gold run and one replay recording per task (no sh
 those runs shared by each batch of candidates (crf_prime/featdel/shared.py; the default), and one worker per CPU core.
 Prints a table with the ratios. Target: >= 10 validated tasks/min on 2 cores.
 
-    .venv/bin/python benchmarks/featdel.py [--source pypi:toolz==1.2.0] [--max-tasks 20]
+Then the grading cost of a rollout (issue 25): every task of the last run graded on its gold patch through the one
+front door (``Grader``), tests only (``GraderConfig(replay=False)``) and with the full verdict (policy + tests +
+equivalence with gold on the recorded and generated calls), alternating per task so that load hits both alike.
+Prints the medians over the tasks and their ratio. Target: <= 2x. ``--grading-only`` skips the throughput runs.
+
+    .venv/bin/python benchmarks/featdel.py [--source pypi:toolz==1.2.0] [--max-tasks 20] [--grading-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -21,7 +27,10 @@ from rich.console import Console
 from rich.table import Table
 
 import crf_prime.featdel.generate as gen
+from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate
+from crf_prime.featdel.grader import Grader
+from crf_prime.featdel.models import FeatdelTask, GraderConfig
 
 
 def run(source: str, max_tasks: int, workers: int, out: Path, *, shared: bool = True) -> dict[str, float]:
@@ -48,17 +57,64 @@ def run(source: str, max_tasks: int, workers: int, out: Path, *, shared: bool = 
     }
 
 
+def grading_cost(tasks: list[FeatdelTask], task_dir: Path, repeat: int = 2) -> dict[str, float]:
+    """Median seconds to grade one rollout (gold's patch) tests-only and with the full verdict, and their ratio."""
+    tests_only, full, calls = [], [], []
+    for task in tasks:
+        gold = dict(apply_unified_diff(dict(task.broken_files), task.gold_patch))
+        base = Grader(task, task_dir, config=GraderConfig(replay=False))
+        whole = Grader(task, task_dir, sandbox=base.sandbox, env=base.env)
+        a = b = float("inf")
+        for _ in range(repeat):  # alternating, fastest of each: a shared machine's load otherwise decides
+            t0 = time.perf_counter()
+            assert base.grade(gold).score == 1.0
+            a = min(a, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            result = whole.grade(gold)
+            b = min(b, time.perf_counter() - t0)
+            assert result.score == 1.0, result.failed
+        tests_only.append(a)
+        full.append(b)
+        calls.append(result.replay_calls)
+    return {
+        "tasks": len(tasks),
+        "calls": statistics.median(calls) if calls else 0,
+        "tests_s": statistics.median(tests_only),
+        "full_s": statistics.median(full),
+        "ratio": statistics.median(full) / statistics.median(tests_only),
+    }
+
+
+def print_grading(source: str, cost: dict[str, float], console: Console) -> None:
+    console.print(
+        f"grading a rollout on {source}: {cost['tasks']} tasks, median {cost['calls']:.0f} replayed calls/task; "
+        f"tests only {cost['tests_s']:.2f} s, full verdict {cost['full_s']:.2f} s (medians): "
+        f"{cost['ratio']:.2f}x (target <= 2x)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", default=DEFAULT_SOURCE)
     parser.add_argument("--max-tasks", type=int, default=20)
+    parser.add_argument("--grading-only", action="store_true", help="only the grading cost (one generation)")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
+    console = Console(width=150)
+    if args.grading_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            tasks, _ = generate(GenerateConfig(source=args.source, out=Path(tmp) / "g", max_tasks=args.max_tasks))
+            print_grading(args.source, grading_cost(tasks, Path(tmp) / "g"), console)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         generate(GenerateConfig(source=args.source, out=Path(tmp) / "warm", max_tasks=1))  # fill caches
         alone = run(args.source, args.max_tasks, 1, Path(tmp) / "w1a", shared=False)
         base = run(args.source, args.max_tasks, 1, Path(tmp) / "w1")
         par = run(args.source, args.max_tasks, cores, Path(tmp) / "wn")
+        graded = [
+            FeatdelTask.model_validate_json(x) for x in (Path(tmp) / "wn" / "tasks.jsonl").read_text().splitlines()
+        ]
+        cost = grading_cost(graded, Path(tmp) / "wn")
     table = Table(title=f"featdel generate on {args.source} ({cores} cores, max {args.max_tasks} tasks)")
     for col in (
         "gold + replay runs",
@@ -84,7 +140,6 @@ def main() -> None:
             f"{r['per_min_validate']:.1f}",
             f"{r['per_min_wall']:.1f}",
         )
-    console = Console(width=150)
     console.print(table)
     console.print(
         f"shared / per task, 1 worker (tasks/min, validate): "
@@ -92,6 +147,7 @@ def main() -> None:
         f"parallel / 1 worker (tasks/min, wall): {par['per_min_wall'] / base['per_min_wall']:.2f}x; "
         f"target 10 tasks/min: {par['per_min_wall'] / 10:.2f}x of target"
     )
+    print_grading(args.source, cost, console)
 
 
 if __name__ == "__main__":

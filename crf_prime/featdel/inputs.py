@@ -21,11 +21,18 @@ from __future__ import annotations
 
 import inspect
 import math
+import pickle
 import random
 from collections.abc import Callable
+from typing import NamedTuple
 
 MAX_POOL = 12
 """Distinct values remembered per parameter (and per type) for recombination."""
+
+FOLLOWUPS = 4
+"""New follow-up inputs per generated call whose result is callable."""
+PROBES = 2
+"""Other seeds each changed value is also tried in (to tell an invalid value from a branch; see ``_probes``)."""
 
 _P = inspect.Parameter
 
@@ -183,20 +190,57 @@ def _candidates(
     return out
 
 
+def _probes(
+    target: int, picked: list[tuple[int, str, dict, bool]], seeds: list, bound: list[dict]
+) -> list[tuple[int, str, dict, bool]]:
+    """Each changed plain value also placed into up to ``PROBES`` other seeds of the target: where gold raises on it
+    there, the value is invalid for its parameter, and raising on it elsewhere is accepted (validation order)."""
+    others = [i for i, s in enumerate(seeds) if s[0] == target and bound[i]]
+    out = []
+    for i, group, arguments, _ in picked:
+        name = group.split(":", 1)[0]
+        if ":" not in group or name not in arguments or not _plain(arguments[name]):
+            continue
+        for j in [j for j in others if j != i][:PROBES]:
+            out.append((j, f"{name}:probe", {**bound[j], name: arguments[name]}, False))
+    return out
+
+
+class Fresh(NamedTuple):
+    """One generated call."""
+
+    seed: int
+    """Index of the seed call it changes."""
+    target: int
+    args: tuple
+    kwargs: dict
+    method: bool
+    varied: str
+    """The parameter it changes ("" when only the spelling changed)."""
+    keys: dict[str, str]
+    """Parameter -> identity of a plain value passed to it (for the host's leniency on validation order)."""
+    seed_keys: dict[str, str]
+    """The same for the seed call."""
+
+
+def keys_of(arguments: dict) -> dict[str, str]:
+    return {name: _key(v) for name, v in arguments.items() if _plain(v)}
+
+
 def generate(
     seeds: list[tuple[int, tuple, dict, bool]],
     fns: dict[int, Callable],
     rng: random.Random,
     per_target: int,
-) -> list[tuple[int, int, tuple, dict, bool]]:
-    """Up to ``per_target`` fresh ``(seed index, target, args, kwargs, is_method)`` per target from the seed calls."""
+) -> list[Fresh]:
+    """Up to ``per_target`` fresh calls per target from the seed calls ``(target, args, kwargs, is_method)``."""
     sigs = {t: _signature(fn) for t, fn in fns.items()}
     pools = _Pools()
-    bound: list[dict | None] = []
+    bound: list[dict] = []
     for target, args, kwargs, method in seeds:
         sig = sigs.get(target)
         b = _bind(sig, args, kwargs) if sig is not None else None
-        bound.append(b)
+        bound.append(b or {})
         if b is None:
             continue
         names = list(sig.parameters)
@@ -205,25 +249,54 @@ def generate(
                 pools.add_receiver(value)
             else:
                 pools.add(target, name, value)
-    groups: dict[int, dict[str, list[tuple[int, dict, bool]]]] = {}
+    groups: dict[int, dict[str, list[tuple[int, str, dict, bool]]]] = {}
     for i, (target, _args, _kwargs, method) in enumerate(seeds):
         sig, b = sigs.get(target), bound[i]
-        if sig is None or b is None:
+        if sig is None or not b:
             continue
         for group, arguments, keywords in _candidates(target, sig, b, method, pools, rng):
-            groups.setdefault(target, {}).setdefault(group, []).append((i, arguments, keywords))
-    out: list[tuple[int, int, tuple, dict, bool]] = []
+            groups.setdefault(target, {}).setdefault(group, []).append((i, group, arguments, keywords))
+    out: list[Fresh] = []
     for target, by_group in sorted(groups.items()):
         queues = [by_group[g] for g in sorted(by_group)]
         for q in queues:
             rng.shuffle(q)
         rng.shuffle(queues)
-        taken = 0
-        while taken < per_target and any(queues):
+        picked: list[tuple[int, str, dict, bool]] = []
+        while len(picked) < per_target and any(queues):
             for q in queues:
-                if q and taken < per_target:
-                    i, arguments, keywords = q.pop()
-                    args, kwargs = _unbind(sigs[target], arguments, keywords=keywords, method=seeds[i][3])
-                    out.append((i, target, args, kwargs, seeds[i][3]))
-                    taken += 1
+                if q and len(picked) < per_target:
+                    picked.append(q.pop())
+        picked += _probes(target, picked, seeds, bound)
+        for i, group, arguments, keywords in picked:
+            args, kwargs = _unbind(sigs[target], arguments, keywords=keywords, method=seeds[i][3])
+            varied = group.split(":", 1)[0] if ":" in group else ""
+            out.append(Fresh(i, target, args, kwargs, seeds[i][3], varied, keys_of(arguments), keys_of(bound[i])))
     return out
+
+
+def followup_variations(
+    followups: list[bytes], rng: random.Random, dumps: Callable, limit: int = FOLLOWUPS
+) -> list[bytes]:
+    """New inputs for a returned callable: one argument of a recorded follow-up call varied (``variations``), so a
+    callable that answers only the inputs the tests gave it is caught. Pickled with ``dumps``."""
+    out: list[bytes] = []
+    for data in followups:
+        try:
+            args, kwargs = pickle.loads(data)
+        except Exception:
+            continue
+        slots = [("a", i) for i in range(len(args))] + [("k", k) for k in kwargs]
+        for kind, key in slots:
+            for new in variations(args[key] if kind == "a" else kwargs[key], rng)[:2]:
+                a, kw = list(args), dict(kwargs)
+                if kind == "a":
+                    a[key] = new
+                else:
+                    kw[key] = new
+                try:
+                    out.append(dumps((tuple(a), kw), protocol=4))
+                except Exception:
+                    continue
+    rng.shuffle(out)
+    return out[:limit]

@@ -7,7 +7,10 @@
    calls: None <-> value, default <-> given, boundary and empty values, other sizes, other receivers).
 3. Replay all calls on the original tree, tests stripped, twice (different hash seeds, separate processes).
 4. Keep a call only when gold reproduces it outside the test process: it loads, finishes in time, gives the same
-   outcome on both runs and, when the test saw a plain return value, the same one. The rest is dropped by reason.
+   outcome on both runs and, when the test saw a plain return value, the same one; a generated input on which gold
+   raises TypeError/AttributeError is out of domain. The rest is dropped by reason. A call a test made under a patch
+   makes the task not servable (:func:`servable`). Calls holding a value that made gold raise elsewhere accept a
+   raise too (:func:`lenient`: validation order is not specified).
 
 Inputs and outcomes are written into the task directory; the row gets a :class:`ReplayInfo` pointing at them.
 """
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from crf_prime.featdel.grade import materialise
 from crf_prime.featdel.models import FeatdelTask, ReplayInfo
-from crf_prime.featdel.replay import CALL_TIMEOUT_S, lib_dir, run_driver, strip_tests, targets_of
+from crf_prime.featdel.replay import CALL_TIMEOUT_S, LENIENT, lib_dir, run_driver, strip_tests, targets_of
 from crf_prime.featdel.runner import run_pytest
 from crf_prime.featdel.source import strip_tree
 from crf_prime.featdel.testenv import TestEnv
@@ -34,15 +37,22 @@ MAX_CALLS_PER_TARGET = 40
 DEDUP_BY_TARGET = True
 """Duplicate recorded calls are keyed by target and input (False, the hack suites only: by input alone, as before
 issue 25, which left one of two methods called with the same arguments without calls)."""
+PATCHED_SERVABLE = False
+"""Serve a task whose tests called a target under a patch (True, the hack suites only: as before issue 25)."""
 MAX_FOLLOWUPS = 5
 """Follow-up inputs kept per callable result."""
 MAX_INPUT_BYTES = 256 * 1024
 """Larger pickled inputs are left out (counted as too-large)."""
 GENERATED_PER_TARGET = 60
 """Fresh calls generated per target from the recorded ones (inputs.py), before gold's checks drop some."""
+GENERATED_FOLLOWUPS = 4
+"""New inputs per generated call for a callable result (0, the hack suites only: the recorded follow-ups alone)."""
 GOLD_CALL_TIMEOUT_S = 4 * CALL_TIMEOUT_S
 """Gold's own limit per call at generation: generous, so that a loaded machine does not decide which calls are kept."""
 UNDER_PATCH = "under-patch"
+OUT_OF_DOMAIN = frozenset({"builtins.TypeError", "builtins.AttributeError"})
+"""Gold raising these on a generated input means the input has a type the function does not take: the call is not
+kept (raising or returning there is behaviour the task does not specify)."""
 _FAILED = ("load_error", "timeout", "crashed", "no_result", "unresolvable", "driver_error")
 
 
@@ -131,9 +141,12 @@ def reproduced(
     expected: dict[str, object] = {}
     dropped: Counter[str] = Counter()
     lost: set[str] = set()
+    refused: list[dict] = []
     for call in calls:  # recorded calls come first: a derived call goes with its parent
         parent = call["id"].split("~", 1)[0]
         reason = _drop_reason(first.get(call["id"]), second.get(call["id"]), in_test.get(call["id"]))
+        if not reason and call.get("derived") and first[call["id"]].get("raised") in OUT_OF_DOMAIN:
+            reason = "out-of-domain"  # e.g. None where gold does arithmetic: what to do there is not specified
         if in_test.get(call["id"], {}).get("patched"):
             reason = UNDER_PATCH  # what the test patched is not patched here: gold's outcome may not be the test's
         if not reason and call.get("derived") and parent in lost:
@@ -141,16 +154,49 @@ def reproduced(
         if reason:
             lost.add(call["id"])
             dropped[reason] += 1
+            if reason == "out-of-domain":  # still says which values gold refuses (for the leniency below)
+                refused.append(call)
             continue
         keep.append(call)
         expected[call["id"]] = first[call["id"]]
+    for i in lenient(keep + refused, {**expected, **{c["id"]: first[c["id"]] for c in refused}}):
+        if i in expected:
+            expected[i] = {**expected[i], LENIENT: True}
     return keep, expected, dropped
+
+
+def lenient(calls: list[dict], expected: dict[str, object]) -> list[str]:
+    """Calls on which gold returns although an argument holds a value that made gold raise elsewhere: the order in
+    which an implementation validates its inputs is not specified, so raising there is accepted too.
+
+    A value is invalid for a parameter when a generated call that changed only that parameter to it made gold raise
+    while gold returned on the call it was generated from."""
+    raised = {i for i, out in expected.items() if isinstance(out, dict) and "raised" in out}
+    keys: dict[str, dict] = {}
+    for c in calls:
+        keys[c["id"]] = c.get("keys") or {}
+        parent = c["id"].split("~", 1)[0]
+        if c.get("parent_keys"):
+            keys.setdefault(parent, c["parent_keys"])
+    invalid = {
+        (c["target"], c["varied"], c["keys"][c["varied"]])
+        for c in calls
+        if c.get("varied") in (c.get("keys") or {})
+        and c["id"] in raised
+        and c["id"].split("~", 1)[0] in expected
+        and c["id"].split("~", 1)[0] not in raised
+    }
+    return [
+        c["id"]
+        for c in calls
+        if c["id"] not in raised and any((c["target"], p, k) in invalid for p, k in keys.get(c["id"], {}).items())
+    ]
 
 
 def servable(task: FeatdelTask, info: ReplayInfo | None, dropped: Counter[str]) -> FeatdelTask:
     """The task with its replay, marked not servable when its target tests called a target under a patch."""
     update: dict[str, object] = {"replay": info}
-    if dropped[UNDER_PATCH]:
+    if dropped[UNDER_PATCH] and not PATCHED_SERVABLE:
         update["not_servable"] = (
             f"{dropped[UNDER_PATCH]} recorded call(s) were made while the test patched the code under test "
             "(monkeypatch/mock); the replay cannot reproduce the patch, so the test's answer there would go unchecked"
@@ -203,7 +249,15 @@ def record_replay(
         strip_tests(task, gold / "repo")
         plain = plain_calls(recorded)
         derived = run_driver(
-            sandbox, env, task, gold, plain, mode="derive", seed=task.seed, per_target=GENERATED_PER_TARGET
+            sandbox,
+            env,
+            task,
+            gold,
+            plain,
+            mode="derive",
+            seed=task.seed,
+            per_target=GENERATED_PER_TARGET,
+            followups=GENERATED_FOLLOWUPS,
         )
         calls = plain + list(derived or [])
         first, second = gold_runs(sandbox, env, task, gold, calls)

@@ -4,8 +4,10 @@ Copied into the box next to cloudpickle and run as ``python -S -E -s replay_box.
 crf_prime, pytest or any test file. For every call input (pickled at generation from the gold run of the target tests,
 or derived from one) it forks a child, calls the target's underlying function with the recorded arguments (the
 receiver first, for methods), and writes the canonical outcome: return value or exception type, the arguments (and
-so the receiver) after the call, and, when the result is callable, the outcomes of calling it on the recorded
-follow-up inputs. Expected outcomes are never here: they are compared on the host (crf_prime/featdel/replay.py).
+so the receiver) after the call, and, when the result is callable, the outcomes of calling it on the follow-up
+inputs. Values are read through primitives bound here before any project code is imported (``canonical``), never
+through a method the agent's classes can override. Expected outcomes are never here: they are compared on the host
+(crf_prime/featdel/replay.py).
 
 The same module serves the generator's recorder (``canonical`` on in-test return values) and ``derive`` mode (fresh
 inputs generated from the recorded ones by ``inputs.py``, pickled back for gold and agent alike).
@@ -483,7 +485,7 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
     import hashlib
 
     import cloudpickle
-    from inputs import generate
+    from inputs import followup_variations, generate
 
     targets = cfg["targets"]
     fns: dict[int, object] = {}
@@ -501,18 +503,31 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
         parents.append(call)
     fresh = []
     made: dict[str, int] = {}
-    for i, target, args, kwargs, method in generate(seeds, fns, random.Random(cfg.get("seed", 0)), cfg["per_target"]):
+    rng = random.Random(cfg.get("seed", 0))
+    for f in generate(seeds, fns, rng, cfg["per_target"]):
         try:
-            data = cloudpickle.dumps((args, kwargs, method), protocol=4)
+            data = cloudpickle.dumps((f.args, f.kwargs, f.method), protocol=4)
         except Exception:
             continue
-        key = (target, hashlib.sha256(data).hexdigest())
+        key = (f.target, hashlib.sha256(data).hexdigest())
         if key in seen:
             continue
         seen.add(key)
-        parent = parents[i]
+        parent = parents[f.seed]
         j = made[parent["id"]] = made.get(parent["id"], -1) + 1
-        fresh.append({**parent, "id": f"{parent['id']}~{j}", "payload": data, "derived": True})
+        meta = {"varied": f.varied, "keys": f.keys, "parent_keys": f.seed_keys}
+        followups = parent.get("followups", [])
+        more = followup_variations(followups, rng, cloudpickle.dumps, cfg.get("followups", 4))
+        fresh.append(
+            {
+                **parent,
+                "id": f"{parent['id']}~{j}",
+                "payload": data,
+                "derived": True,
+                "followups": followups + more,
+                **meta,
+            }
+        )
     with open(out_path, "wb") as fh:
         pickle.dump(fresh, fh, protocol=4)
     return 0

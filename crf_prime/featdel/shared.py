@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+from crf_prime.featdel import record
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.grade import _original_sources, grading_run, result_from_run
 from crf_prime.featdel.models import FeatdelTask, GradeResult
@@ -138,7 +139,15 @@ def shared_replay(
             shutil.copytree(work / "rec" / "repo", gold / "repo", symlinks=True)
             strip_tests(probe, gold / "repo")
             made = run_driver(
-                sandbox, env, probe, gold, plain, mode="derive", seed=probe.seed, per_target=GENERATED_PER_TARGET
+                sandbox,
+                env,
+                probe,
+                gold,
+                plain,
+                mode="derive",
+                seed=probe.seed,
+                per_target=GENERATED_PER_TARGET,
+                followups=record.GENERATED_FOLLOWUPS,
             )
             derived = list(made or [])
             first, second = gold_runs(sandbox, env, probe, gold, plain + derived)

@@ -101,8 +101,8 @@ def _fresh(seeds, per_target=200, seed=0) -> list[dict]:
 
     sig = inspect.signature(Box.put)
     out = []
-    for _, _, args, kw, _ in generate_inputs(seeds, {0: Box.put}, random.Random(seed), per_target):
-        out.append({**sig.bind(*args, **kw).arguments, "kw": tuple(kw)})
+    for f in generate_inputs(seeds, {0: Box.put}, random.Random(seed), per_target):
+        out.append({**sig.bind(*f.args, **f.kwargs).arguments, "kw": tuple(f.kwargs), "varied": f.varied})
     return out
 
 
@@ -124,7 +124,7 @@ def test_generated_inputs_reach_untested_branches_and_receivers() -> None:
 def test_generated_inputs_are_capped_per_target_and_keep_every_operator() -> None:
     seeds = [(0, (Box(i), "w" * (i + 1)), {}, True) for i in range(5)]
     few = _fresh(seeds, per_target=12)
-    assert len(few) == 12
+    assert 12 <= len(few) <= 12 * 3  # + each changed value tried in up to two other seeds (validity probes)
     assert any(c["x"] is None for c in few)  # round-robin over operators: None is not crowded out
     again = _fresh(seeds, per_target=12)
     assert [(c["self"].n, c["x"], c.get("sep"), c["kw"]) for c in few] == [
@@ -258,3 +258,86 @@ def test_gold_passes_and_snapshot_fails_with_the_replay(source: str, tmp_path: P
         gold = grade_tree(task, task_dir, tree)
         assert gold.score == 1.0 and gold.replay_mismatches == 0, gold.failed
         assert gold.replay_calls == task.replay.recorded + task.replay.derived
+
+
+# -- the comparison the agent's code cannot steer (issue 25, item 2) and what it does not judge (item 7) -----------
+
+
+class Masked:
+    """Shows a state of its own choosing to anything that asks for ``__dict__``."""
+
+    __dict__ = property(lambda self: {"y": 2})
+
+
+class FakeFraction:
+    """Claims to be fractions.Fraction and hands out Fraction's reduction."""
+
+    __module__ = "fractions"
+    __qualname__ = "Fraction"
+    __slots__ = ("_denominator", "_numerator")
+
+    def __reduce__(self):
+        import fractions
+
+        return (fractions.Fraction, (3, 2))
+
+
+class Spoofed:
+    """Claims to be a list through ``__class__``."""
+
+    __class__ = property(lambda self: list)
+
+
+def test_canonical_cannot_be_steered_by_the_value() -> None:
+    import fractions
+
+    import crf_prime.featdel.replay_box as box
+
+    masked = Masked()
+    object.__setattr__(masked, "y", 0)  # the real state, which the class hides
+    real = fractions.Fraction(3, 2)
+    fake = FakeFraction()
+    fake._numerator, fake._denominator = 3, 2
+    with pytest.raises(box.Unreadable):  # in the box: "uninspectable", a mismatch
+        canonical(masked)
+    assert canonical(fake) != canonical(real)
+    assert canonical(fake)[1][0] == "fractions.Fraction!"  # a class statement that is not what its name resolves to
+    assert canonical(Spoofed())[1][0].endswith(".Spoofed")
+    try:  # the same reads with the defence off (hack suites): the value decides what is read
+        box.STRICT = False
+        assert canonical(fake) == canonical(real)
+        assert canonical(masked) == ["object", [f"{__name__}.Masked", [["dict", [["y", ["int", 2]]]]]]]
+    finally:
+        box.STRICT = True
+
+
+def test_raises_compare_as_raised_and_lenient_calls_accept_a_raise() -> None:
+    want = {
+        "c0": {"raised": "builtins.KeyError", "args_after": ["x"]},
+        "c1": {"returned": ["str", ""], "may_raise": True},
+    }
+    got = {"c0": {"raised": "builtins.ValueError", "args_after": ["y"]}, "c1": {"raised": "builtins.TypeError"}}
+    assert compare(want, got) == ((), "")
+    assert compare(want, {**got, "c1": {"returned": ["str", ""]}}) == ((), "")
+    assert compare(want, {**got, "c1": {"returned": ["str", "x"]}})[0] == ("c1",)
+    assert compare(want, {**got, "c0": {"returned": ["str", ""]}})[0] == ("c0",)  # raises vs returns is judged
+
+
+def test_lenient_marks_only_calls_holding_a_value_that_made_gold_raise() -> None:
+    from crf_prime.featdel.record import lenient
+
+    calls = [
+        {"id": "c0", "target": 0},
+        {"id": "c1", "target": 0},
+        {"id": "c0~0", "target": 0, "varied": "spec", "keys": {"v": "a", "spec": "BAD"}, "parent_keys": {"v": "a"}},
+        {"id": "c1~0", "target": 0, "varied": "spec", "keys": {"v": "None", "spec": "BAD"}, "parent_keys": {}},
+        {"id": "c1~1", "target": 0, "varied": "v", "keys": {"v": "b", "spec": "ok"}, "parent_keys": {}},
+    ]
+    expected = {
+        "c0": {"returned": 1},
+        "c1": {"returned": 2},
+        "c0~0": {"raised": "builtins.ValueError"},
+        "c1~0": {"returned": 3},
+        "c1~1": {"returned": 4},
+    }
+    assert lenient(calls, expected) == ["c1~0"]

@@ -1,0 +1,504 @@
+"""Equivalence with gold (issue 25) on a tiny local project, end to end through the one front door (``Grader``).
+
+Honest re-implementations that differ from gold (another algorithm, stdlib delegation, another exception type,
+validation before an early return) score 1.0 at every granularity; each attack class the issue names has a working
+attack that scores 1.0 with its defence off and 0 with it on. The static code policy is on throughout except where
+a test says so: these attacks are judged by the replay, not by the policy.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from featdel_support import agent_tree
+
+import crf_prime.featdel.record as record
+from crf_prime.featdel.deletion import apply_unified_diff
+from crf_prime.featdel.generate import GenerateConfig, generate
+from crf_prime.featdel.grade import GradingError
+from crf_prime.featdel.grader import Grader
+from crf_prime.featdel.models import FeatdelTask, GraderConfig
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
+
+SOURCE = '''
+from collections.abc import MutableMapping
+
+PREFIX = "item-"
+
+
+def fmt(value, spec=None):
+    """``value`` as text: "" for None; ``spec`` "upper", "lower" or "title" changes its case (None: as is)."""
+    if value is None:
+        return ""
+    text = str(value)
+    if spec is None:
+        return text
+    if spec == "upper":
+        return text.upper()
+    if spec == "lower":
+        return text.lower()
+    if spec == "title":
+        return text.title()
+    raise ValueError(f"unknown spec {spec!r}")
+
+
+def parse_pairs(text, sep=","):
+    """``"a=1,b=2"`` -> ``{"a": "1", "b": "2"}``; items without ``=`` are skipped."""
+    out = {}
+    for item in text.split(sep):
+        pair = _split_pair(item)
+        if pair is not None:
+            out[pair[0]] = pair[1]
+    return out
+
+
+def _split_pair(item):
+    key, eq, value = item.partition("=")
+    if not eq:
+        return None
+    return key.strip(), value.strip()
+
+
+def scaler(factor, offset=0):
+    """A function of ``x`` returning ``x * factor + offset``."""
+    def scale(x):
+        return x * factor + offset
+    return scale
+
+
+def label(x):
+    """``PREFIX`` + x."""
+    prefix = PREFIX
+    return prefix + str(x)
+
+
+class Registry(MutableMapping):
+    """A mapping of names that counts how many were ever added."""
+
+    def __init__(self):
+        self._data = {}
+        self.added = 0
+
+    def __getitem__(self, key):
+        return self._data[key]
+
+    def __setitem__(self, key, value):
+        if key not in self._data:
+            self.added += 1
+        self._data[key] = value
+
+    def __delitem__(self, key):
+        del self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self):
+        return len(self._data)
+
+    def clear(self):
+        """Remove every name (``added`` keeps counting)."""
+        keys = list(self._data)
+        for key in keys:
+            del self._data[key]
+
+    def first(self):
+        """The first name still present (None when there is none)."""
+        for key in self._data:
+            return key
+        return None
+
+
+class Span:
+    """Half-open integer interval [start, end)."""
+
+    def __init__(self, start, end):
+        if end < start:
+            raise ValueError("end before start")
+        self.start = start
+        self.end = end
+
+    def length(self):
+        size = self.end - self.start
+        return size
+
+    def contains(self, x):
+        inside = self.start <= x < self.end
+        return inside
+
+    def shift(self, n):
+        self.start += n
+        self.end += n
+        return self
+'''
+
+TESTS = """
+import eqpkg
+
+
+def test_fmt():
+    assert eqpkg.fmt("ab", "upper") == "AB"
+    assert eqpkg.fmt("Ab", "lower") == "ab"
+    assert eqpkg.fmt(None, "upper") == ""
+    assert eqpkg.fmt("a b", "title") == "A B"
+
+
+def test_parse_pairs():
+    assert eqpkg.parse_pairs("a=1,b=2") == {"a": "1", "b": "2"}
+    assert eqpkg.parse_pairs("a=1, junk") == {"a": "1"}
+
+
+def test_scaler():
+    assert eqpkg.scaler(3)(2) == 6
+    assert eqpkg.scaler(2, 1)(5) == 11
+
+
+def test_label(monkeypatch):
+    monkeypatch.setattr(eqpkg, "PREFIX", "x-")
+    assert eqpkg.label(7) == "x-7"
+
+
+def test_registry():
+    r = eqpkg.Registry()
+    r["x"] = 1
+    r["y"] = 2
+    assert r.first() == "x"
+    r.clear()
+    assert len(r) == 0 and r.added == 2
+    one = eqpkg.Registry()
+    one["z"] = 0
+    assert one.first() == "z"
+
+
+def test_span():
+    s = eqpkg.Span(1, 4)
+    assert s.length() == 3 and s.contains(1) and not s.contains(4)
+    assert s.shift(2).start == 3
+"""
+
+
+def _write_project(root: Path) -> Path:
+    (root / "eqpkg").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "eqpkg" / "__init__.py").write_text(textwrap.dedent(SOURCE).lstrip())
+    (root / "tests" / "test_eqpkg.py").write_text(textwrap.dedent(TESTS).lstrip())
+    return root
+
+
+def _generate(root: Path, out: Path, granularities: list[str]) -> dict[tuple[str, ...], FeatdelTask]:
+    tasks, _ = generate(GenerateConfig(source=str(root), out=out, max_tasks=30, workers=2, granularities=granularities))
+    return {tuple(t.qualname for t in task.targets): task for task in tasks} | {
+        (task.granularity, *(t.qualname for t in task.targets)): task for task in tasks
+    }
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    return _write_project(tmp_path_factory.mktemp("src") / "eqpkg")
+
+
+@pytest.fixture(scope="module")
+def corpus(project: Path, tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("gen") / "tasks"
+    return out, _generate(project, out, ["function", "feature", "class"])
+
+
+@pytest.fixture(scope="module")
+def legacy(project: Path, tmp_path_factory) -> tuple[Path, dict]:
+    """The same project recorded as before issue 25: duplicates keyed by arguments alone, patched calls served, a
+    callable result called on the tests' follow-up inputs alone."""
+    out = tmp_path_factory.mktemp("legacy") / "tasks"
+    mp = pytest.MonkeyPatch()
+    mp.setattr(record, "DEDUP_BY_TARGET", False)
+    mp.setattr(record, "PATCHED_SERVABLE", True)
+    mp.setattr(record, "GENERATED_FOLLOWUPS", 0)
+    try:
+        return out, _generate(project, out, ["function", "feature"])
+    finally:
+        mp.undo()
+
+
+def _gold_files(task: FeatdelTask) -> dict[str, str]:
+    return apply_unified_diff(dict(task.broken_files), task.gold_patch)
+
+
+def _attempt(task: FeatdelTask, task_dir: Path, dest: Path, replace: dict[str, str]) -> Path:
+    """The agent's tree: gold's files with each ``old`` source snippet replaced by ``new`` (blank ends stripped)."""
+    tree = agent_tree(task, task_dir, dest)
+    for rel, text in _gold_files(task).items():
+        for old, new in replace.items():
+            old, new = old.strip("\n"), new.strip("\n")
+            assert old in text, old
+            text = text.replace(old, new)
+        (tree / rel).write_text(text)
+    return tree
+
+
+def _grade(task: FeatdelTask, task_dir: Path, tree: Path, **switches) -> float:
+    result = Grader(task, task_dir, config=GraderConfig(**switches)).grade_tree(tree)
+    return result.score
+
+
+def _find(tasks: dict, *key: str) -> FeatdelTask:
+    assert key in tasks, sorted(tasks)
+    return tasks[key]
+
+
+def _controls(task: FeatdelTask, task_dir: Path, tmp: Path) -> None:
+    """Gold scores 1.0 and the untouched snapshot 0."""
+    assert _grade(task, task_dir, _attempt(task, task_dir, tmp / "gold", {})) == 1.0
+    assert _grade(task, task_dir, agent_tree(task, task_dir, tmp / "snapshot")) == 0.0
+
+
+# -- honest re-implementations that differ from gold score 1.0 (item 7) ---------------------------------------------
+
+FMT_GOLD = """
+    if value is None:
+        return ""
+    text = str(value)
+    if spec is None:
+        return text
+    if spec == "upper":
+        return text.upper()
+    if spec == "lower":
+        return text.lower()
+    if spec == "title":
+        return text.title()
+    raise ValueError(f"unknown spec {spec!r}")
+"""
+FMT_HONEST = {
+    "table-driven, KeyError on an unknown spec": """
+        cases = {None: str, "upper": str.upper, "lower": str.lower, "title": str.title}
+        return "" if value is None else cases[spec](str(value))
+    """,
+    "validates the spec before the early return, TypeError": """
+        if spec not in (None, "upper", "lower", "title"):
+            raise TypeError("spec must be upper, lower or title")
+        if value is None:
+            return ""
+        text = str(value)
+        return {None: text, "upper": text.upper(), "lower": text.lower(), "title": text.title()}[spec]
+    """,
+}
+
+
+def test_honest_functions_score_one(corpus, tmp_path: Path) -> None:
+    task_dir, tasks = corpus
+    task = _find(tasks, "function", "fmt")
+    _controls(task, task_dir, tmp_path)
+    for i, body in enumerate(FMT_HONEST.values()):
+        tree = _attempt(task, task_dir, tmp_path / f"h{i}", {FMT_GOLD: textwrap.indent(textwrap.dedent(body), "    ")})
+        assert _grade(task, task_dir, tree) == 1.0, body
+
+
+CLEAR_GOLD = """
+        keys = list(self._data)
+        for key in keys:
+            del self._data[key]
+"""
+
+
+def test_honest_methods_score_one(corpus, tmp_path: Path) -> None:
+    task_dir, tasks = corpus
+    task = _find(tasks, "function", "Registry.clear")
+    _controls(task, task_dir, tmp_path)
+    for i, body in enumerate(("MutableMapping.clear(self)", "while self._data:\n    self._data.popitem()")):
+        new = textwrap.indent(body, " " * 8)
+        assert _grade(task, task_dir, _attempt(task, task_dir, tmp_path / f"h{i}", {CLEAR_GOLD: new})) == 1.0, body
+
+
+SPAN_HONEST = '''
+class Span:
+    """Half-open integer interval [start, end)."""
+
+    def __init__(self, start, end):
+        if not start <= end:
+            raise ArithmeticError("empty span")
+        self.start, self.end = start, end
+
+    def length(self):
+        return len(range(self.start, self.end))
+
+    def contains(self, x):
+        return x in range(self.start, self.end)
+
+    def shift(self, n):
+        self.start, self.end = self.start + n, self.end + n
+        return self
+'''
+
+
+def _span_gold(task: FeatdelTask) -> str:
+    text = next(iter(_gold_files(task).values()))
+    return text[text.index("class Span:") :].rstrip("\n")
+
+
+def test_honest_classes_and_features_score_one(corpus, tmp_path: Path) -> None:
+    task_dir, tasks = corpus
+    span = _find(tasks, "class", "Span.__init__", "Span.length", "Span.contains", "Span.shift")
+    _controls(span, task_dir, tmp_path / "span")
+    tree = _attempt(span, task_dir, tmp_path / "span" / "honest", {_span_gold(span): SPAN_HONEST.strip("\n")})
+    assert _grade(span, task_dir, tree) == 1.0
+    pairs = _find(tasks, "feature", "parse_pairs", "_split_pair")
+    _controls(pairs, task_dir, tmp_path / "pairs")
+    other = {
+        """
+        out = {}
+        for item in text.split(sep):
+            pair = _split_pair(item)
+            if pair is not None:
+                out[pair[0]] = pair[1]
+        return out
+        """: """
+        return dict(p for p in map(_split_pair, text.split(sep)) if p)
+        """,
+        """
+        key, eq, value = item.partition("=")
+        if not eq:
+            return None
+        return key.strip(), value.strip()
+        """: """
+        if "=" not in item:
+            return None
+        key, value = item.split("=", 1)
+        return key.strip(), value.strip()
+        """,
+    }
+    other = {
+        textwrap.indent(textwrap.dedent(k), "    "): textwrap.indent(textwrap.dedent(v), "    ")
+        for k, v in other.items()
+    }
+    assert _grade(pairs, task_dir, _attempt(pairs, task_dir, tmp_path / "pairs" / "honest", other)) == 1.0
+
+
+# -- attacks: 1.0 with the defence off, 0 with it on ----------------------------------------------------------------
+
+
+def test_untested_surface_and_inputs_the_replay_never_saw(corpus, tmp_path: Path) -> None:
+    """Only the tested branches (no ``spec=None``), and a table of the recorded calls plus one trivial rule: the
+    tests and the recorded calls pass; the generated inputs (None <-> value, default <-> given, ...) do not."""
+    task_dir, tasks = corpus
+    task = _find(tasks, "function", "fmt")
+    attacks = {
+        "tested branches only": """
+            if value is None:
+                return ""
+            return {"upper": str.upper, "lower": str.lower, "title": str.title}[spec](str(value))
+        """,
+        "table of recorded calls": """
+            table = {("ab", "upper"): "AB", ("Ab", "lower"): "ab", ("a b", "title"): "A B"}
+            if value is None:
+                return ""
+            return table[(value, spec)]
+        """,
+    }
+    for i, body in enumerate(attacks.values()):
+        tree = _attempt(task, task_dir, tmp_path / f"a{i}", {FMT_GOLD: textwrap.indent(textwrap.dedent(body), "    ")})
+        assert _grade(task, task_dir, tree, generated_calls=False) == 1.0, body
+        assert _grade(task, task_dir, tree) == 0.0, body
+
+
+MASKED_SPAN = '''
+class Span:
+    """Half-open integer interval [start, end)."""
+
+    __dict__ = property(lambda self: {"start": self.start, "end": self.start + self._n})
+
+    def __init__(self, start, end):
+        if end < start:
+            raise ValueError("end before start")
+        self.start, self.end, self._n = start, end, end - start
+
+    def __setstate__(self, state):
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        object.__setattr__(self, "_n", state["end"] - state["start"])
+
+    def length(self):
+        return self._n
+
+    def contains(self, x):
+        return self.start <= x < self.end
+
+    def shift(self, n):
+        self.start += n
+        return self
+'''
+
+
+def test_a_class_cannot_mask_its_state(corpus, tmp_path: Path) -> None:
+    """``shift`` forgets ``end`` (``contains`` is then wrong) and a ``__dict__`` property shows the state gold would
+    have: read through the class's own ``__dict__`` it matches, read through the real one it does not."""
+    task_dir, tasks = corpus
+    span = _find(tasks, "class", "Span.__init__", "Span.length", "Span.contains", "Span.shift")
+    tree = _attempt(span, task_dir, tmp_path / "masked", {_span_gold(span): MASKED_SPAN.strip("\n")})
+    assert _grade(span, task_dir, tree, scan=False, strict_canon=False) == 1.0
+    assert _grade(span, task_dir, tree, scan=False) == 0.0
+
+
+CLEAR_SOME = "if len(self._data) > 1:\n    self._data.clear()"
+
+
+def test_two_targets_with_the_same_arguments_both_keep_calls(corpus, legacy, tmp_path: Path) -> None:
+    """``first()`` and ``clear()`` are called on the same registry: keyed by arguments alone, ``clear`` kept no call
+    and a ``clear`` that leaves a one-name registry alone went unchecked."""
+    for (task_dir, tasks), want in ((legacy, 1.0), (corpus, 0.0)):
+        feature = next(t for k, t in tasks.items() if k[0] == "feature" and "Registry.clear" in k)
+        data = Grader(feature, task_dir).replay_data()
+        assert data is not None
+        clear = next(i for i, t in enumerate(feature.targets) if t.qualname == "Registry.clear")
+        assert (clear in data.by_target()) is (want == 0.0)
+        tree = _attempt(
+            feature, task_dir, tmp_path / f"clear{want}", {CLEAR_GOLD: textwrap.indent(CLEAR_SOME, " " * 8)}
+        )
+        assert _grade(feature, task_dir, tree) == want
+
+
+def test_calls_under_a_patch_make_the_task_unservable(corpus, legacy, tmp_path: Path) -> None:
+    """``label``'s only test monkeypatches the module: a test-id overfit passes it, and no replayed call can check
+    it. Served as before issue 25 it scores 1.0; now generation drops it and the grader refuses such a row."""
+    task_dir, tasks = legacy
+    task = _find(tasks, "function", "label")
+    assert task.replay is None and not task.not_servable
+    tree = _attempt(
+        task, task_dir, tmp_path / "overfit", {"    prefix = PREFIX\n    return prefix + str(x)": '    return "x-7"'}
+    )
+    assert _grade(task, task_dir, tree) == 1.0
+    assert ("function", "label") not in corpus[1]
+    with pytest.raises(GradingError, match="not servable"):
+        Grader(task.model_copy(update={"not_servable": "patched"}), task_dir)
+
+
+SCALE_GOLD = """
+    def scale(x):
+        return x * factor + offset
+    return scale
+"""
+
+
+def test_a_returned_callable_is_called_on_inputs_the_tests_never_gave_it(corpus, legacy, tmp_path: Path) -> None:
+    """The closure is right only on the follow-up inputs the tests called it with (2 and 5), whatever the factor:
+    the recorded follow-ups pass, new follow-up inputs on the generated calls do not."""
+    attack = """
+    def scale(x):
+        return x * factor + offset if x in (2, 5) else 0
+    return scale
+"""
+    for (task_dir, tasks), want in ((legacy, 1.0), (corpus, 0.0)):
+        task = _find(tasks, "function", "scaler")
+        tree = _attempt(task, task_dir, tmp_path / f"scale{want}", {SCALE_GOLD: attack})
+        assert _grade(task, task_dir, tree) == want
+
+
+@pytest.mark.xfail(strict=True, reason="open (issue 25 follow-up): receivers are only swapped among recorded states")
+def test_a_method_constant_on_the_recorded_receiver_states(corpus, tmp_path: Path) -> None:
+    """The new attack tried last: every recorded ``Span`` receiver of ``length`` is ``Span(1, 4)``, so ``return 3``
+    passes the tests and every replayed call. Receiver states are swapped among recorded ones, never mutated
+    (mutating them makes states outside the class's invariants, where honest code may differ)."""
+    task_dir, tasks = corpus
+    task = _find(tasks, "function", "Span.length")
+    gold = "        size = self.end - self.start\n        return size"
+    assert _grade(task, task_dir, _attempt(task, task_dir, tmp_path / "constant", {gold: "        return 3"})) == 0.0
