@@ -8,7 +8,11 @@ within one hour). The ratio column compares, in the same run, all granularities 
 baseline (the generator's granularities before the block / tail / class ones).
 
     .venv/bin/python benchmarks/featdel_corpus.py [--sources configs/featdel/sources.txt] [--out out/featdel-corpus]
-        [--max-tasks 60] [--time-limit-s 3600] [--resume]
+        [--max-tasks 60] [--time-limit-s 3600] [--resume] [--mutants-per-task 10] [--min-mutation-rate 0.95]
+        [--baseline]
+
+With mutation testing on (the default), it also prints the grader's mutation rate per granularity and per package
+(median, 5th percentile); ``--baseline`` first runs the same list without mutants and prints the throughput ratio.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from crf_prime.cli import signals_interrupt
 from crf_prime.featdel.corpus import CorpusConfig, corpus
 from crf_prime.featdel.corpus_meta import TaskMeta
 from crf_prime.featdel.granularity import GRANULARITIES, granularity_of
-from crf_prime.featdel.models import GenerateSummary
+from crf_prime.featdel.models import GenerateSummary, VerifyConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,6 +137,17 @@ def report(out: Path, wall_s: float, loads: list[tuple[float, float]], started: 
     )
     bar = valid >= 1000 and with_tasks >= 20 and wall_s <= 3600 and not resumed
     lines.append(f"issue bar (>= 1000 tasks from >= 20 packages within 60 min): {'MET' if bar else 'NOT MET'}")
+    mutation = summary.get("mutation")
+    if mutation:
+        from crf_prime.featdel.models import RateStats
+
+        lines.append("")
+        lines.append(f"grader's mutation rate over the kept tasks: {RateStats(**mutation).line()}")
+        for g, st in summary["mutation_by_granularity"].items():
+            lines.append(f"  {g:<10} {RateStats(**st).line()}")
+        for slug, st in summary["mutation_by_package"].items():
+            lines.append(f"  {summary['packages'][slug]['spec'].removeprefix('pypi:'):<34} {RateStats(**st).line()}")
+        result["mutation"] = mutation
     print("\n".join(lines), flush=True)
     return result
 
@@ -145,9 +160,34 @@ def main() -> None:
     ap.add_argument("--time-limit-s", type=float, default=3600.0)
     ap.add_argument("--num-cpus", type=int, default=None)
     ap.add_argument("--resume", action="store_true", help="keep the packages an earlier run finished")
+    ap.add_argument("--mutants-per-task", type=int, default=VerifyConfig().mutants_per_task)
+    ap.add_argument("--min-mutation-rate", type=float, default=VerifyConfig().min_mutation_rate)
+    ap.add_argument(
+        "--baseline",
+        action="store_true",
+        help="first run the same list without mutants (--mutants-per-task 0) into OUT-baseline and print the ratio",
+    )
     args = ap.parse_args()
-    if args.out.exists() and not args.resume:
-        shutil.rmtree(args.out)
+    baseline = None
+    if args.baseline:
+        print("baseline: the same run without mutation testing", flush=True)
+        baseline = run(args, args.out.with_name(args.out.name + "-baseline"), mutants=0)
+        print("\nwith mutation testing", flush=True)
+    result = run(args, args.out, mutants=args.mutants_per_task)
+    if baseline is not None:
+        print(
+            f"\nvalidated tasks/min: {result['tasks_per_min']} with {args.mutants_per_task} mutants per task, "
+            f"{baseline['tasks_per_min']} without (same list, same machine, run just before): "
+            f"{result['tasks_per_min'] / baseline['tasks_per_min']:.2f}x"
+            if baseline["tasks_per_min"]
+            else "baseline made no task"
+        )
+
+
+def run(args: argparse.Namespace, out: Path, *, mutants: int) -> dict:
+    """One corpus run into ``out`` and its report."""
+    if out.exists() and not args.resume:
+        shutil.rmtree(out)
     sampler = LoadSampler()
     sampler.start()
     t0, started = time.perf_counter(), time.time()
@@ -156,17 +196,20 @@ def main() -> None:
             corpus(
                 CorpusConfig(
                     sources=args.sources,
-                    out=args.out,
+                    out=out,
                     max_tasks=args.max_tasks,
                     time_limit_s=args.time_limit_s,
                     num_cpus=args.num_cpus,
+                    mutants_per_task=mutants,
+                    min_mutation_rate=args.min_mutation_rate,
                 )
             )
     finally:
         sampler.stop.set()
     wall = time.perf_counter() - t0
-    result = report(args.out, wall, sampler.samples, started)
-    (args.out / "benchmark.json").write_text(json.dumps({"samples": sampler.samples, **result}, indent=2) + "\n")
+    result = report(out, wall, sampler.samples, started)
+    (out / "benchmark.json").write_text(json.dumps({"samples": sampler.samples, **result}, indent=2) + "\n")
+    return result
 
 
 if __name__ == "__main__":

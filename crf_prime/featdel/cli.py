@@ -105,6 +105,8 @@ def generate(config: GenerateConfig) -> int:
         table.add_row("covered by the replay", f"{summary.replay_covered}/{summary.valid} ({share:.0%})")
         for reason, n in summary.replay_dropped.items():
             table.add_row(f"  replay calls dropped: {reason}", str(n))
+    if summary.mutation is not None:
+        table.add_row("grader's mutation rate", summary.mutation.line())
     for phase, s in summary.seconds.items():
         table.add_row(f"time {phase} (s)", f"{s:.1f}")
     Console().print(table)

@@ -26,11 +26,11 @@ from pydantic_config import BaseConfig
 from crf_prime.errors import InfraError, InputError, NothingProduced
 from crf_prime.extras import MissingExtraError
 from crf_prime.featdel.granularity import GRANULARITIES
-from crf_prime.featdel.models import Granularity
+from crf_prime.featdel.models import Granularity, VerifyConfig
 from crf_prime.placement import GradingSandbox
 
 
-class CorpusConfig(GradingSandbox, BaseConfig):
+class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """A corpus run. The sandbox settings (``limits`` of one validation run, ``unsandboxed``, ``bwrap``) are
     :class:`crf_prime.placement.GradingSandbox`'s, as in ``featdel generate``."""
 
@@ -157,6 +157,7 @@ def package_settings(config: CorpusConfig, line: SourceLine | None = None) -> di
         "granularities": sorted(config.granularities),
         "seed": config.seed,
         "replay_search": config.replay_search,
+        **{k: getattr(config, k) for k in VerifyConfig.model_fields},
         "unsandboxed": config.unsandboxed,
         "limits": config.limits.model_dump(),
     }
@@ -200,6 +201,7 @@ def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dic
             limits=settings["limits"],
             granularities=settings["granularities"],
             replay_search=settings["replay_search"],
+            **{k: settings[k] for k in VerifyConfig.model_fields},
             deselect=settings["deselect"],
             extra_requirements=settings["extra_requirements"],
         )
@@ -424,6 +426,12 @@ def corpus(config: CorpusConfig) -> int:
         f"({summary.packages_failed} failed, {summary.duplicates_exact + summary.duplicates_near} duplicates removed) "
         f"-> {config.out}"
     )
+    if summary.mutation is not None:
+        print(f"grader's mutation rate: {summary.mutation.line()}")
+        for g, st in summary.mutation_by_granularity.items():
+            print(f"  {g}: {st.line()}")
+        for slug, st in summary.mutation_by_package.items():
+            print(f"  {summary.packages[slug].spec}: {st.line()}")
     if not summary.tasks:
         raise NothingProduced(
             f"{config.out}: no package produced a validated task (reasons: {config.out}/summary.json)"

@@ -23,7 +23,7 @@ from crf_prime.featdel.corpus import PackageStatus, SourceLine
 from crf_prime.featdel.corpus_meta import TaskMeta
 from crf_prime.featdel.generate import load_tasks
 from crf_prime.featdel.granularity import GRANULARITIES, granularity_of
-from crf_prime.featdel.models import FeatdelTask, GenerateSummary
+from crf_prime.featdel.models import FeatdelTask, GenerateSummary, RateStats
 
 SPLITS = ("train", "eval")
 
@@ -60,6 +60,11 @@ class CorpusSummary(BaseModel):
     rejected: dict[str, int] = Field(default_factory=dict)
     """Rejected candidates by reason, over all packages."""
     packages: dict[str, PackageRow] = Field(default_factory=dict)
+    mutation: RateStats | None = None
+    """The grader's mutation rate over the corpus's tasks (crf_prime/featdel/strength.py)."""
+    mutation_by_package: dict[str, RateStats] = Field(default_factory=dict)
+    """package slug -> its tasks' mutation rates."""
+    mutation_by_granularity: dict[str, RateStats] = Field(default_factory=dict)
 
 
 def split_projects(counts: dict[str, int], eval_fraction: float) -> dict[str, str]:
@@ -169,11 +174,61 @@ def assemble(
         by_granularity={g: {k: gran[g][k] for k in ("valid", "rejected", "kept")} for g in GRANULARITIES},
         rejected=dict(sorted(rejected.items())),
         packages=packages,
+        **mutation_tables([(slug_of[m.task_id], m) for _, m, _ in kept]),
     )
     (staging / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
     (staging / "README.md").write_text(dataset_card(summary, [m for _, m, _ in kept]))
     _publish(staging, out)
     return summary
+
+
+def mutation_tables(rows: list[tuple[str, TaskMeta]]) -> dict:
+    """CorpusSummary's mutation fields from (package slug, row) pairs: overall, per package, per granularity (none
+    when no task was measured: generation ran without mutants)."""
+    if all(m.mutation is None for _, m in rows):
+        return {}
+    by_pkg: dict[str, list[TaskMeta]] = defaultdict(list)
+    by_gran: dict[str, list[TaskMeta]] = defaultdict(list)
+    for slug, m in rows:
+        by_pkg[slug].append(m)
+        by_gran[m.granularity].append(m)
+    return {
+        "mutation": RateStats.of([m.mutation for _, m in rows]),
+        "mutation_by_package": {k: RateStats.of([m.mutation for m in v]) for k, v in by_pkg.items()},
+        "mutation_by_granularity": {
+            g: RateStats.of([m.mutation for m in by_gran[g]]) for g in GRANULARITIES if g in by_gran
+        },
+    }
+
+
+def mutation_card(summary: CorpusSummary) -> list[str]:
+    """The dataset card's section on the grader's mutation rate (median and 5th percentile per group)."""
+    if summary.mutation is None:
+        return []
+    lines = [
+        "",
+        "## The grader's strength (mutation rate)",
+        "",
+        "Each task's gold code was mutated with standard operators (comparison, boolean and arithmetic swaps,",
+        "constants, removed statements and branches, changed returns) and every mutant graded as the task is served",
+        "(target tests + call replay). Rate = mutants the grader scores 0 / behaviour-changing mutants (rejected, or",
+        "different from gold on held-out calls the grader does not replay). A task is kept only when its rate reaches",
+        f"the generation's minimum. Overall: {summary.mutation.line()}.",
+        "",
+        "| group | tasks | median | p5 | mutants rejected / behaviour-changing | unmeasured |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    groups = [
+        *summary.mutation_by_granularity.items(),
+        *((summary.packages[k].spec, v) for k, v in summary.mutation_by_package.items()),
+    ]
+    for name, st in groups:
+        med = f"{st.median:.0%}" if st.median is not None else "-"
+        p5 = f"{st.p5:.0%}" if st.p5 is not None else "-"
+        lines.append(
+            f"| {name} | {st.tasks} | {med} | {p5} | {st.rejected}/{st.behaviour_changing} | {st.unmeasured} |"
+        )
+    return lines
 
 
 def _publish(staging: Path, out: Path) -> None:
@@ -238,6 +293,7 @@ def dataset_card(summary: CorpusSummary, metas: list[TaskMeta]) -> str:
         for f in ("deleted_lines", "deleted_statements", "cyclomatic", "target_tests", "callers"):
             vals = sorted(getattr(m, f) for m in metas)
             lines.append(f"| {f} | {vals[len(vals) // 2]} | {vals[-1]} |")
+    lines += mutation_card(summary)
     lines += ["", "Licences are as each package's metadata declares them; check them before redistributing.", ""]
     return "\n".join(lines)
 

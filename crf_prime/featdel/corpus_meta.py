@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from crf_prime.featdel.deletion import STUB, apply_unified_diff, function_nodes
 from crf_prime.featdel.granularity import granularity_of
-from crf_prime.featdel.models import FeatdelTask, Granularity
+from crf_prime.featdel.models import FeatdelTask, Granularity, MutationScore
 
 _DECISIONS = (
     ast.If,
@@ -61,6 +61,10 @@ class TaskMeta(BaseModel):
     """SHA-256 of the deleted lines (whitespace-stripped)."""
     near_key: str
     """SHA-256 of the deleted code's AST with identifiers renamed and docstrings dropped."""
+    mutation: MutationScore | None = None
+    """The grader's mutation score on the task (the row's ``mutation``)."""
+    unreplayed_targets: int = 0
+    """Targets no replayed call exercises (0 unless generated with ``allow_unreplayed``)."""
 
 
 def _decisions(node: ast.AST) -> int:
@@ -153,6 +157,8 @@ def task_meta(task: FeatdelTask, base: Path, *, license: str = "") -> TaskMeta:
         callers=callers(task, base),
         exact_key=exact,
         near_key=near,
+        mutation=task.mutation,
+        unreplayed_targets=len(task.unreplayed_targets),
     )
 
 

@@ -52,10 +52,12 @@ from crf_prime.featdel.models import (
     GenerateSummary,
     GradeResult,
     Granularity,
+    RateStats,
     Rejection,
     SourceInfo,
     Target,
     TestEnvSpec,
+    VerifyConfig,
 )
 from crf_prime.featdel.runner import PytestRun, node_id, run_pytest
 from crf_prime.featdel.shared import shared_gold, shared_replay
@@ -76,7 +78,7 @@ DEFAULT_SOURCE = "pypi:toolz==1.2.0"
 logger = logging.getLogger(__name__)
 
 
-class GenerateConfig(GradingSandbox, BaseConfig):
+class GenerateConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """One generation run (``crf-prime featdel generate``: flags, ``@ file.toml`` keys and these fields share names).
     The sandbox settings (``limits`` of one task's validation run, ``unsandboxed``, ``bwrap``) are
     :class:`crf_prime.placement.GradingSandbox`'s."""
@@ -114,7 +116,7 @@ class GenerateConfig(GradingSandbox, BaseConfig):
     tasks only fill the places left."""
     granularities: Annotated[list[Granularity], Field(min_length=1)] = ["function", "feature"]
     """What a task may delete: function, feature, block (an if/for/while/with/try body), tail (a function's
-    statements after its first ones), class (every method of a class); see crf_prime/featdel/granularity.py."""
+    statements after its first ones), class (every tested method of a class); see crf_prime/featdel/granularity.py."""
 
 
 @dataclass
@@ -384,9 +386,8 @@ def build_prompt(project: Project, cand: Candidate, broken: dict[str, str], visi
         if cand.granularity == "function":
             what = first
         elif cand.granularity == "class":
-            what = (
-                f"every method of class `{cand.functions[0].qualname.rsplit('.', 1)[0]}` in `{cand.functions[0].path}`"
-            )
+            names = ", ".join(f"`{f.qualname.rsplit('.', 1)[-1]}`" for f in cand.functions)
+            what = f"the methods {names} of class `{cand.functions[0].qualname.rsplit('.', 1)[0]}` in `{cand.functions[0].path}`"
         else:
             what = "these related functions: " + ", ".join(f"`{f.qualname}` (`{f.path}`)" for f in cand.functions)
         lead = (
@@ -582,18 +583,32 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                     alone, pool.map(lambda t: _with_replay(t, staging, sandbox, env), alone), strict=True
                 ):
                     replays[t.task_id] = (task, dropped)
+            ready = [replays[t.task_id][0] if cfg.replay else t for t in accepted]
+            t_verify = time.perf_counter()
+            final = {t.task_id: v for t, v in zip(ready, pool.map(verify, ready), strict=True)}
+            seconds["verify"] = seconds.get("verify", 0.0) + time.perf_counter() - t_verify
             out: list[Checked] = []
             for b in built:  # in candidate order: deterministic
                 if isinstance(b, Rejection):
                     out.append((None, b, Counter()))
-                elif verdicts[b.task_id] is not None or not cfg.replay:
+                elif b.task_id not in final:
                     out.append((b, verdicts[b.task_id], Counter()))
-                elif replays[b.task_id][0].not_servable:
-                    why = replays[b.task_id][0].not_servable
-                    out.append((None, Rejection(candidate=b.task_id, reason="not-servable", detail=why), Counter()))
+                elif isinstance(got := final[b.task_id], Rejection):
+                    out.append((None, got, Counter()))
+                elif got.not_servable:
+                    rej = Rejection(candidate=b.task_id, reason="not-servable", detail=got.not_servable)
+                    out.append((None, rej, Counter()))
                 else:
-                    out.append((replays[b.task_id][0], None, replays[b.task_id][1]))
+                    out.append((got, None, replays[b.task_id][1] if cfg.replay else Counter()))
             return out
+
+        def verify(task: FeatdelTask) -> FeatdelTask | Rejection:
+            if task.not_servable:
+                return task  # rejected as such below
+            try:
+                return verifiable(task, staging, cfg, sandbox=sandbox, env=env)
+            except Exception as e:
+                return Rejection(candidate=task.task_id, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
 
         def more() -> bool:
             if len(covered) >= cfg.max_tasks or pos >= len(cands):
@@ -610,7 +625,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                     if rej is not None:
                         rejections.append(rej)
                     elif task is not None and len(covered) < cfg.max_tasks:
-                        preferred = task.replay is not None or not cfg.replay  # without the replay: first found
+                        preferred = not task.unreplayed_targets or not cfg.replay  # no replay: first found
                         (covered if preferred else uncovered).append(task)
                         lost[task.task_id] = dropped
                 progress("validate", min(len(covered) + len(uncovered), cfg.max_tasks), cfg.max_tasks)
@@ -634,6 +649,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             replay_covered=sum(1 for t in valid if t.replay is not None),
             replay_checked=len(covered) + len(uncovered),
             replay_dropped=dict(sorted(sum((lost[t.task_id] for t in valid), Counter()).items())),
+            mutation=RateStats.of([t.mutation for t in valid]) if cfg.mutants_per_task else None,
         )
         with open(staging / "tasks.jsonl", "w") as fh:
             for task in valid:
@@ -645,6 +661,39 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         shutil.rmtree(workspace, ignore_errors=True)
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def unreplayed(task: FeatdelTask, task_dir: Path) -> tuple[str, ...]:
+    """Qualnames of the targets that no kept replay call exercises (every target when the task has no replay)."""
+    data = Grader(task, task_dir).replay_data()
+    hit = data.by_target() if data is not None else {}
+    return tuple(t.qualname for i, t in enumerate(task.targets) if i not in hit)
+
+
+def verifiable(
+    task: FeatdelTask, task_dir: Path, cfg: GenerateConfig, *, sandbox, env: TestEnv
+) -> FeatdelTask | Rejection:
+    """The task with its replay gaps and mutation score, or why it is not written: a target without replayed calls
+    (unless ``allow_unreplayed`` or the replay is off) or a grader that lets behaviour-changing mutants through."""
+    from crf_prime.featdel.strength import mutation_score
+
+    gaps = unreplayed(task, task_dir)
+    if gaps and cfg.replay and not cfg.allow_unreplayed:
+        return Rejection(
+            candidate=task.task_id, reason="no-replay-coverage", detail=f"no replayed call of {', '.join(gaps)}"
+        )
+    task = task.model_copy(update={"unreplayed_targets": gaps})
+    if not cfg.mutants_per_task or task.replay is None:
+        return task
+    score = mutation_score(task, task_dir, cap=cfg.mutants_per_task, sandbox=sandbox, env=env)
+    if score.rate is not None and score.rate < cfg.min_mutation_rate:
+        return Rejection(
+            candidate=task.task_id,
+            reason="weak-grader",
+            detail=f"the grader rejects {score.rejected} of {score.behaviour_changing} behaviour-changing mutants "
+            f"({score.rate:.0%} < {cfg.min_mutation_rate:.0%}); accepted: {', '.join(score.survivors)}"[:500],
+        )
+    return task.model_copy(update={"mutation": score})
 
 
 Checked = tuple[FeatdelTask | None, Rejection | None, Counter[str]]

@@ -5,7 +5,8 @@
 - ``block``: the body of one ``if``/``for``/``while``/``with``/``try`` inside a public function — the rest of the
   function stays as context;
 - ``tail``: a public function's statements after its first ones (the first third, at least one, stay);
-- ``class``: every method of a public class, private and dunder ones included.
+- ``class``: every method of a public class that a test executes, private and dunder ones included (a method no
+  test executes stays in the snapshot: nothing could check its re-implementation).
 
 Each candidate carries the tests that execute the deleted lines; every granularity is validated the same way (gold
 passes, the snapshot fails a target test, the suite still collects, gold obeys the code policy, call replay).
@@ -106,7 +107,8 @@ def class_candidates(
     features: set[tuple[str, ...]],
     key: Callable[[str, list[str]], str],
 ) -> list[Candidate]:
-    """``class`` candidates: all methods of a public class (skipped when a ``feature`` already deletes that set)."""
+    """``class`` candidates: the covered methods of a public class (skipped when a ``feature`` already deletes that
+    set); uncovered methods are not deleted."""
     by_class: dict[tuple[str, str], list[FunctionInfo]] = defaultdict(list)
     for f in functions:
         cls = f.qualname.rsplit(".", 1)[0]
@@ -114,16 +116,15 @@ def class_candidates(
             by_class[(f.path, cls)].append(f)
     out: list[Candidate] = []
     for (path, cls), methods in sorted(by_class.items()):
-        methods = sorted(methods, key=lambda m: m.lineno)[:CLASS_MAX_METHODS]
+        own = {m.qualname: tests_of(path, m.body_lines) for m in methods}
+        methods = sorted((m for m in methods if own[m.qualname]), key=lambda m: m.lineno)[:CLASS_MAX_METHODS]
         names = tuple(m.qualname for m in methods)
         if len(methods) < 2 or names in features:
             continue
         if sum(m.statements for m in methods) < min_statements:
             continue
-        tests: set[str] = set()
-        for m in methods:
-            tests |= tests_of(path, m.body_lines)
-        if tests and len(tests) <= limit:
+        tests = set().union(*(own[m.qualname] for m in methods))
+        if len(tests) <= limit:
             out.append(Candidate(f"class:{key(path, [cls])}", "class", tuple(methods), tuple(sorted(tests))))
     return out
 

@@ -6,11 +6,27 @@ code); the grader reads their outcome from pytest's junit XML.
 
 from __future__ import annotations
 
+import math
+import statistics
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Granularity = Literal["function", "feature", "block", "tail", "class"]
+
+
+class VerifyConfig(BaseModel):
+    """Which validated tasks are written: only verifiable ones, with a grader measured by gold's mutants (shared by
+    ``featdel generate`` and ``featdel corpus``)."""
+
+    allow_unreplayed: bool = False
+    """Also write tasks where a target has no replayed call of its own (graded there by its tests alone); their
+    rows list those targets (``unreplayed_targets``). Off: such tasks are rejected (``no-replay-coverage``)."""
+    mutants_per_task: Annotated[int, Field(ge=0)] = 10
+    """Gold mutants graded per task to measure the grader (crf_prime/featdel/strength.py), a deterministic sample;
+    0 measures nothing."""
+    min_mutation_rate: Annotated[float, Field(ge=0, le=1)] = 0.95
+    """Keep a task only when its grader rejects at least this share of the behaviour-changing mutants."""
 
 
 class SourceInfo(BaseModel):
@@ -73,6 +89,68 @@ class ReplayInfo(BaseModel):
     """Calls left out at generation, by reason (unpicklable, gold cannot load or finish it, non-deterministic, ...)."""
 
 
+class MutationScore(BaseModel):
+    """The grader's strength on one task, measured at generation (crf_prime/featdel/strength.py): gold's deleted code
+    mutated with standard operators (crf_prime/featdel/mutants.py), each mutant graded as served (target tests +
+    replay). A mutant is behaviour-changing when the grader rejects it or it differs from gold on the held-out calls
+    (more inputs than the grader replays); the others count as equivalent and are left out of the rate."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mutants: int
+    """Mutants graded (a deterministic sample of at most ``mutants_per_task``)."""
+    behaviour_changing: int
+    rejected: int
+    """Behaviour-changing mutants the grader scores 0."""
+    survivors: tuple[str, ...] = ()
+    """``path:line:operator`` of the behaviour-changing mutants the grader scores 1.0."""
+    held_out_calls: int = 0
+    """Calls beyond the served replay on which gold's outcomes were compared (0: none were needed or available)."""
+    rate: float | None = None
+    """``rejected / behaviour_changing``; None when no mutant changed behaviour or the task has no replay to tell a
+    surviving mutant from an equivalent one."""
+
+
+class RateStats(BaseModel):
+    """Mutation rates over a set of tasks (a package, a granularity, a corpus)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tasks: int
+    """Tasks with a measured rate."""
+    unmeasured: int = 0
+    """Tasks without one (no behaviour-changing mutant, or no replay to tell survivors from equivalents)."""
+    median: float | None = None
+    p5: float | None = None
+    """5th percentile (nearest rank): the weakest graders."""
+    mutants: int = 0
+    behaviour_changing: int = 0
+    rejected: int = 0
+
+    @classmethod
+    def of(cls, scores: list[MutationScore | None]) -> RateStats:
+        rates = sorted(s.rate for s in scores if s is not None and s.rate is not None)
+        measured = [s for s in scores if s is not None]
+        return cls(
+            tasks=len(rates),
+            unmeasured=len(scores) - len(rates),
+            median=statistics.median(rates) if rates else None,
+            p5=rates[max(math.ceil(0.05 * len(rates)) - 1, 0)] if rates else None,
+            mutants=sum(s.mutants for s in measured),
+            behaviour_changing=sum(s.behaviour_changing for s in measured),
+            rejected=sum(s.rejected for s in measured),
+        )
+
+    def line(self) -> str:
+        """One line for tables: ``median 100% p5 90% (12 tasks, 1 unmeasured; 80/81 mutants rejected)``."""
+        if not self.tasks:
+            return f"no rate ({self.unmeasured} unmeasured)"
+        return (
+            f"median {self.median:.0%} p5 {self.p5:.0%} ({self.tasks} tasks, {self.unmeasured} unmeasured; "
+            f"{self.rejected}/{self.behaviour_changing} behaviour-changing mutants rejected)"
+        )
+
+
 class FeatdelTask(BaseModel):
     """One validated Feature Deletion task (a JSONL row)."""
 
@@ -84,7 +162,7 @@ class FeatdelTask(BaseModel):
     granularity: Granularity
     """"function" = one body deleted; "feature" = a group of related functions deleted together; "block" = the body
     of one if/for/while/with/try inside a function; "tail" = a function's statements after its first ones; "class" =
-    every method of one class."""
+    every method of one class that a test executes."""
     targets: tuple[Target, ...]
     prompt: str
     """Task statement written from the names, signatures, docstrings and call sites of the targets."""
@@ -116,6 +194,11 @@ class FeatdelTask(BaseModel):
     """Seed the generator ran with."""
     replay: ReplayInfo | None = None
     """Out-of-process check against gold's recorded behaviour; None = no replayable call (the replay is vacuous)."""
+    unreplayed_targets: tuple[str, ...] = ()
+    """Targets (qualnames) no replayed call exercises. Such a task is written only when generation allowed it
+    (``allow_unreplayed``, or the replay switched off); by default every target has calls of its own."""
+    mutation: MutationScore | None = None
+    """The grader's mutation score on this task (None when generation measured none)."""
     not_servable: str = ""
     """Why the replay cannot vouch for this task (its target tests call a target under a patch the replay cannot
     reproduce); generation drops such a task and the grader refuses it. Empty = servable."""
@@ -166,6 +249,8 @@ RejectReason = Literal[
     "collection-breaks",
     "gold-violates-policy",
     "grader-mismatch",
+    "no-replay-coverage",
+    "weak-grader",
     "not-servable",
     "error",
 ]
@@ -213,6 +298,8 @@ class GenerateSummary(BaseModel):
     """Valid tasks found before preferring covered ones (covered + uncovered)."""
     replay_dropped: dict[str, int] = Field(default_factory=dict)
     """Calls left out of the written tasks' replays, by reason."""
+    mutation: RateStats | None = None
+    """The grader's mutation rates over the written tasks (None when no mutant was graded)."""
 
 
 # -- the grader's front door (crf_prime/featdel/grader.py) -----------------------------------------------------------

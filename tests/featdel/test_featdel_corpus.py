@@ -83,6 +83,14 @@ def test_corpus_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     card = (out / "README.md").read_text()
     assert "| package | licence | split | tasks |" in card and "| MIT |" in card and "Apache-2.0" in card
     assert "failed: " in card
+    # the grader's mutation rate: in every row, per granularity and per package in the summary and the card
+    assert all(m.mutation is not None and m.mutation.rate is not None and m.mutation.rate >= 0.95 for m in metas)
+    assert set(summary["mutation_by_granularity"]) == {"block"} and summary["mutation"]["tasks"] == len(metas)
+    assert {summary["packages"][k]["spec"] for k in summary["mutation_by_package"]} == {
+        rows["alpha"]["spec"],
+        rows["gamma"]["spec"],
+    }
+    assert "## The grader's strength (mutation rate)" in card and "| block | 4 | 100% | 100% |" in card
 
     eval_rows = load_split(out, "eval")
     assert {t.source.name for t in eval_rows} == {p for p, s in splits.items() if s == "eval"}

@@ -189,7 +189,13 @@ def _write_project(root: Path) -> Path:
 
 
 def _generate(root: Path, out: Path, granularities: list[str]) -> dict[tuple[str, ...], FeatdelTask]:
-    tasks, _ = generate(GenerateConfig(source=str(root), out=out, max_tasks=30, workers=2, granularities=granularities))
+    # the grading suites need every candidate as a task: generation's filters (replay coverage of every target, the
+    # grader's mutation rate) are tested in test_featdel_mutants.py
+    cfg = GenerateConfig(
+        source=str(root), out=out, max_tasks=30, workers=2, granularities=granularities, allow_unreplayed=True,
+        mutants_per_task=0,
+    )  # fmt: skip
+    tasks, _ = generate(cfg)
     return {tuple(t.qualname for t in task.targets): task for task in tasks} | {
         (task.granularity, *(t.qualname for t in task.targets)): task for task in tasks
     }

@@ -104,7 +104,7 @@ def test_statement_candidates_follow_coverage() -> None:
     ]
 
 
-def test_class_candidates_take_every_method_of_public_classes() -> None:
+def test_class_candidates_take_every_tested_method_of_public_classes() -> None:
     functions = iter_functions("m.py", SRC)
     lines = {f.qualname: f.body_lines for f in functions}
 
@@ -112,13 +112,21 @@ def test_class_candidates_take_every_method_of_public_classes() -> None:
         return {"t.py::test_box"} if body & (lines["Box.get"] | lines["Box.__init__"]) else set()
 
     cands = class_candidates(functions, tests_at, 40, 2, set(), lambda p, q: f"m.{q[0]}")
-    assert [(c.key, [f.qualname for f in c.functions]) for c in cands] == [
-        ("class:m.Box", ["Box.__init__", "Box.get", "Box._peek"])
-    ]
+    # _peek runs under no test: it is not deleted (nothing could check its re-implementation)
+    assert [(c.key, [f.qualname for f in c.functions]) for c in cands] == [("class:m.Box", ["Box.__init__", "Box.get"])]
     # the same set as a feature is not a second task
-    assert class_candidates(functions, tests_at, 40, 2, {("Box.__init__", "Box.get", "Box._peek")}, str) == []
+    assert class_candidates(functions, tests_at, 40, 2, {("Box.__init__", "Box.get")}, str) == []
     snapshot = delete({"m.py": SRC}, cands[0])["m.py"]
-    assert snapshot.count("raise NotImplementedError") == 3 and "return self.v" not in snapshot
+    assert snapshot.count("raise NotImplementedError") == 2 and "def _peek(self):\n        return self.v" in snapshot
+
+    def everything(path: str, body: frozenset[int]) -> set[str]:
+        return {"t.py::test_box"}
+
+    cands = class_candidates(functions, everything, 40, 2, set(), lambda p, q: f"m.{q[0]}")
+    assert [f.qualname for f in cands[0].functions] == ["Box.__init__", "Box.get", "Box._peek"]
+    # one tested method is no class task
+    only_get = class_candidates(functions, lambda p, b: {"t"} if b & lines["Box.get"] else set(), 40, 1, set(), str)
+    assert only_get == []
 
 
 def test_granularity_of_keys_and_task_ids() -> None:

@@ -212,10 +212,12 @@ def mini(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_generation_drops_what_gold_cannot_reproduce_and_prefers_covered_tasks(mini: Path, tmp_path: Path) -> None:
     out = tmp_path / "all"
-    tasks, summary = generate(GenerateConfig(source=str(mini), out=out, max_tasks=3, workers=2))
+    # allow_unreplayed: noisy (no reproducible call) is written, after the covered task, and its row says so
+    tasks, summary = generate(GenerateConfig(source=str(mini), out=out, max_tasks=3, workers=2, allow_unreplayed=True))
     by = {t.targets[0].qualname: t for t in tasks}
     assert sorted(by) == ["noisy", "scale"] and summary.replay_checked == 2
     assert by["noisy"].replay is None  # random: two gold runs disagree
+    assert by["noisy"].unreplayed_targets == ("noisy",) and by["scale"].unreplayed_targets == ()
     # the test's monkeypatch: gold outside the test process returns "item-7"; the task is not served
     assert summary.rejected == {"not-servable": 1}
     assert next(r.candidate for r in summary.rejections if r.reason == "not-servable").endswith("label")
@@ -229,7 +231,9 @@ def test_generation_drops_what_gold_cannot_reproduce_and_prefers_covered_tasks(m
     assert not any("PREFIX" in p.name for p in out.rglob("*"))
     # one place: the covered task wins over the uncovered ones, whatever the sampling order
     one, summary1 = generate(
-        GenerateConfig(source=str(mini), out=tmp_path / "one", max_tasks=1, workers=2, replay_search=3.0)
+        GenerateConfig(
+            source=str(mini), out=tmp_path / "one", max_tasks=1, workers=2, replay_search=3.0, allow_unreplayed=True
+        )
     )
     assert [t.targets[0].qualname for t in one] == ["scale"] and summary1.replay_covered == 1
     assert len(list((tmp_path / "one" / "replay").iterdir())) == 2  # only the written task's files

@@ -1,0 +1,239 @@
+"""Standard mutation operators on gold's deleted code: the mutants that measure a task's grader.
+
+Mutation testing scores a test suite by the share of small, behaviour-changing edits of the code it rejects
+(DeMillo, Lipton & Sayward 1978; the operator set is mutmut's / cosmic-ray's core). Here the "suite" is a task's
+grader and the code is gold: only the lines the gold patch puts back are mutated, so every mutant is an answer an
+agent could have written. Operators:
+
+- ``compare``: ``<``/``<=``, ``>``/``>=``, ``==``/``!=``, ``is``/``is not``, ``in``/``not in`` swapped;
+- ``boolean``: ``and``/``or`` swapped, a ``not`` removed;
+- ``arithmetic``: ``+``/``-``, ``*``/``/``, ``//``/``/``, ``%``/``*``, ``**``/``*``, ``<<``/``>>``, ``&``/``|``,
+  ``^``/``&`` swapped (also in augmented assignments);
+- ``constant``: a number ``n`` -> ``n + 1``, ``True``/``False`` swapped, a string -> ``"XX" + s + "XX"``;
+- ``statement``: a simple statement replaced by ``pass``;
+- ``branch``: an ``if`` test replaced by ``False`` (its body removed) or, when it has an ``else``, by ``True``;
+- ``return``: a returned value replaced by ``None``.
+
+Each mutant is the whole file with one expression or statement replaced in place (byte positions from ``ast``), so the
+rest of the file is gold's exact text. Mutants that do not parse, or parse to gold's own tree, are left out; the
+sample is deterministic for a seed (round-robin over operators, each operator's sites shuffled).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import random
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+Operator = Literal["compare", "boolean", "arithmetic", "constant", "statement", "branch", "return"]
+OPERATORS: tuple[Operator, ...] = ("compare", "boolean", "arithmetic", "constant", "statement", "branch", "return")
+
+_COMPARE: dict[type, type] = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+}
+_ARITHMETIC: dict[type, type] = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div,
+    ast.Mod: ast.Mult,
+    ast.Pow: ast.Mult,
+    ast.LShift: ast.RShift,
+    ast.RShift: ast.LShift,
+    ast.BitAnd: ast.BitOr,
+    ast.BitOr: ast.BitAnd,
+    ast.BitXor: ast.BitAnd,
+}
+_SIMPLE_STATEMENTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Delete, ast.Raise, ast.Assert)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One mutated copy of a gold file."""
+
+    path: str
+    """Source file, relative to the repository root."""
+    line: int
+    """1-based line of the mutated expression or statement."""
+    operator: Operator
+    text: str
+    """The whole mutated file."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.path}:{self.line}:{self.operator}"
+
+
+@dataclass(frozen=True)
+class _Edit:
+    node: ast.AST
+    operator: Operator
+    replacement: str
+
+
+def restored_lines(broken: str, original: str) -> frozenset[int]:
+    """1-based lines of ``original`` that the gold patch puts back (absent from the snapshot ``broken``)."""
+    a, b = broken.splitlines(), original.splitlines()
+    out: set[int] = set()
+    for tag, _i1, _i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag in ("insert", "replace"):
+            out.update(range(j1 + 1, j2 + 1))
+    return frozenset(out)
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring expressions of ``tree``'s modules, classes and functions."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body:
+            first = body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                out.add(id(first))
+                out.add(id(first.value))
+    return out
+
+
+def _unmutable(tree: ast.AST) -> set[int]:
+    """ids of nodes no operator touches: docstrings and everything inside f-strings, annotations and patterns."""
+    out = _docstrings(tree)
+    for node in ast.walk(tree):
+        inner: list[ast.AST] = []
+        if isinstance(node, ast.JoinedStr | ast.match_case):
+            inner = [node]
+        elif isinstance(node, ast.arg | ast.AnnAssign) and node.annotation is not None:
+            inner = [node.annotation]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None:
+            inner = [node.returns]
+        for sub in inner:
+            out.update(id(n) for n in ast.walk(sub))
+    return out
+
+
+def _copy(node: ast.AST) -> ast.AST:
+    return (
+        ast.parse(ast.unparse(node), mode="eval").body
+        if isinstance(node, ast.expr)
+        else ast.parse(ast.unparse(node)).body[0]
+    )
+
+
+def _edits(node: ast.AST) -> Iterator[_Edit]:
+    """Every operator's edits of one node (its replacement text in place of the node's span)."""
+    if isinstance(node, ast.Compare):
+        for i, op in enumerate(node.ops):
+            if type(op) in _COMPARE:
+                new = _copy(node)
+                new.ops[i] = _COMPARE[type(op)]()  # type: ignore[attr-defined]
+                yield _Edit(node, "compare", f"({ast.unparse(new)})")
+    elif isinstance(node, ast.BoolOp):
+        new = _copy(node)
+        new.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()  # type: ignore[attr-defined]
+        yield _Edit(node, "boolean", f"({ast.unparse(new)})")
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        yield _Edit(node, "boolean", f"({ast.unparse(node.operand)})")
+    elif isinstance(node, ast.BinOp | ast.AugAssign) and type(node.op) in _ARITHMETIC:
+        new = _copy(node)
+        new.op = _ARITHMETIC[type(node.op)]()  # type: ignore[attr-defined]
+        text = ast.unparse(new)
+        yield _Edit(node, "arithmetic", f"({text})" if isinstance(node, ast.BinOp) else text)
+    elif isinstance(node, ast.Constant):
+        v = node.value
+        if isinstance(v, bool):
+            yield _Edit(node, "constant", repr(not v))
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            yield _Edit(node, "constant", f"({v + 1!r})")
+        elif isinstance(v, str):
+            yield _Edit(node, "constant", repr("XX" + v + "XX"))
+    if isinstance(node, _SIMPLE_STATEMENTS):
+        yield _Edit(node, "statement", "pass")
+    elif isinstance(node, ast.If):
+        yield _Edit(node.test, "branch", "False")
+        if node.orelse:
+            yield _Edit(node.test, "branch", "True")
+    elif isinstance(node, ast.Return) and node.value is not None and not _is_none(node.value):
+        yield _Edit(node, "return", "return None")
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _apply(lines: list[bytes], node: ast.AST, replacement: str) -> str:
+    """The file with ``node``'s span (UTF-8 byte columns, as ``ast`` gives them) replaced by ``replacement``."""
+    start, end = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
+    head = lines[start][: node.col_offset]  # type: ignore[attr-defined]
+    tail = lines[end][node.end_col_offset :]  # type: ignore[attr-defined]
+    new = [*lines[:start], head + replacement.encode() + tail, *lines[end + 1 :]]
+    return b"".join(new).decode()
+
+
+def file_mutants(path: str, source: str, lines: frozenset[int]) -> list[Mutant]:
+    """Every mutant of ``source`` whose edited node lies wholly on ``lines``, in source order."""
+    tree = ast.parse(source)
+    skip = _unmutable(tree)
+    gold = ast.dump(tree)
+    raw = source.encode().splitlines(keepends=True)
+    out: list[Mutant] = []
+    seen: set[str] = {gold}
+    nodes = sorted(
+        (n for n in ast.walk(tree) if hasattr(n, "lineno") and id(n) not in skip),
+        key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset),  # type: ignore[attr-defined]
+    )
+    for node in nodes:
+        for edit in _edits(node):
+            span = set(range(edit.node.lineno, edit.node.end_lineno + 1))  # type: ignore[attr-defined]
+            if not span <= lines:
+                continue
+            text = _apply(raw, edit.node, edit.replacement)
+            try:
+                dump = ast.dump(ast.parse(text))
+            except SyntaxError:
+                continue
+            if dump in seen:
+                continue
+            seen.add(dump)
+            out.append(Mutant(path=path, line=edit.node.lineno, operator=edit.operator, text=text))  # type: ignore[attr-defined]
+    return out
+
+
+def gold_mutants(broken: dict[str, str], original: dict[str, str], *, cap: int, seed: str) -> list[Mutant]:
+    """Up to ``cap`` mutants of the code the gold patch restores (``original`` vs the snapshot ``broken``), sampled
+    deterministically for ``seed``: operators take turns, each operator's sites in a seeded random order."""
+    by_operator: dict[Operator, list[Mutant]] = defaultdict(list)
+    for path in sorted(broken):
+        for m in file_mutants(path, original[path], restored_lines(broken[path], original[path])):
+            by_operator[m.operator].append(m)
+    rng = random.Random(seed)
+    queues = []
+    for op in OPERATORS:
+        sites = by_operator.get(op, [])
+        rng.shuffle(sites)
+        queues.append(sites)
+    picked: list[Mutant] = []
+    while len(picked) < cap and any(queues):
+        for q in queues:
+            if q and len(picked) < cap:
+                picked.append(q.pop())
+    return picked
+
+
+__all__ = ["OPERATORS", "Mutant", "Operator", "file_mutants", "gold_mutants", "restored_lines"]

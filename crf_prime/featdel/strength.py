@@ -1,0 +1,134 @@
+"""The grader's strength on one task: the share of behaviour-changing gold mutants it rejects.
+
+Mutation testing applied to the grader (EvalPlus, Liu et al. 2023, measured test insufficiency the same way): each
+mutant of gold's deleted code (crf_prime/featdel/mutants.py) is graded as the task is served — the replay of the
+task's recorded and generated calls and the target tests in a fresh grading tree, both through
+:class:`crf_prime.featdel.grader.Grader` — and the verdict is the grader's (1.0 only when both pass; the replay runs
+first because it is the cheaper of the two). A mutant the grader accepts
+is then replayed on **held-out calls**: inputs generated (crf_prime/featdel/inputs.py) from every served call,
+recorded or generated — a second step away from what the tests did — with another seed and more per target than
+the served replay, minus the served inputs themselves, kept where gold is deterministic. A mutant that differs from gold there is a
+survivor (behaviour-changing, accepted); one that agrees everywhere counts as equivalent and is left out. The rate
+is ``rejected / (rejected + survivors)``.
+
+The static code policy is not applied to mutants (it judges constructs, not behaviour; gold passes it).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+from crf_prime.featdel.deletion import apply_unified_diff
+from crf_prime.featdel.grader import Grader
+from crf_prime.featdel.models import FeatdelTask, GraderConfig, MutationScore
+from crf_prime.featdel.mutants import Mutant, gold_mutants
+from crf_prime.featdel.record import gold_runs, reproduced
+from crf_prime.featdel.replay import compare, load_replay, run_driver, strip_tests
+from crf_prime.featdel.testenv import TestEnv
+
+HELD_OUT_PER_TARGET = 200
+"""Held-out calls generated per target (the served replay generates ``record.GENERATED_PER_TARGET``)."""
+MAX_HELD_OUT = 400
+"""Held-out calls kept per task (a deterministic sample), so that one task's check stays within seconds."""
+HELD_OUT_SEED = 7919
+"""Added to the task's seed: the held-out variations are not the served ones."""
+
+
+def mutation_seed(task: FeatdelTask) -> str:
+    return f"{task.seed}:{task.task_id}"
+
+
+class HeldOut:
+    """Held-out calls of a task and gold's outcomes on them, derived on first use (most tasks never need them)."""
+
+    def __init__(self, grader: Grader, original: dict[str, str]) -> None:
+        self.grader, self.original = grader, original
+        self._calls: list[dict] | None = None
+        self.expected: dict[str, object] = {}
+
+    @property
+    def derived(self) -> int:
+        """Held-out calls kept (0 until first needed)."""
+        return len(self._calls or [])
+
+    def calls(self) -> list[dict]:
+        if self._calls is None:
+            self._calls = self._derive()
+        return self._calls
+
+    def _derive(self) -> list[dict]:
+        g, task = self.grader, self.grader.task
+        served, _ = load_replay(task, g.task_dir)
+        work = Path(tempfile.mkdtemp(prefix="crf-featdel-heldout-"))
+        try:
+            gold = work / "gold"
+            g.build_tree(dict(self.original), gold / "repo")
+            strip_tests(task, gold / "repo")
+            seed = task.seed + HELD_OUT_SEED
+            fresh = run_driver(
+                g.sandbox, g.env, task, gold, served, mode="derive", seed=seed, per_target=HELD_OUT_PER_TARGET
+            )
+            calls = [{**c, "id": f"h:{c['id']}"} for c in (fresh or [])]  # never a served input (the box skips those)
+            if len(calls) > MAX_HELD_OUT:
+                picked = sorted(random.Random(mutation_seed(task)).sample(range(len(calls)), MAX_HELD_OUT))
+                calls = [calls[i] for i in picked]
+            if not calls:
+                return []
+            first, second = gold_runs(g.sandbox, g.env, task, gold, calls)
+            keep, self.expected, _ = reproduced(calls, first, second, [])
+            return keep
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _verdict(grader: Grader, m: Mutant, held: HeldOut | None) -> str:
+    """The grader's verdict on one mutant and what it means: "rejected", "survived" or "equivalent"."""
+    changes: dict[str, str | None] = {m.path: m.text}
+    if grader.task.replay is not None and not grader.replay(changes).ok:
+        return "rejected"
+    run = grader.run_tests(changes)  # the served wall limit: a shorter one would reject mutants of slow suites
+    if grader.score_run(run, changes).score != 1.0:
+        return "rejected"
+    if held is None:
+        return "survived"  # nothing tells it from gold but the tests: counted, not proven equivalent
+    calls = held.calls()
+    if not calls:
+        return "equivalent"
+    run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-mutant-"))
+    try:
+        grader.build_tree(changes, run_dir / "repo")
+        strip_tests(grader.task, run_dir / "repo")
+        got = run_driver(grader.sandbox, grader.env, grader.task, run_dir, calls, seed=3, hash_seed=3)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    bad, _ = compare(held.expected, got)
+    return "survived" if bad else "equivalent"
+
+
+def mutation_score(task: FeatdelTask, task_dir: Path, *, cap: int, sandbox, env: TestEnv) -> MutationScore:
+    """Grade up to ``cap`` mutants of ``task``'s gold (deterministic for the task's seed) and count the verdicts.
+    The rate is measured only for tasks whose every target has replayed calls (None otherwise)."""
+    original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
+    broken = {p: task.broken_files[p] for p in original}
+    mutants = gold_mutants(broken, original, cap=cap, seed=mutation_seed(task))
+    measurable = task.replay is not None and not task.unreplayed_targets
+    grader = Grader(task, task_dir, sandbox=sandbox, env=env, config=GraderConfig(scan=False))
+    held = HeldOut(grader, original) if measurable else None
+    verdicts = [(m.label, _verdict(grader, m, held)) for m in mutants]
+    rejected = sum(1 for _, v in verdicts if v == "rejected")
+    survivors = tuple(label for label, v in verdicts if v == "survived")
+    changing = rejected + len(survivors)
+    return MutationScore(
+        mutants=len(mutants),
+        behaviour_changing=changing,
+        rejected=rejected,
+        survivors=survivors,
+        held_out_calls=held.derived if held is not None else 0,
+        rate=round(rejected / changing, 4) if measurable and changing else None,
+    )
+
+
+__all__ = ["HELD_OUT_PER_TARGET", "HeldOut", "mutation_score", "mutation_seed"]

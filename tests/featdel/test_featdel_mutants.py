@@ -1,0 +1,234 @@
+"""Gold mutants and the grader's strength: operators, determinism, and generation keeping only verifiable tasks whose
+grader rejects the behaviour-changing mutants (a branch only held-out inputs reach is a weak grader)."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import pytest
+from corpus_support import write
+
+from crf_prime.featdel.corpus_build import CorpusSummary, PackageRow, mutation_card, mutation_tables
+from crf_prime.featdel.corpus_meta import TaskMeta
+from crf_prime.featdel.deletion import delete_bodies
+from crf_prime.featdel.generate import GenerateConfig, generate
+from crf_prime.featdel.models import MutationScore, RateStats
+from crf_prime.featdel.mutants import OPERATORS, file_mutants, gold_mutants, restored_lines
+
+SRC = textwrap.dedent(
+    '''\
+    """Module doc."""
+
+
+    def kept(a):
+        return a + 1
+
+
+    def score(xs, limit=3, strict=False):
+        """Doc stays in the snapshot."""
+        total = 0
+        for x in xs:
+            if x > limit and not strict:
+                total += x * 2
+            elif x == 0 or strict:
+                total -= 1
+            else:
+                total = total
+        label = f"total {total}"
+        return total
+    '''
+)
+
+
+def _changed(original: str, mutated: str) -> set[int]:
+    return {i + 1 for i, (a, b) in enumerate(zip(original.splitlines(), mutated.splitlines(), strict=True)) if a != b}
+
+
+def test_mutants_cover_every_operator_and_only_the_restored_lines() -> None:
+    broken = delete_bodies(SRC, ["score"])
+    lines = restored_lines(broken, SRC)
+    assert min(lines) > SRC.splitlines().index('    """Doc stays in the snapshot."""') + 1  # the docstring stays
+    mutants = file_mutants("m.py", SRC, lines)
+    assert {m.operator for m in mutants} == set(OPERATORS)
+    dumps = {ast.dump(ast.parse(m.text)) for m in mutants}
+    assert len(dumps) == len(mutants) and ast.dump(ast.parse(SRC)) not in dumps  # all distinct, none is gold
+    for m in mutants:
+        assert _changed(SRC, m.text) <= lines and m.line in lines
+        assert "def kept(a):\n    return a + 1\n" in m.text  # code outside the deleted bodies is gold's own text
+    texts = {m.text for m in mutants}
+    for edit in (
+        "if (x >= limit) and not strict:",  # compare
+        "elif (x != 0) or strict:",
+        "if (x > limit or not strict):",  # boolean
+        "if x > limit and (strict):",  # a `not` removed
+        "total -= x * 2",  # arithmetic (augmented)
+        "total += (x / 2)",  # arithmetic
+        "total += x * (3)",  # constant
+        "if False:",  # branch
+        "elif True:",
+        "return None",  # return
+    ):
+        assert any(edit in t for t in texts), edit
+    assert not any("XXtotal" in t for t in texts)  # f-strings are left alone
+
+
+def test_mutants_are_deterministic_for_a_seed_and_capped() -> None:
+    broken = {"m.py": delete_bodies(SRC, ["score"])}
+    original = {"m.py": SRC}
+    a = gold_mutants(broken, original, cap=6, seed="0:t")
+    assert [m.text for m in a] == [m.text for m in gold_mutants(broken, original, cap=6, seed="0:t")]
+    assert len(a) == 6 and len({m.operator for m in a}) == 6  # operators take turns
+    everything = gold_mutants(broken, original, cap=1000, seed="0:t")
+    assert len(everything) == len(file_mutants("m.py", SRC, restored_lines(broken["m.py"], SRC)))
+    others = [gold_mutants(broken, original, cap=6, seed=f"{s}:t") for s in range(1, 6)]
+    assert any([m.text for m in o] != [m.text for m in a] for o in others)
+
+
+def _meta(task_id: str, granularity: str, rate: float | None, changing: int = 10) -> TaskMeta:
+    rejected = round((rate or 0) * changing)
+    score = MutationScore(mutants=12, behaviour_changing=changing, rejected=rejected, rate=rate)
+    return TaskMeta(
+        task_id=task_id,
+        project=task_id.split("-")[0],
+        version="1",
+        granularity=granularity,  # type: ignore[arg-type]
+        deleted_lines=3,
+        deleted_statements=3,
+        cyclomatic=1,
+        target_tests=1,
+        callers=0,
+        exact_key=task_id,
+        near_key=task_id,
+        mutation=score,
+    )
+
+
+def test_rates_per_package_and_granularity_with_median_and_p5() -> None:
+    stats = RateStats.of([MutationScore(mutants=5, behaviour_changing=4, rejected=4, rate=1.0)] * 19 + [None])
+    assert (stats.tasks, stats.unmeasured, stats.median, stats.p5) == (19, 1, 1.0, 1.0)
+    rates = [0.5] + [1.0] * 19
+    stats = RateStats.of([MutationScore(mutants=2, behaviour_changing=2, rejected=round(2 * r), rate=r) for r in rates])
+    assert (stats.median, stats.p5) == (1.0, 0.5)  # nearest rank: the 1st of 20
+    rows = [
+        ("a", _meta("a-1", "function", 1.0)),
+        ("a", _meta("a-2", "block", 0.9)),
+        ("b", _meta("b-1", "function", 0.96)),
+        ("b", _meta("b-2", "function", None, changing=0)),
+    ]
+    assert mutation_tables([("a", rows[0][1].model_copy(update={"mutation": None}))]) == {}  # nothing measured
+    tables = mutation_tables(rows)
+    assert tables["mutation"].median == 0.96 and tables["mutation"].p5 == 0.9 and tables["mutation"].unmeasured == 1
+    assert {k: (v.tasks, v.median) for k, v in tables["mutation_by_package"].items()} == {
+        "a": (2, 0.95),
+        "b": (1, 0.96),
+    }
+    assert {k: (v.tasks, v.median) for k, v in tables["mutation_by_granularity"].items()} == {
+        "function": (2, 0.98),
+        "block": (1, 0.9),
+    }
+    packages = {s: PackageRow(spec=f"pypi:{s}==1", status="done") for s in ("a", "b")}
+    summary = CorpusSummary(
+        tasks=4, splits={}, packages_done=2, packages_failed=0, duplicates_exact=0, duplicates_near=0,
+        packages=packages, **tables,
+    )  # fmt: skip
+    card = "\n".join(mutation_card(summary))
+    assert "| function | 2 | 98% | 96% | 20/20 | 1 |" in card and "| block | 1 | 90% | 90% | 9/10 | 0 |" in card
+    assert "| pypi:a==1 | 2 | 95% | 90% | 19/20 | 0 |" in card and "| pypi:b==1 | 1 | 96% | 96% | 10/10 | 1 |" in card
+
+
+REACH = textwrap.dedent(
+    '''\
+    """Fixture: a branch only inputs two steps from the tests reach, and a method whose calls cannot be replayed."""
+
+
+    def describe(n):
+        """Text for ``n``."""
+        if n == 4:
+            return "square"
+        text = str(n * 2)
+        return text
+
+
+    MODE = {"scale": 1}
+
+
+    class Meter:
+        """A reading scaled by the module's MODE."""
+
+        def __init__(self, v):
+            self.v = v
+            self.reads = 0
+
+        def read(self):
+            self.reads += 1
+            return self.v * MODE["scale"]
+
+        def reset(self):
+            self.reads = 0
+            self.v = 0
+    '''
+)
+
+REACH_TESTS = textwrap.dedent(
+    """\
+    from reach import MODE, Meter, describe
+
+
+    def test_describe():
+        assert describe(2) == "4"
+
+
+    def test_meter():
+        MODE["scale"] = 3  # gold's replay outside this test reads scale 1: the calls of read are dropped
+        try:
+            m = Meter(2)
+            assert m.read() == 6 and m.reads == 1
+        finally:
+            MODE["scale"] = 1
+    """
+)
+
+
+def _reach(root: Path) -> Path:
+    return write(
+        root,
+        {
+            "pyproject.toml": '[project]\nname = "reach"\nversion = "0.1"\n',
+            "reach/__init__.py": REACH,
+            "tests/test_reach.py": REACH_TESTS,
+        },
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.bwrap
+def test_generation_keeps_only_verifiable_tasks_with_a_strong_grader(tmp_path: Path) -> None:
+    src = _reach(tmp_path / "src")
+    cfg = GenerateConfig(source=str(src), out=tmp_path / "out", max_tasks=10, workers=2, granularities=["function", "tail", "class"])  # fmt: skip
+    tasks, summary = generate(cfg)
+    why = {r.candidate: (r.reason, r.detail) for r in summary.rejections}
+    # describe's `n == 4` branch: the test calls describe(2); the served inputs are one step from it (3, 1, 0, -2,
+    # 5..7, ...), never 4; the held-out ones are two steps away (3 + 1): the branch's mutants survive the grader
+    reason, detail = why["src-local__reach.describe"]
+    assert reason == "weak-grader" and "reach/__init__.py:6:branch" in detail and "reach/__init__.py:7:" in detail
+    # read's only calls ran under the test's setting: no replayed call checks it, alone or in its class
+    assert why["src-local__reach.Meter.read"] == ("no-replay-coverage", "no replayed call of Meter.read")
+    assert why["src-local__class__reach.Meter"][0] == "no-replay-coverage"
+    # reset runs under no test: never a target
+    assert all("reset" not in t.task_id and all(g.qualname != "Meter.reset" for g in t.targets) for t in tasks)
+    assert [t.task_id for t in tasks] == ["src-local__tail__reach.describe"]
+    (tail,) = tasks
+    assert tail.mutation is not None and tail.mutation.rate == 1.0 and tail.mutation.survivors == ()
+    assert tail.mutation.mutants == tail.mutation.behaviour_changing == tail.mutation.rejected >= 3
+    assert tail.unreplayed_targets == ()
+    assert summary.mutation is not None and (summary.mutation.tasks, summary.mutation.median) == (1, 1.0)
+    assert summary.rejected == {"no-replay-coverage": 2, "weak-grader": 1}
+
+    # asked for explicitly, a task whose target has no replayed call is written, and its row says so
+    loose = GenerateConfig(source=str(src), out=tmp_path / "loose", max_tasks=10, workers=2, granularities=["function"], allow_unreplayed=True, mutants_per_task=0)  # fmt: skip
+    tasks, summary = generate(loose)
+    read = next(t for t in tasks if t.task_id == "src-local__reach.Meter.read")
+    assert read.unreplayed_targets == ("Meter.read",) and read.mutation is None
+    assert summary.mutation is None and "weak-grader" not in summary.rejected
