@@ -30,11 +30,14 @@ def test_both_environments_take_the_same_grading_table(task_config, memory_mb: i
         assert old not in task_config.model_fields
 
 
-def test_environment_defaults_differ_only_in_the_wall_limit_and_log_room() -> None:
+def test_environment_defaults_differ_only_in_the_wall_limit_log_room_and_tmp_size() -> None:
     featdel, swe = FeatureDeletionTaskConfig().grading, SweTaskConfig().grading
     assert featdel.limits == GRADING_LIMITS and featdel.limits.wall_seconds == 300.0
     assert swe.limits.wall_seconds == 1800.0 and swe.limits.output_bytes == 20_000_000
-    assert swe.limits.model_copy(update={"wall_seconds": 300.0, "output_bytes": 2_000_000}) == GRADING_LIMITS
+    # SWE runs the tests on a copy of the graded tree in the box's /tmp, so its /tmp holds a repository
+    assert swe.limits.tmp_size_mb == 1024
+    defaults = {"wall_seconds": 300.0, "output_bytes": 2_000_000, "tmp_size_mb": GRADING_LIMITS.tmp_size_mb}
+    assert swe.limits.model_copy(update=defaults) == GRADING_LIMITS
 
 
 async def test_run_in_a_real_runtime_passes_the_exit_and_stops_at_the_wall() -> None:
