@@ -3,9 +3,11 @@ verifiers renderer client use (read from prime_rl/utils/client.py, orchestrator/
 renderers/client.py at prime-rl 559b447):
 
 - ``POST /inference/v1/generate`` -- vLLM's token-in/token-out API (request and response validated with vLLM's own
-  ``GenerateRequest``/``GenerateResponse`` models): sampling returns the scripted policy's completion token ids with
-  their logprobs under the tiny model's *current* weights; ``prompt_logprobs`` requests (opsd's teacher scoring)
-  return the model's logprob of every prompt token;
+  ``GenerateRequest``/``GenerateResponse`` models). ``--policy sample`` (default): the tiny model itself samples the
+  completion with the request's temperature, top-p, max_tokens and stop tokens, and returns the logprob of every
+  sampled token (sampling.py); ``--policy script``: the scripted policy's completion (policy.py, known plans for the
+  plumbing checks) with its logprobs under the *current* weights. ``prompt_logprobs`` requests (opsd's teacher
+  scoring) return the model's logprob of every prompt token;
 - ``GET /health``, ``GET /v1/models`` (with ``max_model_len``), ``GET /metrics`` (Prometheus text);
 - admin: ``POST /pause``, ``POST /resume``, ``POST /update_weights`` (loads the trainer's broadcast safetensors).
 
@@ -29,6 +31,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from policy import FeatdelScript, ReplayScript, Turn, messages_of
+from sampling import sample
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from vllm.entrypoints.scale_out.token_in_token_out.protocol import GenerateRequest, GenerateResponse
 
@@ -44,6 +47,8 @@ class Engine:
         self.featdel = FeatdelScript(Path(args.tasks)) if args.tasks else None
         self.replay = ReplayScript(Path(args.states), Path(args.journal)) if args.states else None
         self.rng = random.Random(args.seed)
+        self.policy = args.policy
+        self.generator = torch.Generator().manual_seed(args.seed)
         self.lock = threading.Lock()
         self.paused = False
         self.version = 0
@@ -165,17 +170,31 @@ def _generate(engine: Engine, req: GenerateRequest) -> dict:
             for t, lp in zip(prompt[1:], lps[1:], strict=True)
         ]
         return {"request_id": rid, "model": engine.model_name, "choices": [], "prompt_logprobs": prompt_logprobs}
-    text = engine.tokenizer.decode(prompt, skip_special_tokens=False)
-    turn = engine.script(text)
-    completion = engine.tokenizer.encode(turn.text, add_special_tokens=False)
     stop = list(sp.stop_token_ids or []) or [engine.tokenizer.convert_tokens_to_ids("<|im_end|>")]
-    finish = "stop"
-    if sp.max_tokens is not None and len(completion) >= sp.max_tokens:
-        completion, finish = completion[: sp.max_tokens], "length"
+    if engine.policy == "sample":
+        max_tokens = sp.max_tokens or max(1, engine.max_model_len - len(prompt))
+        with engine.lock:
+            drawn = sample(
+                engine.model,
+                prompt,
+                max_tokens=max_tokens,
+                temperature=sp.temperature if sp.temperature is not None else 1.0,
+                top_p=sp.top_p if sp.top_p is not None else 1.0,
+                stop_ids=set(stop),
+                generator=engine.generator,
+            )
+        completion, lps, finish = drawn.token_ids, drawn.logprobs, drawn.finish_reason
+        turn = Turn(engine.tokenizer.decode(completion, skip_special_tokens=True), "sampled", None)
     else:
-        completion.append(stop[0])
-    with engine.lock:
-        lps = engine.logprobs(prompt + completion, temperature=sp.temperature or 1.0)[len(prompt) :]
+        turn = engine.script(engine.tokenizer.decode(prompt, skip_special_tokens=False))
+        completion = engine.tokenizer.encode(turn.text, add_special_tokens=False)
+        finish = "stop"
+        if sp.max_tokens is not None and len(completion) >= sp.max_tokens:
+            completion, finish = completion[: sp.max_tokens], "length"
+        else:
+            completion.append(stop[0])
+        with engine.lock:
+            lps = engine.logprobs(prompt + completion, temperature=sp.temperature or 1.0)[len(prompt) :]
     if not all(math.isfinite(x) for x in lps):
         raise ValueError("non-finite logprob from the tiny model")
     engine.log.write(
@@ -186,6 +205,8 @@ def _generate(engine: Engine, req: GenerateRequest) -> dict:
                 "plan": turn.plan,
                 "error": turn.error,
                 "completion_ids": completion,
+                "completion_logprobs": lps,
+                "text": turn.text if engine.policy == "sample" else None,
                 "prompt_len": len(prompt),
             }
         )
@@ -205,6 +226,12 @@ def main() -> None:
     parser.add_argument("--tasks", help="Feature Deletion tasks.jsonl the policy solves")
     parser.add_argument("--states", help="trace-replay states.jsonl")
     parser.add_argument("--journal", help="trace-replay journal.jsonl")
+    parser.add_argument(
+        "--policy",
+        choices=("sample", "script"),
+        default="sample",
+        help="sample: the tiny model generates; script: policy.py's scripted completions (known plans)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", required=True, help="JSONL of every completion (plan, error turn)")
     args = parser.parse_args()
