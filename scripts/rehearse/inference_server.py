@@ -8,6 +8,8 @@ renderers/client.py at prime-rl 559b447):
   sampled token (sampling.py); ``--policy script``: the scripted policy's completion (policy.py, known plans for the
   plumbing checks) with its logprobs under the *current* weights. ``prompt_logprobs`` requests (opsd's teacher
   scoring) return the model's logprob of every prompt token;
+- ``POST /v1/chat/completions`` -- what prime-rl's eval client calls (plain chat completions, no renderer): the
+  messages through the tokenizer's ChatML template, then the sampling policy (text replies; ``--policy sample`` only);
 - ``GET /health``, ``GET /v1/models`` (with ``max_model_len``), ``GET /metrics`` (Prometheus text);
 - admin: ``POST /pause``, ``POST /resume``, ``POST /update_weights`` (loads the trainer's broadcast safetensors).
 
@@ -138,6 +140,19 @@ def build_app(engine: Engine) -> FastAPI:
                 engine.version += 1
         return {}
 
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> JSONResponse:
+        body = await request.json()
+        if engine.policy != "sample":
+            return JSONResponse({"error": "chat completions need --policy sample"}, status_code=400)
+        if engine.paused:
+            return JSONResponse({"error": "engine paused"}, status_code=503)
+        engine.running += 1
+        try:
+            return JSONResponse(_chat(engine, body))
+        finally:
+            engine.running -= 1
+
     @app.post("/inference/v1/generate")
     async def generate(request: Request) -> JSONResponse:
         req = GenerateRequest.model_validate(await request.json())
@@ -215,6 +230,47 @@ def _generate(engine: Engine, req: GenerateRequest) -> dict:
     content = [{"token": f"token_id:{t}", "logprob": lp} for t, lp in zip(completion, lps, strict=True)]
     choice = {"index": 0, "token_ids": completion, "logprobs": {"content": content}, "finish_reason": finish}
     return {"request_id": rid, "model": engine.model_name, "choices": [choice]}
+
+
+def _chat(engine: Engine, body: dict) -> dict:
+    """One OpenAI chat completion sampled from the tiny model (text only; no tools)."""
+    messages = [{"role": m["role"], "content": m.get("content") or ""} for m in body["messages"]]
+    prompt = list(engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+    if prompt and isinstance(prompt[0], list):
+        prompt = prompt[0]
+    end = engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    max_tokens = (
+        body.get("max_completion_tokens") or body.get("max_tokens") or max(1, engine.max_model_len - len(prompt))
+    )
+    temperature = body.get("temperature")
+    with engine.lock:
+        drawn = sample(
+            engine.model,
+            prompt,
+            max_tokens=int(max_tokens),
+            temperature=1.0 if temperature is None else float(temperature),
+            top_p=float(body.get("top_p") or 1.0),
+            stop_ids={end},
+            generator=engine.generator,
+        )
+    text = engine.tokenizer.decode(drawn.token_ids, skip_special_tokens=True)
+    engine.log.write(json.dumps({"time": time.time(), "version": engine.version, "chat": True, "text": text}) + "\n")
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": text},
+        "finish_reason": drawn.finish_reason,
+        "logprobs": None,
+    }
+    usage = {"prompt_tokens": len(prompt), "completion_tokens": len(drawn.token_ids)}
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": engine.model_name,
+        "choices": [choice],
+        "usage": usage,
+    }
 
 
 def main() -> None:

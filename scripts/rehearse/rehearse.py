@@ -61,8 +61,9 @@ ARMS: dict[str, Arm] = {
 }
 LEARN_ARMS = [name for name in ARMS if name.startswith("learn-")]
 FEATDEL_SOURCE = "pypi:inflection==0.5.1"
-ECHO_SFT_STEPS = 100
-"""Supervised steps on echo examples that start the learning arms near the task (tiny_model.sft_echo)."""
+ECHO_SFT_TARGET = 0.4
+"""Probe reward (one temperature-1 sample per string) at which the supervised start stops (tiny_model.sft_echo):
+near the task, with reward left for RL to gain."""
 
 
 def free_port_block(size: int) -> int:
@@ -100,13 +101,13 @@ def prepare(work: Path, arms: list[str]) -> dict[str, Path]:
     if any(ARMS[a].policy == "script" for a in arms):
         inputs.update(prepare_featdel(work))
     if any(ARMS[a].model == "echo_model" for a in arms):
-        echo_model = work / f"tiny-qwen2-echo-sft{ECHO_SFT_STEPS}"
+        echo_model = work / f"tiny-qwen2-echo-sft{ECHO_SFT_TARGET}"
         if not (echo_model / "SFT_DONE").is_file():
             from tiny_model import build_tiny_model, sft_echo
 
             sys.path.insert(0, str(TASKSETS))
             build_tiny_model(echo_model)
-            (echo_model / "SFT_DONE").write_text(json.dumps(sft_echo(echo_model, steps=ECHO_SFT_STEPS)))
+            (echo_model / "SFT_DONE").write_text(json.dumps(sft_echo(echo_model, target_reward=ECHO_SFT_TARGET)))
         inputs["echo_model"] = echo_model
     return inputs
 

@@ -107,13 +107,38 @@ def echo_examples(tokenizer, answers: list[str]) -> list[tuple[list[int], list[i
     return out
 
 
-def sft_echo(
-    model_dir: Path, *, steps: int = 100, lr: float = 1e-2, length: int = 2, batch: int = 32, seed: int = 7
-) -> dict:
-    """A few supervised steps on echo examples of ``length`` digits (drawn with ``seed``), in place.
+def sampled_echo_reward(model, tokenizer, examples, answers: list[str], seed: int = 0) -> float:
+    """Mean echo reward of one temperature-1 sample per example (what RL's first batch would score)."""
+    import torch
+    from crf_echo.taskset import similarity
+    from sampling import sample
 
-    Deliberately short: the policy should echo some digits, not all, so RL has reward left to gain. Returns the
-    final batch loss and the steps taken.
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    gen = torch.Generator().manual_seed(seed)
+    total = 0.0
+    for (prompt, _), answer in zip(examples, answers, strict=True):
+        drawn = sample(model, prompt, max_tokens=8, temperature=1.0, top_p=1.0, stop_ids={end}, generator=gen)
+        total += similarity(tokenizer.decode([t for t in drawn.token_ids if t != end]), answer)
+    return total / len(examples)
+
+
+def sft_echo(
+    model_dir: Path,
+    *,
+    target_reward: float = 0.4,
+    max_steps: int = 300,
+    check_every: int = 10,
+    lr: float = 1e-2,
+    length: int = 2,
+    batch: int = 32,
+    seed: int = 7,
+) -> dict:
+    """Supervised steps on echo examples of ``length`` digits (drawn with ``seed``), in place, until one
+    temperature-1 sample per probe string scores ``target_reward`` on average (checked every ``check_every`` steps).
+
+    Deliberately short: the policy should echo some strings, not all, so RL has reward left to gain. When copying
+    sets in depends on the seed (a sharp transition), so the stop is measured rather than a fixed step count.
+    Returns the steps taken, the last batch loss and the probe reward.
     """
     import torch
     from crf_echo import echo_strings
@@ -122,11 +147,13 @@ def sft_echo(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     examples = echo_examples(tokenizer, echo_strings(min(512, 10**length), length, seed))
+    probe_answers = echo_strings(32, length, seed + 1)
+    probe = echo_examples(tokenizer, probe_answers)
     torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    model.train()
-    loss_value = float("nan")
-    for _ in range(steps):
+    loss_value, reward, step = float("nan"), 0.0, 0
+    while step < max_steps:
+        model.train()
         idx = torch.randint(len(examples), (batch,)).tolist()
         rows = [examples[i] for i in idx]
         width = max(len(p) + len(c) for p, c in rows)
@@ -139,9 +166,14 @@ def sft_echo(
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        loss_value = float(loss.detach())
+        loss_value, step = float(loss.detach()), step + 1
+        if step % check_every == 0:
+            model.eval()
+            reward = sampled_echo_reward(model, tokenizer, probe, probe_answers)
+            if reward >= target_reward:
+                break
     model.save_pretrained(model_dir)
-    return {"steps": steps, "loss": round(loss_value, 4)}
+    return {"steps": step, "loss": round(loss_value, 4), "probe_reward": round(reward, 4)}
 
 
 if __name__ == "__main__":
