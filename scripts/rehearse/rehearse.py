@@ -41,6 +41,9 @@ class Arm:
     model: str = "model"
     loss: str | None = None
     """loss_fns.policy objective set as prime-rl's custom loss (learning arms; None: the files' loss)."""
+    min_steps: int = 1
+    """Fewest steps the arm runs whatever --steps says (A4: prime-rl's seeded source draw first reaches the replay
+    source at step 6-8 at this batch size, so 5 steps would fail the every-source-trained check)."""
 
 
 def _ladder(*names: str) -> tuple[Path, ...]:
@@ -54,7 +57,7 @@ ARMS: dict[str, Arm] = {
     "a1": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml")),
     "a2": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a2_hints.toml")),
     "a3": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a3_replay.toml")),
-    "a4": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a4_all.toml")),
+    "a4": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a4_all.toml"), min_steps=8),
     # learning arms: the sampling policy on the echo taskset, prime-rl's default loss and each objective
     "learn-a0": Arm(_LEARN, policy="sample", model="echo_model"),
     **{f"learn-{o}": Arm(_LEARN, policy="sample", model="echo_model", loss=o) for o in OBJECTIVES},
@@ -196,6 +199,7 @@ def rehearse_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, time
     router, backend, zmq_port, env_base = base, base + 1, base + 2, base + 4
     bin_dir = Path(sys.executable).parent
     spec = ARMS[arm]
+    steps = max(steps, spec.min_steps)
     model = inputs[spec.model]
     files = [*spec.files, *([loss_overlay(work, spec.loss)] if spec.loss else [])]
     compose = [str(bin_dir / "rl")]
