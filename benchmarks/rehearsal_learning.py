@@ -58,11 +58,12 @@ def _fmt(e) -> str:
     return f"{e.value:.3f} [{e.low:.3f}, {e.high:.3f}]"
 
 
-def analyse_arm(run_dir: Path) -> dict:
-    """The learning row of one arm's run directory."""
+def analyse_arm(run_dir: Path) -> dict | None:
+    """The learning row of one arm's run directory (None: fewer than LAST + 1 steps with rollouts)."""
     train = _steps(run_dir, "train")
     if len(train) < LAST + 1:
-        raise SystemExit(f"{run_dir}: {len(train)} train steps with rollouts; need at least {LAST + 1}")
+        print(f"{run_dir}: {len(train)} train steps with rollouts; need at least {LAST + 1}")
+        return None
     curve = {s: sum(v := list(per_task(p).values())) / len(v) for s, p in train.items()}
     first = bootstrap_mean(list(per_task(train[min(train)]).values()))
     pooled: list[float] = []
@@ -117,10 +118,11 @@ def plot(rows: dict[str, dict], path: Path) -> None:
 def crf_report(work: Path, arms: list[str], out: Path) -> str:
     """`crf-prime report` over the eval pass: v0 (step-0 eval of the first arm) vs each arm's last eval."""
     first = _steps(work / "outputs" / f"rehearsal-{arms[0]}", "eval")
+    if not first:
+        return f"no eval rollouts in {work / 'outputs' / f'rehearsal-{arms[0]}'}"
     runs = [f"v0={first[min(first)]}"] + [f"{a}={work / 'outputs' / f'rehearsal-{a}'}" for a in arms]
     cmd = [str(Path(sys.executable).parent / "crf-prime"), "report", "--out", str(out), "--threshold", "1.0"]
-    for r in runs:
-        cmd += ["--runs", r]
+    cmd += ["--runs", *runs]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     return (proc.stdout + proc.stderr).strip() + f"\n(exit {proc.returncode}: {' '.join(cmd)})"
 
@@ -144,7 +146,10 @@ def main() -> int:
         proc = subprocess.run([*cmd, "--steps", str(args.steps)], env={**os.environ, "PYTHONUNBUFFERED": "1"})
         wall = time.monotonic() - t0
         print(f"rehearsal exit {proc.returncode}, wall {wall:.0f} s for {len(arms)} arms of {args.steps} steps")
-    rows = {a: analyse_arm(args.work / "outputs" / f"rehearsal-{a}") for a in arms}
+    analysed = {a: analyse_arm(args.work / "outputs" / f"rehearsal-{a}") for a in arms}
+    rows = {a: row for a, row in analysed.items() if row is not None}
+    if not rows:
+        return 1
     out = args.work / "learning"
     out.mkdir(parents=True, exist_ok=True)
     print(f"\nlearning table ({args.work}): train reward, bootstrap 95% CI over tasks; eval greedy on held-out strings")
@@ -165,7 +170,7 @@ def main() -> int:
         print(" | ".join(cells))
     plot(rows, out / "learning.png")
     print(f"PNG: {out / 'learning.png'}")
-    report_text = crf_report(args.work, arms, out / "report")
+    report_text = crf_report(args.work, list(rows), out / "report")
     print(f"\ncrf-prime report over the eval pass (pass = exact echo):\n{report_text}")
 
     def plain(e) -> dict:
@@ -181,7 +186,7 @@ def main() -> int:
         for arm, row in rows.items()
     }
     (out / "learning.json").write_text(json.dumps({"wall_s": wall, "arms": dump}, indent=1))
-    return 0 if all(r["separated"] for r in rows.values()) else 1
+    return 0 if len(rows) == len(arms) and all(r["separated"] for r in rows.values()) else 1
 
 
 if __name__ == "__main__":
