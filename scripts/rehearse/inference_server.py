@@ -235,9 +235,8 @@ def _generate(engine: Engine, req: GenerateRequest) -> dict:
 def _chat(engine: Engine, body: dict) -> dict:
     """One OpenAI chat completion sampled from the tiny model (text only; no tools)."""
     messages = [{"role": m["role"], "content": m.get("content") or ""} for m in body["messages"]]
-    prompt = list(engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
-    if prompt and isinstance(prompt[0], list):
-        prompt = prompt[0]
+    text = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    prompt = engine.tokenizer.encode(text, add_special_tokens=False)
     end = engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
     max_tokens = (
         body.get("max_completion_tokens") or body.get("max_tokens") or max(1, engine.max_model_len - len(prompt))
