@@ -72,9 +72,11 @@ def analyse_arm(run_dir: Path) -> dict | None:
     last = bootstrap_mean(pooled)
     row = {"curve": curve, "first": first, "last": last, "separated": last.low > first.high}
     evals = _steps(run_dir, "eval")
+    common: list[str] = []
     if len(evals) >= 2:
         v0, end = per_task(evals[min(evals)]), per_task(evals[max(evals)])
         common = sorted(v0.keys() & end.keys())
+    if len(evals) >= 2 and common:  # an eval whose episodes all failed scores no task
         row["eval"] = {
             "steps": [min(evals), max(evals)],
             "v0": sum(v0[t] for t in common) / len(common),
