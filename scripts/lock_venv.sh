@@ -12,14 +12,17 @@
 #    version from PyPI (a CUDA build that imports and runs on CPU; the lock's +cu128 wheel lives on a non-PyPI
 #    index). `pip freeze` → before.txt.
 # 2. The user's step: crf-prime with every extra whose packages prime-rl locks (swebench, relay, hf, report; plus
-#    dev, featdel, ray) and the three environments, installed WITH their dependencies, no constraints
-#    (`uv pip install -e …` as docs/running.md says). `pip freeze` → after.txt.
-# 3. Every package of before.txt must be in after.txt at the same version; the script prints the difference and
-#    fails otherwise. New packages (test tools the lock lacks) are listed, not errors.
+#    dev, featdel, ray) and the three environments, installed WITH their dependencies under the same constraints
+#    (the whole lock: every group and extra of every workspace member), so a package the install adds comes at the
+#    lock's version too. `pip freeze` → after.txt.
+# 3. Every package of before.txt must be in after.txt at the same version, and every package the install added
+#    that the lock pins must be at the lock's version; the script prints the difference and fails otherwise.
+#    Added packages the lock does not pin are listed, not errors.
 # 4. The suites run in that venv with the repo's tests.
 #
 # Env: CRF_LOCK_VENV (default ~/.cache/crf-prime/lock-venv, rebuilt every run), CRF_LOCK_PYTHON (a Python 3.12;
-#      default python3.12 on PATH),
+#      default: the first working one of python3.12, ~/.pyenv/versions/3.12*, /usr/bin/python3.12, as
+#      scripts/rehearse/build_venv.sh finds it),
 #      CRF_LOCK_SUITES (pytest paths; default the suites named above), CRF_LOCK_PYTEST_ARGS (extra pytest args).
 set -euo pipefail
 
@@ -28,9 +31,14 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${CRF_LOCK_VENV:-$HOME/.cache/crf-prime/lock-venv}"
 TOOLS="${VENV}-tools"
-PY="${CRF_LOCK_PYTHON:-python3.12}"
-"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null \
-  || { echo "CRF_LOCK_PYTHON must name a Python 3.12 (prime-rl requires ~=3.12); got '$PY'" >&2; exit 2; }
+PY="${CRF_LOCK_PYTHON:-}"
+if [[ -z "$PY" ]]; then  # a pyenv shim may exist without a usable interpreter behind it: try each, as build_venv.sh
+  for cand in python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12; do
+    if "$cand" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then PY="$cand"; break; fi
+  done
+fi
+"${PY:-python3.12}" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null \
+  || { echo "no working Python 3.12 (prime-rl requires ~=3.12): set CRF_LOCK_PYTHON; got '${PY:-}'" >&2; exit 2; }
 SUITES="${CRF_LOCK_SUITES:-tests/featdel tests/swe tests/traces tests/sandbox tests/hints tests/teachers tests/configs tests/losses}"
 
 step() { printf '\n== %s\n' "$*"; }
@@ -50,8 +58,9 @@ CONSTRAINTS="$VENV/lock-constraints.txt"
 # Editable members (verifiers, renderers, prime-pydantic-config, prime-rl itself) have no version pin in the lock;
 # torch's +cu128 local tag names a non-PyPI index: pin its public version; its CUDA runtime wheels follow torch.
 # --all-packages: the workspace's environments too (`uv sync --all-packages` installs them); their dependencies hold
-# packages our extras name (swebench, matplotlib), which prime-rl's root package alone does not pin.
-(cd "$CRF_PRIME_RL_SRC" && "$UV" export --frozen --no-hashes --no-dev --no-emit-workspace --no-header --all-extras \
+# packages our extras name (swebench, matplotlib), which prime-rl's root package alone does not pin. The dev group
+# too (ruff, pytest, ...): the whole lock, so nothing our dev extra pulls in escapes it.
+(cd "$CRF_PRIME_RL_SRC" && "$UV" export --frozen --no-hashes --no-emit-workspace --no-header --all-extras \
   --all-packages) \
   | grep -Ev '^\s*(#|-e |$)' \
   | grep -Ev '^(nvidia-|cuda-|triton==)' \
@@ -75,14 +84,14 @@ SETUPTOOLS_SCM_PRETEND_VERSION="$vf_version" "${PIP[@]}" -c "$CONSTRAINTS" \
 "$UV" pip list --python "$VENV/bin/python" --format json > "$VENV/before.json"
 echo "$(wc -l < "$VENV/before.txt") packages before (pip freeze: $VENV/before.txt)"
 
-step "the user's step: crf-prime (its extras too) + the three environments, with their dependencies, no constraints"
-"${PIP[@]}" -e "$REPO[dev,featdel,ray,swebench,relay,hf,report]" \
+step "the user's step: crf-prime (its extras too) + the three environments, with their dependencies, under the lock"
+"${PIP[@]}" -c "$CONSTRAINTS" -e "$REPO[dev,featdel,ray,swebench,relay,hf,report]" \
   -e "$REPO/environments/feature_deletion" -e "$REPO/environments/swebench_lite" -e "$REPO/environments/trace_replay"
 "$UV" pip freeze --python "$VENV/bin/python" > "$VENV/after.txt"
 "$UV" pip list --python "$VENV/bin/python" --format json > "$VENV/after.json"
 
 step "locked packages changed by the install"
-"$VENV/bin/python" - "$VENV/before.json" "$VENV/after.json" <<'PY'
+"$VENV/bin/python" - "$VENV/before.json" "$VENV/after.json" "$CONSTRAINTS" <<'PY'
 import json
 import sys
 
@@ -92,13 +101,24 @@ def read(path):
 def show(name, row):
     return "(removed)" if row is None else f"{name}=={row[0]}" + (f" (editable {row[1]})" if row[1] else "")
 
+def norm(name):
+    return name.lower().replace("_", "-").replace(".", "-")
+
 before, after = read(sys.argv[1]), read(sys.argv[2])
+pins = dict(line.split(" ")[0].split("==", 1) for line in open(sys.argv[3]) if "==" in line.split(" ")[0])
+pins = {norm(name): version for name, version in pins.items()}
 changed = sorted(name for name in before if after.get(name) != before[name])
 for name in changed:
     print(f"CHANGED {show(name, before[name])}  ->  {show(name, after.get(name))}")
 print(f"changed: {len(changed)} of {len(before)} locked packages")
-print(f"added (absent before): {', '.join(sorted(set(after) - set(before)))}")
-sys.exit(1 if changed else 0)
+added = sorted(set(after) - set(before))
+locked_added = [name for name in added if norm(name) in pins]
+off_lock = [name for name in locked_added if after[name][0] != pins[norm(name)]]
+for name in off_lock:
+    print(f"OFF-LOCK {show(name, after[name])}  (the lock pins {pins[norm(name)]})")
+print(f"added (absent before): {', '.join(added)}")
+print(f"added and locked: {len(locked_added)}, off the lock's version: {len(off_lock)}")
+sys.exit(1 if changed or off_lock else 0)
 PY
 "$VENV/bin/python" -c 'import importlib.metadata as m; print("verifiers", m.version("verifiers"), "| openai", m.version("openai"), "| mcp", m.version("mcp"), "| torch", m.version("torch"))'
 

@@ -20,7 +20,8 @@ if [[ -z "$PY" ]]; then  # prime-rl requires ~=3.12; a pyenv shim may exist with
   done
 fi
 [[ -n "$PY" ]] || { echo "no Python 3.12 found: set CRF_REHEARSAL_PYTHON" >&2; exit 1; }
-STAMP="$VENV/.crf-rehearsal-$(git -C "$CRF_PRIME_RL_SRC" rev-parse --short HEAD)"
+# The stamp names the prime-rl commit and this script's recipe revision (bump it when the recipe adds a package).
+STAMP="$VENV/.crf-rehearsal-$(git -C "$CRF_PRIME_RL_SRC" rev-parse --short HEAD)-r2"
 
 # The dev group is kept: Feature Deletion task generation needs pytest (prime-rl locks it there).
 # Dropped from the lock: CUDA-only builds and packages served from a non-PyPI URL (git/GitHub releases). None of
@@ -91,5 +92,11 @@ commit_day="$(git -C "$CRF_PRIME_RL_SRC" log -1 --format=%cs)"
   -e "$REPO/environments/feature_deletion" -e "$REPO/environments/swebench_lite" -e "$REPO/environments/trace_replay"
 # crf-prime[featdel] (task generation) needs coverage, which prime-rl does not lock: added, nothing replaced.
 "$UV" pip install --python "$VENV/bin/python" "coverage>=7.6"
+# crf-prime[report] (the learning table's PNG and `crf-prime report`) needs matplotlib: the version prime-rl's
+# workspace locks, its dependencies under the whole lock as constraints (nothing locked is replaced).
+LOCK_ALL="$VENV/lock-all-packages.txt"
+(cd "$CRF_PRIME_RL_SRC" && "$UV" export --frozen --no-hashes --no-emit-workspace --no-header --all-extras --all-packages) \
+  | grep -Ev '^\s*(#|-e |$)' | sed -E 's/ ;.*$//' | grep -Ev '^(nvidia-|cuda-|triton==|torch==)' > "$LOCK_ALL"
+"$UV" pip install --python "$VENV/bin/python" -c "$LOCK_ALL" "$(grep -E '^matplotlib==' "$LOCK_ALL")"
 touch "$STAMP"
 echo "rehearsal venv ready: $VENV"

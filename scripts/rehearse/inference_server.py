@@ -3,9 +3,13 @@ verifiers renderer client use (read from prime_rl/utils/client.py, orchestrator/
 renderers/client.py at prime-rl 559b447):
 
 - ``POST /inference/v1/generate`` -- vLLM's token-in/token-out API (request and response validated with vLLM's own
-  ``GenerateRequest``/``GenerateResponse`` models): sampling returns the scripted policy's completion token ids with
-  their logprobs under the tiny model's *current* weights; ``prompt_logprobs`` requests (opsd's teacher scoring)
-  return the model's logprob of every prompt token;
+  ``GenerateRequest``/``GenerateResponse`` models). ``--policy sample`` (default): the tiny model itself samples the
+  completion with the request's temperature, top-p, max_tokens and stop tokens, and returns the logprob of every
+  sampled token (sampling.py); ``--policy script``: the scripted policy's completion (policy.py, known plans for the
+  plumbing checks) with its logprobs under the *current* weights. ``prompt_logprobs`` requests (opsd's teacher
+  scoring) return the model's logprob of every prompt token;
+- ``POST /v1/chat/completions`` -- what prime-rl's eval client calls (plain chat completions, no renderer): the
+  messages through the tokenizer's ChatML template, then the sampling policy (text replies; ``--policy sample`` only);
 - ``GET /health``, ``GET /v1/models`` (with ``max_model_len``), ``GET /metrics`` (Prometheus text);
 - admin: ``POST /pause``, ``POST /resume``, ``POST /update_weights`` (loads the trainer's broadcast safetensors).
 
@@ -29,6 +33,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from policy import FeatdelScript, ReplayScript, Turn, messages_of
+from sampling import sample
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from vllm.entrypoints.scale_out.token_in_token_out.protocol import GenerateRequest, GenerateResponse
 
@@ -44,6 +49,8 @@ class Engine:
         self.featdel = FeatdelScript(Path(args.tasks)) if args.tasks else None
         self.replay = ReplayScript(Path(args.states), Path(args.journal)) if args.states else None
         self.rng = random.Random(args.seed)
+        self.policy = args.policy
+        self.generator = torch.Generator().manual_seed(args.seed)
         self.lock = threading.Lock()
         self.paused = False
         self.version = 0
@@ -133,6 +140,19 @@ def build_app(engine: Engine) -> FastAPI:
                 engine.version += 1
         return {}
 
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> JSONResponse:
+        body = await request.json()
+        if engine.policy != "sample":
+            return JSONResponse({"error": "chat completions need --policy sample"}, status_code=400)
+        if engine.paused:
+            return JSONResponse({"error": "engine paused"}, status_code=503)
+        engine.running += 1
+        try:
+            return JSONResponse(_chat(engine, body))
+        finally:
+            engine.running -= 1
+
     @app.post("/inference/v1/generate")
     async def generate(request: Request) -> JSONResponse:
         req = GenerateRequest.model_validate(await request.json())
@@ -165,17 +185,31 @@ def _generate(engine: Engine, req: GenerateRequest) -> dict:
             for t, lp in zip(prompt[1:], lps[1:], strict=True)
         ]
         return {"request_id": rid, "model": engine.model_name, "choices": [], "prompt_logprobs": prompt_logprobs}
-    text = engine.tokenizer.decode(prompt, skip_special_tokens=False)
-    turn = engine.script(text)
-    completion = engine.tokenizer.encode(turn.text, add_special_tokens=False)
     stop = list(sp.stop_token_ids or []) or [engine.tokenizer.convert_tokens_to_ids("<|im_end|>")]
-    finish = "stop"
-    if sp.max_tokens is not None and len(completion) >= sp.max_tokens:
-        completion, finish = completion[: sp.max_tokens], "length"
+    if engine.policy == "sample":
+        max_tokens = sp.max_tokens or max(1, engine.max_model_len - len(prompt))
+        with engine.lock:
+            drawn = sample(
+                engine.model,
+                prompt,
+                max_tokens=max_tokens,
+                temperature=sp.temperature if sp.temperature is not None else 1.0,
+                top_p=sp.top_p if sp.top_p is not None else 1.0,
+                stop_ids=set(stop),
+                generator=engine.generator,
+            )
+        completion, lps, finish = drawn.token_ids, drawn.logprobs, drawn.finish_reason
+        turn = Turn(engine.tokenizer.decode(completion, skip_special_tokens=True), "sampled", None)
     else:
-        completion.append(stop[0])
-    with engine.lock:
-        lps = engine.logprobs(prompt + completion, temperature=sp.temperature or 1.0)[len(prompt) :]
+        turn = engine.script(engine.tokenizer.decode(prompt, skip_special_tokens=False))
+        completion = engine.tokenizer.encode(turn.text, add_special_tokens=False)
+        finish = "stop"
+        if sp.max_tokens is not None and len(completion) >= sp.max_tokens:
+            completion, finish = completion[: sp.max_tokens], "length"
+        else:
+            completion.append(stop[0])
+        with engine.lock:
+            lps = engine.logprobs(prompt + completion, temperature=sp.temperature or 1.0)[len(prompt) :]
     if not all(math.isfinite(x) for x in lps):
         raise ValueError("non-finite logprob from the tiny model")
     engine.log.write(
@@ -186,6 +220,8 @@ def _generate(engine: Engine, req: GenerateRequest) -> dict:
                 "plan": turn.plan,
                 "error": turn.error,
                 "completion_ids": completion,
+                "completion_logprobs": lps,
+                "text": turn.text if engine.policy == "sample" else None,
                 "prompt_len": len(prompt),
             }
         )
@@ -194,6 +230,46 @@ def _generate(engine: Engine, req: GenerateRequest) -> dict:
     content = [{"token": f"token_id:{t}", "logprob": lp} for t, lp in zip(completion, lps, strict=True)]
     choice = {"index": 0, "token_ids": completion, "logprobs": {"content": content}, "finish_reason": finish}
     return {"request_id": rid, "model": engine.model_name, "choices": [choice]}
+
+
+def _chat(engine: Engine, body: dict) -> dict:
+    """One OpenAI chat completion sampled from the tiny model (text only; no tools)."""
+    messages = [{"role": m["role"], "content": m.get("content") or ""} for m in body["messages"]]
+    text = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    prompt = engine.tokenizer.encode(text, add_special_tokens=False)
+    end = engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    max_tokens = (
+        body.get("max_completion_tokens") or body.get("max_tokens") or max(1, engine.max_model_len - len(prompt))
+    )
+    temperature = body.get("temperature")
+    with engine.lock:
+        drawn = sample(
+            engine.model,
+            prompt,
+            max_tokens=int(max_tokens),
+            temperature=1.0 if temperature is None else float(temperature),
+            top_p=float(body.get("top_p") or 1.0),
+            stop_ids={end},
+            generator=engine.generator,
+        )
+    text = engine.tokenizer.decode(drawn.token_ids, skip_special_tokens=True)
+    engine.log.write(json.dumps({"time": time.time(), "version": engine.version, "chat": True, "text": text}) + "\n")
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": text},
+        "finish_reason": drawn.finish_reason,
+        "logprobs": None,
+    }
+    usage = {"prompt_tokens": len(prompt), "completion_tokens": len(drawn.token_ids)}
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": engine.model_name,
+        "choices": [choice],
+        "usage": usage,
+    }
 
 
 def main() -> None:
@@ -205,6 +281,12 @@ def main() -> None:
     parser.add_argument("--tasks", help="Feature Deletion tasks.jsonl the policy solves")
     parser.add_argument("--states", help="trace-replay states.jsonl")
     parser.add_argument("--journal", help="trace-replay journal.jsonl")
+    parser.add_argument(
+        "--policy",
+        choices=("sample", "script"),
+        default="sample",
+        help="sample: the tiny model generates; script: policy.py's scripted completions (known plans)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", required=True, help="JSONL of every completion (plan, error turn)")
     args = parser.parse_args()

@@ -20,17 +20,53 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 LADDER = REPO / "configs" / "ladder"
-ARMS: dict[str, list[str]] = {
-    "a0": ["a0_rlvr.toml"],
-    "a2": ["a0_rlvr.toml", "a1_dr_grpo.toml", "a2_hints.toml"],
-    "a3": ["a0_rlvr.toml", "a1_dr_grpo.toml", "a3_replay.toml"],
+TASKSETS = HERE / "tasksets"
+OBJECTIVES = ("ppo_clip", "dr_grpo", "dapo", "gspo", "cispo")
+"""The policy objectives of loss_fns.policy, each rehearsed as a learning arm ``learn-<objective>``."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One rehearsed arm: the files composed onto each other (ladder files, then overlays), the policy the
+    inference stand-in runs, and the tiny model it starts from."""
+
+    files: tuple[Path, ...]
+    policy: str = "script"
+    model: str = "model"
+    loss: str | None = None
+    """loss_fns.policy objective set as prime-rl's custom loss (learning arms; None: the files' loss)."""
+    min_steps: int = 1
+    """Fewest steps the arm runs whatever --steps says (A4: prime-rl's seeded source draw first reaches the replay
+    source at step 6-8 at this batch size, so 5 steps would fail the every-source-trained check)."""
+
+
+def _ladder(*names: str) -> tuple[Path, ...]:
+    return (*(LADDER / n for n in names), HERE / "cpu.toml")
+
+
+_LEARN = (LADDER / "a0_rlvr.toml", HERE / "cpu.toml", HERE / "learn.toml")
+ARMS: dict[str, Arm] = {
+    # the ladder on Feature Deletion (+ replay), scripted policy: the plumbing checks need its known plans
+    "a0": Arm(_ladder("a0_rlvr.toml")),
+    "a1": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml")),
+    "a2": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a2_hints.toml")),
+    "a3": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a3_replay.toml")),
+    "a4": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a4_all.toml"), min_steps=8),
+    # learning arms: the sampling policy on the echo taskset, prime-rl's default loss and each objective
+    "learn-a0": Arm(_LEARN, policy="sample", model="echo_model"),
+    **{f"learn-{o}": Arm(_LEARN, policy="sample", model="echo_model", loss=o) for o in OBJECTIVES},
 }
+LEARN_ARMS = [name for name in ARMS if name.startswith("learn-")]
 FEATDEL_SOURCE = "pypi:inflection==0.5.1"
+ECHO_SFT_TARGET = 0.4
+"""Probe reward (one temperature-1 sample per string) at which the supervised start stops (tiny_model.sft_echo):
+near the task, with reward left for RL to gain."""
 
 
 def free_port_block(size: int) -> int:
@@ -61,8 +97,26 @@ def run(cmd: list[str], **kw) -> None:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
 
 
-def prepare(work: Path) -> dict[str, Path]:
-    """Task directory, replay inputs and the tiny model, made once and reused."""
+def prepare(work: Path, arms: list[str]) -> dict[str, Path]:
+    """What the arms need, made once and reused: the Feature Deletion tasks, the replay inputs and the tiny model
+    (scripted arms), the echo-tuned tiny model (learning arms)."""
+    inputs: dict[str, Path] = {}
+    if any(ARMS[a].policy == "script" for a in arms):
+        inputs.update(prepare_featdel(work))
+    if any(ARMS[a].model == "echo_model" for a in arms):
+        echo_model = work / f"tiny-qwen2-echo-sft{ECHO_SFT_TARGET}"
+        if not (echo_model / "SFT_DONE").is_file():
+            from tiny_model import build_tiny_model, sft_echo
+
+            sys.path.insert(0, str(TASKSETS))
+            build_tiny_model(echo_model)
+            (echo_model / "SFT_DONE").write_text(json.dumps(sft_echo(echo_model, target_reward=ECHO_SFT_TARGET)))
+        inputs["echo_model"] = echo_model
+    return inputs
+
+
+def prepare_featdel(work: Path) -> dict[str, Path]:
+    """Feature Deletion task directory, replay inputs and the tiny model of the scripted arms."""
     bin_dir = Path(sys.executable).parent
     tasks = work / "tasks" / "featdel-train"
     if not (tasks / "tasks.jsonl").is_file():
@@ -86,6 +140,14 @@ def prepare(work: Path) -> dict[str, Path]:
 
         build_tiny_model(model)
     return {"tasks": tasks / "tasks.jsonl", "states": states, "journal": journal, "model": model}
+
+
+def loss_overlay(work: Path, objective: str) -> Path:
+    """A TOML overlay setting loss_fns.policy.<objective> (its default kwargs) as prime-rl's custom rl loss."""
+    path = work / "overlays" / f"loss-{objective}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'[trainer.loss]\ntype = "custom"\nimport_path = "loss_fns.policy.{objective}"\n')
+    return path
 
 
 class Procs:
@@ -136,10 +198,16 @@ def rehearse_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, time
     base = free_port_block(12)
     router, backend, zmq_port, env_base = base, base + 1, base + 2, base + 4
     bin_dir = Path(sys.executable).parent
+    spec = ARMS[arm]
+    steps = max(steps, spec.min_steps)
+    model = inputs[spec.model]
+    files = [*spec.files, *([loss_overlay(work, spec.loss)] if spec.loss else [])]
     compose = [str(bin_dir / "rl")]
-    for f in ARMS[arm]:
-        compose += ["@", str(LADDER / f)]
-    compose += ["@", str(HERE / "cpu.toml"), "--model.name", str(inputs["model"]), "--output-dir", str(out_root),
+    for f in files:
+        compose += ["@", str(f)]
+    if spec.policy == "sample":  # the eval pass: at v0 and once more before the end
+        compose += ["--orchestrator.eval.interval", str(max(1, steps - 1))]
+    compose += ["--model.name", str(model), "--output-dir", str(out_root),
                 "--run.name", run_name, "--max-steps", str(steps), "--no-monitors.wandb",
                 "--inference.server.port", str(router), "--inference.backend-port", str(backend),
                 "--orchestrator.model.client.base-url", f"http://localhost:{router}/v1",
@@ -149,8 +217,10 @@ def rehearse_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, time
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
     env["CRF_REHEARSAL_RUN"] = marker.split("=", 1)[1]
     env["PRL_RUN_ID"], env["PRL_RUN_NAME"] = uuid.uuid4().hex, run_name
+    paths = [str(TASKSETS)]  # the echo taskset, for the env servers
     if subprocess.run([sys.executable, "-c", "import flash_attn"], capture_output=True, env=env).returncode != 0:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE / "shims"), env.get("PYTHONPATH", "")) if p)
+        paths.append(str(HERE / "shims"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*paths, env.get("PYTHONPATH", "")) if p)
     t0 = time.monotonic()
     run(compose, cwd=work, env=env)
     run_dir = out_root / run_name
@@ -161,18 +231,29 @@ def rehearse_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, time
     log_dir.mkdir(parents=True, exist_ok=True)
     completions = log_dir / "completions.jsonl"
     procs = Procs(log_dir, env)
+    scripted = []  # what the scripted policy answers from
+    if spec.policy == "script":
+        scripted = [
+            "--tasks",
+            str(inputs["tasks"]),
+            "--states",
+            str(inputs["states"]),
+            "--journal",
+            str(inputs["journal"]),
+        ]
     status = "ok"
     try:
-        procs.start("inference", [sys.executable, str(HERE / "inference_server.py"), "--model", str(inputs["model"]),
+        procs.start("inference", [sys.executable, str(HERE / "inference_server.py"), "--model", str(model),
+                                  "--policy", spec.policy,
                                   "--served-model-name", orch["model"]["name"], "--ports", str(router), str(backend),
-                                  "--tasks", str(inputs["tasks"]), "--states", str(inputs["states"]),
-                                  "--journal", str(inputs["journal"]), "--log", str(completions)], cwd=work)  # fmt: skip
+                                  *scripted, "--log", str(completions)], cwd=work)  # fmt: skip
         for split in ("train", "eval"):
             for cfg in sorted((cfg_dir / "envs" / split).glob("*.json")):
                 procs.start(f"env-{split}-{cfg.stem}", [str(bin_dir / "env-server"), "@", str(cfg)], cwd=work)
         procs.start("orchestrator", [str(bin_dir / "orchestrator"), "@", str(cfg_dir / "orchestrator.json")], cwd=work)
         trainer = procs.start("trainer", [sys.executable, str(HERE / "trainer.py"), str(cfg_dir / "trainer.json"),
                                           "--completions", str(completions),
+                                          *(["--compare-objectives"] if spec.policy == "sample" else []),
                                           "--hint-sources", *hint_sources], cwd=work)  # fmt: skip
         orchestrator = procs.procs["orchestrator"]
         while True:
@@ -197,13 +278,19 @@ def rehearse_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, time
 
     sources = [s["name"] for s in orch["train"]["source"]]
     report = arm_report(run_dir, steps, sources, hint_sources, inputs)
-    report.update(arm=arm, status=status, wall_s=round(wall, 1), leftover_processes=leftovers)
+    report.update(arm=arm, status=status, wall_s=round(wall, 1), leftover_processes=leftovers, policy=spec.policy)
     return report
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument(
+        "--arms",
+        nargs="+",
+        default=["a0", "a1", "a2", "a3", "a4"],
+        choices=[*ARMS, "learn"],
+        help="arms to rehearse; 'learn' = every learning arm (learn-a0 and learn-<objective>)",
+    )
     parser.add_argument(
         "--steps", type=int, default=5, help="training steps per arm (the hint source of A2 first ships around step 3)"
     )
@@ -220,7 +307,7 @@ def main() -> int:
 
     if args.report_only:
         saved = json.loads((args.work / "report.json").read_text())
-        inputs = prepare(args.work)
+        inputs = prepare(args.work, [a["arm"] for a in saved["arms"]])
         for old in saved["arms"]:
             run_dir = args.work / "outputs" / f"rehearsal-{old['arm']}"
             new = arm_report(run_dir, len(old["steps"]), old["sources"], old["hint_sources"], inputs)
@@ -230,8 +317,9 @@ def main() -> int:
 
     args.work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    inputs = prepare(args.work)
-    reports = [rehearse_arm(arm, inputs, args.work, args.steps, args.timeout) for arm in args.arms]
+    arms = [a for name in args.arms for a in (LEARN_ARMS if name == "learn" else [name])]
+    inputs = prepare(args.work, arms)
+    reports = [rehearse_arm(arm, inputs, args.work, args.steps, args.timeout) for arm in arms]
     total = time.monotonic() - t0
     (args.work / "report.json").write_text(json.dumps({"wall_s": round(total, 1), "arms": reports}, indent=1))
     ok = print_report(reports, total)

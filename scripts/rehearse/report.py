@@ -159,9 +159,9 @@ def _regrade(rows: dict, task_dir: Path, trace: dict) -> float:
 def arm_report(run_dir: Path, steps: int, sources: list[str], hint_sources: list[str], inputs: dict[str, Path]) -> dict:
     from crf_prime.featdel.models import FeatdelTask
 
-    tasks = inputs["tasks"]
+    tasks = inputs.get("tasks")
     rows = {}
-    for line in tasks.read_text().splitlines():
+    for line in tasks.read_text().splitlines() if tasks else []:
         row = FeatdelTask.model_validate_json(line)
         rows[row.task_id] = row
     out = []
@@ -301,11 +301,39 @@ def _median_max(values: list[int]) -> str:
     return f"{ordered[len(ordered) // 2]}, {ordered[-1]}"
 
 
+def print_off_policy(report: dict) -> None:
+    """Per step of a learning arm: mean reward, the off-policy figures and every objective's loss on the batch."""
+    print("step | mean reward | mismatch KL | ratio min–max | clip frac | masked frac | loss | objectives' losses")
+    for row in report["steps"]:
+        t = row["trainer"] or {}
+        o = t.get("off_policy") or {}
+        rewards = [r for src in row["sources"].values() for r in src["rewards"]]
+        losses = ", ".join(f"{k}={v:+.4f}" for k, v in (t.get("objective_losses") or {}).items())
+        cells = [
+            str(row["step"]),
+            f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
+            f"{o.get('mismatch_kl', float('nan')):.5f}",
+            f"{o.get('ratio_min', float('nan')):.3f}–{o.get('ratio_max', float('nan')):.3f}",
+            f"{o.get('clip_frac', float('nan')):.3f}",
+            f"{o.get('masked_frac', float('nan')):.3f}",
+            f"{t.get('loss', float('nan')):+.4f}",
+            losses,
+        ]
+        print(" | ".join(cells))
+
+
 def print_report(reports: list[dict], total_s: float) -> bool:
     ok = True
     for report in reports:
         print(f"\n== arm {report['arm']}: {report['status']}, wall {report['wall_s']:.0f} s, "
               f"processes left: {len(report['leftover_processes'])}")  # fmt: skip
+        if report.get("policy") == "sample":
+            print_off_policy(report)
+            failed = _checks(report)
+            for f in failed:
+                print(f"FAILED: {f}")
+            ok = ok and not failed
+            continue
         header = "step | rollouts per source | mean reward per source | reward = grader | loss | finite"
         if report["hint_sources"]:
             header += (

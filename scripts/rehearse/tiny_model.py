@@ -3,6 +3,10 @@
 The tokenizer carries the special tokens prime-rl's ``qwen3`` renderer looks up (``<|im_start|>``, ``<tool_call>``,
 ...), so the orchestrator and the env server render, bridge and parse tool calls exactly as for a Qwen3 model. No hub
 download: trained in-process from a small corpus of chat, code and tool-call text.
+
+``sft_echo`` then fine-tunes it a little on the rehearsal's echo task (scripts/rehearse/tasksets/crf_echo), on the
+exact tokens prime-rl's qwen3 renderer sends, so that RL starts near the task and can move its reward in a few dozen
+CPU steps (scripts/rehearse/learn.py).
 """
 
 from __future__ import annotations
@@ -84,6 +88,92 @@ def build_tiny_model(out: Path, *, vocab_size: int = 320, seed: int = 0) -> Path
     model.save_pretrained(out)
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": config.eos_token_id}))
     return out
+
+
+def echo_examples(tokenizer, answers: list[str]) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids as prime-rl's qwen3 renderer renders the echo task, completion ids = answer + <|im_end|>)."""
+    from crf_echo import echo_prompt
+    from crf_echo.taskset import SYSTEM
+    from renderers import Qwen3RendererConfig
+    from renderers.base import create_renderer
+
+    renderer = create_renderer(tokenizer, Qwen3RendererConfig())
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    out = []
+    for answer in answers:
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": echo_prompt(answer)}]
+        prompt = list(renderer.render_ids(messages, add_generation_prompt=True))
+        out.append((prompt, [*tokenizer.encode(answer, add_special_tokens=False), end]))
+    return out
+
+
+def sampled_echo_reward(model, tokenizer, examples, answers: list[str], seed: int = 0) -> float:
+    """Mean echo reward of one temperature-1 sample per example (what RL's first batch would score)."""
+    import torch
+    from crf_echo.taskset import similarity
+    from sampling import sample
+
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    gen = torch.Generator().manual_seed(seed)
+    total = 0.0
+    for (prompt, _), answer in zip(examples, answers, strict=True):
+        drawn = sample(model, prompt, max_tokens=8, temperature=1.0, top_p=1.0, stop_ids={end}, generator=gen)
+        total += similarity(tokenizer.decode([t for t in drawn.token_ids if t != end]), answer)
+    return total / len(examples)
+
+
+def sft_echo(
+    model_dir: Path,
+    *,
+    target_reward: float = 0.4,
+    max_steps: int = 300,
+    check_every: int = 10,
+    lr: float = 1e-2,
+    length: int = 2,
+    batch: int = 32,
+    seed: int = 7,
+) -> dict:
+    """Supervised steps on echo examples of ``length`` digits (drawn with ``seed``), in place, until one
+    temperature-1 sample per probe string scores ``target_reward`` on average (checked every ``check_every`` steps).
+
+    Deliberately short: the policy should echo some strings, not all, so RL has reward left to gain. When copying
+    sets in depends on the seed (a sharp transition), so the stop is measured rather than a fixed step count.
+    Returns the steps taken, the last batch loss and the probe reward.
+    """
+    import torch
+    from crf_echo import echo_strings
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    examples = echo_examples(tokenizer, echo_strings(min(512, 10**length), length, seed))
+    probe_answers = echo_strings(32, length, seed + 1)
+    probe = echo_examples(tokenizer, probe_answers)
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    loss_value, reward, step = float("nan"), 0.0, 0
+    while step < max_steps:
+        model.train()
+        idx = torch.randint(len(examples), (batch,)).tolist()
+        rows = [examples[i] for i in idx]
+        width = max(len(p) + len(c) for p, c in rows)
+        ids = torch.full((batch, width), tokenizer.pad_token_id)
+        labels = torch.full((batch, width), -100)
+        for r, (p, c) in enumerate(rows):
+            ids[r, : len(p) + len(c)] = torch.tensor(p + c)
+            labels[r, len(p) : len(p) + len(c)] = torch.tensor(c)
+        loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        loss_value, step = float(loss.detach()), step + 1
+        if step % check_every == 0:
+            model.eval()
+            reward = sampled_echo_reward(model, tokenizer, probe, probe_answers)
+            if reward >= target_reward:
+                break
+    model.save_pretrained(model_dir)
+    return {"steps": step, "loss": round(loss_value, 4), "probe_reward": round(reward, 4)}
 
 
 if __name__ == "__main__":

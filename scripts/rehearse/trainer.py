@@ -9,8 +9,10 @@ tensor ``.to("cuda")``), replaced by a plain per-sample forward of a Hugging Fac
 writes the HF checkpoint with ``save_pretrained`` and then ``STABLE`` into ``broadcasts/step_N`` as
 ``FileSystemWeightBroadcast`` does, so the orchestrator's watcher advances.
 
-Writes ``<output_dir>/rehearsal/trainer_step_<N>.json`` per step: loss, loss metrics, mismatch KL, samples per
-source, and the distillation analysis (issue 12) against the inference stand-in's completion log.
+Writes ``<output_dir>/rehearsal/trainer_step_<N>.json`` per step: loss, loss metrics, the off-policy figures (mismatch
+KL ``r − log r − 1`` of the trainer's against the sampling logprobs, ratio range, clip and masked fractions), the loss
+every policy objective gives the same batch (``--compare-objectives``), samples per source, and the distillation
+analysis (issue 12) against the inference stand-in's completion log.
 """
 
 from __future__ import annotations
@@ -57,11 +59,63 @@ def _publish(model, output_dir: Path, step: int) -> None:
     (save_dir / "STABLE").touch()
 
 
+COMPARED = ("default", "ppo_clip", "dr_grpo", "dapo", "gspo", "cispo")
+"""Objectives whose loss on each step's batch is recorded beside the arm's own: prime-rl's default loss and every
+objective of loss_fns.policy (with its default kwargs)."""
+
+
+def _comparison_fns() -> dict[str, object]:
+    """Name → prime-rl rl loss fn (``setup_rl_loss_fn``) for each objective in COMPARED."""
+    from prime_rl.configs.trainer import CustomLossConfig, DefaultLossConfig
+    from prime_rl.trainer.rl.loss import setup_rl_loss_fn
+
+    configs = {name: CustomLossConfig(import_path=f"loss_fns.policy.{name}") for name in COMPARED[1:]}
+    return {name: setup_rl_loss_fn(cfg) for name, cfg in {"default": DefaultLossConfig(), **configs}.items()}
+
+
+def off_policy_figures(metrics: dict[str, list[float]], log_ratios: list[float]) -> dict[str, float]:
+    """Mismatch KL (k3 = r − log r − 1, mean over the step's loss tokens), ratio range, and the clip and masked
+    fractions the arm's loss reported (clip: the ``*/clip_frac_low|high`` metrics summed; masked: prime-rl's
+    ``is_masked``), as means over the step's sequences."""
+    lr = torch.tensor(log_ratios, dtype=torch.float64)
+    ratio = lr.exp()
+
+    def mean_of(pred) -> float:
+        vals = [sum(v) / len(v) for k, v in metrics.items() if pred(k) and v]
+        return float(sum(vals)) if vals else 0.0
+
+    return {
+        "mismatch_kl": float((ratio - lr - 1).mean()) if len(lr) else 0.0,
+        "ratio_min": float(ratio.min()) if len(lr) else 1.0,
+        "ratio_max": float(ratio.max()) if len(lr) else 1.0,
+        "clip_frac": mean_of(lambda k: k.endswith(("clip_frac_low", "clip_frac_high"))),
+        "masked_frac": mean_of(lambda k: k == "is_masked"),
+    }
+
+
+def component_scales(micro_batches: list[dict]) -> tuple[int, int, int]:
+    """The rl, ce and ref_kl token counts that normalise each loss component, as prime-rl's train.py computes them
+    (train.py:307-323 at 559b447) on one rank, where its all-reduce is the identity.
+    tests/rehearsal/test_trainer_scales.py checks this against train.py's own lines."""
+    rl_scale = ce_scale = ref_kl_scale = 0
+    for mb in micro_batches:
+        mask, rl_w = mb["loss_mask"], mb["rl_weights"]
+        rl_scale += int((mask & (rl_w != 0)).sum()) if rl_w is not None else int(mask.sum())
+        if mb["ce_weights"] is not None:
+            ce_scale += int((mb["ce_weights"] != 0).sum())
+        if mb["ref_kl_weights"] is not None:
+            ref_kl_scale += int((mb["ref_kl_weights"] != 0).sum())
+    return max(rl_scale, 1), max(ce_scale, 1), max(ref_kl_scale, 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("config", help="trainer.json written by `rl --dry-run`")
     parser.add_argument("--completions", required=True, help="the inference stand-in's completion log")
     parser.add_argument("--hint-sources", nargs="*", default=[], help="train sources whose algorithm is opsd")
+    parser.add_argument(
+        "--compare-objectives", action="store_true", help="also record every objective's loss on each step's batch"
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("RANK", "0")
@@ -85,6 +139,7 @@ def main() -> None:
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
     rl_loss_fn = setup_rl_loss_fn(config.loss)
+    compared = _comparison_fns() if args.compare_objectives else {}
     vocab_size = model.config.vocab_size
 
     step = 1
@@ -95,21 +150,13 @@ def main() -> None:
         micro_batches = dataloader.get_batch()
         completions = _load_completions(Path(args.completions))
 
-        # the three component scales exactly as train.py computes them (one rank: no all-reduce)
-        rl_scale = ce_scale = ref_kl_scale = 0
-        for mb in micro_batches:
-            mask, rl_w = mb["loss_mask"], mb["rl_weights"]
-            rl_scale += int((mask & (rl_w != 0)).sum()) if rl_w is not None else int(mask.sum())
-            if mb["ce_weights"] is not None:
-                ce_scale += int((mb["ce_weights"] != 0).sum())
-            if mb["ref_kl_weights"] is not None:
-                ref_kl_scale += int((mb["ref_kl_weights"] != 0).sum())
-        rl_scale, ce_scale, ref_kl_scale = (max(s, 1) for s in (rl_scale, ce_scale, ref_kl_scale))
+        rl_scale, ce_scale, ref_kl_scale = component_scales(micro_batches)
 
         losses: list[float] = []
         metrics: dict[str, list[float]] = {}
         samples: dict[str, int] = {}
         mismatch: list[float] = []
+        objective_losses = dict.fromkeys(compared, 0.0)
         distill = {"samples": 0, "tokens": 0, "tokens_in_error_turns": 0, "tokens_unattributed": 0, "turns": 0}
         distill["hint_distances"] = []
         distill["ref_differs_from_inference"] = 0
@@ -130,20 +177,23 @@ def main() -> None:
                 lp = torch.cat([torch.full((1,), math.log(1.0 / vocab_size)), lp[:-1]])
                 parts.append(lp)
             trainer_lp = torch.cat(parts)
-            loss, tensors = compute_loss(
-                trainer_logprobs=trainer_lp.split(lengths),
-                inference_logprobs=_split(lengths, mb["inference_logprobs"]),
-                ref_logprobs=_split(lengths, mb["ref_logprobs"]),
-                advantages=_split(lengths, mb["advantages"]),
-                loss_mask=_split(lengths, mb["loss_mask"]),
-                rl_weights=_split(lengths, mb["rl_weights"]),
-                ce_weights=_split(lengths, mb["ce_weights"]),
-                ref_kl_weights=_split(lengths, mb["ref_kl_weights"]),
-                rl_loss_fn=rl_loss_fn,
-                rl_scale=rl_scale,
-                ce_scale=ce_scale,
-                ref_kl_scale=ref_kl_scale,
-            )
+            batch = {
+                "inference_logprobs": _split(lengths, mb["inference_logprobs"]),
+                "ref_logprobs": _split(lengths, mb["ref_logprobs"]),
+                "advantages": _split(lengths, mb["advantages"]),
+                "loss_mask": _split(lengths, mb["loss_mask"]),
+                "rl_weights": _split(lengths, mb["rl_weights"]),
+                "ce_weights": _split(lengths, mb["ce_weights"]),
+                "ref_kl_weights": _split(lengths, mb["ref_kl_weights"]),
+                "rl_scale": rl_scale,
+                "ce_scale": ce_scale,
+                "ref_kl_scale": ref_kl_scale,
+            }
+            loss, tensors = compute_loss(trainer_logprobs=trainer_lp.split(lengths), rl_loss_fn=rl_loss_fn, **batch)
+            with torch.no_grad():
+                detached = trainer_lp.detach().split(lengths)
+                for name, fn in compared.items():
+                    objective_losses[name] += float(compute_loss(trainer_logprobs=detached, rl_loss_fn=fn, **batch)[0])
             loss.backward()
             losses.append(float(loss.detach()))
             for key, value in tensors.items():
@@ -172,6 +222,8 @@ def main() -> None:
             "micro_batches": len(micro_batches),
             "samples_per_source": samples,
             "mismatch_abs_max": max((abs(x) for x in mismatch), default=0.0),
+            "off_policy": off_policy_figures(metrics, [-x for x in mismatch]),
+            "objective_losses": objective_losses,
             "metrics_mean": {k: (sum(v) / len(v) if v else 0.0) for k, v in metrics.items()},
             "distill": distill,
             "scales": {"rl": rl_scale, "ce": ce_scale, "ref_kl": ref_kl_scale},

@@ -1,7 +1,7 @@
 """Opt-in: scripts/lock_venv.sh — crf-prime and the environments installed into a venv holding prime-rl's locked
 versions change none of them, and the environment, harness, hints, teachers, configs and losses suites pass there on
 the verifiers commit prime-rl pins. Minutes, not seconds (it builds a venv); enable with CRF_PRIME_RL_SRC and
-CRF_VERIFIERS_SRC (default: the checkout's deps/verifiers) and a Python 3.12 as CRF_LOCK_PYTHON (or python3.12)."""
+CRF_VERIFIERS_SRC (default: the checkout's deps/verifiers) and a Python 3.12 (CRF_LOCK_PYTHON, else found as build_venv.sh finds it)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def test_install_into_the_lock_venv_changes_nothing_and_the_suites_pass(tmp_path
     print(out)  # the freeze comparison and the suites' summary (pytest -rP shows it)
     assert proc.returncode == 0, out[-6000:]
     assert re.search(r"^changed: 0 of \d+ locked packages$", out, re.M), out[-6000:]
+    # the install runs under the whole lock as constraints: what it adds comes at the lock's version too
+    assert re.search(r"^added and locked: \d+, off the lock's version: 0$", out, re.M), out[-6000:]
     locked = {p["name"]: p.get("version") for p in tomllib.loads(lock_file().read_text())["package"]}
     versions = f"| openai {locked['openai']} | mcp {locked['mcp']} |"
     assert re.search(rf"^verifiers \S+ {re.escape(versions)}", out, re.M), (versions, out[-6000:])

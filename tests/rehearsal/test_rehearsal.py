@@ -1,4 +1,5 @@
-"""Opt-in: the CPU rehearsal of a real prime-rl run (scripts/rehearse/run.sh) for ladder arms A0, A2 and A3.
+"""Opt-in: the CPU rehearsal of a real prime-rl run (scripts/rehearse/run.sh): ladder arms A0–A4 with the scripted
+policy, and the learning arms (sampling policy, echo taskset) through benchmarks/rehearsal_learning.py.
 
 prime-rl's own orchestrator and env-server processes run from the checkout at ``CRF_PRIME_RL_SRC`` in a venv built
 from its ``uv.lock`` (verifiers from ``CRF_VERIFIERS_SRC``, the commit prime-rl pins); the inference server and the
@@ -49,16 +50,16 @@ def _arm(report: dict, name: str) -> dict:
 def test_rehearsal_passes_its_checks(rehearsal: dict) -> None:
     assert rehearsal["returncode"] == 0, rehearsal["stdout"][-4000:]
     assert "all checks passed" in rehearsal["stdout"]
-    assert [a["arm"] for a in rehearsal["arms"]] == ["a0", "a2", "a3"]
+    assert [a["arm"] for a in rehearsal["arms"]] == ["a0", "a1", "a2", "a3", "a4"]
 
 
 @pytest.mark.timeout(5400)
-@pytest.mark.parametrize("arm", ["a0", "a2", "a3"])
+@pytest.mark.parametrize("arm", ["a0", "a1", "a2", "a3", "a4"])
 def test_each_arm_trains_five_steps_on_graded_rollouts(rehearsal: dict, arm: str) -> None:
     report = _arm(rehearsal, arm)
     assert report["status"] == "ok"
     assert report["leftover_processes"] == []
-    assert [row["step"] for row in report["steps"]] == [1, 2, 3, 4, 5]
+    assert [row["step"] for row in report["steps"]] == list(range(1, (8 if arm == "a4" else 5) + 1))  # A4: min_steps
     assert sum(row["regrade"]["checked"] for row in report["steps"]) > 0
     for row in report["steps"]:
         trainer = row["trainer"]
@@ -100,3 +101,42 @@ def test_a2_distils_error_turns_only_and_never_an_empty_hint(rehearsal: dict) ->
         assert row["hints"]["empty"] == 0, row
     invalid_json = report["detector"]["invalid_json"]
     assert invalid_json["tp"] > 0 and invalid_json["fn"] == 0
+
+
+@pytest.fixture(scope="module")
+def learning(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """benchmarks/rehearsal_learning.py over every learning arm (prime-rl's default loss and each objective)."""
+    if not os.environ.get("CRF_VERIFIERS_SRC"):
+        pytest.skip("needs CRF_VERIFIERS_SRC: the verifiers checkout prime-rl pins (its deps/verifiers)")
+    work = tmp_path_factory.mktemp("learning")
+    venv = Path(os.environ.get("CRF_REHEARSAL_VENV", Path.home() / ".cache/crf-prime/rehearsal-venv"))
+    subprocess.run(["bash", str(REPO / "scripts" / "rehearse" / "build_venv.sh")], check=True, timeout=3600)
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), str(REPO / "benchmarks" / "rehearsal_learning.py"), "--work", str(work)],
+        capture_output=True,
+        text=True,
+        timeout=5400,
+    )
+    path = work / "learning" / "learning.json"
+    assert path.is_file(), f"no learning table (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return {"returncode": proc.returncode, "stdout": proc.stdout, **json.loads(path.read_text())}
+
+
+@pytest.mark.timeout(5400)
+def test_every_objective_raises_reward_beyond_the_bootstrap_ci(learning: dict) -> None:
+    assert set(learning["arms"]) == {
+        "learn-a0",
+        *(f"learn-{o}" for o in ("ppo_clip", "dr_grpo", "dapo", "gspo", "cispo")),
+    }
+    for arm, row in learning["arms"].items():
+        assert row["last"]["low"] > row["first"]["high"], (arm, row["first"], row["last"])
+    assert learning["returncode"] == 0, learning["stdout"][-4000:]
+
+
+@pytest.mark.timeout(5400)
+def test_learning_arms_run_off_policy_and_clip(learning: dict) -> None:
+    for arm, row in learning["arms"].items():
+        assert row["off_policy"]["mismatch_kl_max"] > 0, arm  # stale rollouts: ratios differ from 1
+        assert row["objective_losses_distinct_max"] > 1, arm  # the objectives differ on one batch
+    for objective in ("ppo_clip", "dr_grpo", "dapo", "gspo"):
+        assert learning["arms"][f"learn-{objective}"]["off_policy"]["clip_frac_max"] > 0, objective
