@@ -32,6 +32,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -530,11 +531,16 @@ class SweRunner:
 TESTS_TIMEOUT_NOTE = ">>>>> Tests Timed Out: after"
 
 
-def _checked(originals: dict[str, str], changed: dict[str, str], base_paths: object) -> ForgeryCheck:
+def _checked(
+    originals: dict[str, str],
+    changed: dict[str, str],
+    base_paths: Iterable[str],
+    base_sources: Mapping[str, str] | None = None,
+) -> ForgeryCheck:
     """:func:`check_forgery`, where a checker that runs out of stack or memory on the added code is a suspected
     forgery (code built to exhaust the checker), never a crash of the rollout."""
     try:
-        return check_forgery(originals, changed, base_paths)  # type: ignore[arg-type]
+        return check_forgery(originals, changed, base_paths, base_sources)
     except (RecursionError, MemoryError) as e:
         return ForgeryCheck(suspected=True, certain=False, detail=f"the forgery check gave up ({type(e).__name__})")
 
