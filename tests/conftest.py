@@ -5,13 +5,19 @@ the run instead of silently skipping the tests that cover it.
 
 ``slow`` marks what the fast subset (``-m "not slow"``, README) leaves out: tests marked in their module, every Ray
 test (a local Ray takes seconds to start), and the tests below, each measured over 10 s on a loaded 2-core box.
+
+One run directory (``$CRF_TEST_RUN_DIR``) serves every xdist worker: the controller creates it before the workers
+start, so they inherit it; the featdel cache (``$CRF_PRIME_CACHE``: sdists, test venvs) and the generated task
+directories live in it, each built once per run instead of once per worker.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
+import tempfile
 
 import pytest
 
@@ -58,6 +64,19 @@ SLOW_TESTS = frozenset(
     }
 )
 """``path::test`` under tests/ (every parametrisation) of the unmarked tests the fast subset leaves out."""
+
+
+RUN_DIR_VAR = "CRF_TEST_RUN_DIR"
+"""Environment variable naming the per-run directory the workers share (set by the controller)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or os.environ.get(RUN_DIR_VAR):
+        return  # an xdist worker (or a pytest run inside a test): the controller's directory is inherited
+    run_dir = tempfile.mkdtemp(prefix="crf-test-run-")
+    os.environ[RUN_DIR_VAR] = run_dir
+    os.environ.setdefault("CRF_PRIME_CACHE", os.path.join(run_dir, "cache"))  # a developer's own cache is kept
+    config.add_cleanup(functools.partial(shutil.rmtree, run_dir, True))
 
 
 def _is_slow(item: pytest.Item) -> bool:

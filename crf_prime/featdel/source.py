@@ -122,7 +122,12 @@ def download_sdist(name: str, version: str, cache: Path | None = None) -> Path:
         raise SourceError(
             f"pip download {name}=={version} failed (exit {proc.returncode}): {proc.stderr.strip()[-600:]}"
         )
-    tmp.rename(dest) if not dest.exists() else shutil.rmtree(tmp)
+    try:
+        tmp.rename(dest)
+    except OSError:  # another process (a second test worker, a parallel generate) published it first
+        shutil.rmtree(tmp)
+        if not dest.is_dir():
+            raise
     return sorted(p for p in dest.glob("*") if p.suffix in (".gz", ".zip"))[0]
 
 

@@ -1,20 +1,23 @@
-"""Shared helpers for the featdel tests: real PyPI sources generated once per test session, agent-tree editing.
+"""Shared helpers for the featdel tests: real PyPI sources generated once per test run, agent-tree editing.
 
-Downloads, venvs and generated task directories go under one temporary cache per session (``$CRF_PRIME_CACHE`` when
-the developer set it, to reuse downloads across runs).
+Downloads and venvs go under the run's cache (``$CRF_PRIME_CACHE``: tests/conftest.py points it into the run
+directory unless the developer set it, to reuse downloads across runs) and generated task directories under the run
+directory (``$CRF_TEST_RUN_DIR``), both shared by the xdist workers: the first worker to ask generates, under a file
+lock, and the others read its task directory back.
 """
 
 from __future__ import annotations
 
 import ast
 import atexit
+import fcntl
 import functools
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from crf_prime.featdel.generate import GenerateConfig, generate
+from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
 from crf_prime.featdel.grade import materialise
 from crf_prime.featdel.models import FeatdelTask, GenerateSummary
 
@@ -22,13 +25,13 @@ from crf_prime.featdel.models import FeatdelTask, GenerateSummary
 INFLECTION = "pypi:inflection==0.5.1"
 TOOLZ = "pypi:toolz==1.2.0"
 
-if not os.environ.get("CRF_PRIME_CACHE"):
-    _cache = tempfile.mkdtemp(prefix="crf-featdel-test-cache-")
-    os.environ["CRF_PRIME_CACHE"] = _cache
-    atexit.register(shutil.rmtree, _cache, True)
+if not os.environ.get("CRF_TEST_RUN_DIR"):  # imported outside a pytest run that tests/conftest.py configured
+    _run = tempfile.mkdtemp(prefix="crf-test-run-")
+    os.environ["CRF_TEST_RUN_DIR"] = _run
+    os.environ.setdefault("CRF_PRIME_CACHE", os.path.join(_run, "cache"))
+    atexit.register(shutil.rmtree, _run, True)
 
-_OUT = Path(tempfile.mkdtemp(prefix="crf-featdel-test-out-"))
-atexit.register(shutil.rmtree, _OUT, True)
+_OUT = Path(os.environ["CRF_TEST_RUN_DIR"]) / "generated"
 
 
 def generated(source: str, max_tasks: int = 3, seed: int = 0) -> tuple[Path, tuple[FeatdelTask, ...], GenerateSummary]:
@@ -40,7 +43,13 @@ def generated(source: str, max_tasks: int = 3, seed: int = 0) -> tuple[Path, tup
 def _generated(source: str, max_tasks: int, seed: int) -> tuple[Path, tuple[FeatdelTask, ...], GenerateSummary]:
     name = source.split(":", 1)[1].replace("==", "-")
     out = _OUT / f"{name}-n{max_tasks}-s{seed}"
-    tasks, summary = generate(GenerateConfig(source=source, out=out, max_tasks=max_tasks, seed=seed))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f"{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker generating the same set: wait for it, then read it
+        if (out / "summary.json").is_file():  # generate publishes the directory whole (staging, then rename)
+            summary = GenerateSummary.model_validate_json((out / "summary.json").read_text())
+            return out, tuple(load_tasks(out)), summary
+        tasks, summary = generate(GenerateConfig(source=source, out=out, max_tasks=max_tasks, seed=seed))
     return out, tuple(tasks), summary
 
 
