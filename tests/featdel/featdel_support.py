@@ -15,6 +15,7 @@ import functools
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
@@ -37,6 +38,18 @@ _OUT = Path(os.environ["CRF_TEST_RUN_DIR"]) / "generated"
 def generated(source: str, max_tasks: int = 3, seed: int = 0) -> tuple[Path, tuple[FeatdelTask, ...], GenerateSummary]:
     """Generate (once per session, however the arguments are spelled) and return (task dir, tasks, summary)."""
     return _generated(source, max_tasks, seed)
+
+
+def generated_once(name: str, generate_into: Callable[[Path], object]) -> Path:
+    """The run directory's ``generated/<name>``: the first worker to ask runs ``generate_into(out)`` (a
+    :func:`generate` call, which publishes the directory whole), under a file lock the others wait on."""
+    out = _OUT / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "summary.json").is_file():
+            generate_into(out)
+    return out
 
 
 @functools.cache

@@ -12,11 +12,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from featdel_support import agent_tree
+from featdel_support import agent_tree, generated_once
 
 import crf_prime.featdel.record as record
 from crf_prime.featdel.deletion import apply_unified_diff
-from crf_prime.featdel.generate import GenerateConfig, generate
+from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
 from crf_prime.featdel.grade import GradingError
 from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import FeatdelTask, GraderConfig
@@ -188,14 +188,17 @@ def _write_project(root: Path) -> Path:
     return root
 
 
-def _generate(root: Path, out: Path, granularities: list[str]) -> dict[tuple[str, ...], FeatdelTask]:
+def _generate(root: Path, out: Path, granularities: list[str]) -> None:
     # the grading suites need every candidate as a task: generation's filters (replay coverage of every target, the
     # grader's mutation rate) are tested in test_featdel_mutants.py
     cfg = GenerateConfig(
         source=str(root), out=out, max_tasks=30, workers=2, granularities=granularities, allow_unreplayed=True,
         mutants_per_task=0,
     )  # fmt: skip
-    tasks, _ = generate(cfg)
+    generate(cfg)
+
+
+def _by_targets(tasks: list[FeatdelTask]) -> dict[tuple[str, ...], FeatdelTask]:
     return {tuple(t.qualname for t in task.targets): task for task in tasks} | {
         (task.granularity, *(t.qualname for t in task.targets)): task for task in tasks
     }
@@ -207,24 +210,28 @@ def project(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def corpus(project: Path, tmp_path_factory) -> tuple[Path, dict]:
-    out = tmp_path_factory.mktemp("gen") / "tasks"
-    return out, _generate(project, out, ["function", "feature", "class"])
+def corpus(project: Path) -> tuple[Path, dict]:
+    out = generated_once("equiv-corpus", lambda out: _generate(project, out, ["function", "feature", "class"]))
+    return out, _by_targets(load_tasks(out))
 
 
 @pytest.fixture(scope="module")
-def legacy(project: Path, tmp_path_factory) -> tuple[Path, dict]:
+def legacy(project: Path) -> tuple[Path, dict]:
     """The same project recorded as before issue 25: duplicates keyed by arguments alone, patched calls served, a
     callable result called on the tests' follow-up inputs alone."""
-    out = tmp_path_factory.mktemp("legacy") / "tasks"
-    mp = pytest.MonkeyPatch()
-    mp.setattr(record, "DEDUP_BY_TARGET", False)
-    mp.setattr(record, "PATCHED_SERVABLE", True)
-    mp.setattr(record, "GENERATED_FOLLOWUPS", 0)
-    try:
-        return out, _generate(project, out, ["function", "feature"])
-    finally:
-        mp.undo()
+
+    def generate_legacy(out: Path) -> None:
+        mp = pytest.MonkeyPatch()
+        mp.setattr(record, "DEDUP_BY_TARGET", False)
+        mp.setattr(record, "PATCHED_SERVABLE", True)
+        mp.setattr(record, "GENERATED_FOLLOWUPS", 0)
+        try:
+            _generate(project, out, ["function", "feature"])
+        finally:
+            mp.undo()
+
+    out = generated_once("equiv-legacy", generate_legacy)
+    return out, _by_targets(load_tasks(out))
 
 
 def _gold_files(task: FeatdelTask) -> dict[str, str]:
