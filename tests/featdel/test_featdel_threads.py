@@ -37,19 +37,24 @@ class _Cycle:
 
 
 def _hammer(fn: Callable[[], object], threads: int = 8, rounds: int = 150) -> list[BaseException]:
-    """Run ``fn`` ``rounds`` times in each of ``threads`` threads started together; the errors they raised."""
+    """Run ``fn`` ``rounds`` times in each of ``threads`` threads started together; the errors they raised. The first
+    error stops every thread at its next round: it already decides the test, and the rounds left only cost time."""
     errors: list[BaseException] = []
     start = threading.Barrier(threads)
+    failed = threading.Event()
 
     def work() -> None:
         start.wait()
         for _ in range(rounds):
+            if failed.is_set():
+                return
             for _ in range(20):
                 _Cycle()
             try:
                 fn()
             except Exception as e:  # collected, not swallowed: the test asserts on them
                 errors.append(e)
+                failed.set()
                 return
 
     pool = [threading.Thread(target=work) for _ in range(threads)]
