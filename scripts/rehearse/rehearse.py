@@ -194,7 +194,7 @@ def marked_processes(marker: str) -> list[str]:
 
 @dataclass
 class Launched:
-    """One arm's processes, started and not yet reported."""
+    """One arm: composed by prime-rl's launcher, then its processes started and not yet reported."""
 
     arm: str
     steps: int
@@ -204,8 +204,14 @@ class Launched:
     procs: Procs
     marker: str
     t0: float
+    ports: tuple[int, int] = (0, 0)
+    """The inference stand-in's router and admin ports."""
     status: str = "running"
     wall: float = 0.0
+
+    @property
+    def completions(self) -> Path:
+        return self.run_dir / "rehearsal-logs" / "completions.jsonl"
 
 
 def _env(run_name: str) -> tuple[dict[str, str], str]:
@@ -229,35 +235,40 @@ def start_env_servers(procs: Procs, cfg_dir: Path, work: Path) -> None:
             procs.start(f"env-{split}-{cfg.stem}", [str(bin_dir / "env-server"), "@", str(cfg)], cwd=work)
 
 
-def launch_arm(
-    arm: str,
-    inputs: dict[str, Path],
-    work: Path,
-    steps: int,
-    *,
-    extra: tuple[str, ...] = (),
-    env_base: int | None = None,
+def start_inference(procs: Procs, runs: list[Launched], inputs: dict[str, Path], work: Path) -> None:
+    """One inference stand-in process serving every run in ``runs`` (one engine and port pair each; same model)."""
+    first = runs[0]
+    spec = ARMS[first.arm]
+    scripted = []  # what the scripted policy answers from
+    if spec.policy == "script":
+        scripted = ["--tasks", str(inputs["tasks"]), "--states", str(inputs["states"]),
+                    "--journal", str(inputs["journal"])]  # fmt: skip
+    also = [a for r in runs[1:] for a in ("--also", str(r.ports[0]), str(r.ports[1]), str(r.completions))]
+    procs.start("inference", [sys.executable, str(HERE / "inference_server.py"), "--model", str(inputs[spec.model]),
+                              "--policy", spec.policy, "--served-model-name", first.orch["model"]["name"],
+                              "--ports", *map(str, first.ports), *scripted, "--log", str(first.completions),
+                              *also], cwd=work)  # fmt: skip
+
+
+def compose_arm(
+    arm: str, inputs: dict[str, Path], work: Path, steps: int, *, extra: tuple[str, ...] = (), env_base: int
 ) -> Launched:
-    """Compose the arm with prime-rl's launcher (``rl ... --dry-run``) and start its processes. With ``env_base``,
-    the arm's orchestrator talks to env servers already serving at that base port (shared between arms whose
-    sources are the same) and none is started here."""
+    """Compose the arm with prime-rl's launcher (``rl ... --dry-run``): the sub-configs ``uv run rl`` would start its
+    processes with, the orchestrator's env servers at ``env_base``. Starts nothing."""
     run_name = f"rehearsal-{arm}"
     out_root = work / "outputs"
-    base = free_port_block(12)
+    base = free_port_block(4)
     router, backend, zmq_port = base, base + 1, base + 2
-    own_env = env_base is None
-    env_base = base + 4 if env_base is None else env_base
     bin_dir = Path(sys.executable).parent
     spec = ARMS[arm]
     steps = max(steps, spec.min_steps)
-    model = inputs[spec.model]
     files = [*spec.files, *([loss_overlay(work, spec.loss)] if spec.loss else [])]
     compose = [str(bin_dir / "rl")]
     for f in files:
         compose += ["@", str(f)]
     if spec.policy == "sample":  # the eval pass: at v0 and once more before the end
         compose += ["--orchestrator.eval.interval", str(max(1, steps - 1))]
-    compose += ["--model.name", str(model), "--output-dir", str(out_root),
+    compose += ["--model.name", str(inputs[spec.model]), "--output-dir", str(out_root),
                 "--run.name", run_name, "--max-steps", str(steps), "--no-monitors.wandb",
                 "--inference.server.port", str(router), "--inference.backend-port", str(backend),
                 "--orchestrator.model.client.base-url", f"http://localhost:{router}/v1",
@@ -267,34 +278,36 @@ def launch_arm(
     t0 = time.monotonic()
     run(compose, cwd=work, env=env)
     run_dir = out_root / run_name
-    cfg_dir = run_dir / "configs"
-    orch = json.loads((cfg_dir / "orchestrator.json").read_text())
+    orch = json.loads((run_dir / "configs" / "orchestrator.json").read_text())
     hint_sources = [s["name"] for s in orch["train"]["source"] if s["algo"]["type"] == "opsd"]
     log_dir = run_dir / "rehearsal-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    completions = log_dir / "completions.jsonl"
-    procs = Procs(log_dir, env)
-    scripted = []  # what the scripted policy answers from
-    if spec.policy == "script":
-        scripted = ["--tasks", str(inputs["tasks"]), "--states", str(inputs["states"]),
-                    "--journal", str(inputs["journal"])]  # fmt: skip
-    launched = Launched(arm, steps, run_dir, orch, hint_sources, procs, marker, t0)
+    return Launched(arm, steps, run_dir, orch, hint_sources, Procs(log_dir, env), marker, t0, (router, backend))
+
+
+def start_arm(run: Launched, work: Path) -> None:
+    """The arm's orchestrator (prime-rl's) and trainer stand-in."""
+    bin_dir = Path(sys.executable).parent
+    cfg_dir = run.run_dir / "configs"
+    sample = ARMS[run.arm].policy == "sample"
+    run.procs.start("orchestrator", [str(bin_dir / "orchestrator"), "@", str(cfg_dir / "orchestrator.json")], cwd=work)
+    run.procs.start("trainer", [sys.executable, str(HERE / "trainer.py"), str(cfg_dir / "trainer.json"),
+                                "--completions", str(run.completions), *(["--compare-objectives"] if sample else []),
+                                "--hint-sources", *run.hint_sources], cwd=work)  # fmt: skip
+
+
+def launch_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, *, extra: tuple[str, ...] = ()) -> Launched:
+    """One arm with its own processes: inference stand-in, env servers, orchestrator, trainer stand-in."""
+    env_base = free_port_block(8)
+    run = compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base)
     try:
-        procs.start("inference", [sys.executable, str(HERE / "inference_server.py"), "--model", str(model),
-                                  "--policy", spec.policy,
-                                  "--served-model-name", orch["model"]["name"], "--ports", str(router), str(backend),
-                                  *scripted, "--log", str(completions)], cwd=work)  # fmt: skip
-        if own_env:
-            start_env_servers(procs, cfg_dir, work)
-        procs.start("orchestrator", [str(bin_dir / "orchestrator"), "@", str(cfg_dir / "orchestrator.json")], cwd=work)
-        procs.start("trainer", [sys.executable, str(HERE / "trainer.py"), str(cfg_dir / "trainer.json"),
-                                "--completions", str(completions),
-                                *(["--compare-objectives"] if spec.policy == "sample" else []),
-                                "--hint-sources", *hint_sources], cwd=work)  # fmt: skip
+        start_inference(run.procs, [run], inputs, work)
+        start_env_servers(run.procs, run.run_dir / "configs", work)
+        start_arm(run, work)
     except BaseException:
-        procs.stop()
+        run.procs.stop()
         raise
-    return launched
+    return run
 
 
 def poll_arm(run: Launched, timeout_s: float) -> bool:
@@ -350,36 +363,37 @@ def rehearse_arms(
 def rehearse_together(
     arms: list[str], inputs: dict[str, Path], work: Path, steps: int, timeout_s: float, extra: tuple[str, ...]
 ) -> list[dict]:
-    """The arms side by side; the first arm's composed env-server configs serve them all."""
-    env_base = free_port_block(4)
-    runs: list[Launched] = []
-    shared: Procs | None = None
+    """The arms side by side: composed first, then one inference stand-in process (an engine per arm) and the first
+    arm's env servers serve them all, then each arm's orchestrator and trainer start."""
+    env_base = free_port_block(8)
+    runs = [compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base) for arm in arms]
+    env, _ = _env("rehearsal-shared")
+    log_dir = work / "outputs" / "rehearsal-shared"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    shared = Procs(log_dir, env)
     try:
-        for arm in arms:
-            runs.append(launch_arm(arm, inputs, work, steps, extra=extra, env_base=env_base))
-            if shared is None:
-                env, _ = _env("rehearsal-env-servers")
-                log_dir = work / "outputs" / "rehearsal-env-servers"
-                log_dir.mkdir(parents=True, exist_ok=True)
-                shared = Procs(log_dir, env)
-                start_env_servers(shared, runs[0].run_dir / "configs", work)
+        start_inference(shared, runs, inputs, work)
+        start_env_servers(shared, runs[0].run_dir / "configs", work)
+        for r in runs:
+            r.t0 = time.monotonic()
+            start_arm(r, work)
         pending = list(runs)
         while pending:
             pending = [r for r in pending if not poll_arm(r, timeout_s)]
-            dead = [n for n, p in shared.procs.items() if p.poll() is not None] if shared else []
+            dead = [n for n, p in shared.procs.items() if p.poll() is not None]
             if dead:
                 for r in pending:
                     r.procs.stop()
-                    r.status, r.wall = f"failed: shared {', '.join(dead)} exited", time.monotonic() - r.t0
+                    r.status = f"failed: shared {', '.join(dead)} exited (see {log_dir})"
+                    r.wall = time.monotonic() - r.t0
                 break
             time.sleep(1)
     finally:
         for r in runs:
             r.procs.stop()
-        if shared is not None:
-            shared.stop()
+        shared.stop()
     time.sleep(1)
-    shared_left = marked_processes(shared.env["CRF_REHEARSAL_RUN"]) if shared else []
+    shared_left = marked_processes(env["CRF_REHEARSAL_RUN"])
     reports = [arm_result(r, inputs) for r in runs]
     for rep in reports:
         rep["leftover_processes"] += shared_left
