@@ -138,6 +138,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20, help="training steps per arm")
     parser.add_argument("--arms", nargs="+", default=None, help="learning arms (default: all)")
     parser.add_argument("--analyse-only", action="store_true", help="only read an earlier run in --work")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per arm (rehearse.py --timeout)")
     parser.add_argument("--png", type=Path, default=None, help="also copy the PNG here (docs/rehearsal-learning.png)")
     parser.add_argument(
         "--rl-arg", action="append", default=[], metavar="ARG", help="passed to rehearse.py --rl-arg (repeatable)"
@@ -151,7 +152,7 @@ def main() -> int:
     if not args.analyse_only:
         t0 = time.monotonic()
         cmd = [sys.executable, str(REPO / "scripts/rehearse/rehearse.py"), "--work", str(args.work), "--arms", *arms]
-        cmd += ["--steps", str(args.steps), *(f"--rl-arg={a}" for a in args.rl_arg)]
+        cmd += ["--steps", str(args.steps), "--timeout", str(args.timeout), *(f"--rl-arg={a}" for a in args.rl_arg)]
         proc = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         wall = time.monotonic() - t0
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
