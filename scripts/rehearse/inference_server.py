@@ -13,9 +13,6 @@ renderers/client.py at prime-rl 559b447):
 - ``GET /health``, ``GET /v1/models`` (with ``max_model_len``), ``GET /metrics`` (Prometheus text);
 - admin: ``POST /pause``, ``POST /resume``, ``POST /update_weights`` (loads the trainer's broadcast safetensors).
 
-``--also`` serves further runs from the same process, each with its own engine (weights, admin state, log) on its
-own ports: the learning arms share one interpreter start.
-
 Every completion is appended to ``--log`` (JSONL) with its plan and whether it is an error turn.
 """
 
@@ -290,28 +287,15 @@ def main() -> None:
         default="sample",
         help="sample: the tiny model generates; script: policy.py's scripted completions (known plans)",
     )
-    parser.add_argument(
-        "--also",
-        nargs=3,
-        action="append",
-        default=[],
-        metavar=("ROUTER", "BACKEND", "LOG"),
-        help="serve one more run from this process: its own engine (same model and policy) on these ports, logging "
-        "to LOG (rehearse.py runs the learning arms side by side this way, one interpreter start for all)",
-    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", required=True, help="JSONL of every completion (plan, error turn)")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("CRF_REHEARSAL_THREADS", "1")))
-    served = [(args.ports, args)]
-    for router, backend, log in args.also:
-        served.append(([int(router), int(backend)], argparse.Namespace(**{**vars(args), "log": log})))
-    servers = []
-    for ports, engine_args in served:
-        app = build_app(Engine(engine_args))
-        servers += [
-            uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")) for port in ports
-        ]
+    engine = Engine(args)
+    app = build_app(engine)
+    servers = [
+        uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")) for port in args.ports
+    ]
     threads = [threading.Thread(target=s.run, daemon=True) for s in servers[1:]]
     for t in threads:
         t.start()

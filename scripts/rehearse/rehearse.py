@@ -235,19 +235,20 @@ def start_env_servers(procs: Procs, cfg_dir: Path, work: Path) -> None:
             procs.start(f"env-{split}-{cfg.stem}", [str(bin_dir / "env-server"), "@", str(cfg)], cwd=work)
 
 
-def start_inference(procs: Procs, runs: list[Launched], inputs: dict[str, Path], work: Path) -> None:
-    """One inference stand-in process serving every run in ``runs`` (one engine and port pair each; same model)."""
-    first = runs[0]
+def start_inference(
+    procs: Procs, first: Launched, inputs: dict[str, Path], work: Path, name: str = "inference"
+) -> None:
+    """The run's inference stand-in process (one per arm: one process serving several arms' engines from threads
+    dropped model calls with connection errors on a loaded 2-core box)."""
     spec = ARMS[first.arm]
     scripted = []  # what the scripted policy answers from
     if spec.policy == "script":
         scripted = ["--tasks", str(inputs["tasks"]), "--states", str(inputs["states"]),
                     "--journal", str(inputs["journal"])]  # fmt: skip
-    also = [a for r in runs[1:] for a in ("--also", str(r.ports[0]), str(r.ports[1]), str(r.completions))]
-    procs.start("inference", [sys.executable, str(HERE / "inference_server.py"), "--model", str(inputs[spec.model]),
+    procs.start(name, [sys.executable, str(HERE / "inference_server.py"), "--model", str(inputs[spec.model]),
                               "--policy", spec.policy, "--served-model-name", first.orch["model"]["name"],
-                              "--ports", *map(str, first.ports), *scripted, "--log", str(first.completions),
-                              *also], cwd=work)  # fmt: skip
+                              "--ports", *map(str, first.ports), *scripted, "--log", str(first.completions)],
+               cwd=work)  # fmt: skip
 
 
 def compose_arm(
@@ -301,7 +302,7 @@ def launch_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, *, ext
     env_base = free_port_block(8)
     run = compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base)
     try:
-        start_inference(run.procs, [run], inputs, work)
+        start_inference(run.procs, run, inputs, work)
         start_env_servers(run.procs, run.run_dir / "configs", work)
         start_arm(run, work)
     except BaseException:
@@ -363,8 +364,8 @@ def rehearse_arms(
 def rehearse_together(
     arms: list[str], inputs: dict[str, Path], work: Path, steps: int, timeout_s: float, extra: tuple[str, ...]
 ) -> list[dict]:
-    """The arms side by side: composed first, then one inference stand-in process (an engine per arm) and the first
-    arm's env servers serve them all, then each arm's orchestrator and trainer start."""
+    """The arms side by side: composed first, then an inference stand-in per arm and one set of env servers (the
+    first arm's composed configs) serving them all, then each arm's orchestrator and trainer start."""
     env_base = free_port_block(8)
     runs = [compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base) for arm in arms]
     env, _ = _env("rehearsal-shared")
@@ -372,7 +373,8 @@ def rehearse_together(
     log_dir.mkdir(parents=True, exist_ok=True)
     shared = Procs(log_dir, env)
     try:
-        start_inference(shared, runs, inputs, work)
+        for r in runs:
+            start_inference(shared, r, inputs, work, name=f"inference-{r.arm}")
         start_env_servers(shared, runs[0].run_dir / "configs", work)
         for r in runs:
             r.t0 = time.monotonic()
