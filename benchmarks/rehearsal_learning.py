@@ -23,6 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -136,18 +138,28 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20, help="training steps per arm")
     parser.add_argument("--arms", nargs="+", default=None, help="learning arms (default: all)")
     parser.add_argument("--analyse-only", action="store_true", help="only read an earlier run in --work")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per arm (rehearse.py --timeout)")
+    parser.add_argument("--png", type=Path, default=None, help="also copy the PNG here (docs/rehearsal-learning.png)")
+    parser.add_argument(
+        "--rl-arg", action="append", default=[], metavar="ARG", help="passed to rehearse.py --rl-arg (repeatable)"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "scripts" / "rehearse"))
     from rehearse import LEARN_ARMS
 
     arms = args.arms or LEARN_ARMS
-    wall = None
+    wall = cpu = None
     if not args.analyse_only:
         t0 = time.monotonic()
         cmd = [sys.executable, str(REPO / "scripts/rehearse/rehearse.py"), "--work", str(args.work), "--arms", *arms]
-        proc = subprocess.run([*cmd, "--steps", str(args.steps)], env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        cmd += ["--steps", str(args.steps), "--timeout", str(args.timeout), *(f"--rl-arg={a}" for a in args.rl_arg)]
+        proc = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         wall = time.monotonic() - t0
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = usage.ru_utime + usage.ru_stime
         print(f"rehearsal exit {proc.returncode}, wall {wall:.0f} s for {len(arms)} arms of {args.steps} steps")
+        print(f"CPU time of the whole process tree: {cpu:.0f} s (≥ {cpu / 2:.0f} s wall on a quiet 2-core box); ")
+        print(f"load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     analysed = {a: analyse_arm(args.work / "outputs" / f"rehearsal-{a}") for a in arms}
     rows = {a: row for a, row in analysed.items() if row is not None}
     if not rows:
@@ -172,6 +184,9 @@ def main() -> int:
         print(" | ".join(cells))
     plot(rows, out / "learning.png")
     print(f"PNG: {out / 'learning.png'}")
+    if args.png is not None:
+        shutil.copyfile(out / "learning.png", args.png)
+        print(f"PNG copied to {args.png}")
     report_text = crf_report(args.work, list(rows), out / "report")
     print(f"\ncrf-prime report over the eval pass (pass = exact echo):\n{report_text}")
 
@@ -187,7 +202,7 @@ def main() -> int:
         }
         for arm, row in rows.items()
     }
-    (out / "learning.json").write_text(json.dumps({"wall_s": wall, "arms": dump}, indent=1))
+    (out / "learning.json").write_text(json.dumps({"wall_s": wall, "cpu_s": cpu, "arms": dump}, indent=1))
     return 0 if len(rows) == len(arms) and all(r["separated"] for r in rows.values()) else 1
 
 

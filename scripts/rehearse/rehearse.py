@@ -192,94 +192,214 @@ def marked_processes(marker: str) -> list[str]:
     return found
 
 
-def rehearse_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, timeout_s: float) -> dict:
+@dataclass
+class Launched:
+    """One arm: composed by prime-rl's launcher, then its processes started and not yet reported."""
+
+    arm: str
+    steps: int
+    run_dir: Path
+    orch: dict
+    hint_sources: list[str]
+    procs: Procs
+    marker: str
+    t0: float
+    ports: tuple[int, int] = (0, 0)
+    """The inference stand-in's router and admin ports."""
+    status: str = "running"
+    wall: float = 0.0
+
+    @property
+    def completions(self) -> Path:
+        return self.run_dir / "rehearsal-logs" / "completions.jsonl"
+
+
+def _env(run_name: str) -> tuple[dict[str, str], str]:
+    """The processes' environment (taskset and shim paths, a marker naming the run) and the marker."""
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    env["CRF_REHEARSAL_RUN"] = marker
+    env["PRL_RUN_ID"], env["PRL_RUN_NAME"] = uuid.uuid4().hex, run_name
+    paths = [str(TASKSETS)]  # the echo taskset, for the env servers
+    if subprocess.run([sys.executable, "-c", "import flash_attn"], capture_output=True, env=env).returncode != 0:
+        paths.append(str(HERE / "shims"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*paths, env.get("PYTHONPATH", "")) if p)
+    return env, marker
+
+
+def start_env_servers(procs: Procs, cfg_dir: Path, work: Path) -> None:
+    """``env-server @ <cfg>`` for every train and eval source the launcher wrote."""
+    bin_dir = Path(sys.executable).parent
+    for split in ("train", "eval"):
+        for cfg in sorted((cfg_dir / "envs" / split).glob("*.json")):
+            procs.start(f"env-{split}-{cfg.stem}", [str(bin_dir / "env-server"), "@", str(cfg)], cwd=work)
+
+
+def start_inference(
+    procs: Procs, first: Launched, inputs: dict[str, Path], work: Path, name: str = "inference"
+) -> None:
+    """The run's inference stand-in process (one per arm: one process serving several arms' engines from threads
+    dropped model calls with connection errors on a loaded 2-core box)."""
+    spec = ARMS[first.arm]
+    scripted = []  # what the scripted policy answers from
+    if spec.policy == "script":
+        scripted = ["--tasks", str(inputs["tasks"]), "--states", str(inputs["states"]),
+                    "--journal", str(inputs["journal"])]  # fmt: skip
+    procs.start(name, [sys.executable, str(HERE / "inference_server.py"), "--model", str(inputs[spec.model]),
+                              "--policy", spec.policy, "--served-model-name", first.orch["model"]["name"],
+                              "--ports", *map(str, first.ports), *scripted, "--log", str(first.completions)],
+               cwd=work)  # fmt: skip
+
+
+def compose_arm(
+    arm: str, inputs: dict[str, Path], work: Path, steps: int, *, extra: tuple[str, ...] = (), env_base: int
+) -> Launched:
+    """Compose the arm with prime-rl's launcher (``rl ... --dry-run``): the sub-configs ``uv run rl`` would start its
+    processes with, the orchestrator's env servers at ``env_base``. Starts nothing."""
     run_name = f"rehearsal-{arm}"
     out_root = work / "outputs"
-    base = free_port_block(12)
-    router, backend, zmq_port, env_base = base, base + 1, base + 2, base + 4
+    base = free_port_block(4)
+    router, backend, zmq_port = base, base + 1, base + 2
     bin_dir = Path(sys.executable).parent
     spec = ARMS[arm]
     steps = max(steps, spec.min_steps)
-    model = inputs[spec.model]
     files = [*spec.files, *([loss_overlay(work, spec.loss)] if spec.loss else [])]
     compose = [str(bin_dir / "rl")]
     for f in files:
         compose += ["@", str(f)]
     if spec.policy == "sample":  # the eval pass: at v0 and once more before the end
         compose += ["--orchestrator.eval.interval", str(max(1, steps - 1))]
-    compose += ["--model.name", str(model), "--output-dir", str(out_root),
+    compose += ["--model.name", str(inputs[spec.model]), "--output-dir", str(out_root),
                 "--run.name", run_name, "--max-steps", str(steps), "--no-monitors.wandb",
                 "--inference.server.port", str(router), "--inference.backend-port", str(backend),
                 "--orchestrator.model.client.base-url", f"http://localhost:{router}/v1",
                 "--rollout-transport.port", str(zmq_port), "--orchestrator.env-server-base-port", str(env_base),
-                "--clean", "--dry-run"]  # fmt: skip
-    marker = f"CRF_REHEARSAL_RUN={uuid.uuid4().hex}"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-    env["CRF_REHEARSAL_RUN"] = marker.split("=", 1)[1]
-    env["PRL_RUN_ID"], env["PRL_RUN_NAME"] = uuid.uuid4().hex, run_name
-    paths = [str(TASKSETS)]  # the echo taskset, for the env servers
-    if subprocess.run([sys.executable, "-c", "import flash_attn"], capture_output=True, env=env).returncode != 0:
-        paths.append(str(HERE / "shims"))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (*paths, env.get("PYTHONPATH", "")) if p)
+                "--clean", "--dry-run", *extra]  # fmt: skip
+    env, marker = _env(run_name)
     t0 = time.monotonic()
     run(compose, cwd=work, env=env)
     run_dir = out_root / run_name
-    cfg_dir = run_dir / "configs"
-    orch = json.loads((cfg_dir / "orchestrator.json").read_text())
+    orch = json.loads((run_dir / "configs" / "orchestrator.json").read_text())
     hint_sources = [s["name"] for s in orch["train"]["source"] if s["algo"]["type"] == "opsd"]
     log_dir = run_dir / "rehearsal-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    completions = log_dir / "completions.jsonl"
-    procs = Procs(log_dir, env)
-    scripted = []  # what the scripted policy answers from
-    if spec.policy == "script":
-        scripted = [
-            "--tasks",
-            str(inputs["tasks"]),
-            "--states",
-            str(inputs["states"]),
-            "--journal",
-            str(inputs["journal"]),
-        ]
-    status = "ok"
+    return Launched(arm, steps, run_dir, orch, hint_sources, Procs(log_dir, env), marker, t0, (router, backend))
+
+
+def start_arm(run: Launched, work: Path) -> None:
+    """The arm's orchestrator (prime-rl's) and trainer stand-in."""
+    bin_dir = Path(sys.executable).parent
+    cfg_dir = run.run_dir / "configs"
+    sample = ARMS[run.arm].policy == "sample"
+    run.procs.start("orchestrator", [str(bin_dir / "orchestrator"), "@", str(cfg_dir / "orchestrator.json")], cwd=work)
+    run.procs.start("trainer", [sys.executable, str(HERE / "trainer.py"), str(cfg_dir / "trainer.json"),
+                                "--completions", str(run.completions), *(["--compare-objectives"] if sample else []),
+                                "--hint-sources", *run.hint_sources], cwd=work)  # fmt: skip
+
+
+def launch_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, *, extra: tuple[str, ...] = ()) -> Launched:
+    """One arm with its own processes: inference stand-in, env servers, orchestrator, trainer stand-in."""
+    env_base = free_port_block(8)
+    run = compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base)
     try:
-        procs.start("inference", [sys.executable, str(HERE / "inference_server.py"), "--model", str(model),
-                                  "--policy", spec.policy,
-                                  "--served-model-name", orch["model"]["name"], "--ports", str(router), str(backend),
-                                  *scripted, "--log", str(completions)], cwd=work)  # fmt: skip
-        for split in ("train", "eval"):
-            for cfg in sorted((cfg_dir / "envs" / split).glob("*.json")):
-                procs.start(f"env-{split}-{cfg.stem}", [str(bin_dir / "env-server"), "@", str(cfg)], cwd=work)
-        procs.start("orchestrator", [str(bin_dir / "orchestrator"), "@", str(cfg_dir / "orchestrator.json")], cwd=work)
-        trainer = procs.start("trainer", [sys.executable, str(HERE / "trainer.py"), str(cfg_dir / "trainer.json"),
-                                          "--completions", str(completions),
-                                          *(["--compare-objectives"] if spec.policy == "sample" else []),
-                                          "--hint-sources", *hint_sources], cwd=work)  # fmt: skip
-        orchestrator = procs.procs["orchestrator"]
-        while True:
-            if trainer.poll() is not None and orchestrator.poll() is not None:
-                break
-            dead = [n for n, p in procs.procs.items() if p.poll() not in (None, 0)]
+        start_inference(run.procs, run, inputs, work)
+        start_env_servers(run.procs, run.run_dir / "configs", work)
+        start_arm(run, work)
+    except BaseException:
+        run.procs.stop()
+        raise
+    return run
+
+
+def poll_arm(run: Launched, timeout_s: float) -> bool:
+    """Update the arm's status; True once it is over (finished, failed or timed out)."""
+    trainer, orchestrator = run.procs.procs["trainer"], run.procs.procs["orchestrator"]
+    elapsed = time.monotonic() - run.t0
+    if trainer.poll() is not None and orchestrator.poll() is not None:
+        run.status = "ok"
+    elif dead := [n for n, p in run.procs.procs.items() if p.poll() not in (None, 0)]:
+        run.status = f"failed: {', '.join(dead)} exited (see {run.run_dir / 'rehearsal-logs'})"
+    elif trainer.poll() == 0 and elapsed > timeout_s:
+        run.status = "ok"  # the trainer finished its steps; an orchestrator still evaluating is stopped
+    elif elapsed > timeout_s:
+        run.status = f"timeout after {timeout_s:.0f} s (see {run.run_dir / 'rehearsal-logs'})"
+    else:
+        return False
+    run.procs.stop()
+    run.wall = time.monotonic() - run.t0
+    return True
+
+
+def arm_result(run: Launched, inputs: dict[str, Path]) -> dict:
+    """The arm's report (report.arm_report) with its status, wall time and leftover processes."""
+    from report import arm_report
+
+    leftovers = marked_processes(run.marker)
+    sources = [s["name"] for s in run.orch["train"]["source"]]
+    report = arm_report(run.run_dir, run.steps, sources, run.hint_sources, inputs)
+    report.update(arm=run.arm, status=run.status, wall_s=round(run.wall, 1), leftover_processes=leftovers)
+    report["policy"] = ARMS[run.arm].policy
+    return report
+
+
+def rehearse_arms(
+    arms: list[str], inputs: dict[str, Path], work: Path, steps: int, timeout_s: float, extra: tuple[str, ...] = ()
+) -> list[dict]:
+    """Run ``arms``: one after the other, except that arms on the same sources (the learning arms) run side by side
+    against one shared set of env servers, so their start-ups overlap and the env servers start once."""
+    reports = []
+    solo = [a for a in arms if ARMS[a].policy == "script"]
+    together = [a for a in arms if ARMS[a].policy == "sample"]
+    for arm in solo:
+        run = launch_arm(arm, inputs, work, steps, extra=extra)
+        while not poll_arm(run, timeout_s):
+            time.sleep(1)
+        time.sleep(1)
+        reports.append(arm_result(run, inputs))
+    if together:
+        reports += rehearse_together(together, inputs, work, steps, timeout_s, extra)
+    return reports
+
+
+def rehearse_together(
+    arms: list[str], inputs: dict[str, Path], work: Path, steps: int, timeout_s: float, extra: tuple[str, ...]
+) -> list[dict]:
+    """The arms side by side: composed first, then an inference stand-in per arm and one set of env servers (the
+    first arm's composed configs) serving them all, then each arm's orchestrator and trainer start."""
+    env_base = free_port_block(8)
+    runs = [compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base) for arm in arms]
+    env, _ = _env("rehearsal-shared")
+    log_dir = work / "outputs" / "rehearsal-shared"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    shared = Procs(log_dir, env)
+    try:
+        for r in runs:
+            start_inference(shared, r, inputs, work, name=f"inference-{r.arm}")
+        start_env_servers(shared, runs[0].run_dir / "configs", work)
+        for r in runs:
+            r.t0 = time.monotonic()
+            start_arm(r, work)
+        pending = list(runs)
+        while pending:
+            pending = [r for r in pending if not poll_arm(r, timeout_s)]
+            dead = [n for n, p in shared.procs.items() if p.poll() is not None]
             if dead:
-                status = f"failed: {', '.join(dead)} exited (see {log_dir})"
-                break
-            if trainer.poll() == 0 and orchestrator.poll() is None and time.monotonic() - t0 > timeout_s:
-                break
-            if time.monotonic() - t0 > timeout_s:
-                status = f"timeout after {timeout_s:.0f} s (see {log_dir})"
+                for r in pending:
+                    r.procs.stop()
+                    r.status = f"failed: shared {', '.join(dead)} exited (see {log_dir})"
+                    r.wall = time.monotonic() - r.t0
                 break
             time.sleep(1)
     finally:
-        procs.stop()
-    wall = time.monotonic() - t0
+        for r in runs:
+            r.procs.stop()
+        shared.stop()
     time.sleep(1)
-    leftovers = marked_processes(marker.split("=", 1)[1])
-    from report import arm_report
-
-    sources = [s["name"] for s in orch["train"]["source"]]
-    report = arm_report(run_dir, steps, sources, hint_sources, inputs)
-    report.update(arm=arm, status=status, wall_s=round(wall, 1), leftover_processes=leftovers, policy=spec.policy)
-    return report
+    shared_left = marked_processes(env["CRF_REHEARSAL_RUN"])
+    reports = [arm_result(r, inputs) for r in runs]
+    for rep in reports:
+        rep["leftover_processes"] += shared_left
+    return reports
 
 
 def main() -> int:
@@ -300,6 +420,14 @@ def main() -> int:
         default=Path(os.environ.get("CRF_REHEARSAL_WORK", Path.home() / ".cache/crf-prime/rehearsal-work")),
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per arm")
+    parser.add_argument(
+        "--rl-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for prime-rl's launcher, after the arm's files (repeat: --rl-arg=--trainer.optim.lr "
+        "--rl-arg=1e-3)",
+    )
     parser.add_argument("--report-only", action="store_true", help="re-read <work>/report.json's runs and print")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
@@ -319,7 +447,7 @@ def main() -> int:
     t0 = time.monotonic()
     arms = [a for name in args.arms for a in (LEARN_ARMS if name == "learn" else [name])]
     inputs = prepare(args.work, arms)
-    reports = [rehearse_arm(arm, inputs, args.work, args.steps, args.timeout) for arm in arms]
+    reports = rehearse_arms(arms, inputs, args.work, args.steps, args.timeout, tuple(args.rl_arg))
     total = time.monotonic() - t0
     (args.work / "report.json").write_text(json.dumps({"wall_s": round(total, 1), "arms": reports}, indent=1))
     ok = print_report(reports, total)

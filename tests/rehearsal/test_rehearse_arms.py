@@ -1,0 +1,79 @@
+"""How rehearse.py ends an arm (poll_arm) and which arms share env servers: fast, no prime-rl needed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REHEARSE = Path(__file__).resolve().parents[2] / "scripts" / "rehearse"
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+rehearse = _load("rehearsal_rehearse", REHEARSE / "rehearse.py")
+
+
+class FakeProc:
+    """A Popen stand-in: ``code`` None = still running."""
+
+    def __init__(self, code: int | None) -> None:
+        self.code = code
+
+    def poll(self) -> int | None:
+        return self.code
+
+
+class FakeProcs:
+    def __init__(self, **procs: FakeProc) -> None:
+        self.procs = procs
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def _run(t0: float, **procs: FakeProc):
+    return rehearse.Launched("learn-a0", 3, Path("/nonexistent"), {}, [], FakeProcs(**procs), "m", t0)
+
+
+@pytest.mark.parametrize(
+    ("trainer", "orchestrator", "other", "age", "status"),
+    [
+        (0, 0, None, 1, "ok"),  # both finished
+        (None, None, None, 1, None),  # still running
+        (None, None, 1, 1, "failed: inference exited"),  # a process died
+        (0, None, None, 1000, "ok"),  # trainer done, orchestrator still evaluating at the timeout
+        (None, None, None, 1000, "timeout after 100 s"),
+    ],
+)
+def test_poll_arm_status(trainer, orchestrator, other, age, status) -> None:
+    run = _run(
+        time.monotonic() - age,
+        trainer=FakeProc(trainer),
+        orchestrator=FakeProc(orchestrator),
+        inference=FakeProc(other),
+    )
+    over = rehearse.poll_arm(run, timeout_s=100)
+    assert over is (status is not None)
+    assert run.procs.stopped is over
+    if status is None:
+        assert run.status == "running"
+    else:
+        assert run.status.startswith(status), run.status
+
+
+def test_learning_arms_sample_and_ladder_arms_script() -> None:
+    """rehearse_arms runs the sampling arms side by side (one env-server set) and the scripted ones alone."""
+    assert {a for a, spec in rehearse.ARMS.items() if spec.policy == "sample"} == set(rehearse.LEARN_ARMS)
+    assert {f"learn-{o}" for o in rehearse.OBJECTIVES} | {"learn-a0"} == set(rehearse.LEARN_ARMS)
