@@ -25,7 +25,7 @@ from crf_prime.errors import CrfError, ExitCode
 COMMANDS: dict[str, str] = {
     "featdel generate": "crf_prime.featdel.cli:generate",
     "featdel validate": "crf_prime.featdel.cli:validate",
-    "featdel corpus": "crf_prime.featdel.corpus:corpus",
+    "featdel corpus": "crf_prime.featdel.cli:corpus",
     "sandbox probe": "crf_prime.sandbox.cli:probe",
     "sandbox run": "crf_prime.sandbox.cli:run",
     "swe grade": "crf_prime.swe.cli:grade",

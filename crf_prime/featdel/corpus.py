@@ -18,15 +18,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from pydantic_config import BaseConfig
 
-from crf_prime.errors import InfraError, InputError, NothingProduced
+from crf_prime.errors import InfraError, InputError
 from crf_prime.extras import MissingExtraError
 from crf_prime.featdel.granularity import GRANULARITIES
-from crf_prime.featdel.models import Granularity, VerifyConfig
+from crf_prime.featdel.models import Granularity, PackageStatus, SourceLine, VerifyConfig
 from crf_prime.placement import GradingSandbox
 
 
@@ -63,39 +63,6 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """Retry packages that failed in an earlier run (finished ones are never redone)."""
     export_hf: bool = False
     """Also write ``OUT/hf`` as a ``datasets.DatasetDict`` (``train``/``eval``; needs the ``hf`` extra)."""
-
-
-class SourceLine(BaseModel):
-    """One line of the sources file."""
-
-    model_config = ConfigDict(frozen=True)
-
-    spec: str
-    """``pypi:NAME==VERSION`` or an absolute directory."""
-    slug: str
-    """Directory name under ``OUT/packages``."""
-    line: int
-    deselect: tuple[str, ...] = ()
-    """``--deselect NODEID`` on the line: tests that fail as shipped, left out (as ``featdel generate``)."""
-    extra_requirements: tuple[str, ...] = ()
-    """``--extra-requirement REQ`` on the line: test requirements the sdist does not declare."""
-
-
-class PackageStatus(BaseModel):
-    """``OUT/packages/<slug>/status.json``: how a package's Ray task ended."""
-
-    spec: str
-    status: Literal["done", "failed", "cancelled"]
-    """"cancelled" (time limit) is never written: the package runs again next time."""
-    settings: str
-    """Hash of the settings it ran with; a change redoes the package."""
-    reason: str = ""
-    """Why it failed (the error's message)."""
-    error: str = ""
-    """The error's class name."""
-    tasks: int = 0
-    seconds: float = 0.0
-    license: str = ""
 
 
 def read_sources(path: Path) -> list[SourceLine]:
@@ -402,53 +369,4 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
     return {s.slug: results[s.slug] for s in lines}
 
 
-def corpus(config: CorpusConfig) -> int:
-    """Feature Deletion tasks from a list of packages, in parallel on Ray: deduplicated, split, with a dataset card."""
-    from crf_prime.featdel.corpus_build import assemble, export_hf
-
-    lines = read_sources(config.sources)
-    out = config.out
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "packages").is_dir())):
-        raise InputError.field("out", f"{out} exists and is not a corpus directory; give a new or an earlier --out")
-    if config.export_hf:
-        from crf_prime.extras import require
-
-        require("datasets", "hf")
-    config.sandbox()  # no bubblewrap here: say so now, not once per package
-    config.out.mkdir(parents=True, exist_ok=True)
-    statuses = run_packages(config, lines)
-    summary = assemble(config.out, lines, statuses, eval_fraction=config.eval_fraction)
-    if config.export_hf:
-        export_hf(config.out)
-    print(
-        f"featdel corpus: {summary.tasks} tasks ({summary.splits.get('train', 0)} train, "
-        f"{summary.splits.get('eval', 0)} eval) from {summary.packages_done} packages "
-        f"({summary.packages_failed} failed, {summary.duplicates_exact + summary.duplicates_near} duplicates removed) "
-        f"-> {config.out}"
-    )
-    if summary.mutation is not None:
-        print(f"grader's mutation rate: {summary.mutation.line()}")
-        for g, st in summary.mutation_by_granularity.items():
-            print(f"  {g}: {st.line()}")
-        for slug, st in summary.mutation_by_package.items():
-            print(f"  {summary.packages[slug].spec}: {st.line()}")
-    if not summary.tasks:
-        raise NothingProduced(
-            f"{config.out}: no package produced a validated task (reasons: {config.out}/summary.json)"
-        )
-    from crf_prime.clihelp import print_next
-
-    print_next(
-        "",  # the summary line above says what was written
-        [
-            (
-                f'[orchestrator.train.source.env.taskset] id = "feature-deletion", tasks = "{config.out}", '
-                'corpus_split = "train"',
-                'the taskset config of a training source; an eval source takes corpus_split = "eval"',
-            )
-        ],
-    )
-    return 0
-
-
-__all__ = ["CorpusConfig", "PackageStatus", "SourceLine", "build_package", "corpus", "read_sources", "run_packages"]
+__all__ = ["CorpusConfig", "build_package", "read_sources", "run_packages"]

@@ -19,11 +19,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from crf_prime.featdel.corpus import PackageStatus, SourceLine
 from crf_prime.featdel.corpus_meta import TaskMeta
 from crf_prime.featdel.generate import load_tasks
 from crf_prime.featdel.granularity import GRANULARITIES, granularity_of
-from crf_prime.featdel.models import FeatdelTask, GenerateSummary, RateStats
+from crf_prime.featdel.models import FeatdelTask, GenerateSummary, PackageStatus, RateStats, SourceLine
 
 SPLITS = ("train", "eval")
 
