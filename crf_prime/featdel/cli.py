@@ -22,6 +22,7 @@ from crf_prime.extras import require
 from crf_prime.featdel.corpus import CorpusConfig, read_sources, run_packages
 from crf_prime.featdel.generate import GenerateConfig
 from crf_prime.placement import GradingSandbox
+from crf_prime.sandbox import Sandbox
 
 C = TypeVar("C")
 ProgressFn = Callable[[str, int, int], None]
@@ -187,7 +188,7 @@ def corpus(config: CorpusConfig) -> int:
         from crf_prime.extras import require
 
         require("datasets", "hf")
-    config.sandbox()  # no bubblewrap here: say so now, not once per package
+    Sandbox(config)  # no bubblewrap here: say so now, not once per package
     config.out.mkdir(parents=True, exist_ok=True)
     statuses = run_packages(config, lines)
     summary = assemble(config.out, lines, statuses, eval_fraction=config.eval_fraction)

@@ -73,6 +73,7 @@ from crf_prime.featdel.source import (
 from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env, pinned, visible_copies
 from crf_prime.outputs import output_dir
 from crf_prime.placement import GradingSandbox
+from crf_prime.sandbox import Sandbox
 
 DEFAULT_SOURCE = "pypi:toolz==1.2.0"
 logger = logging.getLogger(__name__)
@@ -172,7 +173,12 @@ def suite_failure(run: PytestRun) -> str:
 
 
 def run_baseline(
-    project: Project, env: TestEnv, sandbox, cfg: GenerateConfig, workspace: Path, spec: TestEnvSpec | None = None
+    project: Project,
+    env: TestEnv,
+    sandbox: Sandbox,
+    cfg: GenerateConfig,
+    workspace: Path,
+    spec: TestEnvSpec | None = None,
 ) -> Baseline:
     """One coverage run of the whole suite in the sandbox; fails clearly if the suite does not pass as shipped."""
     from crf_prime.featdel.testreqs import neutral_args
@@ -466,7 +472,7 @@ def gold_violation(task: FeatdelTask, task_dir: Path) -> Rejection | None:
 
 
 def validate_task(
-    task: FeatdelTask, task_dir: Path, *, sandbox, env: TestEnv, gold: GradeResult | None = None
+    task: FeatdelTask, task_dir: Path, *, sandbox: Sandbox, env: TestEnv, gold: GradeResult | None = None
 ) -> Rejection | None:
     """Gold obeys the code policy and passes every target test, the snapshot fails at least one, the suite collects.
     ``gold``: gold's grade already known (its policy checked) from a run shared with other tasks
@@ -521,7 +527,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
     seconds: dict[str, float] = {}
     progress = progress or (lambda phase, done, total: None)
     check_out(cfg.out)
-    sandbox = cfg.sandbox()
+    sandbox = Sandbox(cfg)
     workspace = Path(tempfile.mkdtemp(prefix="crf-featdel-gen-"))
     staging: Path | None = None
     try:
@@ -718,7 +724,9 @@ def validate_batch(
     return verdicts
 
 
-def _with_replay(task: FeatdelTask, task_dir: Path, sandbox, env: TestEnv) -> tuple[FeatdelTask, None, Counter[str]]:
+def _with_replay(
+    task: FeatdelTask, task_dir: Path, sandbox: Sandbox, env: TestEnv
+) -> tuple[FeatdelTask, None, Counter[str]]:
     """The task with its replay recorded (None when gold made no replayable call) and the calls dropped by reason."""
     from crf_prime.featdel.record import record_replay, servable
 
@@ -790,7 +798,7 @@ def validate_dir(
 ) -> list[tuple[FeatdelTask, Rejection | None]]:
     """Re-run validation on every task of a generated directory."""
     tasks = load_tasks(task_dir)
-    box = (sandbox or GradingSandbox()).sandbox()
+    box = Sandbox(sandbox or GradingSandbox())
     envs: dict[str, TestEnv] = {}
     for t in tasks:
         key = json.dumps(t.test_env.model_dump(), sort_keys=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 from crf_prime.extras import require
 from crf_prime.featdel.models import TestEnvSpec
 from crf_prime.featdel.source import SourceError, cache_root
+from crf_prime.sandbox import Sandbox
 
 # pytest plugin used only during the generator's coverage run: one coverage context per test node id
 # (coverage's "dynamic contexts"; the native ``dynamic_context = test_function`` collapses parametrisations).
@@ -145,7 +146,9 @@ def system_site_dirs() -> list[Path]:
     return sorted({Path(p) for pat in patterns for p in glob.glob(pat)})
 
 
-def visible_copies(names: tuple[str, ...], roots: list[Path] | None = None, *, sandbox=None) -> list[Path]:
+def visible_copies(
+    names: tuple[str, ...], roots: list[Path] | None = None, *, sandbox: Sandbox | None = None
+) -> list[Path]:
     """Installed copies of the project's top-level modules that a process in the box could read by path.
 
     With ``sandbox`` the check runs inside a box of that sandbox (an unsandboxed one sees the whole host), so it

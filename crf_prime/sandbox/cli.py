@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic_config import BaseConfig
 
 from crf_prime.errors import InputError
+from crf_prime.sandbox.box import Sandbox
 from crf_prime.sandbox.models import SandboxConfig
 
 
@@ -60,7 +61,7 @@ def run(config: RunConfig) -> int:
         raise InputError.field("argv", "no command given (crf-prime sandbox run [--field value ...] -- CMD [ARGS])")
     if not config.workdir.is_dir():
         raise InputError.field("workdir", f"{config.workdir} is not an existing directory")
-    box = config.sandbox()
+    box = Sandbox(config)
     try:
         result = box.run(config.argv, workdir=config.workdir, ro_binds=config.ro_binds, protected=config.protected)
     except ValueError as e:  # the box refuses a bind or workdir before running anything; the message names the field

@@ -27,6 +27,7 @@ from crf_prime.featdel.generate import DEFAULT_SOURCE
 from crf_prime.featdel.models import FeatdelTask, GradeResult
 from crf_prime.hints import HintTaskConfig
 from crf_prime.placement import GradingConfig, local_workdir, run_in_runtime
+from crf_prime.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from verifiers.v1.runtimes import Runtime
@@ -142,7 +143,7 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
         """The task's :class:`crf_prime.featdel.grader.Grader` (test venv built on first use, in the caller's thread)."""
         from crf_prime.featdel.grader import Grader
 
-        return Grader(self.row, Path(self.data.task_dir), sandbox=self.config.grading.sandbox())
+        return Grader(self.row, Path(self.data.task_dir), sandbox=Sandbox(self.config.grading))
 
     async def _grade_in_runtime(self, runtime: Runtime, changes: dict[str, str | None]) -> GradeResult:
         """Same fresh-copy grading, executed with ``runtime.run`` in a new directory of the runtime."""
