@@ -177,11 +177,11 @@ class LLMHintWriter:
         return self._pool
 
     def _local_pool(self) -> TeacherPool:
-        from crf_prime.teachers import AsyncioBackend, Ledger, PoolOptions, TeacherPool
+        from crf_prime.teachers import AsyncioBackend, Ledger, PoolConfig, TeacherPool
 
-        self._ledger = Ledger(self.journal, self.budget, retry_failed=True)  # reads the journal: off the event loop
+        self._ledger = Ledger(self.journal, self.budget)  # reads the journal: off the event loop
         backend = AsyncioBackend([self.teacher], api_keys={self.teacher.name: self._api_key})
-        return TeacherPool([self.teacher], backend, self._ledger, PoolOptions())
+        return TeacherPool(PoolConfig(teachers=(self.teacher,), budget=self.budget), backend, self._ledger)
 
     async def _live_pool(self) -> TeacherPool:
         """Join (or, first, serve) the named detached pool: one ledger actor shared by every process on the cluster."""

@@ -46,7 +46,6 @@ def run(config: ReplayConfig) -> int:
     from crf_prime.teachers.replay import replay_async
     from crf_prime.teachers.report import render
 
-    config.checked()
     output_dir("out", config.out)
     total = count_states(config.states)
     if total == 0:
@@ -66,7 +65,7 @@ def run(config: ReplayConfig) -> int:
         report = asyncio.run(
             replay_async(
                 config.states,
-                PoolConfig.model_validate(config.model_dump(include=set(PoolConfig.model_fields))),
+                config,
                 config.out,
                 backend=config.backend,
                 live=config.live,
