@@ -8,13 +8,16 @@ for any importable copy of the project's top-level names.
 from __future__ import annotations
 
 import fcntl
+import glob
 import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +54,6 @@ def default_spec(runtime_requirements: tuple[str, ...]) -> TestEnvSpec:
 
     Both come with the ``featdel`` extra; without them this raises MissingExtraError naming it.
     """
-    import re
 
     for module in ("pytest", "coverage"):
         require(module, "featdel")
@@ -134,7 +136,6 @@ def ensure_test_env(spec: TestEnvSpec, forbidden: tuple[str, ...] = (), *, cache
 
 def system_site_dirs() -> list[Path]:
     """Package directories of interpreters visible read-only inside the sandbox (/usr and the base prefix)."""
-    import glob
 
     patterns = [
         f"{sys.base_prefix}/lib/python3*/site-packages",
@@ -161,7 +162,6 @@ def visible_copies(
     ]
     if sandbox is None or not cands:
         return [c for c in cands if c.exists()]
-    import tempfile
 
     with tempfile.TemporaryDirectory(prefix="crf-featdel-leak-") as tmp:
         script = 'for p in "$@"; do [ -e "$p" ] && echo "$p"; done; exit 0'

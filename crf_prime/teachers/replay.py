@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from crf_prime.records.journal import JournalRecord
 from crf_prime.records.states import read_states
+from crf_prime.teachers import live as live_mode
 from crf_prime.teachers.agreement import SAME_ACTION_SOURCE
 from crf_prime.teachers.backends import AsyncioBackend, Backend, RayBackend
 from crf_prime.teachers.config import PoolConfig
@@ -70,8 +71,6 @@ async def replay_async(
     ledger: Ledger | None = None
     be: Backend
     if live is not None:
-        from crf_prime.teachers import live as live_mode
-
         pool = live_mode.serve(config, journal, name=live, api_keys=api_keys)
         be = pool.backend
     else:
