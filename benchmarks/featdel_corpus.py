@@ -28,7 +28,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from crf_prime.cli import signals_interrupt
-from crf_prime.featdel.corpus import CorpusConfig, corpus
+from crf_prime.featdel.cli import corpus
+from crf_prime.featdel.corpus import CorpusConfig
 from crf_prime.featdel.corpus_meta import TaskMeta
 from crf_prime.featdel.granularity import GRANULARITIES, granularity_of
 from crf_prime.featdel.models import GenerateSummary, VerifyConfig

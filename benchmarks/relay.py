@@ -40,6 +40,7 @@ from rich.table import Table
 from crf_prime.relay import node as node_mod
 from crf_prime.relay import origin as origin_mod
 from crf_prime.relay import transport
+from crf_prime.relay.config import PullConfig
 from crf_prime.relay.node import RelayNode
 from crf_prime.relay.origin import RelayOrigin
 
@@ -130,13 +131,19 @@ def main() -> None:
             _PHASE[0] = "publish"  # the origin writes its empty index when it starts
             with RelayOrigin(broadcasts, run / "data", shard_size=int(args.shard_mb * 1e6)) as origin:
                 publish_s = _timeit("publish", origin.poll_once)
-                one = RelayNode([origin.url], run / "node0" / "broadcasts", workers=args.workers)
+                one = RelayNode(
+                    PullConfig(server=[origin.url], broadcast_dir=run / "node0" / "broadcasts", workers=args.workers)
+                )
                 results = []
                 pull_s = _timeit("pull, 1 node", lambda one=one, results=results: results.append(one.pull_once()))
                 placed_s = results[0].seconds
                 assert same_tree(source, run / "node0" / "broadcasts" / "step_1")
                 many = [
-                    RelayNode([origin.url], run / f"node{i}" / "broadcasts", workers=args.workers)
+                    RelayNode(
+                        PullConfig(
+                            server=[origin.url], broadcast_dir=run / f"node{i}" / "broadcasts", workers=args.workers
+                        )
+                    )
                     for i in range(1, args.nodes + 1)
                 ]
                 with ThreadPoolExecutor(max_workers=max(1, args.nodes)) as pool:

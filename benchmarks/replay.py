@@ -62,7 +62,7 @@ from pathlib import Path
 from crf_prime.loopback import LoopbackOpenAI, Reply
 from crf_prime.records.models import Action, Source, ToolCall, TraceState
 from crf_prime.teachers.backends import AsyncioBackend, RayBackend
-from crf_prime.teachers.config import BudgetConfig, PoolOptions, TeacherConfig
+from crf_prime.teachers.config import BudgetConfig, PoolConfig, PoolOptions, TeacherConfig
 from crf_prime.teachers.ledger import Ledger
 from crf_prime.teachers.money import Ask
 from crf_prime.teachers.pool import TeacherPool
@@ -280,7 +280,7 @@ async def run_pool(backend_name: str, base_url: str, states, lat, workdir: Path,
     backend = Timed(inner, lat)
     journal = workdir / f"{backend_name}-{time.monotonic_ns()}.jsonl"
     ledger = TimedLedger(Ledger(journal, BUDGET))
-    pool = TeacherPool(teachers, backend, ledger, PoolOptions(queue=queue))
+    pool = TeacherPool(PoolConfig(teachers=tuple(teachers), pool=PoolOptions(queue=queue)), backend, ledger)
     t0 = time.perf_counter()
     outcomes = await pool.replay(states)
     wall = time.perf_counter() - t0

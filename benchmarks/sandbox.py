@@ -4,7 +4,7 @@
 
 Latency: median / p90 wall time of ``python -c pass`` (the host's base interpreter) over ``--runs`` runs after one
 warm-up, the variants interleaved in shuffled order (so load from other processes hits them alike), for: a bare ``subprocess.run``; the raw bubblewrap command line alone; ``Sandbox.run`` (bwrap + per-run
-cgroups + rlimits + capture + cleanup); ``Sandbox.arun`` on one long-lived event loop; ``Sandbox(unsandboxed=True)``.
+cgroups + rlimits + capture + cleanup); ``Sandbox.arun`` on one long-lived event loop; ``Sandbox(SandboxConfig(unsandboxed=True))``.
 Throughput: ``--jobs`` commands pushed through N concurrent slots, boxes vs bare asyncio subprocesses, in runs/s.
 Every ratio is against the bare baseline measured in the same run. Target (issue #3): <= +15 ms median overhead.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from crf_prime.sandbox import Sandbox, SandboxLimits, probe
+from crf_prime.sandbox import Sandbox, SandboxConfig, probe
 from crf_prime.sandbox.bwrap import build_argv
 
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else os.path.realpath(sys.executable)
@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sandbox unavailable: {status.reason}", file=sys.stderr)
         return 1
     console = Console()
-    box = Sandbox(SandboxLimits())
-    loose = Sandbox(SandboxLimits(), unsandboxed=True)
+    box = Sandbox(SandboxConfig())
+    loose = Sandbox(SandboxConfig(unsandboxed=True))
     with tempfile.TemporaryDirectory(prefix="crf-bench-") as tmp:
         workdir = Path(tmp)
         raw = build_argv(

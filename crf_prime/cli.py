@@ -14,10 +14,12 @@ import importlib
 import inspect
 import signal
 import sys
+import textwrap
 import threading
 import typing
 from collections.abc import Callable, Iterator, Sequence
 
+from crf_prime import __version__
 from crf_prime.errors import CrfError, ExitCode
 
 # command → "module:function"; the function's one parameter is annotated with its config class (or ``list[str]``
@@ -25,7 +27,7 @@ from crf_prime.errors import CrfError, ExitCode
 COMMANDS: dict[str, str] = {
     "featdel generate": "crf_prime.featdel.cli:generate",
     "featdel validate": "crf_prime.featdel.cli:validate",
-    "featdel corpus": "crf_prime.featdel.corpus:corpus",
+    "featdel corpus": "crf_prime.featdel.cli:corpus",
     "sandbox probe": "crf_prime.sandbox.cli:probe",
     "sandbox run": "crf_prime.sandbox.cli:run",
     "swe grade": "crf_prime.swe.cli:grade",
@@ -77,6 +79,7 @@ def split_command(argv: Sequence[str]) -> tuple[str | None, list[str]]:
 
 def parse(name: str, args: list[str]) -> object:
     """Parse a command's arguments into its config (``list[str]`` commands get them verbatim)."""
+    # start-up: `import crf_prime.cli` loads only the errors; each command pays for its own
     from pydantic_config import ConfigFileError, cli
 
     func = load(COMMANDS[name])
@@ -85,6 +88,7 @@ def parse(name: str, args: list[str]) -> object:
         return args
     own = args[: args.index("--")] if "--" in args else args
     if "-h" in own or "--help" in own:  # our renderer: 80 columns, effective defaults and ranges
+        # start-up: `import crf_prime.cli` loads only the errors; each command pays for its own
         from crf_prime.clihelp import render
 
         sys.stdout.write(render(cls, f"{PROG} {name}", inspect.getdoc(func) or ""))
@@ -113,6 +117,7 @@ def config_files(args: Sequence[str]) -> list[str]:
 
 def run(name: str, args: list[str]) -> int:
     """Parse and run one command; every user-facing error becomes one stderr line and its exit code."""
+    # start-up: `import crf_prime.cli` loads only the errors; each command pays for its own
     from pydantic_config import ConfigFileError
 
     try:
@@ -168,7 +173,6 @@ def one_line(message: str) -> str:
 
 def print_help() -> None:
     """The command list at 80 columns: each summary wrapped under its command name."""
-    import textwrap
 
     lines = [f"usage: {PROG} COMMAND [@ config.toml] [--field value ...]", "", *textwrap.wrap(DESCRIPTION, 80), ""]
     lines.append("commands:")
@@ -184,8 +188,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_help()
         return 0 if argv else int(ExitCode.BAD_INPUT)
     if argv[0] == "--version":
-        from crf_prime import __version__
-
         print(f"{PROG} {__version__}")
         return 0
     name, args = split_command(argv)

@@ -58,8 +58,8 @@ _FallbackLossOutputs.__name__ = _FallbackLossOutputs.__qualname__ = "LossOutputs
 
 def _import_prime_rl() -> tuple[type, type] | None:
     try:
-        from prime_rl.trainer.rl.loss import LossInputs as PrimeLossInputs
-        from prime_rl.trainer.rl.loss import LossOutputs as PrimeLossOutputs
+        from prime_rl.trainer.rl.loss import LossInputs as PrimeLossInputs  # optional host (prime-rl extra)
+        from prime_rl.trainer.rl.loss import LossOutputs as PrimeLossOutputs  # optional host (prime-rl extra)
     except ImportError:
         return None
     return PrimeLossInputs, PrimeLossOutputs

@@ -26,7 +26,7 @@ def check_loss(config: dict[str, Any]) -> tuple[list[Problem], list[str]]:
     model = getattr(fn, "kwargs_model", None)
     if model is None:
         return [], [f"{KEY}.kwargs: {import_path} declares no typed kwargs model; its kwargs are not checked"]
-    from loss_fns.kwargs import LossKwargsError, resolve
+    from loss_fns.kwargs import LossKwargsError, resolve  # start-up: loss_fns imports torch
 
     given = loss.get("kwargs") or {}
     try:

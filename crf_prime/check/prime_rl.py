@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic_config import cli
+
 PRIME_RL_SRC = "CRF_PRIME_RL_SRC"
 """Environment variable naming a prime-rl source checkout to import from when prime_rl is not installed."""
 
@@ -25,14 +27,13 @@ def import_rl_config() -> type:
         for path in reversed(source_paths(src)):
             if path not in sys.path:
                 sys.path.insert(0, path)
-    from prime_rl.configs.rl import RLConfig
+    from prime_rl.configs.rl import RLConfig  # optional host (prime-rl extra)
 
     return RLConfig
 
 
 def parse_rl_config(rl_config: type, args: Sequence[str]) -> Any:
     """``cli(RLConfig, args=…)``; raises prime-pydantic-config's ``ConfigFileError`` with the CLI-worded errors."""
-    from pydantic_config import cli
 
     return cli(rl_config, args=list(args))
 

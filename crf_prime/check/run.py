@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic_config import ConfigFileError
+
 from crf_prime.check.compose import compose_args
 from crf_prime.check.loss import check_loss
 from crf_prime.check.mix import channel_mix
@@ -53,7 +55,6 @@ def _check_rl_config(args: Sequence[str], config: CheckConfig, report: CheckRepo
         else:
             report.notes.append(f"RLConfig not validated: {message}")
         return None
-    from pydantic_config import ConfigFileError
 
     try:
         validated = parse_rl_config(rl_config, absolute_files(args, config.base_dir))

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from crf_prime.check.models import Problem
 from crf_prime.hints.models import HintTarget
+from crf_prime.teachers.config import ConfigError, load_pool_config
 
 INPUT_PATHS: dict[str, tuple[str, ...]] = {
     "feature-deletion": ("tasks",),
@@ -58,7 +59,7 @@ def check_sources(config: dict[str, Any], base_dir: Path) -> list[Problem]:
 
 def validate_env(key: str, table: dict[str, Any]) -> tuple[Any, list[Problem]]:
     """The env table as verifiers' single-agent env config (taskset and harness narrowed by id), or its problems."""
-    import verifiers.v1 as vf
+    import verifiers.v1 as vf  # optional host (verifiers extra)
 
     try:
         return vf.SingleAgentEnvConfig.model_validate(table), []
@@ -95,7 +96,6 @@ def check_inputs(key: str, taskset: Any, base_dir: Path) -> list[Problem]:
 
 def check_hint_writer(key: str, writer: Any, base_dir: Path) -> list[Problem]:
     """The teachers file loads and names the writer."""
-    from crf_prime.teachers.config import ConfigError, load_pool_config
 
     path = base_dir / writer.teachers
     if not path.is_file():

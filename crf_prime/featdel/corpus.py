@@ -18,16 +18,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from pydantic_config import BaseConfig
 
-from crf_prime.errors import InfraError, InputError, NothingProduced
-from crf_prime.extras import MissingExtraError
+from crf_prime.errors import InfraError, InputError
+from crf_prime.extras import MissingExtraError, require
+from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
 from crf_prime.featdel.granularity import GRANULARITIES
-from crf_prime.featdel.models import Granularity, VerifyConfig
+from crf_prime.featdel.models import Granularity, PackageStatus, SourceLine, VerifyConfig
+from crf_prime.featdel.source import SourceError, _parse_pypi_spec, extract_archive, license_of
 from crf_prime.placement import GradingSandbox
+from crf_prime.rayinit import init_ray
 
 
 class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
@@ -65,42 +68,8 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """Also write ``OUT/hf`` as a ``datasets.DatasetDict`` (``train``/``eval``; needs the ``hf`` extra)."""
 
 
-class SourceLine(BaseModel):
-    """One line of the sources file."""
-
-    model_config = ConfigDict(frozen=True)
-
-    spec: str
-    """``pypi:NAME==VERSION`` or an absolute directory."""
-    slug: str
-    """Directory name under ``OUT/packages``."""
-    line: int
-    deselect: tuple[str, ...] = ()
-    """``--deselect NODEID`` on the line: tests that fail as shipped, left out (as ``featdel generate``)."""
-    extra_requirements: tuple[str, ...] = ()
-    """``--extra-requirement REQ`` on the line: test requirements the sdist does not declare."""
-
-
-class PackageStatus(BaseModel):
-    """``OUT/packages/<slug>/status.json``: how a package's Ray task ended."""
-
-    spec: str
-    status: Literal["done", "failed", "cancelled"]
-    """"cancelled" (time limit) is never written: the package runs again next time."""
-    settings: str
-    """Hash of the settings it ran with; a change redoes the package."""
-    reason: str = ""
-    """Why it failed (the error's message)."""
-    error: str = ""
-    """The error's class name."""
-    tasks: int = 0
-    seconds: float = 0.0
-    license: str = ""
-
-
 def read_sources(path: Path) -> list[SourceLine]:
     """Parse the sources file; a bad line raises :class:`InputError` naming the file and line."""
-    from crf_prime.featdel.source import SourceError, _parse_pypi_spec
 
     if not path.is_file():
         raise InputError.field("sources", f"{path}: no such file")
@@ -182,9 +151,7 @@ def build_package(spec: str, pkg_dir: str, settings: dict, workers: int, tmp_roo
 
 
 def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dict:
-    from crf_prime.featdel.corpus_meta import task_meta
-    from crf_prime.featdel.generate import GenerateConfig, generate
-    from crf_prime.featdel.source import extract_archive
+    from crf_prime.featdel.corpus_meta import task_meta  # start-up: +9 ms on every command
 
     root = Path(pkg_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -241,8 +208,6 @@ def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dic
 
 def _license(task_dir: Path) -> str:
     """The licence the package's metadata declares (read back from its base archive's PKG-INFO / pyproject)."""
-    from crf_prime.featdel.generate import load_tasks
-    from crf_prime.featdel.source import extract_archive, license_of
 
     tasks = load_tasks(task_dir)
     if not tasks:
@@ -278,6 +243,7 @@ class _Progress:
         self.total = packages
         self.t0 = time.perf_counter()
         if self.tty:
+            # start-up: +199 ms on every command
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.bar = Progress(
@@ -321,8 +287,6 @@ class _Progress:
 
 def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, PackageStatus]:
     """Every listed package built or resumed (Ray tasks), by slug; failures included with their reasons."""
-    from crf_prime.extras import require
-    from crf_prime.rayinit import init_ray
 
     settings = {s.slug: package_settings(config, s) for s in lines}
     keys = {slug: settings_key(v) for slug, v in settings.items()}
@@ -402,53 +366,4 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
     return {s.slug: results[s.slug] for s in lines}
 
 
-def corpus(config: CorpusConfig) -> int:
-    """Feature Deletion tasks from a list of packages, in parallel on Ray: deduplicated, split, with a dataset card."""
-    from crf_prime.featdel.corpus_build import assemble, export_hf
-
-    lines = read_sources(config.sources)
-    out = config.out
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "packages").is_dir())):
-        raise InputError.field("out", f"{out} exists and is not a corpus directory; give a new or an earlier --out")
-    if config.export_hf:
-        from crf_prime.extras import require
-
-        require("datasets", "hf")
-    config.sandbox()  # no bubblewrap here: say so now, not once per package
-    config.out.mkdir(parents=True, exist_ok=True)
-    statuses = run_packages(config, lines)
-    summary = assemble(config.out, lines, statuses, eval_fraction=config.eval_fraction)
-    if config.export_hf:
-        export_hf(config.out)
-    print(
-        f"featdel corpus: {summary.tasks} tasks ({summary.splits.get('train', 0)} train, "
-        f"{summary.splits.get('eval', 0)} eval) from {summary.packages_done} packages "
-        f"({summary.packages_failed} failed, {summary.duplicates_exact + summary.duplicates_near} duplicates removed) "
-        f"-> {config.out}"
-    )
-    if summary.mutation is not None:
-        print(f"grader's mutation rate: {summary.mutation.line()}")
-        for g, st in summary.mutation_by_granularity.items():
-            print(f"  {g}: {st.line()}")
-        for slug, st in summary.mutation_by_package.items():
-            print(f"  {summary.packages[slug].spec}: {st.line()}")
-    if not summary.tasks:
-        raise NothingProduced(
-            f"{config.out}: no package produced a validated task (reasons: {config.out}/summary.json)"
-        )
-    from crf_prime.clihelp import print_next
-
-    print_next(
-        "",  # the summary line above says what was written
-        [
-            (
-                f'[orchestrator.train.source.env.taskset] id = "feature-deletion", tasks = "{config.out}", '
-                'corpus_split = "train"',
-                'the taskset config of a training source; an eval source takes corpus_split = "eval"',
-            )
-        ],
-    )
-    return 0
-
-
-__all__ = ["CorpusConfig", "PackageStatus", "SourceLine", "build_package", "corpus", "read_sources", "run_packages"]
+__all__ = ["CorpusConfig", "build_package", "read_sources", "run_packages"]

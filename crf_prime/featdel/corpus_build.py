@@ -19,11 +19,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from crf_prime.featdel.corpus import PackageStatus, SourceLine
+from crf_prime.extras import require
 from crf_prime.featdel.corpus_meta import TaskMeta
 from crf_prime.featdel.generate import load_tasks
 from crf_prime.featdel.granularity import GRANULARITIES, granularity_of
-from crf_prime.featdel.models import FeatdelTask, GenerateSummary, RateStats
+from crf_prime.featdel.models import FeatdelTask, GenerateSummary, PackageStatus, RateStats, SourceLine
+from crf_prime.featdel.source import SourceError
 
 SPLITS = ("train", "eval")
 
@@ -300,7 +301,6 @@ def dataset_card(summary: CorpusSummary, metas: list[TaskMeta]) -> str:
 
 def load_split(corpus_dir: Path, split: str) -> list[FeatdelTask]:
     """The task rows of one split of a corpus directory (``index.jsonl`` says which row is where)."""
-    from crf_prime.featdel.source import SourceError
 
     index = corpus_dir / "index.jsonl"
     if not index.is_file():
@@ -319,7 +319,6 @@ def export_hf(corpus_dir: Path):
 
     Columns: the index fields (split, project, licence, granularity, difficulty proxies), the prompt, and the full
     task row as JSON (``task``), which ``FeatdelTask.model_validate_json`` reads back."""
-    from crf_prime.extras import require
 
     datasets = require("datasets", "hf")
     tasks = load_tasks(corpus_dir)

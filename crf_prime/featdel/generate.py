@@ -15,6 +15,7 @@ re-implements it, the tests are the reward) made procedural and Docker-free:
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import logging
@@ -59,6 +60,7 @@ from crf_prime.featdel.models import (
     TestEnvSpec,
     VerifyConfig,
 )
+from crf_prime.featdel.record import record_replay, servable
 from crf_prime.featdel.runner import PytestRun, node_id, run_pytest
 from crf_prime.featdel.shared import shared_gold, shared_replay
 from crf_prime.featdel.source import (
@@ -70,9 +72,11 @@ from crf_prime.featdel.source import (
     pytest_config,
     source_files,
 )
+from crf_prime.featdel.syntax import parse
 from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env, pinned, visible_copies
 from crf_prime.outputs import output_dir
 from crf_prime.placement import GradingSandbox
+from crf_prime.sandbox import Sandbox
 
 DEFAULT_SOURCE = "pypi:toolz==1.2.0"
 logger = logging.getLogger(__name__)
@@ -172,10 +176,15 @@ def suite_failure(run: PytestRun) -> str:
 
 
 def run_baseline(
-    project: Project, env: TestEnv, sandbox, cfg: GenerateConfig, workspace: Path, spec: TestEnvSpec | None = None
+    project: Project,
+    env: TestEnv,
+    sandbox: Sandbox,
+    cfg: GenerateConfig,
+    workspace: Path,
+    spec: TestEnvSpec | None = None,
 ) -> Baseline:
     """One coverage run of the whole suite in the sandbox; fails clearly if the suite does not pass as shipped."""
-    from crf_prime.featdel.testreqs import neutral_args
+    from crf_prime.featdel.testreqs import neutral_args  # start-up: +12 ms on every command
 
     protected = protected_paths(project.root)
     deselect = neutral_args(spec.requirements if spec else ()) + tuple(
@@ -338,9 +347,6 @@ def _features(
 
 def _class_header(source: str, qualname: str) -> str:
     """First line of the class that owns method ``qualname`` ("" for a module-level function)."""
-    import ast
-
-    from crf_prime.featdel.syntax import parse
 
     parts = qualname.split(".")
     if len(parts) < 2:
@@ -466,7 +472,7 @@ def gold_violation(task: FeatdelTask, task_dir: Path) -> Rejection | None:
 
 
 def validate_task(
-    task: FeatdelTask, task_dir: Path, *, sandbox, env: TestEnv, gold: GradeResult | None = None
+    task: FeatdelTask, task_dir: Path, *, sandbox: Sandbox, env: TestEnv, gold: GradeResult | None = None
 ) -> Rejection | None:
     """Gold obeys the code policy and passes every target test, the snapshot fails at least one, the suite collects.
     ``gold``: gold's grade already known (its policy checked) from a run shared with other tasks
@@ -521,7 +527,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
     seconds: dict[str, float] = {}
     progress = progress or (lambda phase, done, total: None)
     check_out(cfg.out)
-    sandbox = cfg.sandbox()
+    sandbox = Sandbox(cfg)
     workspace = Path(tempfile.mkdtemp(prefix="crf-featdel-gen-"))
     staging: Path | None = None
     try:
@@ -675,7 +681,7 @@ def verifiable(
 ) -> FeatdelTask | Rejection:
     """The task with its replay gaps and mutation score, or why it is not written: a target without replayed calls
     (unless ``allow_unreplayed`` or the replay is off) or a grader that lets behaviour-changing mutants through."""
-    from crf_prime.featdel.strength import mutation_score
+    from crf_prime.featdel.strength import mutation_score  # start-up: +25 ms on every command
 
     gaps = unreplayed(task, task_dir)
     if gaps and cfg.replay and not cfg.allow_unreplayed:
@@ -718,9 +724,10 @@ def validate_batch(
     return verdicts
 
 
-def _with_replay(task: FeatdelTask, task_dir: Path, sandbox, env: TestEnv) -> tuple[FeatdelTask, None, Counter[str]]:
+def _with_replay(
+    task: FeatdelTask, task_dir: Path, sandbox: Sandbox, env: TestEnv
+) -> tuple[FeatdelTask, None, Counter[str]]:
     """The task with its replay recorded (None when gold made no replayable call) and the calls dropped by reason."""
-    from crf_prime.featdel.record import record_replay, servable
 
     original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
     try:
@@ -790,7 +797,7 @@ def validate_dir(
 ) -> list[tuple[FeatdelTask, Rejection | None]]:
     """Re-run validation on every task of a generated directory."""
     tasks = load_tasks(task_dir)
-    box = (sandbox or GradingSandbox()).sandbox()
+    box = Sandbox(sandbox or GradingSandbox())
     envs: dict[str, TestEnv] = {}
     for t in tasks:
         key = json.dumps(t.test_env.model_dump(), sort_keys=True)

@@ -41,6 +41,7 @@ from crf_prime.featdel.policy import (
 from crf_prime.featdel.runner import PytestRun, run_pytest
 from crf_prime.featdel.source import SourceError, extract_archive, is_test_path, strip_tree
 from crf_prime.featdel.testenv import TestEnv
+from crf_prime.sandbox import Sandbox
 
 # files the agent may never add, wherever they are (startup hooks, test config)
 FORBIDDEN_NAMES = frozenset({"conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "__main__.py"})
@@ -323,7 +324,7 @@ def grading_run(
     task_dir: Path,
     changes: dict[str, str | None],
     *,
-    sandbox,
+    sandbox: Sandbox,
     env: TestEnv,
     read_only_tree: bool = True,
     wall_seconds: float | None = None,

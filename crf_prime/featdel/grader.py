@@ -24,13 +24,15 @@ from crf_prime.featdel.models import FailedTest, FeatdelTask, GraderConfig, Grad
 from crf_prime.featdel.replay import ReplayVerdict, load_replay, replay_tree
 from crf_prime.featdel.runner import PytestRun
 from crf_prime.featdel.testenv import TestEnv, ensure_test_env
+from crf_prime.placement import GradingSandbox
+from crf_prime.sandbox import Sandbox
 
 Changes = dict[str, str | None]
 """The agent's edits to allow-listed files: path -> new text (None = deleted)."""
 
 
 class Grader:
-    """Grades attempts at one task. ``sandbox`` (a built sandbox, e.g. ``GradingSandbox().sandbox()``) and ``env``
+    """Grades attempts at one task. ``sandbox`` (a built sandbox, e.g. ``Sandbox(GradingSandbox())``) and ``env``
     (the task's test venv) are made on first use when not given; a Grader holds no per-attempt state, so one instance
     may grade many attempts, from many threads at once."""
 
@@ -39,7 +41,7 @@ class Grader:
         task: FeatdelTask,
         task_dir: Path,
         *,
-        sandbox=None,
+        sandbox: Sandbox | None = None,
         env: TestEnv | None = None,
         config: GraderConfig | None = None,
     ) -> None:
@@ -52,11 +54,10 @@ class Grader:
         self._env = env
 
     @property
-    def sandbox(self):
+    def sandbox(self) -> Sandbox:
+        """The box that runs the tests (the grading default, built on first use, when none was given)."""
         if self._sandbox is None:
-            from crf_prime.placement import GradingSandbox
-
-            self._sandbox = GradingSandbox().sandbox()
+            self._sandbox = Sandbox(GradingSandbox())
         return self._sandbox
 
     @property
@@ -165,7 +166,7 @@ def grade_changes(
     task_dir: Path,
     changes: Changes,
     *,
-    sandbox=None,
+    sandbox: Sandbox | None = None,
     env: TestEnv | None = None,
     config: GraderConfig | None = None,
     **switches: bool,

@@ -29,6 +29,39 @@ class VerifyConfig(BaseModel):
     """Keep a task only when its grader rejects at least this share of the behaviour-changing mutants."""
 
 
+class SourceLine(BaseModel):
+    """One line of the sources file."""
+
+    model_config = ConfigDict(frozen=True)
+
+    spec: str
+    """``pypi:NAME==VERSION`` or an absolute directory."""
+    slug: str
+    """Directory name under ``OUT/packages``."""
+    line: int
+    deselect: tuple[str, ...] = ()
+    """``--deselect NODEID`` on the line: tests that fail as shipped, left out (as ``featdel generate``)."""
+    extra_requirements: tuple[str, ...] = ()
+    """``--extra-requirement REQ`` on the line: test requirements the sdist does not declare."""
+
+
+class PackageStatus(BaseModel):
+    """``OUT/packages/<slug>/status.json``: how a package's Ray task ended."""
+
+    spec: str
+    status: Literal["done", "failed", "cancelled"]
+    """"cancelled" (time limit) is never written: the package runs again next time."""
+    settings: str
+    """Hash of the settings it ran with; a change redoes the package."""
+    reason: str = ""
+    """Why it failed (the error's message)."""
+    error: str = ""
+    """The error's class name."""
+    tasks: int = 0
+    seconds: float = 0.0
+    license: str = ""
+
+
 class SourceInfo(BaseModel):
     """Where the project came from."""
 

@@ -29,6 +29,7 @@ import functools
 import importlib
 import io
 import re
+import string
 import sys
 import tokenize
 import types
@@ -254,7 +255,6 @@ def _attr_name_problem(name: str) -> str:
 
 def _format_fields(text: str) -> list[str]:
     """Attribute names a format string's replacement fields look up (``{0.a[k].b:{1.c}}`` -> a, b, c)."""
-    import string
 
     out: list[str] = []
     try:

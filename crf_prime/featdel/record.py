@@ -31,6 +31,7 @@ from crf_prime.featdel.replay import CALL_TIMEOUT_S, LENIENT, lib_dir, run_drive
 from crf_prime.featdel.runner import run_pytest
 from crf_prime.featdel.source import strip_tree
 from crf_prime.featdel.testenv import TestEnv
+from crf_prime.sandbox import Sandbox
 
 MAX_CALLS_PER_TARGET = 40
 """Distinct recorded calls kept per target (the first ones the tests make)."""
@@ -65,7 +66,7 @@ def record_calls(
     task_dir: Path,
     original: dict[str, str],
     *,
-    sandbox,
+    sandbox: Sandbox,
     env: TestEnv,
     run_dir: Path,
     max_calls_by_target: dict[int, int] | None = None,
@@ -117,15 +118,28 @@ def plain_calls(recorded: list[dict]) -> list[dict]:
     return [{k: v for k, v in c.items() if k not in drop} for c in recorded]
 
 
-def gold_runs(sandbox, env: TestEnv, task: FeatdelTask, gold: Path, calls: list[dict]) -> tuple[dict, dict]:
+def gold_runs(sandbox: Sandbox, env: TestEnv, task: FeatdelTask, gold: Path, calls: list[dict]) -> tuple[dict, dict]:
     """Gold's outcomes on ``calls`` from two separate boxes (hash seeds 1 and 2) on the tree at ``gold/repo``.
 
     A timed-out call does not stop the others (a generated input may make gold hang; that input is dropped), and
     the box's wall limit grows with the number of calls."""
     limit = GOLD_CALL_TIMEOUT_S
-    extra = {"stop_on_timeout": False, "wall_s": 60.0 + 0.5 * len(calls) + 4 * limit}  # a generated input may hang
-    first = run_driver(sandbox, env, task, gold, calls, seed=1, hash_seed=1, call_timeout_s=limit, **extra)
-    second = run_driver(sandbox, env, task, gold, calls, seed=2, hash_seed=2, call_timeout_s=limit, **extra)
+    wall_seconds = 60.0 + 0.5 * len(calls) + 4 * limit
+    first, second = (  # every call runs (a generated input may hang) under a wall limit that grows with them
+        run_driver(
+            sandbox,
+            env,
+            task,
+            gold,
+            calls,
+            seed=seed,
+            hash_seed=seed,
+            call_timeout_s=limit,
+            stop_on_timeout=False,
+            wall_seconds=wall_seconds,
+        )
+        for seed in (1, 2)
+    )
     if not isinstance(first, dict) or not isinstance(second, dict):
         raise RuntimeError(f"task {task.task_id}: the gold replay produced no result")
     return first, second
@@ -229,7 +243,7 @@ def write_replay(
 
 
 def record_replay(
-    task: FeatdelTask, task_dir: Path, original: dict[str, str], *, sandbox, env: TestEnv
+    task: FeatdelTask, task_dir: Path, original: dict[str, str], *, sandbox: Sandbox, env: TestEnv
 ) -> tuple[ReplayInfo | None, Counter[str]]:
     """Record, derive and check gold's calls for ``task``; write the replay files under ``task_dir``."""
     dropped: Counter[str] = Counter()

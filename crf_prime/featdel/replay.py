@@ -25,6 +25,7 @@ from crf_prime.extras import require
 from crf_prime.featdel.models import FeatdelTask
 from crf_prime.featdel.source import is_test_path
 from crf_prime.featdel.testenv import TestEnv
+from crf_prime.sandbox import Sandbox
 
 LENIENT = "may_raise"
 """Key of gold's outcome of a call on which raising is accepted too (validation order; crf_prime/featdel/record.py)."""
@@ -104,7 +105,7 @@ def needs_site(task: FeatdelTask) -> bool:
 
 
 def run_driver(
-    sandbox,
+    sandbox: Sandbox,
     env: TestEnv,
     task: FeatdelTask,
     run_dir: Path,
@@ -117,14 +118,12 @@ def run_driver(
     followups: int = 4,
     call_timeout_s: float = CALL_TIMEOUT_S,
     stop_on_timeout: bool = True,
-    wall_s: float | None = None,
+    wall_seconds: float | None = None,
     strict: bool = True,
 ) -> object:
     """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none.
-    ``stop_on_timeout=False`` runs every call even after one timed out; ``wall_s`` replaces the box's wall limit;
+    ``stop_on_timeout=False`` runs every call even after one timed out; ``wall_seconds`` replaces the box's wall limit;
     ``strict=False`` lets the box read values through methods their class may override (hack suites only)."""
-    from crf_prime.sandbox import SandboxLimits
-
     repo = run_dir / "repo"
     lib = lib_dir(run_dir / "lib")
     inputs, out = run_dir / "in", run_dir / "out"
@@ -154,17 +153,15 @@ def run_driver(
         "strict": strict,
     }
     (inputs / "config.json").write_text(json.dumps(cfg))
-    base = sandbox.limits if hasattr(sandbox, "limits") else SandboxLimits()
-    wall = 30.0 + min(call_timeout_s + 0.5 * len(calls), 270.0) if mode == "run" else 120.0
-    wall = wall_s if wall_s is not None else wall
-    sandbox.run(
+    if wall_seconds is None:
+        wall_seconds = 30.0 + min(call_timeout_s + 0.5 * len(calls), 270.0) if mode == "run" else 120.0
+    sandbox.with_limits(wall_seconds=wall_seconds).run(
         [str(interpreter(env)), "-S", "-E", "-s", str(lib / "replay_box.py"), str(inputs / "config.json")],
         workdir=run_dir,
         cwd=repo,
         ro_binds=ro_binds,
         protected=[repo, lib, inputs],
         env={"PYTHONHASHSEED": str(hash_seed), "PYTHONDONTWRITEBYTECODE": "1"},
-        limits=base.model_copy(update={"wall_seconds": wall}),
     )
     if not result_path.is_file():
         return None
@@ -238,7 +235,7 @@ def _kind(outcome: object) -> str:
 
 
 def replay_tree(
-    sandbox,
+    sandbox: Sandbox,
     env: TestEnv,
     task: FeatdelTask,
     task_dir: Path,

@@ -482,10 +482,10 @@ def main(config_path: str) -> int:
 
 def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
     """Fresh calls generated from the recorded ones on gold's tree (inputs.py), pickled back with their parent's id."""
-    import hashlib
+    import hashlib  # in the box: the driver imports from its own directory
 
-    import cloudpickle
-    from inputs import followup_variations, generate
+    import cloudpickle  # in the box: the driver imports from its own directory
+    from inputs import followup_variations, generate  # in the box: the driver imports from its own directory
 
     targets = cfg["targets"]
     fns: dict[int, object] = {}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from crf_prime.featdel import hide_test_id
 from crf_prime.featdel.testenv import TestEnv
+from crf_prime.sandbox import Sandbox
 
 Outcome = tuple[str, str]  # (status: "passed" | "failed" | "error" | "skipped", message)
 
@@ -95,7 +96,7 @@ def pytest_env(repo: Path, pythonpath: Sequence[str], extra_paths: Sequence[Path
 
 
 def run_pytest(
-    sandbox,
+    sandbox: Sandbox,
     env: TestEnv,
     run_dir: Path,
     *,
@@ -135,13 +136,8 @@ def run_pytest(
     if collect_only:
         argv.append("--collect-only")
     argv += list(node_ids)
-    kwargs = {}
-    if wall_seconds is not None:
-        from crf_prime.sandbox import SandboxLimits
-
-        base = sandbox.limits if hasattr(sandbox, "limits") else SandboxLimits()
-        kwargs["limits"] = base.model_copy(update={"wall_seconds": wall_seconds})
-    result = sandbox.run(
+    box = sandbox if wall_seconds is None else sandbox.with_limits(wall_seconds=wall_seconds)
+    result = box.run(
         argv,
         workdir=run_dir,
         cwd=repo,
@@ -149,7 +145,6 @@ def run_pytest(
         protected=[repo / p for p in protected if (repo / p).exists()],
         env=pytest_env(repo, pythonpath, extra_paths),
         writable=[out] if read_only_tree else None,
-        **kwargs,
     )
     outcomes: dict[tuple[str, str], Outcome] = {}
     found = junit.is_file()

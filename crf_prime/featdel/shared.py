@@ -35,6 +35,7 @@ from crf_prime.featdel.record import (
 )
 from crf_prime.featdel.replay import run_driver, strip_tests, targets_of
 from crf_prime.featdel.testenv import TestEnv
+from crf_prime.sandbox import Sandbox
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +65,9 @@ def shareable(tasks: list[FeatdelTask], task_dir: Path) -> list[FeatdelTask]:
     return [t for t in group if _base_key(t) == _base_key(group[0])] if group else []
 
 
-def _wall(sandbox, n: int) -> float:
-    limits = getattr(sandbox, "limits", None)
-    return (limits.wall_seconds if limits is not None else 60.0) * max(n, 1)
+def _wall(sandbox: Sandbox, n: int) -> float:
+    """The box's wall limit for one run of ``n`` tasks' tests at once."""
+    return sandbox.limits.wall_seconds * max(n, 1)
 
 
 def _union(task: FeatdelTask, tests: tuple[str, ...], **update) -> FeatdelTask:
@@ -76,7 +77,7 @@ def _union(task: FeatdelTask, tests: tuple[str, ...], **update) -> FeatdelTask:
     )
 
 
-def shared_gold(tasks: list[FeatdelTask], task_dir: Path, *, sandbox, env: TestEnv) -> dict[str, GradeResult]:
+def shared_gold(tasks: list[FeatdelTask], task_dir: Path, *, sandbox: Sandbox, env: TestEnv) -> dict[str, GradeResult]:
     """task id -> gold's grade, for the tasks :func:`shareable` keeps, from one run of their target tests' union.
 
     Tasks absent from the answer are graded on their own: all of them when the run hit a box limit, wrote no junit
@@ -104,7 +105,7 @@ def shared_gold(tasks: list[FeatdelTask], task_dir: Path, *, sandbox, env: TestE
 
 
 def shared_replay(
-    tasks: list[FeatdelTask], task_dir: Path, *, sandbox, env: TestEnv
+    tasks: list[FeatdelTask], task_dir: Path, *, sandbox: Sandbox, env: TestEnv
 ) -> dict[str, tuple[FeatdelTask, Counter[str]]]:
     """task id -> (the task with its replay, calls dropped by reason) for the tasks :func:`shareable` keeps, from one
     recording run, one derivation and two gold boxes on the original tree. Tasks absent are recorded on their own

@@ -28,6 +28,7 @@ from crf_prime.featdel.mutants import Mutant, gold_mutants
 from crf_prime.featdel.record import gold_runs, reproduced
 from crf_prime.featdel.replay import compare, load_replay, run_driver, strip_tests
 from crf_prime.featdel.testenv import TestEnv
+from crf_prime.sandbox import Sandbox
 
 HELD_OUT_PER_TARGET = 200
 """Held-out calls generated per target (the served replay generates ``record.GENERATED_PER_TARGET``)."""
@@ -108,7 +109,7 @@ def _verdict(grader: Grader, m: Mutant, held: HeldOut | None) -> str:
     return "survived" if bad else "equivalent"
 
 
-def mutation_score(task: FeatdelTask, task_dir: Path, *, cap: int, sandbox, env: TestEnv) -> MutationScore:
+def mutation_score(task: FeatdelTask, task_dir: Path, *, cap: int, sandbox: Sandbox, env: TestEnv) -> MutationScore:
     """Grade up to ``cap`` mutants of ``task``'s gold (deterministic for the task's seed) and count the verdicts.
     The rate is measured only for tasks whose every target has replayed calls (None otherwise)."""
     original = apply_unified_diff(dict(task.broken_files), task.gold_patch)

@@ -8,19 +8,23 @@ for any importable copy of the project's top-level names.
 from __future__ import annotations
 
 import fcntl
+import glob
 import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from crf_prime.extras import require
 from crf_prime.featdel.models import TestEnvSpec
 from crf_prime.featdel.source import SourceError, cache_root
+from crf_prime.sandbox import Sandbox
 
 # pytest plugin used only during the generator's coverage run: one coverage context per test node id
 # (coverage's "dynamic contexts"; the native ``dynamic_context = test_function`` collapses parametrisations).
@@ -50,7 +54,6 @@ def default_spec(runtime_requirements: tuple[str, ...]) -> TestEnvSpec:
 
     Both come with the ``featdel`` extra; without them this raises MissingExtraError naming it.
     """
-    import re
 
     for module in ("pytest", "coverage"):
         require(module, "featdel")
@@ -133,7 +136,6 @@ def ensure_test_env(spec: TestEnvSpec, forbidden: tuple[str, ...] = (), *, cache
 
 def system_site_dirs() -> list[Path]:
     """Package directories of interpreters visible read-only inside the sandbox (/usr and the base prefix)."""
-    import glob
 
     patterns = [
         f"{sys.base_prefix}/lib/python3*/site-packages",
@@ -145,7 +147,9 @@ def system_site_dirs() -> list[Path]:
     return sorted({Path(p) for pat in patterns for p in glob.glob(pat)})
 
 
-def visible_copies(names: tuple[str, ...], roots: list[Path] | None = None, *, sandbox=None) -> list[Path]:
+def visible_copies(
+    names: tuple[str, ...], roots: list[Path] | None = None, *, sandbox: Sandbox | None = None
+) -> list[Path]:
     """Installed copies of the project's top-level modules that a process in the box could read by path.
 
     With ``sandbox`` the check runs inside a box of that sandbox (an unsandboxed one sees the whole host), so it
@@ -158,7 +162,6 @@ def visible_copies(names: tuple[str, ...], roots: list[Path] | None = None, *, s
     ]
     if sandbox is None or not cands:
         return [c for c in cands if c.exists()]
-    import tempfile
 
     with tempfile.TemporaryDirectory(prefix="crf-featdel-leak-") as tmp:
         script = 'for p in "$@"; do [ -e "$p" ] && echo "$p"; done; exit 0'

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 import tomllib
 from configparser import ConfigParser
 from configparser import Error as ConfigError
@@ -46,8 +47,8 @@ def _canon(name: str) -> str:
 
 def _clean(raw: list[str], project: str) -> list[str]:
     """Valid requirement strings for this interpreter, without the project itself."""
-    from packaging.markers import default_environment
-    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.markers import default_environment  # optional host (pip's packaging)
+    from packaging.requirements import InvalidRequirement, Requirement  # optional host (pip's packaging)
 
     env = default_environment()
     out = []
@@ -70,8 +71,8 @@ def _clean(raw: list[str], project: str) -> list[str]:
 
 def _extras_from_metadata(root: Path) -> dict[str, list[str]]:
     """extra name -> requirements, from PKG-INFO (Requires-Dist with ``extra == "x"``), pyproject or setup.cfg."""
-    from packaging.markers import default_environment
-    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.markers import default_environment  # optional host (pip's packaging)
+    from packaging.requirements import InvalidRequirement, Requirement  # optional host (pip's packaging)
 
     env = default_environment()
     out: dict[str, list[str]] = {}
@@ -157,7 +158,6 @@ def _tox_deps(root: Path) -> list[str]:
 def _this_python(factors: str) -> bool:
     """Whether a tox factor condition (``py311``, ``py3,py311``, ``py311-lint``) holds for this interpreter; other
     factors (a Django version, a lint env) name environments we do not build."""
-    import sys
 
     here = {"py", "py3", f"py{sys.version_info.major}{sys.version_info.minor}"}
     return any(f.strip() in here for alt in factors.split(",") for f in alt.split("-"))

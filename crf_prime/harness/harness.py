@@ -147,7 +147,7 @@ class SandboxHarness(Harness[SandboxHarnessConfig]):
     def sandbox(self) -> Sandbox:
         """The local box (probed once; raises SandboxUnavailable with how to fix it)."""
         if self._sandbox is None:
-            self._sandbox = self.config.sandbox()
+            self._sandbox = Sandbox(self.config)
         return self._sandbox
 
     async def setup(self, runtime: Runtime) -> None:

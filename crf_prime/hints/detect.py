@@ -182,7 +182,7 @@ def schema_errors(arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> li
     if not schema:
         return []
     try:
-        import jsonschema
+        import jsonschema  # optional host (verifiers extra)
     except ImportError:  # pragma: no cover - verifiers depends on it; keep a minimal check otherwise
         missing = [k for k in schema.get("required", ()) if k not in arguments]
         return [f"{k!r} is a required property" for k in missing]

@@ -26,10 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from crf_prime.extras import require
 from crf_prime.hints.attach import build_hint, store_hint, trace_info
 from crf_prime.hints.detect import condense, episode_messages
 from crf_prime.hints.models import FailingTest, HintTarget, HintWriterConfig
 from crf_prime.hints.templates import MAX_CHARS
+from crf_prime.rayinit import init_ray
+from crf_prime.records.models import TeacherRequest
+from crf_prime.teachers.config import check_priced
 
 if TYPE_CHECKING:
     from crf_prime.teachers import BudgetConfig, Ledger, TeacherConfig, TeacherPool
@@ -88,8 +92,7 @@ class LLMHintWriter:
         live: str | None = None,
         ray_address: str | None = "auto",
     ) -> None:
-        from crf_prime.teachers import BudgetConfig
-        from crf_prime.teachers.config import check_priced
+        from crf_prime.teachers import BudgetConfig  # start-up: not loaded by every command
 
         s = teacher.sampling
         self.teacher = teacher.model_copy(
@@ -110,8 +113,8 @@ class LLMHintWriter:
     @classmethod
     def from_config(cls, config: HintWriterConfig, **kwargs: Any) -> LLMHintWriter:
         """The writer a taskset's ``hint_writer`` table describes (teacher, journal, caps from the teachers file)."""
+        # start-up: not loaded by every command
         from crf_prime.teachers import BudgetConfig, ConfigError, load_pool_config
-        from crf_prime.teachers.config import check_priced
 
         pool = load_pool_config(config.teachers)
         teacher = next((t for t in pool.teachers if t.name == config.name), None)
@@ -177,18 +180,17 @@ class LLMHintWriter:
         return self._pool
 
     def _local_pool(self) -> TeacherPool:
-        from crf_prime.teachers import AsyncioBackend, Ledger, PoolOptions, TeacherPool
+        # start-up: not loaded by every command
+        from crf_prime.teachers import AsyncioBackend, Ledger, PoolConfig, TeacherPool
 
-        self._ledger = Ledger(self.journal, self.budget, retry_failed=True)  # reads the journal: off the event loop
+        self._ledger = Ledger(self.journal, self.budget)  # reads the journal: off the event loop
         backend = AsyncioBackend([self.teacher], api_keys={self.teacher.name: self._api_key})
-        return TeacherPool([self.teacher], backend, self._ledger, PoolOptions())
+        return TeacherPool(PoolConfig(teachers=(self.teacher,), budget=self.budget), backend, self._ledger)
 
     async def _live_pool(self) -> TeacherPool:
         """Join (or, first, serve) the named detached pool: one ledger actor shared by every process on the cluster."""
-        from crf_prime.extras import require
-        from crf_prime.rayinit import init_ray
-        from crf_prime.teachers import PoolConfig, PoolOptions
-        from crf_prime.teachers import live as live_mode
+        from crf_prime.teachers import PoolConfig, PoolOptions  # start-up: not loaded by every command
+        from crf_prime.teachers import live as live_mode  # start-up: +2744 ms on every command
 
         require("ray", "ray")  # a missing extra says so here, not in the worker thread
         assert self.live is not None
@@ -202,7 +204,6 @@ class LLMHintWriter:
 
     async def write(self, trace: Any, evidence: str) -> HintReply:
         """Ask the teacher (or the journal) for a hint; never raises for API, budget or journal trouble."""
-        from crf_prime.records.models import TeacherRequest
 
         messages = self.prompt(trace, evidence)
         episode = _episode_id(trace)

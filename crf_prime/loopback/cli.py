@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Annotated
@@ -108,7 +109,6 @@ def _run(argv: list[str], base_url: str) -> int:
 def _wait_for_signal() -> None:
     """Sleep until a signal: the CLI's handler turns SIGTERM / SIGINT into KeyboardInterrupt, so the server stops in
     ``serve``'s ``finally`` and the command exits 130 (interrupted, docs/cli.md) like every other."""
-    import signal
 
     while True:
         signal.pause()

@@ -44,6 +44,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict
 
 from crf_prime.boot import boot_id as machine_boot_id
+from crf_prime.relay.config import PullConfig
 from crf_prime.relay.layout import RELAY_DIR, STABLE, local_stable_steps, parse_step, step_dir
 from crf_prime.relay.manifest import (
     INDEX_NAME,
@@ -96,38 +97,18 @@ class PullResult(BaseModel):
     """Wall time (in seconds) after that, writing the step to disk (the engine can load it meanwhile)."""
 
 
-def normalize_server(url: str) -> str:
-    """``http(s)://host:port`` without a trailing slash; anything else is rejected with the offending value."""
-    url = url.strip().rstrip("/")
-    if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1]) == 0:
-        raise ValueError(f"relay server {url!r} must be an http:// or https:// URL")
-    return url
-
-
 class RelayNode:
-    """Pull steps from ``servers`` into ``broadcast_dir`` (the path the orchestrator will name)."""
+    """Pull steps from ``config.server`` into ``config.broadcast_dir`` (the path the orchestrator will name)."""
 
-    def __init__(
-        self,
-        servers: Sequence[str],
-        broadcast_dir: Path,
-        *,
-        keep: int = 2,
-        workers: int = 4,
-        attempts: int = 3,
-        timeout: float = 30,
-        retry_wait: float = 1.0,
-    ) -> None:
-        if not servers:
-            raise ValueError("at least one relay server is required")
-        if keep < 1 or workers < 1 or attempts < 1:
-            raise ValueError("keep, workers and attempts must be >= 1")
-        self.servers = [normalize_server(s) for s in servers]
-        self.broadcast_dir = Path(broadcast_dir)
-        self.keep = keep
-        self.workers = workers
-        self.attempts = attempts
-        self.timeout = timeout
+    def __init__(self, config: PullConfig, *, retry_wait: float = 1.0) -> None:
+        """``retry_wait``: seconds between passes over the servers after a failure (tests shorten it)."""
+        self.config = config
+        self.servers = list(config.server)
+        self.broadcast_dir = config.broadcast_dir
+        self.keep = config.keep
+        self.workers = config.workers
+        self.attempts = config.attempts
+        self.timeout = config.timeout
         self.retry_wait = retry_wait
         self.work = self.broadcast_dir / RELAY_DIR
         self.staging_root = self.work / "staging"

@@ -21,6 +21,7 @@ import os
 import re
 import select
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -192,8 +193,6 @@ class ServerConnection:
             sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.https:
-                import ssl
-
                 sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
             self._sock, self._pending = sock, b""
         return self._sock

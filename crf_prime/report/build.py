@@ -100,7 +100,7 @@ def plot(report: Report, arms: Sequence[ArmData], path: Path) -> None:
     """Bars with CI whiskers; a second panel with train reward over steps when any arm has a curve."""
     matplotlib = require("matplotlib", "report")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional host (report extra)
 
     curves = [a for a in arms if a.curve]
     fig, axes = plt.subplots(1, 2 if curves else 1, figsize=(11 if curves else 6, 4), squeeze=False)

@@ -1,6 +1,6 @@
 """Run model-written commands isolated with bubblewrap, under limits, with a structured result.
 
-``Sandbox(limits).run(argv, workdir=...)`` / ``await ...arun(...)``; ``probe()`` says whether isolation works here and
+``Sandbox(SandboxConfig(...)).run(argv, workdir=...)`` / ``await ...arun(...)``; ``probe()`` says whether isolation works here and
 which limits are enforced. Running without isolation is an explicit opt-in (``SandboxConfig.unsandboxed``).
 """
 

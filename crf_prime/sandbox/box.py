@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import os
 import resource
@@ -24,7 +25,7 @@ from typing import IO
 
 from crf_prime.sandbox.bwrap import DEFAULT_PATH, build_argv
 from crf_prime.sandbox.cgroups import RunCgroup, detect_layout
-from crf_prime.sandbox.models import LimitName, RunResult, SandboxLimits
+from crf_prime.sandbox.models import LimitName, RunResult, SandboxConfig, SandboxLimits
 from crf_prime.sandbox.probe import require
 
 logger = logging.getLogger(__name__)
@@ -106,22 +107,29 @@ def _signal_of(code: int) -> int | None:
 
 
 class Sandbox:
-    """Run commands isolated with bubblewrap (or, with ``unsandboxed=True``, explicitly without isolation).
+    """Run commands isolated with bubblewrap (or, with ``SandboxConfig.unsandboxed``, explicitly without isolation).
 
+    Built from its config: ``Sandbox(SandboxConfig(...))`` (a command's or grader's config inherits that model).
     Construction probes the host once and raises :class:`SandboxUnavailable` (saying how to fix it) when bubblewrap
     cannot isolate here. Safe to share across threads and asyncio tasks: every run has its own box and cgroup.
     """
 
-    def __init__(
-        self, limits: SandboxLimits | None = None, *, unsandboxed: bool = False, bwrap: str | None = None
-    ) -> None:
-        self.limits = limits or SandboxLimits()
-        self.unsandboxed = unsandboxed
-        if unsandboxed:
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        config = config or SandboxConfig()
+        self.limits = config.limits
+        self.unsandboxed = config.unsandboxed
+        if config.unsandboxed:
             self._bwrap: str | None = None
             logger.warning("crf_prime.sandbox: running commands WITHOUT isolation (unsandboxed=True)")
         else:
-            self._bwrap = require(bwrap).bwrap
+            self._bwrap = require(config.bwrap).bwrap
+
+    def with_limits(self, **changes: object) -> Sandbox:
+        """This box (same isolation, not probed again) with some limits changed, e.g. ``with_limits(wall_seconds=9)``;
+        the changed limits are validated like a config's."""
+        box = copy.copy(self)
+        box.limits = SandboxLimits.model_validate({**self.limits.model_dump(), **changes})
+        return box
 
     # -- public API ----------------------------------------------------------------------------------------------
     def run(

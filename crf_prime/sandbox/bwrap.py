@@ -14,6 +14,7 @@ other tasks' directories).
 from __future__ import annotations
 
 import functools
+import glob
 import os
 import sys
 import tempfile
@@ -69,7 +70,6 @@ def distribution_dirs() -> tuple[Path, ...]:
 
     The site-packages / dist-packages of /usr, /usr/local and the base interpreter prefix(es): everything a box
     can see that ``pip install`` writes to. A box sees the standard library, never a host-installed package."""
-    import glob
 
     prefixes = (Path("/usr"), Path("/usr/local"), *python_prefixes())
     found = {_resolved(d) for prefix in prefixes for pat in _DISTRIBUTION_DIRS for d in glob.glob(f"{prefix}/{pat}")}

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from crf_prime.errors import InfraError
-
-if TYPE_CHECKING:
-    from crf_prime.sandbox.box import Sandbox
 
 LimitName = Literal["wall", "cpu", "memory", "pids", "file_size", "output"]
 
@@ -63,12 +60,6 @@ class SandboxConfig(BaseModel):
         if isinstance(value, dict) and isinstance(default, SandboxLimits):
             return {**default.model_dump(), **value}
         return value
-
-    def sandbox(self) -> Sandbox:
-        """The box these settings describe (probed once; raises :class:`SandboxUnavailable` with how to fix it)."""
-        from crf_prime.sandbox.box import Sandbox
-
-        return Sandbox(self.limits, unsandboxed=self.unsandboxed, bwrap=self.bwrap)
 
 
 class RunResult(BaseModel):

@@ -9,7 +9,12 @@ from typing import Literal
 from pydantic_config import BaseConfig
 
 from crf_prime.errors import InputError, NegativeResult
-from crf_prime.swe.dataset import LITE
+from crf_prime.outputs import output_dir
+from crf_prime.swe.dataset import LITE, load_instances
+from crf_prime.swe.evalscript import eval_script
+from crf_prime.swe.fixture import build_mini_swebench
+from crf_prime.swe.grading import grade_instance_log
+from crf_prime.swe.logparse import PARSERS
 
 
 class InstanceConfig(BaseConfig):
@@ -41,7 +46,6 @@ class TestCmdConfig(InstanceConfig):
 
 
 def instance(config: InstanceConfig):  # -> SweInstance
-    from crf_prime.swe.dataset import load_instances
 
     (found,) = load_instances(config.dataset, config.split, instance_ids=[config.instance])
     return found
@@ -49,12 +53,9 @@ def instance(config: InstanceConfig):  # -> SweInstance
 
 def grade(config: GradeConfig) -> int:
     """Grade a test log for an instance with swebench's rules (exit 1: not resolved)."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    from crf_prime.swe.grading import grade_instance_log
-    from crf_prime.swe.logparse import PARSERS
+    from rich.console import Console  # start-up: +341 ms on every command
+    from rich.markup import escape  # start-up: +140 ms on every command
+    from rich.table import Table  # start-up: +55 ms on every command
 
     if not config.log.is_file():
         raise InputError.field("log", f"{config.log} {'is a directory' if config.log.is_dir() else 'does not exist'}")
@@ -90,8 +91,6 @@ def grade(config: GradeConfig) -> int:
 
 def mini_fixture(config: FixtureConfig) -> int:
     """Write the offline mini SWE-bench (git repo + instances.jsonl) into a new or empty directory."""
-    from crf_prime.outputs import output_dir
-    from crf_prime.swe.fixture import build_mini_swebench
 
     out = output_dir("out", config.out)
     if out.is_dir() and any(out.iterdir()):
@@ -108,7 +107,6 @@ def mini_fixture(config: FixtureConfig) -> int:
 
 def test_cmd(config: TestCmdConfig) -> int:
     """Print the eval script that runs an instance's tests."""
-    from crf_prime.swe.evalscript import eval_script
 
     print(eval_script(instance(config), repo_dir=config.repo_dir), end="")
     return 0

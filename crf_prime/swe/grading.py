@@ -37,6 +37,7 @@ from crf_prime.swe.logparse import (
     split_lines,
 )
 from crf_prime.swe.report import PYTEST_EXIT_CODES, ReportError, junit_status
+from crf_prime.swe.specs import repo_spec
 
 START_TEST_OUTPUT = ">>>>> Start Test Output"
 END_TEST_OUTPUT = ">>>>> End Test Output"
@@ -232,7 +233,6 @@ def grade_log(
 
 def grade_instance_log(instance, log: str, parser: str | None = None) -> GradeReport:
     """Grade ``log`` for a :class:`~crf_prime.swe.instance.SweInstance` with ``parser`` (default: its repo's)."""
-    from crf_prime.swe.specs import repo_spec
 
     parser = parser or repo_spec(instance).log_parser
     return grade_log(instance.instance_id, log, parser, instance.FAIL_TO_PASS, instance.PASS_TO_PASS)

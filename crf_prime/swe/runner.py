@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict
 
 from crf_prime.errors import InfraError
 from crf_prime.placement import GRADING_LIMITS, RUNTIME_MARGIN_S, GradingConfig, RuntimeLike, run_in_runtime
-from crf_prime.sandbox import SandboxLimits
+from crf_prime.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 from crf_prime.swe.changes import Selection, never_graded_dir, path_problem, select_changes
 from crf_prime.swe.directives import is_test_path, patch_files
 from crf_prime.swe.evalscript import eval_script
@@ -402,13 +402,12 @@ class SweRunner:
     async def _run_sandboxed(self, scratch: Path) -> tuple[str, str, int | None, bool, bool]:
         """The eval script in the box: ``scratch`` read-only but for ``scratch/out`` (the junit report); the tests
         run on a copy of ``scratch/repo`` in the box's size-capped private /tmp."""
-        from crf_prime.sandbox import SandboxUnavailable
 
         assert self.local_python is not None
         python = Path(self.local_python)
         prefix = Path(sys.prefix) if Path(self.local_python) == Path(sys.executable) else python.parent.parent
         try:
-            sandbox = self.grading.sandbox()
+            sandbox = Sandbox(self.grading)
             result = await asyncio.wait_for(
                 sandbox.arun(
                     ["bash", str(scratch / "bin" / "eval.sh")],

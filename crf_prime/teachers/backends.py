@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from crf_prime.errors import InfraError
+from crf_prime.rayinit import init_ray
 from crf_prime.records.journal import JournalRecord
 from crf_prime.records.models import TeacherRequest
 from crf_prime.teachers.client import WIRE, TeacherClient
@@ -170,7 +171,6 @@ class RayBackend:
         namespace: str | None = None,
         actors: dict[str, Any] | None = None,
     ) -> None:
-        from crf_prime.rayinit import init_ray
 
         self._ray = init_ray(include_dashboard=False, log_to_driver=False, namespace=namespace)
         self.teachers = {t.name: t for t in teachers}

@@ -15,12 +15,21 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from crf_prime.errors import InputError
+from crf_prime.errors import CrfError, ExitCode, InputError
 from crf_prime.pairs.build import AgreementConfig
 
 
 class ConfigError(InputError):
     """A teacher config file or field is invalid; the message names the file and the field."""
+
+
+class UnpricedCap(CrfError):
+    """A spend cap over a teacher without prices (:func:`check_priced`), found while a :class:`PoolConfig` is parsed.
+
+    Not a ``ValueError``, so pydantic lets it through as it is: the message names the teacher's price fields rather
+    than pydantic's summary of the whole model; the command line handles it as bad input (exit 2)."""
+
+    exit_code = ExitCode.BAD_INPUT
 
 
 class Sampling(BaseModel):
@@ -224,9 +233,13 @@ class PoolConfig(BaseModel):
             raise ValueError(f"teacher names must be unique; repeated: {', '.join(dup)}")
         return self
 
-    def checked(self) -> PoolConfig:
-        """This config after the checks that span tables (caps vs prices); raises :class:`ConfigError`."""
-        check_priced(self.teachers, self.budget)
+    @model_validator(mode="after")
+    def _caps_have_prices(self) -> PoolConfig:
+        """A spend cap needs every teacher's prices (:func:`check_priced`), checked once, when the config is parsed."""
+        try:
+            check_priced(self.teachers, self.budget)
+        except ConfigError as e:
+            raise UnpricedCap(str(e)) from None
         return self
 
 
@@ -261,7 +274,6 @@ def load_pool_config(path: str | Path) -> PoolConfig:
             where = _field_path(tuple(err["loc"]), data) or "(top level)"
             lines.append(f"  {where}: {err['msg']}")
         raise ConfigError("\n".join(lines)) from None
-    try:
-        return config.checked()
-    except ConfigError as e:
+    except UnpricedCap as e:
         raise ConfigError(f"{path}: {e}") from None
+    return config

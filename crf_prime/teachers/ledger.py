@@ -36,7 +36,7 @@ from typing import Literal
 
 from crf_prime.boot import boot_id
 from crf_prime.records.journal import JournalRecord, Key, read_journal
-from crf_prime.teachers.config import BudgetConfig
+from crf_prime.teachers.config import BudgetConfig, PoolOptions
 from crf_prime.teachers.journal import CallEvent, GroupCommit, Intent, IntentLog, Journal, intents_path, read_intents
 from crf_prime.teachers.money import Ask
 
@@ -84,17 +84,14 @@ class Ledger:
     """``commit`` settles the cost before its first ``await`` (see :class:`~crf_prime.teachers.pool.LedgerLike`)."""
 
     def __init__(
-        self,
-        journal_path: str | Path,
-        budget: BudgetConfig = BudgetConfig(),
-        *,
-        retry_failed: bool = True,
-        resend_lost: bool = False,
+        self, journal_path: str | Path, budget: BudgetConfig = BudgetConfig(), options: PoolOptions = PoolOptions()
     ) -> None:
+        """The caps are ``budget``'s; what a resumed run asks again is ``options``' (``retry_failed``,
+        ``resend_lost``)."""
         self.journal_path = Path(journal_path)
         self.budget = budget
-        self.retry_failed = retry_failed
-        self.resend_lost = resend_lost
+        self.retry_failed = options.retry_failed
+        self.resend_lost = options.resend_lost
         self.spent = 0.0
         self.trace_spent: dict[str, float] = defaultdict(float)
         self._rows: dict[Key, JournalRecord] = {}

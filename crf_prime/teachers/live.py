@@ -29,11 +29,8 @@ class LedgerActor(Ledger):
     """The ledger inside a Ray actor; it also hands the pool config to attaching processes."""
 
     def __init__(self, journal_path: str, config: dict[str, Any]) -> None:
-        self._config = PoolConfig.model_validate(config).checked()
-        opts = self._config.pool
-        super().__init__(
-            journal_path, self._config.budget, retry_failed=opts.retry_failed, resend_lost=opts.resend_lost
-        )
+        self._config = PoolConfig.model_validate(config)
+        super().__init__(journal_path, self._config.budget, self._config.pool)
 
     async def pool_config(self) -> dict[str, Any]:
         return self._config.model_dump()
@@ -86,7 +83,6 @@ def serve(
     api_keys: dict[str, str] | None = None,
 ) -> TeacherPool:
     """Start (or reuse) the detached actors of a live pool and return a pool attached to them."""
-    config.checked()  # a cap without prices fails here, in the caller, before any actor starts
     ray = _ray()
     ray.remote(LedgerActor).options(
         name=f"{name}:ledger",
@@ -96,7 +92,7 @@ def serve(
         num_cpus=0,
         max_restarts=-1,  # a restarted ledger re-reads the fsynced journal
         max_concurrency=1000,
-    ).remote(str(Path(journal_path).resolve()), config.model_dump())
+    ).remote(str(Path(journal_path).resolve()), config.model_dump(include=set(PoolConfig.model_fields)))
     RayBackend(config.teachers, api_keys=api_keys, name_prefix=name, detached=True, namespace=namespace)
     return attach(name, namespace=namespace)
 
@@ -111,7 +107,7 @@ def attach(name: str = "crf-teachers", *, namespace: str = DEFAULT_NAMESPACE) ->
     config = PoolConfig.model_validate(ray.get(ledger.pool_config.remote(), timeout=60))
     actors = {t.name: ray.get_actor(actor_name(name, t.name), namespace=namespace) for t in config.teachers}
     backend = RayBackend(config.teachers, actors=actors)
-    return TeacherPool(config.teachers, backend, RemoteLedger(ledger), config.pool)
+    return TeacherPool(config, backend, RemoteLedger(ledger))
 
 
 def shutdown(name: str = "crf-teachers", *, namespace: str = DEFAULT_NAMESPACE) -> int:

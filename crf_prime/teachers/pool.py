@@ -21,7 +21,7 @@ from crf_prime.records.models import TeacherRequest, TraceState
 from crf_prime.teachers.agreement import all_agree
 from crf_prime.teachers.backends import Backend, NotSubmitted
 from crf_prime.teachers.client import WIRE, question_params, teacher_messages
-from crf_prime.teachers.config import PoolOptions, TeacherConfig
+from crf_prime.teachers.config import PoolConfig, PoolOptions, TeacherConfig
 from crf_prime.teachers.ledger import Admission
 from crf_prime.teachers.money import Ask, Content, params_json, plan
 
@@ -111,10 +111,11 @@ class _Payload:
 
 
 class TeacherPool:
-    def __init__(
-        self, teachers: Iterable[TeacherConfig], backend: Backend, ledger: LedgerLike, options: PoolOptions
-    ) -> None:
-        self.teachers = list(teachers)
+    """Asks a config's teachers (through ``backend``) for the next action at each state, under ``ledger``'s caps."""
+
+    def __init__(self, config: PoolConfig, backend: Backend, ledger: LedgerLike) -> None:
+        options = config.pool
+        self.teachers = list(config.teachers)
         self.backend = backend
         self.ledger = ledger
         self.options = options

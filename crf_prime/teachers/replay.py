@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from crf_prime.records.journal import JournalRecord
 from crf_prime.records.states import read_states
+from crf_prime.teachers import live as live_mode
 from crf_prime.teachers.agreement import SAME_ACTION_SOURCE
 from crf_prime.teachers.backends import AsyncioBackend, Backend, RayBackend
 from crf_prime.teachers.config import PoolConfig
@@ -64,25 +65,21 @@ async def replay_async(
     api_keys: dict[str, str] | None = None,
 ) -> ReplayReport:
     """Replay every state of ``states_path``; the journal and report.json land in ``out_dir``."""
-    config.checked()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     journal = out / JOURNAL_NAME
     ledger: Ledger | None = None
     be: Backend
     if live is not None:
-        from crf_prime.teachers import live as live_mode
-
         pool = live_mode.serve(config, journal, name=live, api_keys=api_keys)
         be = pool.backend
     else:
-        opts = config.pool
-        ledger = Ledger(journal, config.budget, retry_failed=opts.retry_failed, resend_lost=opts.resend_lost)
+        ledger = Ledger(journal, config.budget, config.pool)
         if backend == "ray":
             be = RayBackend(config.teachers, api_keys=api_keys)
         else:
             be = AsyncioBackend(config.teachers, api_keys=api_keys)
-        pool = TeacherPool(config.teachers, be, ledger, config.pool)
+        pool = TeacherPool(config, be, ledger)
     progress = Progress()
 
     def on_record(rec: JournalRecord, _: StateOutcome) -> None:

@@ -13,6 +13,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
+from rich.console import Console
+from rich.table import Table
 
 from crf_prime.records.journal import JournalRecord
 from crf_prime.teachers.pool import StateOutcome
@@ -222,8 +224,6 @@ def _fmt_s(v: float | None) -> str:
 
 def render(report: ReplayReport, console: object | None = None) -> None:
     """Print the report as rich tables."""
-    from rich.console import Console
-    from rich.table import Table
 
     con = console if console is not None else Console()
     t = Table(title=f"teacher replay ({report.backend}) - cost and latency", show_lines=False)

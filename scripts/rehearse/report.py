@@ -145,13 +145,14 @@ def _rebuilt_changes(row, trace: dict) -> dict[str, str | None]:
 def _regrade(rows: dict, task_dir: Path, trace: dict) -> float:
     from crf_prime.featdel.grader import grade_changes
     from crf_prime.placement import GradingSandbox
+    from crf_prime.sandbox import Sandbox
 
     row = rows[trace["task"]["data"]["name"]]
     changes = _rebuilt_changes(row, trace)
     key = hashlib.sha256(json.dumps([row.task_id, sorted(changes.items())]).encode()).hexdigest()
     if key not in _GRADES:
         _GRADES[key] = grade_changes(
-            row, task_dir, changes, sandbox=GradingSandbox.model_validate({"limits": {"wall_seconds": 120}}).sandbox()
+            row, task_dir, changes, sandbox=Sandbox(GradingSandbox.model_validate({"limits": {"wall_seconds": 120}}))
         ).score
     return _GRADES[key]
 

@@ -19,6 +19,7 @@ from featdel_support import INFLECTION, agent_tree
 
 from crf_prime.featdel.generate import GenerateConfig, generate
 from crf_prime.featdel.grader import grade_tree
+from crf_prime.sandbox import Sandbox, SandboxConfig
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -45,7 +46,7 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, 
     return tmpdir, made
 
 
-class _BrokenSandbox:
+class _BrokenSandbox(Sandbox):
     """A sandbox whose run fails (infrastructure failure mid-grading)."""
 
     def run(self, *args, **kwargs):
@@ -62,7 +63,7 @@ def test_generate_and_grading_leave_nothing(private_tmp, tmp_path: Path) -> None
     assert grade_tree(task, out, tree).score == 0.0  # success of the grader (the snapshot scores 0)
     assert _leftovers(tmpdir) == []
     with pytest.raises(RuntimeError, match="sandbox broke"):  # failure mid-grading
-        grade_tree(task, out, tree, sandbox=_BrokenSandbox())
+        grade_tree(task, out, tree, sandbox=_BrokenSandbox(SandboxConfig(unsandboxed=True)))
     assert _leftovers(tmpdir) == []
     names = {Path(p).name.rsplit("-", 1)[0] for p in made if Path(p).parent == tmpdir}
     assert {"crf-featdel-gen", "crf-featdel-grade"} <= names  # they were made here, and removed

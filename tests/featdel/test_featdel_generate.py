@@ -17,6 +17,7 @@ from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.source import SourceError
 from crf_prime.featdel.testenv import ensure_test_env
 from crf_prime.placement import GradingSandbox
+from crf_prime.sandbox import Sandbox
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -225,7 +226,7 @@ def test_suite_failing_as_shipped_is_a_clear_error(tmp_path: Path) -> None:
     assert len(tasks) == 1 and "--deselect" in tasks[0].pytest_args
     task = tasks[0]
     env = ensure_test_env(task.test_env)
-    assert validate_task(task, tmp_path / "out", sandbox=GradingSandbox().sandbox(), env=env) is None
+    assert validate_task(task, tmp_path / "out", sandbox=Sandbox(GradingSandbox()), env=env) is None
 
 
 def test_bad_sources_fail_clearly(tmp_path: Path) -> None:

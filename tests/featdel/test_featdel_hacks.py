@@ -24,6 +24,7 @@ from crf_prime.featdel.models import FeatdelTask
 from crf_prime.featdel.runner import run_pytest
 from crf_prime.featdel.testenv import ensure_test_env
 from crf_prime.placement import GradingSandbox
+from crf_prime.sandbox import Sandbox
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -82,7 +83,7 @@ def naive_passes(task: FeatdelTask, task_dir: Path, tree: Path) -> bool:
             if not (run_dir / "repo" / rel).exists():
                 shutil.copy2(pristine / rel, run_dir / "repo" / rel)
         run = run_pytest(
-            GradingSandbox().sandbox(),
+            Sandbox(GradingSandbox()),
             ensure_test_env(task.test_env),
             run_dir,
             pythonpath=task.pythonpath,

@@ -14,7 +14,7 @@ from crf_prime.featdel.generate import GenerateConfig, generate
 from crf_prime.featdel.grader import grade_changes
 from crf_prime.featdel.testenv import ensure_test_env, visible_copies
 from crf_prime.placement import GradingSandbox
-from crf_prime.sandbox import SandboxConfig
+from crf_prime.sandbox import Sandbox, SandboxConfig
 from crf_prime.sandbox.bwrap import distribution_dirs
 
 pytestmark = pytest.mark.bwrap
@@ -38,7 +38,7 @@ def test_box_hides_installed_distributions(tmp_path: Path) -> None:
     host = subprocess.run([str(base_python), "-c", code], capture_output=True, text=True, check=True)
     assert host.stdout.startswith(str(site))  # the host interpreter imports it from there
 
-    sandbox = GradingSandbox().sandbox()
+    sandbox = Sandbox(GradingSandbox())
     script = f'ls -A "{site}" | wc -l; cat "{site}/{HOST_PACKAGE}/__init__.py" >/dev/null 2>&1 || echo unreadable'
     seen = sandbox.run(["/bin/sh", "-c", script], workdir=tmp_path)
     assert seen.stdout.split() == ["0", "unreadable"]
@@ -50,7 +50,7 @@ def test_box_hides_installed_distributions(tmp_path: Path) -> None:
     # the leak check: on the host the copy is there, in the box it is not
     assert visible_copies((HOST_PACKAGE,), [site]) == [site / HOST_PACKAGE]
     assert visible_copies((HOST_PACKAGE,), [site], sandbox=sandbox) == []
-    assert visible_copies((HOST_PACKAGE,), [site], sandbox=SandboxConfig(unsandboxed=True).sandbox()) == [
+    assert visible_copies((HOST_PACKAGE,), [site], sandbox=Sandbox(SandboxConfig(unsandboxed=True))) == [
         site / HOST_PACKAGE
     ]
 
@@ -64,5 +64,5 @@ def test_a_package_installed_on_the_host_is_a_source(tmp_path: Path) -> None:
     assert summary.valid == len(tasks) == 2
     env = ensure_test_env(tasks[0].test_env)
     # the deleted code is nowhere in the box: the snapshot as given fails its target tests
-    graded = grade_changes(tasks[0], out, {}, sandbox=GradingSandbox().sandbox(), env=env)
+    graded = grade_changes(tasks[0], out, {}, sandbox=Sandbox(GradingSandbox()), env=env)
     assert graded.score == 0.0 and graded.failed

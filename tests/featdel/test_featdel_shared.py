@@ -17,6 +17,7 @@ from crf_prime.featdel.generate import GenerateConfig, generate, validate_batch
 from crf_prime.featdel.runner import node_id
 from crf_prime.featdel.testenv import ensure_test_env
 from crf_prime.placement import GradingSandbox
+from crf_prime.sandbox import Sandbox
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -112,7 +113,7 @@ class Spy:
 def _batch(tasks, out: Path) -> dict:
     env = ensure_test_env(tasks[0].test_env)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return validate_batch(tasks, out, sandbox=GradingSandbox().sandbox(), env=env, pool=pool)
+        return validate_batch(tasks, out, sandbox=Sandbox(GradingSandbox()), env=env, pool=pool)
 
 
 def test_a_target_test_failing_on_the_original_is_never_accepted(generated, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,7 +158,7 @@ def test_shared_results_match_one_run_per_task(generated) -> None:
     out, by = generated
     tasks = list(by.values())
     env = ensure_test_env(tasks[0].test_env)
-    box = GradingSandbox().sandbox()
+    box = Sandbox(GradingSandbox())
     together = shared.shared_gold(tasks, out, sandbox=box, env=env)
     for t in tasks:
         alone = gen.grade_changes(t, out, shared.original_gold(t, out), sandbox=box, env=env)

@@ -32,7 +32,7 @@ async def test_protected_path_cannot_be_swapped_for_a_symlink(tmp_path: Path) ->
     work = tmp_path / "work"
     (work / "tests").mkdir(parents=True)
     (work / "tests" / "test_x.py").write_text("def test(): assert False\n")
-    executor = SandboxExecutor(Sandbox(CONFIG.limits), work, limits=CONFIG.limits, protected=[Path("tests")])
+    executor = SandboxExecutor(Sandbox(CONFIG), work, limits=CONFIG.limits, protected=[Path("tests")])
     rollout = _Rollout(executor, CONFIG)
     script = f"echo 'def test(): pass' > tests/test_x.py; mv tests gone; rm -rf tests; ln -s {host} tests; echo done"
     out = await rollout.call("bash", json.dumps({"command": script}))

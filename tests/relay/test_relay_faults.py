@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from relay_testkit import REPO, ServerProcess, same_tree, staged_shards, visible_steps, write_checkpoint
 
+from crf_prime.relay.config import PullConfig
 from crf_prime.relay.layout import RELAY_DIR
 from crf_prime.relay.manifest import RelayError, ShardEntry
 from crf_prime.relay.node import UNFLUSHED, RelayNode, across_files, boot_id
@@ -35,7 +36,9 @@ def test_server_killed_mid_transfer_then_failover_resumes(tmp_path: Path, origin
         index = server.wait_published(7)
         assert len(index.get(7).shards) >= 10
         node_dir = tmp_path / "node" / "broadcasts"
-        node = RelayNode([server.url], node_dir, workers=1, attempts=2, retry_wait=0.05)
+        node = RelayNode(
+            PullConfig(server=[server.url], broadcast_dir=node_dir, workers=1, attempts=2), retry_wait=0.05
+        )
         seen: list[str] = []
 
         def kill_after_second_shard(manifest, shard, reused) -> None:
@@ -53,7 +56,9 @@ def test_server_killed_mid_transfer_then_failover_resumes(tmp_path: Path, origin
     # a second server publishing the same broadcast dir serves identical shards (deterministic archive)
     with RelayOrigin(origin_dir, tmp_path / "data-b", shard_size=int(SHARD_MB * 1e6)) as mirror:
         mirror.poll_once()
-        node = RelayNode([server.url, mirror.url], node_dir, workers=2, attempts=2, retry_wait=0.05)
+        node = RelayNode(
+            PullConfig(server=[server.url, mirror.url], broadcast_dir=node_dir, workers=2, attempts=2), retry_wait=0.05
+        )
         result = node.pull_once()
     assert result is not None and result.step == 7
     assert result.reused_shards == 2
@@ -78,7 +83,7 @@ def test_damaged_shard_is_never_published(tmp_path: Path, origin_dir: Path, dama
             victim.write_bytes(bytes(data))
         else:
             victim.write_bytes(bytes(data[: shard.offset + shard.size // 3]))
-        node = RelayNode([bad.url], node_dir, workers=2, attempts=2, retry_wait=0.05)
+        node = RelayNode(PullConfig(server=[bad.url], broadcast_dir=node_dir, workers=2, attempts=2), retry_wait=0.05)
         with pytest.raises(RelayError, match=f"shard {manifest.shards[3].name} could not be verified"):
             node.pull_once()
         assert visible_steps(node_dir) == []
@@ -87,7 +92,9 @@ def test_damaged_shard_is_never_published(tmp_path: Path, origin_dir: Path, dama
         # with a healthy second server the bad copy is routed around
         with RelayOrigin(origin_dir, tmp_path / "data-b", shard_size=shard_size) as good:
             good.poll_once()
-            node = RelayNode([bad.url, good.url], node_dir, workers=2, attempts=2, retry_wait=0.05)
+            node = RelayNode(
+                PullConfig(server=[bad.url, good.url], broadcast_dir=node_dir, workers=2, attempts=2), retry_wait=0.05
+            )
             result = node.pull_once()
     assert result is not None and result.step == 7
     assert same_tree(origin_dir / "step_7", node_dir / "step_7")
@@ -142,11 +149,12 @@ def test_step_placed_then_killed_before_flush_is_flushed_in_the_same_boot(tmp_pa
     with RelayOrigin(origin_dir, tmp_path / "data", shard_size=int(SHARD_MB * 1e6)) as origin:
         origin.poll_once()
         with pytest.raises(KeyboardInterrupt):
-            _DiesBeforeFlush([origin.url], node_dir, workers=2).pull_once()
+            _DiesBeforeFlush(PullConfig(server=[origin.url], broadcast_dir=node_dir, workers=2)).pull_once()
         assert visible_steps(node_dir) == ["step_7"]  # the engine may load it at once: the page cache has it
         assert marker.read_text() == boot_id()
 
-        RelayNode([origin.url], node_dir)  # a restarted node on the same boot finishes the flush
+        # a restarted node on the same boot finishes the flush
+        RelayNode(PullConfig(server=[origin.url], broadcast_dir=node_dir))
     assert not marker.exists()
     assert visible_steps(node_dir) == ["step_7"]
     assert same_tree(origin_dir / "step_7", node_dir / "step_7")
@@ -157,14 +165,14 @@ def test_step_placed_before_a_power_loss_and_never_flushed_is_pulled_again(tmp_p
     with RelayOrigin(origin_dir, tmp_path / "data", shard_size=int(SHARD_MB * 1e6)) as origin:
         origin.poll_once()
         with pytest.raises(KeyboardInterrupt):
-            _DiesBeforeFlush([origin.url], node_dir, workers=2).pull_once()
+            _DiesBeforeFlush(PullConfig(server=[origin.url], broadcast_dir=node_dir, workers=2)).pull_once()
         marker = node_dir / RELAY_DIR / UNFLUSHED / "step_7"
         marker.write_text("a-boot-before-the-power-loss\n")  # what the marker holds after a restart of the machine
         # what a power loss can leave behind an unflushed rename: the names, but not the bytes
         victim = next((node_dir / "step_7").glob("*.safetensors"))
         victim.write_bytes(bytes(victim.stat().st_size))
 
-        node = RelayNode([origin.url], node_dir)
+        node = RelayNode(PullConfig(server=[origin.url], broadcast_dir=node_dir))
         assert visible_steps(node_dir) == []  # discarded before a gate could answer for it
         assert not marker.exists()
         result = node.pull_once()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from relay_testkit import same_tree, write_checkpoint
 
+from crf_prime.relay.config import PullConfig
 from crf_prime.relay.gate import AdminGate
 from crf_prime.relay.node import RelayNode
 from crf_prime.relay.origin import RelayOrigin
@@ -91,7 +92,7 @@ def test_gate_holds_update_until_relay_delivers(tmp_path: Path) -> None:
 
             with RelayOrigin(broadcasts, tmp_path / "data", shard_size=500_000) as origin:
                 origin.poll_once()
-                assert RelayNode([origin.url], node_dir).pull_once().step == 3
+                assert RelayNode(PullConfig(server=[origin.url], broadcast_dir=node_dir)).pull_once().step == 3
             waiter.join(timeout=60)
     finally:
         upstream.close()
@@ -140,7 +141,7 @@ def test_gate_loads_newer_step_when_requested_one_was_skipped(tmp_path: Path) ->
                 time.sleep(0.01)
             with RelayOrigin(broadcasts, tmp_path / "data", shard_size=500_000) as origin:
                 assert origin.poll_once().step == 3  # the origin publishes only the newest complete step
-                assert RelayNode([origin.url], node_dir).pull_once().step == 3
+                assert RelayNode(PullConfig(server=[origin.url], broadcast_dir=node_dir)).pull_once().step == 3
             waiter.join(timeout=60)
     finally:
         upstream.close()

@@ -27,6 +27,7 @@ import httpx
 import pytest
 from relay_testkit import same_tree, write_checkpoint
 
+from crf_prime.relay.config import PullConfig
 from crf_prime.relay.gate import AdminGate
 from crf_prime.relay.layout import STABLE
 from crf_prime.relay.node import RelayNode
@@ -167,7 +168,7 @@ def relay(tmp_path: Path) -> Iterator[Relay]:
     stop = threading.Event()
     engine = EngineStandIn()
     origin = RelayOrigin(trainer, tmp_path / "data", shard_size=1_000_000, on_request=on_request)
-    node = RelayNode([origin.url], node_dir, retry_wait=0.05)
+    node = RelayNode(PullConfig(server=[origin.url], broadcast_dir=node_dir), retry_wait=0.05)
     gate = AdminGate(engine.url, node_dir, poll_interval=0.01)
     threads = [
         threading.Thread(target=origin.run, args=(stop,), kwargs={"poll_interval": 0.02}, daemon=True),

@@ -12,6 +12,7 @@ import pytest
 from relay_testkit import same_tree, visible_steps, write_checkpoint
 
 from crf_prime.cli import main
+from crf_prime.relay.config import PullConfig
 from crf_prime.relay.layout import STABLE
 from crf_prime.relay.manifest import INDEX_NAME, RelayError, RelayIndex
 from crf_prime.relay.node import RelayNode
@@ -30,7 +31,10 @@ def test_origin_and_three_nodes_get_identical_checkpoint(tmp_path: Path) -> None
         sizes = [p.stat().st_size for p in sorted(source.iterdir()) if p.name != STABLE]
         assert manifest is not None and manifest.step == 12
         assert len(manifest.shards) == sum(math.ceil(size / 32_000_000) for size in sizes) == 13
-        nodes = [RelayNode([origin.url], tmp_path / f"node{i}" / "broadcasts", keep=1) for i in range(3)]
+        nodes = [
+            RelayNode(PullConfig(server=[origin.url], broadcast_dir=tmp_path / f"node{i}" / "broadcasts", keep=1))
+            for i in range(3)
+        ]
         with ThreadPoolExecutor(max_workers=3) as pool:
             results = list(pool.map(lambda node: node.pull_once(), nodes))
     for i, result in enumerate(results):
@@ -51,7 +55,7 @@ def test_newest_step_published_and_retention(tmp_path: Path) -> None:
     with RelayOrigin(broadcasts, tmp_path / "data", shard_size=300_000, keep=2) as origin:
         assert origin.poll_once().step == 2  # newest complete one; step 1 is skipped, step 3 not complete
         assert origin.poll_once() is None
-        node = RelayNode([origin.url], node_dir, keep=1)
+        node = RelayNode(PullConfig(server=[origin.url], broadcast_dir=node_dir, keep=1))
         assert node.pull_once().step == 2
         assert node.pull_once() is None  # up to date
 
@@ -79,7 +83,7 @@ def test_unverifiable_step_is_not_advertised(tmp_path: Path) -> None:
         stop = threading.Event()
         origin.run(stop, poll_interval=0.01, on_error=lambda s, e: (errors.append((s, str(e))), stop.set()))
         assert RelayIndex.model_validate_json((tmp_path / "data" / INDEX_NAME).read_text()).steps == ()
-        node = RelayNode([origin.url], tmp_path / "node", keep=1)
+        node = RelayNode(PullConfig(server=[origin.url], broadcast_dir=tmp_path / "node", keep=1))
         assert node.pull_once() is None
     assert [s for s, _ in errors] == [1] and "model-00001-of-00001.safetensors" in errors[0][1]
     assert visible_steps(tmp_path / "node") == []
@@ -97,7 +101,10 @@ def test_second_concurrent_pull_is_refused(tmp_path: Path) -> None:
     node_dir = tmp_path / "node" / "broadcasts"
     with RelayOrigin(broadcasts, tmp_path / "data", shard_size=300_000) as origin:
         origin.poll_once()
-        first, second = RelayNode([origin.url], node_dir), RelayNode([origin.url], node_dir)
+        first, second = (
+            RelayNode(PullConfig(server=[origin.url], broadcast_dir=node_dir)),
+            RelayNode(PullConfig(server=[origin.url], broadcast_dir=node_dir)),
+        )
         refused: list[str] = []
         once = threading.Lock()  # the hook runs on several download threads: only the first one tries
 
@@ -126,7 +133,7 @@ def test_servers_with_other_shard_sizes_and_bad_indices_are_kept_apart(tmp_path:
     ):
         ma, mb = a.poll_once(), b.poll_once()
         assert ma.files == mb.files and ma.content_id != mb.content_id
-        result = RelayNode([a.url, b.url], node_dir, attempts=1).pull_once()
+        result = RelayNode(PullConfig(server=[a.url, b.url], broadcast_dir=node_dir, attempts=1)).pull_once()
         assert result is not None and result.downloaded_shards == len(mb.shards)  # b published last: its shards
         assert same_tree(broadcasts / "step_1", node_dir / "step_1")
 
@@ -135,7 +142,7 @@ def test_servers_with_other_shard_sizes_and_bad_indices_are_kept_apart(tmp_path:
         tampered = (tmp_path / "a" / INDEX_NAME).read_text().replace(f'"{name}"', f'"../../{name}"')
         assert tampered.count("../../") == 1 + sum(s.path == name for s in ma.shards)
         (tmp_path / "a" / INDEX_NAME).write_text(tampered)
-        node = RelayNode([a.url], tmp_path / "other")
+        node = RelayNode(PullConfig(server=[a.url], broadcast_dir=tmp_path / "other"))
         with pytest.raises(RelayError, match=r"no relay server gave a valid index: invalid relay index from http"):
             node.pull_once()
     assert visible_steps(tmp_path / "other") == []

@@ -28,7 +28,7 @@ CONFIG = SandboxHarnessConfig.model_validate(
 
 
 def _rollout(workdir: Path, config: SandboxHarnessConfig = CONFIG) -> _Rollout:
-    executor = SandboxExecutor(Sandbox(config.limits), workdir, limits=config.limits)
+    executor = SandboxExecutor(Sandbox(config), workdir, limits=config.limits)
     return _Rollout(executor, config)
 
 

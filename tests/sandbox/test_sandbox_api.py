@@ -10,8 +10,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from crf_prime.sandbox import BWRAP_ENV, Sandbox, SandboxLimits, SandboxUnavailable, probe
+from crf_prime.sandbox import BWRAP_ENV, Sandbox, SandboxConfig, SandboxLimits, SandboxUnavailable, probe
 
 LIMITS = SandboxLimits(wall_seconds=10, memory_mb=256, pids=64, output_bytes=10_000, tmp_size_mb=16)
 
@@ -24,7 +25,7 @@ def test_missing_bwrap_is_a_clear_error(tmp_path: Path) -> None:
     assert "apt-get install bubblewrap" in status.reason
     assert "unsandboxed=True" in status.reason
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
-        Sandbox(bwrap=missing)
+        Sandbox(SandboxConfig(bwrap=missing))
 
 
 def test_missing_bwrap_via_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,11 +48,11 @@ def test_broken_namespaces_error_names_the_sysctl(tmp_path: Path) -> None:
     assert "Creating new namespace failed" in status.reason
     assert "max_user_namespaces" in status.reason
     with pytest.raises(SandboxUnavailable, match="Creating new namespace failed"):
-        Sandbox(bwrap=str(fake))
+        Sandbox(SandboxConfig(bwrap=str(fake)))
 
 
 def test_unsandboxed_is_explicit_and_reported(tmp_path: Path) -> None:
-    r = Sandbox(LIMITS, unsandboxed=True).run(["sh", "-c", "pwd; echo $HOME"], workdir=tmp_path)
+    r = Sandbox(SandboxConfig(limits=LIMITS, unsandboxed=True)).run(["sh", "-c", "pwd; echo $HOME"], workdir=tmp_path)
     assert r.exit_code == 0
     assert r.stdout == f"{tmp_path.resolve()}\n{tmp_path.resolve()}\n"
     assert "isolation:bwrap" not in r.enforced
@@ -60,7 +61,7 @@ def test_unsandboxed_is_explicit_and_reported(tmp_path: Path) -> None:
 
 def test_unsandboxed_timeout_kills_process_group(tmp_path: Path) -> None:
     marker = f"7{uuid.uuid4().int % 10**8}"
-    r = Sandbox(LIMITS, unsandboxed=True).run(
+    r = Sandbox(SandboxConfig(limits=LIMITS, unsandboxed=True)).run(
         ["sh", "-c", f"sleep {marker} & sleep {marker}"],
         workdir=tmp_path,
         limits=LIMITS.model_copy(update={"wall_seconds": 0.5}),
@@ -91,7 +92,7 @@ def test_probe_reports_enforced_limits() -> None:
 def test_workdir_is_writable_at_same_path_and_protected_is_not(tmp_path: Path) -> None:
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "t.py").write_text("orig")
-    r = Sandbox(LIMITS).run(
+    r = Sandbox(SandboxConfig(limits=LIMITS)).run(
         ["sh", "-c", "pwd; echo hi > out.txt; echo x >> tests/t.py"], workdir=tmp_path, protected=[Path("tests")]
     )
     assert r.stdout == f"{tmp_path.resolve()}\n"
@@ -106,7 +107,7 @@ def test_writable_makes_the_rest_of_workdir_read_only(tmp_path: Path) -> None:
     (tmp_path / "repo" / "m.py").write_text("orig")
     (tmp_path / "out" / "keep").mkdir(parents=True)
     script = "echo a > out/r.txt; echo b > repo/new.py; echo c >> repo/m.py; echo d > top.txt; echo e > out/keep/x"
-    r = Sandbox(LIMITS).run(
+    r = Sandbox(SandboxConfig(limits=LIMITS)).run(
         ["sh", "-c", script], workdir=tmp_path, writable=[Path("out")], protected=[Path("out/keep")]
     )
     assert (tmp_path / "out" / "r.txt").read_text() == "a\n"
@@ -115,7 +116,7 @@ def test_writable_makes_the_rest_of_workdir_read_only(tmp_path: Path) -> None:
     assert r.stderr.count("Read-only file system") == 4
     assert "read_only_workdir:bwrap" in r.enforced
     with pytest.raises(ValueError, match="writable"):
-        Sandbox(LIMITS).run(["true"], workdir=tmp_path, writable=[Path("missing")])
+        Sandbox(SandboxConfig(limits=LIMITS)).run(["true"], workdir=tmp_path, writable=[Path("missing")])
 
 
 @pytest.mark.bwrap
@@ -126,7 +127,7 @@ def test_ro_bind_is_visible_read_only(tmp_path: Path) -> None:
     (venv / "bin" / "tool").chmod(0o755)
     work = tmp_path / "work"
     work.mkdir()
-    box = Sandbox(LIMITS)
+    box = Sandbox(SandboxConfig(limits=LIMITS))
     r = box.run([str(venv / "bin" / "tool")], workdir=work, ro_binds=[venv])
     assert r.stdout == "from-venv\n"
     r = box.run(["sh", "-c", f"echo x > {venv}/bin/tool"], workdir=work, ro_binds=[venv])
@@ -137,13 +138,13 @@ def test_ro_bind_is_visible_read_only(tmp_path: Path) -> None:
 
 @pytest.mark.bwrap
 def test_stdin_is_passed(tmp_path: Path) -> None:
-    r = Sandbox(LIMITS).run(["cat"], workdir=tmp_path, stdin=b"hello box")
+    r = Sandbox(SandboxConfig(limits=LIMITS)).run(["cat"], workdir=tmp_path, stdin=b"hello box")
     assert r.stdout == "hello box"
 
 
 @pytest.mark.bwrap
 def test_bad_arguments_raise(tmp_path: Path) -> None:
-    box = Sandbox(LIMITS)
+    box = Sandbox(SandboxConfig(limits=LIMITS))
     with pytest.raises(ValueError, match="is not a directory"):
         box.run(["true"], workdir=tmp_path / "missing")
     with pytest.raises(ValueError, match="not inside workdir"):
@@ -159,7 +160,7 @@ def test_bad_arguments_raise(tmp_path: Path) -> None:
 
 @pytest.mark.bwrap
 async def test_concurrent_boxes_are_independent(tmp_path: Path) -> None:
-    box = Sandbox(LIMITS)
+    box = Sandbox(SandboxConfig(limits=LIMITS))
     dirs = []
     for i in range(8):
         d = tmp_path / f"t{i}"
@@ -176,14 +177,16 @@ async def test_concurrent_boxes_are_independent(tmp_path: Path) -> None:
 
 @pytest.mark.bwrap
 async def test_sync_run_inside_event_loop(tmp_path: Path) -> None:
-    r = Sandbox(LIMITS).run(["echo", "ok"], workdir=tmp_path)  # falls back to a worker thread
+    r = Sandbox(SandboxConfig(limits=LIMITS)).run(["echo", "ok"], workdir=tmp_path)  # falls back to a worker thread
     assert r.stdout == "ok\n"
 
 
 @pytest.mark.bwrap
 async def test_cancelling_arun_kills_the_box(tmp_path: Path) -> None:
     marker = f"6{uuid.uuid4().int % 10**8}"
-    task = asyncio.create_task(Sandbox(LIMITS).arun(["sh", "-c", f"sleep {marker} & sleep {marker}"], workdir=tmp_path))
+    task = asyncio.create_task(
+        Sandbox(SandboxConfig(limits=LIMITS)).arun(["sh", "-c", f"sleep {marker} & sleep {marker}"], workdir=tmp_path)
+    )
     await asyncio.sleep(0.5)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -224,7 +227,7 @@ def test_rlimit_fallback_without_cgroups(tmp_path: Path, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(box_module, "detect_layout", lambda: CgroupLayout(None, {}, why_not="test"))
     code = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))\n"
-    r = Sandbox(LIMITS).run(
+    r = Sandbox(SandboxConfig(limits=LIMITS)).run(
         ["/usr/bin/python3", "-c", code], workdir=tmp_path, limits=LIMITS.model_copy(update={"memory_mb": 128})
     )
     assert "memory:rlimit-as" in r.enforced
@@ -234,11 +237,20 @@ def test_rlimit_fallback_without_cgroups(tmp_path: Path, monkeypatch: pytest.Mon
     assert "MemoryError" in r.stderr
 
 
+def test_with_limits_changes_the_limits_of_a_copy_only() -> None:
+    box = Sandbox(SandboxConfig(limits=LIMITS, unsandboxed=True))
+    short = box.with_limits(wall_seconds=0.5)
+    assert short.limits == LIMITS.model_copy(update={"wall_seconds": 0.5})
+    assert box.limits == LIMITS and short.unsandboxed and short is not box
+    with pytest.raises(ValidationError, match="wall_seconds"):
+        box.with_limits(wall_seconds=0)  # validated like a config's limits
+
+
 @pytest.mark.bwrap
 def test_sync_runs_from_many_threads(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    box = Sandbox(LIMITS)
+    box = Sandbox(SandboxConfig(limits=LIMITS))
     dirs = [tmp_path / f"w{i}" for i in range(6)]
     for d in dirs:
         d.mkdir()

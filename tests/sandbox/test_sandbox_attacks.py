@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from crf_prime.sandbox import RunResult, Sandbox, SandboxLimits
+from crf_prime.sandbox import RunResult, Sandbox, SandboxConfig, SandboxLimits
 
 pytestmark = pytest.mark.bwrap
 
@@ -25,7 +25,7 @@ FAST = SandboxLimits(wall_seconds=10, memory_mb=256, pids=64, file_size_mb=16, o
 
 @pytest.fixture(scope="module")
 def box() -> Sandbox:
-    return Sandbox(FAST)
+    return Sandbox(SandboxConfig(limits=FAST))
 
 
 @pytest.fixture

@@ -407,7 +407,7 @@ async def agent_runs(task: SweTask, runtime: vf.Runtime, script: str) -> None:
     config = SandboxHarnessConfig()
     workdir = Path(runtime.workdir)  # type: ignore[attr-defined]
     executor = SandboxExecutor(
-        Sandbox(config.limits),
+        Sandbox(config),
         workdir,
         limits=config.limits,
         ro_binds=[Path(p) for p in task.data.sandbox_ro_binds],

@@ -162,7 +162,7 @@ async def queued_run(
         cfg = pool_config([teacher("a", server.base_url, max_concurrency=2)], **opts)
         backend = make_backend(cfg.teachers)
         ledger = CountingLedger(journal, cfg.budget)
-        pool = TeacherPool(cfg.teachers, backend, ledger, cfg.pool)
+        pool = TeacherPool(cfg, backend, ledger)
         outcomes = await pool.replay([make_state(i) for i in range(8)])
         await backend.close()
         ledger.close()

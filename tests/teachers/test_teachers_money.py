@@ -225,7 +225,7 @@ def test_the_reservation_bounds_the_bytes_sent(tmp_path):
 
 async def test_a_cancelled_call_at_the_provider_stays_booked_and_frees_its_question(tmp_path):
     from crf_prime.teachers.backends import AsyncioBackend
-    from crf_prime.teachers.config import PoolOptions
+    from crf_prime.teachers.config import PoolConfig
     from crf_prime.teachers.ledger import Ledger
     from crf_prime.teachers.pool import TeacherPool
 
@@ -234,7 +234,7 @@ async def test_a_cancelled_call_at_the_provider_stays_booked_and_frees_its_quest
         t = priced("a", server.base_url)
         ledger = Ledger(tmp_path / "journal.jsonl")
         backend = AsyncioBackend([t])
-        pool = TeacherPool([t], backend, ledger, PoolOptions())
+        pool = TeacherPool(PoolConfig(teachers=(t,)), backend, ledger)
         hung = asyncio.create_task(pool.ask(make_state(0).request()))
         await asyncio.to_thread(server.wait_for, lambda s: len(s.requests) == 1, 30)
         hung.cancel()

@@ -262,7 +262,7 @@ async def test_each_request_reaches_the_server_after_its_intent_and_sent_rows(tm
         cfg = pool_config([teacher("a", server.base_url, max_concurrency=2)])
         backend = AsyncioBackend(cfg.teachers, api_keys={"a": "sk-test"})
         ledger = Ledger(journal, cfg.budget)
-        pool = TeacherPool(cfg.teachers, backend, ledger, cfg.pool)
+        pool = TeacherPool(cfg, backend, ledger)
         outcomes = await pool.replay([make_state(i) for i in range(10)])
         await backend.close()
         ledger.close()

@@ -47,7 +47,7 @@ def ray_cluster():
 def _pool(cfg, journal, **backend_kw):
     backend = RayBackend(cfg.teachers, api_keys={t.name: "sk-test" for t in cfg.teachers}, **backend_kw)
     ledger = Ledger(journal, cfg.budget)
-    return TeacherPool(cfg.teachers, backend, ledger, cfg.pool), backend, ledger
+    return TeacherPool(cfg, backend, ledger), backend, ledger
 
 
 async def test_faults_become_records_across_ray_processes_and_the_ledger_matches_the_bill(ray_cluster, tmp_path):

@@ -206,7 +206,7 @@ async def test_live_mode_counts_votes_with_the_tasksets_settings(tmp_path: Path,
     from trace_replay import taskset as taskset_module
 
     from crf_prime.teachers.backends import AsyncioBackend
-    from crf_prime.teachers.config import BudgetConfig, PoolOptions, TeacherConfig
+    from crf_prime.teachers.config import BudgetConfig, PoolConfig, TeacherConfig
     from crf_prime.teachers.ledger import Ledger
     from crf_prime.teachers.pool import TeacherPool
 
@@ -219,7 +219,9 @@ async def test_live_mode_counts_votes_with_the_tasksets_settings(tmp_path: Path,
             for n in "abc"
         ]
         backend = AsyncioBackend(teachers)
-        pool = TeacherPool(teachers, backend, Ledger(tmp_path / "live.jsonl", BudgetConfig()), PoolOptions())
+        pool = TeacherPool(
+            PoolConfig(teachers=tuple(teachers)), backend, Ledger(tmp_path / "live.jsonl", BudgetConfig())
+        )
         monkeypatch.setattr(taskset_module, "_live_pool", lambda config: pool)
         task_config = ReplayTaskConfig(live_pool="p", votes=RewardVoteConfig(threshold=0.9))
         cfg = TraceReplayConfig(id="trace-replay", states=str(states_path), num_tasks=1, task=task_config)

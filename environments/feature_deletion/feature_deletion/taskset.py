@@ -16,6 +16,8 @@ import json
 import os
 import random
 import shlex
+import tempfile
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -23,10 +25,18 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from crf_prime.errors import InfraError
-from crf_prime.featdel.generate import DEFAULT_SOURCE
+from crf_prime.featdel.corpus_build import load_split
+from crf_prime.featdel.deletion import apply_unified_diff
+from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate, load_tasks
+from crf_prime.featdel.grade import allowed_new_file, collect_changes, grader_test_files, materialise, snapshot_files
+from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import FeatdelTask, GradeResult
-from crf_prime.hints import HintTaskConfig
+from crf_prime.featdel.runner import PytestRun, parse_junit
+from crf_prime.featdel.source import cache_root, make_archive
+from crf_prime.featdel.testenv import ensure_test_env, spec_key
+from crf_prime.hints import FailingTest, HintTaskConfig, attach_hint_async, hint_writer
 from crf_prime.placement import GradingConfig, local_workdir, run_in_runtime
+from crf_prime.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from verifiers.v1.runtimes import Runtime
@@ -106,8 +116,6 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
         return self.data.featdel
 
     async def setup(self, trace: vf.Trace, runtime: Runtime) -> None:
-        from crf_prime.featdel.grade import materialise
-        from crf_prime.featdel.testenv import ensure_test_env
 
         workdir = local_workdir(runtime)
         if workdir is not None:
@@ -120,7 +128,6 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
 
     async def validate(self, runtime: Runtime) -> bool | None:
         """Gold check for vf-validate: apply the gold patch to the snapshot in the runtime, grade, expect 1.0."""
-        from crf_prime.featdel.deletion import apply_unified_diff
 
         broken = {rel: (await runtime.read(rel)).decode() for rel in self.row.broken_files}
         for rel, text in apply_unified_diff(broken, self.row.gold_patch).items():
@@ -140,17 +147,11 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
 
     def _grader(self):
         """The task's :class:`crf_prime.featdel.grader.Grader` (test venv built on first use, in the caller's thread)."""
-        from crf_prime.featdel.grader import Grader
 
-        return Grader(self.row, Path(self.data.task_dir), sandbox=self.config.grading.sandbox())
+        return Grader(self.row, Path(self.data.task_dir), sandbox=Sandbox(self.config.grading))
 
     async def _grade_in_runtime(self, runtime: Runtime, changes: dict[str, str | None]) -> GradeResult:
         """Same fresh-copy grading, executed with ``runtime.run`` in a new directory of the runtime."""
-        import tempfile
-        import uuid
-
-        from crf_prime.featdel.runner import PytestRun, parse_junit
-        from crf_prime.featdel.source import make_archive
 
         grader = self._grader()
         refused = await asyncio.to_thread(grader.screen, changes)
@@ -203,7 +204,6 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
         return await asyncio.to_thread(grader.finish, grader.score_run(run, changes), changes)
 
     async def _collect(self, runtime: Runtime) -> dict[str, str | None]:
-        from crf_prime.featdel.grade import allowed_new_file, collect_changes, snapshot_files
 
         task_dir = Path(self.data.task_dir)
         workdir = local_workdir(runtime)
@@ -234,8 +234,6 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
         cached = trace.info.get(GRADE_KEY)
         if cached is not None:
             return cached
-        from crf_prime.featdel.grade import grader_test_files
-        from crf_prime.hints import attach_hint_async, hint_writer
 
         result = await self._grade(runtime)
         graded = json.loads(result.model_dump_json())
@@ -267,7 +265,6 @@ def hint_failures(result: GradeResult) -> list[FailingTest]:
     """The grade as channel-2 facts: failing target tests (their failure text only locates test-file lines, see
     ``crf_prime.hints.evidence``), and notes the grader writes from its own findings: the code policy's verdict on the
     agent's source, the replay's counts (never the replayed values: the agent's code produced those)."""
-    from crf_prime.hints import FailingTest
 
     failing = [FailingTest(name=f.name, message=f.message) for f in result.failed if f.name != "replay"]
     if result.replay_mismatches:
@@ -285,15 +282,10 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
     """Loads validated Feature Deletion tasks from a task directory (or generates them from a source)."""
 
     def load(self) -> list[FeatureDeletionTask]:
-        from crf_prime.featdel.generate import load_tasks
-        from crf_prime.featdel.source import cache_root
-        from crf_prime.featdel.testenv import spec_key
 
         task_dir = self._task_dir()
         tasks = []
         if self.config.corpus_split is not None:
-            from crf_prime.featdel.corpus_build import load_split
-
             loaded = load_split(task_dir, self.config.corpus_split)
         else:
             loaded = load_tasks(task_dir)
@@ -319,8 +311,6 @@ class FeatureDeletionTaskset(vf.Taskset[FeatureDeletionTask, FeatureDeletionConf
     def _task_dir(self) -> Path:
         if self.config.tasks is not None:
             return resolve_task_dir(self.config.tasks)
-        from crf_prime.featdel.generate import GenerateConfig, generate
-        from crf_prime.featdel.source import cache_root
 
         key = hashlib.sha256(f"{self.config.source}|{self.config.max_tasks}|{self.config.seed}".encode()).hexdigest()
         out = cache_root() / "generated" / key[:16]
@@ -372,9 +362,6 @@ def resolve_task_dir(given: Path | str) -> Path:
 
 
 def _snapshot_bytes(row: FeatdelTask, task_dir: Path) -> dict[str, bytes]:
-    import tempfile
-
-    from crf_prime.featdel.grade import materialise
 
     with tempfile.TemporaryDirectory(prefix="crf-featdel-snap-") as tmp:
         materialise(row, task_dir, Path(tmp), hidden=False)

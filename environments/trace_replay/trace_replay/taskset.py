@@ -35,6 +35,7 @@ from crf_prime.records.family import family_of
 from crf_prime.records.journal import read_journal
 from crf_prime.records.models import Action, TeacherRequest, ToolCall, TraceState
 from crf_prime.records.states import read_states
+from crf_prime.teachers.live import attach
 
 
 class Vote(BaseModel):
@@ -238,7 +239,6 @@ def request_of(data: ReplayData) -> TeacherRequest:
 
 def _live_pool(config: ReplayTaskConfig) -> Any:
     """The named live teacher pool, attached once per process (``ray.init``/``attach`` are synchronous)."""
-    from crf_prime.teachers.live import attach
 
     with _LIVE_LOCK:
         init_ray(address=config.ray_address, namespace=config.live_namespace, log_to_driver=False)
@@ -265,6 +265,6 @@ async def _live_votes(data: ReplayData, config: ReplayTaskConfig) -> tuple[list[
 
 
 def _wire(message: Any) -> dict[str, Any]:
-    from verifiers.v1.dialects.chat import message_to_wire
+    from verifiers.v1.dialects.chat import message_to_wire  # optional host (verifiers extra)
 
     return message_to_wire(message)
