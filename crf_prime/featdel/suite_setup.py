@@ -162,18 +162,19 @@ def missing_modules(run: PytestRun) -> list[str]:
 
 
 def candidates(module: str, hints: tuple[str, ...]) -> list[str]:
-    """Distributions that may provide ``module``: a requirement the project names whose name matches it (with its
-    version range), the table of known differences, then the module name itself."""
+    """Distributions that may provide ``module``, most likely first: a requirement the project names whose name is
+    the module's (``python-``/``py`` prefixes aside; with its version range), one whose name has the module's as a
+    part (``railroad`` -> ``railroad-diagrams``), the table of known differences, then the module name itself."""
     from packaging.requirements import Requirement
 
-    want = {_canon(module), _canon(KNOWN_DISTRIBUTIONS.get(module, module))}
-    named = [
-        h
-        for h in hints
-        if _canon(Requirement(h).name).removeprefix("python-").removeprefix("py")
-        in {w.removeprefix("python-").removeprefix("py") for w in want}
-    ]
-    return list(dict.fromkeys([*named, KNOWN_DISTRIBUTIONS.get(module, module), module.replace("_", "-")]))
+    def bare(name: str) -> str:
+        return _canon(name).removeprefix("python-").removeprefix("py")
+
+    want = {bare(module), bare(KNOWN_DISTRIBUTIONS.get(module, module))}
+    names = [(h, _canon(Requirement(h).name)) for h in hints]
+    exact = [h for h, n in names if bare(n) in want]
+    part = [h for h, n in names if _canon(module) in n.split("-") and h not in exact]
+    return list(dict.fromkeys([*exact, *part, KNOWN_DISTRIBUTIONS.get(module, module), module.replace("_", "-")]))
 
 
 def _canon(name: str) -> str:

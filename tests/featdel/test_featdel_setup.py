@@ -49,6 +49,7 @@ def test_candidates_prefer_the_projects_own_requirement_then_the_table_then_the_
     assert candidates("dateutil", ()) == ["python-dateutil", "dateutil"]
     assert candidates("nose2", ("hypothesis",)) == ["nose2"]
     assert candidates("pytest_mock", ()) == ["pytest_mock", "pytest-mock"]
+    assert candidates("railroad", ("jinja2", "railroad-diagrams")) == ["railroad-diagrams", "railroad"]
 
 
 def test_root_tests_module_and_package_tests_module_are_test_paths() -> None:
