@@ -254,8 +254,12 @@ def setup_suite(project: Project, sandbox, cfg: GenerateConfig, workspace: Path)
     how = "pytest defaults"
     deselect = tuple(a for n in cfg.deselect for a in ("--deselect", n))
 
+    def resolve(requirements: list[str]):
+        """The venv's spec as ``featdel generate`` will compute it (pinned by pip's resolver; nothing built)."""
+        return env_spec(project, cfg.model_copy(update={"extra_requirements": requirements}))
+
     def env_for(requirements: list[str]):
-        spec = env_spec(project, cfg.model_copy(update={"extra_requirements": requirements}))
+        spec = resolve(requirements)
         return spec, ensure_test_env(spec, project.top_level)
 
     spec, env = env_for(extra)
@@ -271,7 +275,7 @@ def setup_suite(project: Project, sandbox, cfg: GenerateConfig, workspace: Path)
                 continue
             if module in installed:  # that distribution did not provide it: take it out, try the next candidate
                 extra.remove(installed.pop(module))
-            added = _install(module, hints, tried, extra, env_for, len(installed))
+            added = _install(module, hints, tried, extra, resolve, env_for, len(installed))
             if isinstance(added, str):
                 given_up[module] = added
                 continue
@@ -293,7 +297,8 @@ def setup_suite(project: Project, sandbox, cfg: GenerateConfig, workspace: Path)
         }
         if broken:
             ignored |= broken
-            args += [f"--ignore={path}" for path in broken]
+            for path in broken:
+                args = without_path(args, path)
             continue
         if run.exit_code != 0:
             raise SourceError(f"{project.info.spec}: could not collect the suite ({suite_failure(run)}):\n{run.tail()}")
@@ -306,7 +311,7 @@ def setup_suite(project: Project, sandbox, cfg: GenerateConfig, workspace: Path)
     per_module = collected(run)
     for path in [m for m in per_module if not is_test_path(m)]:  # the grader would take it for source code
         ignored[path] = "tests in a module not named as a test module (it would be deletable source)"
-        args.append(f"--ignore={path}")
+        args = without_path(args, path)
         del per_module[path]
     n_collected, modules = sum(per_module.values()), set(per_module)
     if len(ignored) > len(modules):
@@ -346,6 +351,18 @@ def setup_suite(project: Project, sandbox, cfg: GenerateConfig, workspace: Path)
     )
 
 
+def without_path(args: list[str], path: str) -> list[str]:
+    """``args`` that leave ``path`` out: ``--ignore`` it, and drop it from a ``-o testpaths=`` override (pytest
+    collects a path it is given explicitly whatever ``--ignore`` says)."""
+    out = [
+        f"testpaths={' '.join(p for p in a.removeprefix('testpaths=').split() if p != path)}"
+        if a.startswith("testpaths=")
+        else a
+        for a in args
+    ]
+    return [*out, f"--ignore={path}"]
+
+
 def _reason(message: str, given_up: dict[str, str]) -> str:
     missing = _MISSING.search(message)
     if missing and missing.group(1).split(".")[0] in given_up:
@@ -355,8 +372,11 @@ def _reason(message: str, given_up: dict[str, str]) -> str:
     return (lines[-1] if lines else "collection error")[:200]
 
 
-def _install(module: str, hints, tried: dict[str, list[str]], extra: list[str], env_for, n_installed: int):
-    """((spec, env), pin) after installing the first candidate for ``module`` that resolves, or why none did."""
+def _install(module: str, hints, tried: dict[str, list[str]], extra: list[str], resolve, env_for, n_installed: int):
+    """((spec, env), pin) after installing the first candidate for ``module`` that resolves, or why none did. The
+    venv is built from the pin (not the candidate's range), so generation later reuses it as it is."""
+    from packaging.requirements import Requirement
+
     if n_installed >= MAX_INSTALLS:
         return f"not installed: the setup loop already added {MAX_INSTALLS} distributions"
     errors = []
@@ -365,15 +385,12 @@ def _install(module: str, hints, tried: dict[str, list[str]], extra: list[str], 
             continue
         tried[module].append(cand)
         try:
-            spec, env = env_for([*extra, cand])
+            spec = resolve([*extra, cand])
+            name = _canon(Requirement(cand).name)
+            pin = next((r for r in spec.requirements if _canon(r.split("==")[0]) == name), cand)
+            return env_for([*extra, pin]), pin
         except SourceError as e:
             errors.append(f"{cand}: {str(e).splitlines()[0][:160]}")
-            continue
-        from packaging.requirements import Requirement
-
-        name = _canon(Requirement(cand).name)
-        pin = next((r for r in spec.requirements if _canon(r.split("==")[0]) == name), cand)
-        return (spec, env), pin
     return "no distribution provides it (tried " + ("; ".join(errors) or ", ".join(tried[module])) + ")"
 
 
@@ -399,4 +416,5 @@ __all__ = [
     "pytest_own",
     "refuse_pytest_own",
     "setup_suite",
+    "without_path",
 ]

@@ -17,7 +17,7 @@ from crf_prime.featdel import discovery
 from crf_prime.featdel.corpus import read_sources
 from crf_prime.featdel.generate import GenerateConfig
 from crf_prime.featdel.source import SourceError, is_test_path, load_project, parse_git_spec
-from crf_prime.featdel.suite_setup import SuiteSetup, candidates, prepare_suite
+from crf_prime.featdel.suite_setup import SuiteSetup, candidates, prepare_suite, without_path
 
 LIB = "def add(a, b):\n    total = a + b\n    return total\n\n\ndef neg(a):\n    out = -a\n    return out\n"
 
@@ -50,6 +50,17 @@ def test_candidates_prefer_the_projects_own_requirement_then_the_table_then_the_
     assert candidates("nose2", ("hypothesis",)) == ["nose2"]
     assert candidates("pytest_mock", ()) == ["pytest_mock", "pytest-mock"]
     assert candidates("railroad", ("jinja2", "railroad-diagrams")) == ["railroad-diagrams", "railroad"]
+
+
+def test_a_left_out_module_leaves_the_testpaths_override_too() -> None:
+    args = ["-o", "testpaths=tests.py pkg/checks.py", "-o", "python_files=test*.py"]
+    assert without_path(args, "pkg/checks.py") == [
+        "-o",
+        "testpaths=tests.py",
+        "-o",
+        "python_files=test*.py",
+        "--ignore=pkg/checks.py",
+    ]
 
 
 def test_root_tests_module_and_package_tests_module_are_test_paths() -> None:
