@@ -210,7 +210,9 @@ def _requirements(root: Path) -> tuple[str, ...]:
 
 def _layout(root: Path) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """Find importable packages/modules (src layout or flat) excluding tests, setup scripts, docs."""
-    base_rel = "src" if (root / "src").is_dir() and any((root / "src").glob("*/__init__.py")) else "."
+    src = root / "src"
+    # a src layout holds a package or a single module (``src/typing_extensions.py``)
+    base_rel = "src" if src.is_dir() and (any(src.glob("*/__init__.py")) or any(src.glob("*.py"))) else "."
     base = root / base_rel
     pkgs: list[str] = []
     top: list[str] = []

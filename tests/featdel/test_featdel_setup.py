@@ -103,6 +103,12 @@ def test_discovery_reads_makefile_pytest_paths_and_nox_scripts(tmp_path: Path) -
     assert discovery.from_config(write(tmp_path / "plain", {"tox.ini": "[testenv]\ncommands = pytest\n"})) is None
 
 
+def test_a_single_module_src_layout_is_found(tmp_path: Path) -> None:
+    src = write(tmp_path / "onemod", {"pyproject.toml": '[project]\nname = "onemod"\n', "src/onemod.py": LIB})
+    loaded = load_project(str(src), tmp_path / "ws")
+    assert (loaded.package_dirs, loaded.pythonpath, loaded.top_level) == (("src",), ("src",), ("onemod",))
+
+
 def test_git_spec_needs_a_revision(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="a revision is required"):
         parse_git_spec(f"git:{tmp_path}")
