@@ -19,6 +19,7 @@ used, modules ignored, tests deselected; ``--no-auto-setup`` turns the loop off)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from crf_prime.cli import signals_interrupt
+from crf_prime.errors import NothingProduced
 from crf_prime.featdel.corpus import CorpusConfig, corpus
 from crf_prime.featdel.corpus_meta import TaskMeta
 from crf_prime.featdel.granularity import GRANULARITIES, granularity_of
@@ -200,7 +202,8 @@ def run(args: argparse.Namespace, out: Path, *, mutants: int) -> dict:
     sampler.start()
     t0, started = time.perf_counter(), time.time()
     try:
-        with signals_interrupt():  # SIGTERM (timeout, a scheduler) unwinds like Ctrl-C: the corpus temp root goes
+        with signals_interrupt(), contextlib.suppress(NothingProduced):  # SIGTERM unwinds like Ctrl-C; a run
+            # that made no task still gets its table (why each package gave none)
             corpus(
                 CorpusConfig(
                     sources=args.sources,
