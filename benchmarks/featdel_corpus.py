@@ -9,15 +9,17 @@ baseline (the generator's granularities before the block / tail / class ones).
 
     .venv/bin/python benchmarks/featdel_corpus.py [--sources configs/featdel/sources.txt] [--out out/featdel-corpus]
         [--max-tasks 60] [--time-limit-s 3600] [--resume] [--mutants-per-task 10] [--min-mutation-rate 0.95]
-        [--baseline]
+        [--baseline] [--no-auto-setup]
 
 With mutation testing on (the default), it also prints the grader's mutation rate per granularity and per package
-(median, 5th percentile); ``--baseline`` first runs the same list without mutants and prints the throughput ratio.
+(median, 5th percentile), and under each package the setup loop's actions (test dependencies installed, discovery
+used, modules ignored, tests deselected; ``--no-auto-setup`` turns the loop off); ``--baseline`` first runs the same list without mutants and prints the throughput ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -28,6 +30,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from crf_prime.cli import signals_interrupt
+from crf_prime.errors import NothingProduced
 from crf_prime.featdel.cli import corpus
 from crf_prime.featdel.corpus import CorpusConfig
 from crf_prime.featdel.corpus_meta import TaskMeta
@@ -79,6 +82,8 @@ def report(out: Path, wall_s: float, loads: list[tuple[float, float]], started: 
             f"{row['spec'].removeprefix('pypi:'):<34} {row['status']:<9} {row['tasks']:>5} {row['kept']:>5} "
             f"{row['seconds']:>6.0f} {rate:>6.1f}  {grans}"
         )
+        for action in row.get("setup", []):
+            lines.append(f"{'':<36}setup: {action}")
     lines.append("")
     lines.append(f"{'granularity':<12} {'valid':>6} {'rejected':>8} {'yield':>6} {'kept':>6}  rejections by reason")
     for g, c in summary["by_granularity"].items():
@@ -108,6 +113,8 @@ def report(out: Path, wall_s: float, loads: list[tuple[float, float]], started: 
         "duplicates_removed": summary["duplicates_exact"] + summary["duplicates_near"],
         "packages_listed": len(summary["packages"]),
         "packages_with_tasks": with_tasks,
+        "yield": round(with_tasks / len(summary["packages"]), 3) if summary["packages"] else 0.0,
+        "setup": {slug: r.get("setup", []) for slug, r in summary["packages"].items()},
         "packages_failed": summary["packages_failed"],
         "packages_cancelled": summary.get("packages_cancelled", 0),
         "resumed_tasks": resumed,
@@ -131,7 +138,7 @@ def report(out: Path, wall_s: float, loads: list[tuple[float, float]], started: 
     lines.append("")
     lines.append(
         f"validated {valid} tasks ({summary['tasks']} after duplicate removal) from {with_tasks} packages in "
-        f"{wall_s / 60:.1f} min ({resumed} of them resumed from an earlier run): {result['tasks_per_min']} "
+        f"{wall_s / 60:.1f} min (yield {with_tasks}/{len(summary['packages'])} packages; {resumed} of them resumed from an earlier run): {result['tasks_per_min']} "
         "tasks/min made in this run; all granularities / function+feature = "
         f"{result['ratio_all_vs_baseline']}x; load average (1 min) mean {result['load_avg_1m']['mean']} "
         f"max {result['load_avg_1m']['max']} over {len(load_values)} samples on {os.cpu_count()} cores"
@@ -161,6 +168,9 @@ def main() -> None:
     ap.add_argument("--time-limit-s", type=float, default=3600.0)
     ap.add_argument("--num-cpus", type=int, default=None)
     ap.add_argument("--resume", action="store_true", help="keep the packages an earlier run finished")
+    ap.add_argument(
+        "--no-auto-setup", action="store_true", help="no setup loop: each suite must pass with its line's own flags"
+    )
     ap.add_argument("--mutants-per-task", type=int, default=VerifyConfig().mutants_per_task)
     ap.add_argument("--min-mutation-rate", type=float, default=VerifyConfig().min_mutation_rate)
     ap.add_argument(
@@ -193,7 +203,8 @@ def run(args: argparse.Namespace, out: Path, *, mutants: int) -> dict:
     sampler.start()
     t0, started = time.perf_counter(), time.time()
     try:
-        with signals_interrupt():  # SIGTERM (timeout, a scheduler) unwinds like Ctrl-C: the corpus temp root goes
+        with signals_interrupt(), contextlib.suppress(NothingProduced):  # SIGTERM unwinds like Ctrl-C; a run
+            # that made no task still gets its table (why each package gave none)
             corpus(
                 CorpusConfig(
                     sources=args.sources,
@@ -203,6 +214,7 @@ def run(args: argparse.Namespace, out: Path, *, mutants: int) -> dict:
                     num_cpus=args.num_cpus,
                     mutants_per_task=mutants,
                     min_mutation_rate=args.min_mutation_rate,
+                    auto_setup=not args.no_auto_setup,
                 )
             )
     finally:

@@ -27,8 +27,15 @@ from crf_prime.errors import InfraError, InputError
 from crf_prime.extras import MissingExtraError, require
 from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
 from crf_prime.featdel.granularity import GRANULARITIES
-from crf_prime.featdel.models import Granularity, PackageStatus, SourceLine, VerifyConfig
-from crf_prime.featdel.source import SourceError, _parse_pypi_spec, extract_archive, license_of
+from crf_prime.featdel.models import Granularity, PackageStatus, SourceLine, SuiteSetup, VerifyConfig
+from crf_prime.featdel.source import (
+    SourceError,
+    _parse_pypi_spec,
+    extract_archive,
+    is_git_spec,
+    license_of,
+    parse_git_spec,
+)
 from crf_prime.placement import GradingSandbox
 from crf_prime.rayinit import init_ray
 
@@ -38,8 +45,8 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     :class:`crf_prime.placement.GradingSandbox`'s, as in ``featdel generate``."""
 
     sources: Path
-    """Text file, one source per line: ``pypi:NAME==VERSION`` or a local directory (relative to the file); ``#``
-    starts a comment."""
+    """Text file, one source per line: ``pypi:NAME==VERSION``, ``git:PATH@REV``, ``git+URL@REV`` or a local
+    directory (paths relative to the file); ``#`` starts a comment."""
     out: Path
     """Corpus directory (created; an existing one is resumed)."""
     ray_address: str | None = None
@@ -66,6 +73,10 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """Retry packages that failed in an earlier run (finished ones are never redone)."""
     export_hf: bool = False
     """Also write ``OUT/hf`` as a ``datasets.DatasetDict`` (``train``/``eval``; needs the ``hf`` extra)."""
+    auto_setup: bool = True
+    """Before generating, get each suite running as a person would (crf_prime/featdel/suite_setup.py): install
+    the distributions its tests import, find tests pytest's defaults miss, deselect tests that fail as shipped.
+    False: the suite must pass as shipped with only the line's own flags."""
 
 
 def read_sources(path: Path) -> list[SourceLine]:
@@ -89,6 +100,8 @@ def read_sources(path: Path) -> list[SourceLine]:
             except SourceError as e:
                 raise InputError.at(path, i, str(e)) from None
             spec, slug = text, f"{name.lower()}-{version}"
+        elif is_git_spec(text):
+            spec, slug = _git_line(path, i, text)
         else:
             d = (path.parent / text).resolve()
             if not d.is_dir():
@@ -101,6 +114,19 @@ def read_sources(path: Path) -> list[SourceLine]:
     if not out:
         raise InputError.at(path, 1, "no source listed")
     return out
+
+
+def _git_line(path: Path, line: int, text: str) -> tuple[str, str]:
+    """(spec, slug) of a ``git:PATH@REV`` (PATH relative to the sources file) or ``git+URL@REV`` line."""
+    if text.startswith("git:"):
+        where, _, rev = text[4:].rpartition("@")
+        text = f"git:{(path.parent / where).resolve()}@{rev}" if where else text
+    try:
+        url, rev = parse_git_spec(text)
+    except SourceError as e:
+        raise InputError.at(path, line, str(e)) from None
+    name = url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") or "repo"
+    return text, f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
 _LINE_OPTIONS = {"--deselect": "deselect", "--extra-requirement": "extra_requirements"}
@@ -129,6 +155,7 @@ def package_settings(config: CorpusConfig, line: SourceLine | None = None) -> di
         **{k: getattr(config, k) for k in VerifyConfig.model_fields},
         "unsandboxed": config.unsandboxed,
         "limits": config.limits.model_dump(),
+        "auto_setup": config.auto_setup,
     }
 
 
@@ -157,6 +184,7 @@ def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dic
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     key = settings_key(settings)
+    setup: SuiteSetup | None = None
     try:
         cfg = GenerateConfig(
             source=spec,
@@ -172,6 +200,17 @@ def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dic
             deselect=settings["deselect"],
             extra_requirements=settings["extra_requirements"],
         )
+        if settings.get("auto_setup", False):
+            from crf_prime.featdel.suite_setup import prepare_suite
+
+            setup = prepare_suite(cfg)
+            cfg = cfg.model_copy(
+                update={
+                    "extra_requirements": list(setup.extra_requirements),
+                    "pytest_args": list(setup.pytest_args),
+                    "deselect": [*cfg.deselect, *setup.deselected],
+                }
+            )
         tasks, _ = generate(cfg)
         license = _license(root / "tasks")
         with tempfile.TemporaryDirectory(prefix="crf-corpus-base-") as tmp:
@@ -190,6 +229,7 @@ def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dic
             tasks=len(tasks),
             license=license,
             seconds=round(time.perf_counter() - t0, 1),
+            setup=setup,
         )
     except (InfraError, MissingExtraError):
         raise  # the host, not the package: every other package would fail the same way
@@ -201,6 +241,7 @@ def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dic
             reason=str(e)[:4000],
             error=type(e).__name__,
             seconds=round(time.perf_counter() - t0, 1),
+            setup=setup,
         )
     _write_atomic(root / "status.json", status.model_dump_json(indent=2) + "\n")
     return status.model_dump()

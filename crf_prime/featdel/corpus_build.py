@@ -43,6 +43,11 @@ class PackageRow(BaseModel):
     suite_tests: int = 0
     seconds: float = 0.0
     reason: str = ""
+    setup: list[str] = Field(default_factory=list)
+    """What the setup loop did to run the suite (installed test dependencies, discovery, ignored modules,
+    deselected tests); empty when the suite ran as shipped."""
+    deselected: list[str] = Field(default_factory=list)
+    """Node ids the setup loop left out, each with its reason."""
 
 
 class CorpusSummary(BaseModel):
@@ -110,6 +115,8 @@ def assemble(
             tasks=st.tasks,
             seconds=st.seconds,
             reason=st.reason.splitlines()[0][:300] if st.reason else "",
+            setup=st.setup.actions() if st.setup else [],
+            deselected=[f"{n}: {why}" for n, why in st.setup.deselected.items()] if st.setup else [],
         )
         if st.status == "done":
             summary = GenerateSummary.model_validate_json((pkg / "tasks" / "summary.json").read_text())
@@ -267,8 +274,8 @@ def dataset_card(summary: CorpusSummary, metas: list[TaskMeta]) -> str:
         "",
         "## Packages",
         "",
-        "| package | licence | split | tasks | suite tests | status |",
-        "|---|---|---|---:|---:|---|",
+        "| package | licence | split | tasks | suite tests | status | setup |",
+        "|---|---|---|---:|---:|---|---|",
     ]
     for row in summary.packages.values():
         status = {"done": "ok", "cancelled": "not finished (time limit)"}.get(
@@ -276,7 +283,7 @@ def dataset_card(summary: CorpusSummary, metas: list[TaskMeta]) -> str:
         )
         lines.append(
             f"| {row.spec} | {row.license or 'not declared'} | {row.split or '-'} | {row.kept} | "
-            f"{row.suite_tests} | {status} |"
+            f"{row.suite_tests} | {status} | {'; '.join(row.setup).replace('|', '/') or 'as shipped'} |"
         )
     lines += [
         "",

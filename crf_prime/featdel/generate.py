@@ -110,6 +110,8 @@ class GenerateConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """Node ids of tests that fail as shipped and are left out (``--deselect``); everything else must pass."""
     extra_requirements: list[str] = []
     """Additional test-only requirements for the venv (e.g. ``hypothesis==6.100.0``)."""
+    pytest_args: list[str] = []
+    """pytest arguments the suite needs (``-o testpaths=...``, ``--ignore=PATH``); kept in every task row."""
     suite_timeout_s: Annotated[float, Field(gt=0)] = 600.0
     """Wall-clock limit of the one coverage run of the whole suite (seconds)."""
     replay: bool = True
@@ -187,8 +189,10 @@ def run_baseline(
     from crf_prime.featdel.testreqs import neutral_args  # start-up: +12 ms on every command
 
     protected = protected_paths(project.root)
-    deselect = neutral_args(spec.requirements if spec else ()) + tuple(
-        a for n in cfg.deselect for a in ("--deselect", n)
+    deselect = (
+        neutral_args(spec.requirements if spec else ())
+        + tuple(cfg.pytest_args)
+        + tuple(a for n in cfg.deselect for a in ("--deselect", n))
     )
     attempts: list[tuple[str, ...]] = [deselect, ("-o", "addopts=", *deselect)]
     last: PytestRun | None = None

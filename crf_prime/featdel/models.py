@@ -35,7 +35,7 @@ class SourceLine(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     spec: str
-    """``pypi:NAME==VERSION`` or an absolute directory."""
+    """``pypi:NAME==VERSION``, ``git:ABSPATH@REV``, ``git+URL@REV`` or an absolute directory."""
     slug: str
     """Directory name under ``OUT/packages``."""
     line: int
@@ -43,6 +43,39 @@ class SourceLine(BaseModel):
     """``--deselect NODEID`` on the line: tests that fail as shipped, left out (as ``featdel generate``)."""
     extra_requirements: tuple[str, ...] = ()
     """``--extra-requirement REQ`` on the line: test requirements the sdist does not declare."""
+
+
+class SuiteSetup(BaseModel):
+    """What it took to run a project's suite; every field is also a line of :meth:`actions`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    extra_requirements: tuple[str, ...] = ()
+    """Pinned distributions added to the test venv (``name==version``), beside what the project declares."""
+    installed: dict[str, str] = {}
+    """Module the tests import -> the pinned distribution installed for it."""
+    pytest_args: tuple[str, ...] = ()
+    """Discovery overrides, ``-o addopts=`` and ``--ignore=`` of modules that cannot be collected."""
+    discovery: str = "pytest defaults"
+    ignored: dict[str, str] = {}
+    """Test module -> why it cannot be collected."""
+    deselected: dict[str, str] = {}
+    """Node id -> why it is left out (fails the same way in both baseline runs, or in only one: flaky)."""
+    collected: int = 0
+    """Tests pytest collected (before deselection)."""
+    rounds: int = 0
+
+    def actions(self) -> list[str]:
+        """One line per step taken, for the corpus summary and the benchmark table."""
+        out = [f"installed {pin} (for `import {m}`)" for m, pin in self.installed.items()]
+        if self.discovery != "pytest defaults":
+            out.append(f"discovery: {self.discovery}")
+        if "addopts=" in self.pytest_args:
+            out.append("ran without the project's addopts (an option pytest did not know)")
+        out += [f"ignored {path}: {why}" for path, why in self.ignored.items()]
+        if self.deselected:
+            out.append(f"deselected {len(self.deselected)} of {self.collected} tests")
+        return out
 
 
 class PackageStatus(BaseModel):
@@ -60,6 +93,8 @@ class PackageStatus(BaseModel):
     tasks: int = 0
     seconds: float = 0.0
     license: str = ""
+    setup: SuiteSetup | None = None
+    """What the setup loop did (None when ``auto_setup`` is off or the loop itself refused the package)."""
 
 
 class SourceInfo(BaseModel):

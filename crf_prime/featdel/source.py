@@ -52,6 +52,9 @@ STRIP_ROOT_DIRS = frozenset({"build", "dist"})
 STRIP_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".orig", ".rej", "~", ".dmypy.json")
 STRIP_FILES = frozenset({".coverage", ".dmypy.json"})
 
+# module names that hold tests whatever their directory (a root ``tests.py``, a package's ``pkg/tests.py``)
+TEST_MODULES = frozenset({"conftest.py", "tests.py", "test.py"})
+
 TEST_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "conftest.py")
 
 
@@ -114,7 +117,9 @@ def download_sdist(name: str, version: str, cache: Path | None = None) -> Path:
         return found[0]
     tmp = Path(tempfile.mkdtemp(prefix="dl-", dir=dest.parent if dest.parent.exists() else None))
     dest.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--disable-pip-version-check"]
+    # --no-binary for this package only: its build backend (needed to read the sdist's metadata) comes as a wheel,
+    # not built from source itself
+    cmd = [sys.executable, "-m", "pip", "download", "--no-binary", name, "--no-deps", "--disable-pip-version-check"]
     cmd += ["-q", "-d", str(tmp), f"{name}=={version}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     files = sorted(p for p in tmp.glob("*") if p.suffix in (".gz", ".zip"))
@@ -176,7 +181,7 @@ def is_test_path(rel: str) -> bool:
     if any(p in ("tests", "test", "testing") for p in parts[:-1]):
         return True
     name = parts[-1]
-    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+    return name.startswith(("test_", "tests_")) or name.endswith(("_test.py", "_tests.py")) or name in TEST_MODULES
 
 
 def _requirements(root: Path) -> tuple[str, ...]:
@@ -211,7 +216,9 @@ def _requirements(root: Path) -> tuple[str, ...]:
 
 def _layout(root: Path) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """Find importable packages/modules (src layout or flat) excluding tests, setup scripts, docs."""
-    base_rel = "src" if (root / "src").is_dir() and any((root / "src").glob("*/__init__.py")) else "."
+    src = root / "src"
+    # a src layout holds a package or a single module (``src/typing_extensions.py``)
+    base_rel = "src" if src.is_dir() and (any(src.glob("*/__init__.py")) or any(src.glob("*.py"))) else "."
     base = root / base_rel
     pkgs: list[str] = []
     top: list[str] = []
@@ -315,23 +322,28 @@ def pytest_config(root: Path) -> str:
 
 
 def load_project(spec: str, workspace: Path, *, cache: Path | None = None) -> Project:
-    """Materialise ``spec`` (local dir or ``pypi:NAME==VERSION``) as a stripped tree under ``workspace``."""
+    """Materialise ``spec`` as a stripped tree under ``workspace``: ``pypi:NAME==VERSION`` (a pinned sdist),
+    ``git:PATH@REV`` / ``git+URL@REV`` (a commit of a repository) or a local directory."""
+    root = workspace / "base"
     if spec.startswith("pypi:"):
         name, version = _parse_pypi_spec(spec)
         archive = download_sdist(name, version, cache)
         sha = hashlib.sha256(archive.read_bytes()).hexdigest()
         top = _unpack(archive, workspace / "unpack")
-        root = workspace / "base"
         shutil.move(str(top), root)
-        requirements = _requirements(root)
+    elif is_git_spec(spec):
+        url, rev = parse_git_spec(spec)
+        commit = git_checkout(url, rev, root)
+        name, version, sha = project_name(root, url), f"git-{commit[:12]}", ""
     else:
         src = Path(spec).expanduser()
         if not src.is_dir():
-            raise SourceError(f"source {spec!r}: not a directory and not 'pypi:NAME==VERSION'")
-        root = workspace / "base"
+            raise SourceError(
+                f"source {spec!r}: not a directory, 'pypi:NAME==VERSION', 'git:PATH@REV' or 'git+URL@REV'"
+            )
         shutil.copytree(src, root, symlinks=True, ignore=shutil.ignore_patterns(*STRIP_DIRS))
         name, version, sha = src.resolve().name, "local", ""
-        requirements = _requirements(root)
+    requirements = _requirements(root)
     strip_tree(root)
     if version != "local":
         _write_metadata(root, name, version)
@@ -350,6 +362,70 @@ def load_project(spec: str, workspace: Path, *, cache: Path | None = None) -> Pr
         test_requirements=suite_requirements(root, name),
         license=license_of(root),
     )
+
+
+def is_git_spec(spec: str) -> bool:
+    """``git:PATH@REV`` or ``git+URL@REV``."""
+    return spec.startswith(("git:", "git+"))
+
+
+def parse_git_spec(spec: str) -> tuple[str, str]:
+    """(repository path or URL, revision) of ``git:PATH@REV`` / ``git+URL@REV``; the revision is required (a
+    branch moves, so the line says which commit it means: a tag, a branch or a commit hash)."""
+    body = spec[4:] if spec.startswith(("git:", "git+")) else spec
+    url, at, rev = body.rpartition("@")
+    if not at or not url or not rev:
+        raise SourceError(f"source {spec!r}: expected 'git:PATH@REV' or 'git+URL@REV' (a revision is required)")
+    if spec.startswith("git:"):
+        path = Path(url).expanduser()
+        if not path.is_dir():
+            raise SourceError(f"source {spec!r}: {path} is not a directory")
+        url = str(path.resolve())
+    return url, rev
+
+
+def git_checkout(url: str, rev: str, dest: Path) -> str:
+    """The tree of ``rev`` of the repository at ``url`` written to ``dest`` (without ``.git``); its commit hash."""
+    with tempfile.TemporaryDirectory(prefix="crf-featdel-git-") as tmp:
+        clone = Path(tmp) / "clone"
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"}
+
+        def git(*args: str, cwd: Path | None = None) -> str:
+            proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SourceError(f"git {' '.join(args)} failed (exit {proc.returncode}): {proc.stderr.strip()[-600:]}")
+            return proc.stdout.strip()
+
+        git("clone", "--quiet", "--no-checkout", "--", url, str(clone))
+        commit = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=clone)
+        git("-c", "advice.detachedHead=false", "checkout", "--quiet", commit, cwd=clone)
+        shutil.copytree(clone, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    return commit
+
+
+def project_name(root: Path, fallback: str) -> str:
+    """The distribution name the tree declares (pyproject ``[project].name``, setup.cfg ``[metadata] name``),
+    else the last part of ``fallback`` (a path or URL) without ``.git``."""
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            name = tomllib.loads(pyproject.read_text(errors="replace")).get("project", {}).get("name")
+        except tomllib.TOMLDecodeError:
+            name = None
+        if isinstance(name, str) and name:
+            return name
+    cfg = ConfigParser(interpolation=None)
+    try:
+        cfg.read(root / "setup.cfg")
+        name = cfg.get("metadata", "name", fallback="").strip()
+    except Exception:  # a malformed setup.cfg names nothing
+        name = ""
+    m = re.search(r"\bname\s*=\s*['\"]([A-Za-z0-9][A-Za-z0-9._-]*)['\"]", _text(root / "setup.py"))
+    return name or (m.group(1) if m else "") or re.sub(r"\.git$", "", fallback.rstrip("/").rsplit("/", 1)[-1])
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.is_file() else ""
 
 
 def license_of(root: Path) -> str:

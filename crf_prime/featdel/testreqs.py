@@ -228,4 +228,51 @@ def suite_requirements(root: Path, project: str) -> tuple[str, ...]:
     return tuple(sorted(set(cleaned)))
 
 
-__all__ = ["neutral_args", "plugin_requirements", "suite_requirements"]
+def _setup_tests_require(root: Path) -> list[str]:
+    """``tests_require`` of setup.cfg ``[options]`` and string literals of ``tests_require=[...]`` in setup.py."""
+    out: list[str] = []
+    cfg = _ini(root / "setup.cfg")
+    if cfg is not None:
+        out += [v.strip() for v in cfg.get("options", "tests_require", fallback="").splitlines() if v.strip()]
+    setup = root / "setup.py"
+    if setup.is_file():
+        m = re.search(r"tests_require\s*=\s*\[([^\]]*)\]", setup.read_text(errors="replace"))
+        out += re.findall(r"['\"]([^'\"]+)['\"]", m.group(1)) if m else []
+    return out
+
+
+def _nox_installs(root: Path) -> list[str]:
+    """String arguments of ``session.install(...)`` in noxfile.py (options and ``-r`` files left out)."""
+    import ast
+
+    nox = root / "noxfile.py"
+    if not nox.is_file():
+        return []
+    try:
+        tree = ast.parse(nox.read_text(errors="replace"))
+    except SyntaxError:
+        return []
+    return [
+        a.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "install"
+        for a in node.args
+        if isinstance(a, ast.Constant) and isinstance(a.value, str) and not a.value.startswith("-")
+    ]
+
+
+def requirement_hints(root: Path, project: str) -> tuple[str, ...]:
+    """Every requirement the project names anywhere for its tests or development (all extras and dependency
+    groups, requirement files, tox deps, setup ``tests_require``, noxfile installs): where the setup loop looks
+    first for the distribution behind a module the tests import but the venv lacks."""
+    extras = _extras_from_metadata(root)
+    raw = [r for reqs in extras.values() for r in reqs]
+    for path in (
+        _requirement_files(root) + sorted(root.glob("requirements*.txt")) + sorted(root.glob("*/requirements*.txt"))
+    ):
+        raw += _requirements_file(path.resolve(), root.resolve(), set())
+    raw += _tox_deps(root) + _setup_tests_require(root) + _nox_installs(root)
+    return tuple(sorted(set(_clean(raw, project))))
+
+
+__all__ = ["neutral_args", "plugin_requirements", "requirement_hints", "suite_requirements"]
