@@ -187,6 +187,7 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
             "model_patch_chars": len(run.model_patch),
             "dropped": dict(list(run.dropped.items())[:200]),
             "forgery": run.forgery,
+            "gold_judge": run.gold_judge.model_dump(),
         }
         if self.config.hints:
             messages = await asyncio.to_thread(failure_messages, run.log)
