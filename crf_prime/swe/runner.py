@@ -49,8 +49,9 @@ from crf_prime.swe.evalscript import eval_script
 from crf_prime.swe.forgery import ForgeryCheck, check_forgery
 from crf_prime.swe.gitenv import GIT_ENV, git_argv, git_shell
 from crf_prime.swe.goldjudge import GoldRecord, GoldVerdict, ReplayEnv, cached_record, judge, record_gold, strip_tests
-from crf_prime.swe.grading import APPLY_PATCH_FAIL, GradeReport, frame_log, grade_run
+from crf_prime.swe.grading import APPLY_PATCH_FAIL, GradeReport, frame_log
 from crf_prime.swe.instance import SweInstance
+from crf_prime.swe.parseworker import grade_run_off_loop
 from crf_prime.swe.report import JUNIT_FILE, MAX_REPORT_BYTES
 from crf_prime.swe.specs import repo_spec
 from crf_prime.swe.workspace import Entry, TreeTooLarge, escaped, read_tree, remove_file, remove_tree, write_file
@@ -278,7 +279,7 @@ class SweRunner:
             return await self._evaluate_local()
         return await self._evaluate_in_runtime(runtime, baseline)
 
-    def _grade(
+    async def _grade(
         self,
         output: str,
         exit_code: int | None,
@@ -292,8 +293,9 @@ class SweRunner:
         junit: bytes | None,
         py_paths: set[str],
     ) -> EvalRun:
-        """The verdict (off the event loop: parsing a 20 MB log takes a while); see :func:`grade_run`."""
-        report = grade_run(
+        """The verdict, parsed in a child process (a 20 MB log must not stall the event loop); see
+        :func:`grade_run`."""
+        report = await grade_run_off_loop(
             self.instance.instance_id,
             output,
             exit_code,
@@ -308,7 +310,8 @@ class SweRunner:
         )
         if check.certain:
             report = self._unresolved(f"the fix imports the test runner (certain forgery): {check.detail}")
-        log = frame_log(prepare, output, exit_code, f"{TESTS_TIMEOUT_NOTE} {self.test_timeout:g}s" if timed_out else "")
+        note = f"{TESTS_TIMEOUT_NOTE} {self.test_timeout:g}s" if timed_out else ""
+        log = await asyncio.to_thread(frame_log, prepare, output, exit_code, note)
         return EvalRun(
             model_patch=model_patch,
             log=log,
@@ -340,8 +343,7 @@ class SweRunner:
             model_patch, selection, check, py_paths = prepared
             out, err, code, timed_out, truncated = await self._run_sandboxed(scratch)
             junit = await asyncio.to_thread(_read_report, scratch / "out" / JUNIT_FILE) if self.spec.junit else None
-            graded = await asyncio.to_thread(
-                self._grade,
+            graded = await self._grade(
                 out,
                 code,
                 timed_out,
@@ -586,8 +588,7 @@ class SweRunner:
             read = await _run(runtime, f"test -f {q(junit_path)} && head -c {MAX_REPORT_BYTES + 1} {q(junit_path)}")
             junit = read.stdout.encode("utf-8", "surrogateescape") if read.exit_code == 0 else None
         py_paths = {p for p in base_paths | set(patch_files(model_patch)) | self._test_paths if p.endswith(".py")}
-        graded = await asyncio.to_thread(
-            self._grade,
+        graded = await self._grade(
             result.stdout,
             result.exit_code,
             result.timed_out,
