@@ -368,7 +368,7 @@ class SweRunner:
             return graded.model_copy(update={"gold_judge": GoldVerdict(verdict="off")})
         if not graded.report.resolved:
             return graded
-        record = cached_record(self._gold_key(), self._record_gold)
+        record = cached_record(self._gold_key(), self.gold_record)
         verdict = judge(record, agent_repo, sandbox=self.grading.sandbox(), env=self._replay_env())
         update: dict[str, object] = {"gold_judge": verdict}
         if verdict.verdict == "disagree":
@@ -389,7 +389,7 @@ class SweRunner:
         i = self.instance
         return (i.instance_id, i.base_commit, i.patch, i.test_patch, str(self.mirror), self.local_python)
 
-    def _record_gold(self, work: Path) -> GoldRecord:
+    def gold_record(self, work: Path) -> GoldRecord:
         """Gold's tree (base + gold patch + test patch) in ``work``, and its record."""
         assert self.mirror is not None
         tree = work / "tree"

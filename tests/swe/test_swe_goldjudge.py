@@ -10,6 +10,8 @@ import difflib
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from crf_prime.swe.evalscript import eval_script
 from crf_prime.swe.fixture import build_mini_swebench
 from crf_prime.swe.goldjudge import (
@@ -22,6 +24,7 @@ from crf_prime.swe.goldjudge import (
     record_gold,
     strip_tests,
 )
+from crf_prime.swe.runner import SweRunner
 
 BASE = '''"""Module."""
 
@@ -132,3 +135,27 @@ def test_eval_script_loads_the_test_id_plugin_for_pytest_runners(tmp_path: Path)
     assert 'export PYTHONPATH=/g/lib"${PYTHONPATH:+:$PYTHONPATH}"' in lines
     assert lines[-1] == "exec python -m pytest -rA -p no:cacheprovider tests/test_stats.py -p crf_hide_test_id"
     assert "crf_hide_test_id" not in eval_script(inst, repo_dir="/r")  # no plugin dir: nothing to load
+
+
+@pytest.mark.bwrap
+def test_recording_gold_on_the_mini_fixture(tmp_path: Path) -> None:
+    """Gold's FAIL_TO_PASS run records median's calls, generated variations join them; FAIL_TO_PASS tests that never
+    call a target leave the judge not applicable, with the reason."""
+    inst = build_mini_swebench(tmp_path / "fixture")
+    mirror = tmp_path / "fixture" / "repos" / "crf-prime__mini-stats"
+    runner = SweRunner(inst, repo_dir=str(tmp_path / "unused"), local=True, mirror=mirror)
+    (tmp_path / "a").mkdir()
+    record = runner.gold_record(tmp_path / "a")
+    assert record.not_applicable == "" and record.target_names == ("ministats.stats.median",)
+    assert sum(not c.get("derived") for c in record.calls) == 1  # median([4, 1, 3, 2])
+    assert sum(bool(c.get("derived")) for c in record.calls) > 1
+    other = SweRunner(
+        inst.model_copy(update={"FAIL_TO_PASS": ["tests/test_stats.py::test_mean"]}),
+        repo_dir=str(tmp_path / "unused"),
+        local=True,
+        mirror=mirror,
+    )
+    (tmp_path / "b").mkdir()
+    assert other.gold_record(tmp_path / "b").not_applicable == (
+        "the FAIL_TO_PASS tests made no recordable call of a target"
+    )
