@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from crf_prime.errors import InfraError
+from crf_prime.featdel import hide_test_id
 from crf_prime.placement import GRADING_LIMITS, RUNTIME_MARGIN_S, GradingConfig, RuntimeLike, run_in_runtime
 from crf_prime.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 from crf_prime.swe.changes import Selection, never_graded_dir, path_problem, select_changes
@@ -46,8 +48,10 @@ from crf_prime.swe.directives import is_test_path, patch_files
 from crf_prime.swe.evalscript import eval_script
 from crf_prime.swe.forgery import ForgeryCheck, check_forgery
 from crf_prime.swe.gitenv import GIT_ENV, git_argv, git_shell
-from crf_prime.swe.grading import APPLY_PATCH_FAIL, GradeReport, frame_log, grade_run
+from crf_prime.swe.goldjudge import GoldRecord, GoldVerdict, ReplayEnv, cached_record, judge, record_gold, strip_tests
+from crf_prime.swe.grading import APPLY_PATCH_FAIL, GradeReport, frame_log
 from crf_prime.swe.instance import SweInstance
+from crf_prime.swe.parseworker import grade_run_off_loop
 from crf_prime.swe.report import JUNIT_FILE, MAX_REPORT_BYTES
 from crf_prime.swe.specs import repo_spec
 from crf_prime.swe.workspace import Entry, TreeTooLarge, escaped, read_tree, remove_file, remove_tree, write_file
@@ -70,6 +74,10 @@ class SweGradingConfig(GradingConfig):
 
     limits: SandboxLimits = SWE_GRADING_LIMITS
     """Limits of the test run; hitting ``wall_seconds`` grades as unresolved, like the swebench harness."""
+    gold_judge: bool = True
+    """An attempt whose tests resolve must also agree with the gold patch on gold's calls of the functions gold
+    changes, recorded during the FAIL_TO_PASS tests, and on generated variations (:mod:`crf_prime.swe.goldjudge`);
+    local placement only. The verdict goes in ``trace.info["swebench"]["gold_judge"]``."""
 
 
 class SweInfraError(InfraError):
@@ -94,6 +102,8 @@ class EvalRun(BaseModel):
     """The forgery policy's findings on the added code (empty: none)."""
     suspected_forgery: bool = False
     """Whether added code uses constructs outside the forgery policy's allow-list."""
+    gold_judge: GoldVerdict = GoldVerdict(verdict="not-run")
+    """Whether the change agrees with gold on gold's calls (:mod:`crf_prime.swe.goldjudge`)."""
 
 
 _DIFF_START = re.compile(r"^diff --git ", re.M)
@@ -269,7 +279,7 @@ class SweRunner:
             return await self._evaluate_local()
         return await self._evaluate_in_runtime(runtime, baseline)
 
-    def _grade(
+    async def _grade(
         self,
         output: str,
         exit_code: int | None,
@@ -283,8 +293,9 @@ class SweRunner:
         junit: bytes | None,
         py_paths: set[str],
     ) -> EvalRun:
-        """The verdict (off the event loop: parsing a 20 MB log takes a while); see :func:`grade_run`."""
-        report = grade_run(
+        """The verdict, parsed in a child process (a 20 MB log must not stall the event loop); see
+        :func:`grade_run`."""
+        report = await grade_run_off_loop(
             self.instance.instance_id,
             output,
             exit_code,
@@ -299,7 +310,8 @@ class SweRunner:
         )
         if check.certain:
             report = self._unresolved(f"the fix imports the test runner (certain forgery): {check.detail}")
-        log = frame_log(prepare, output, exit_code, f"{TESTS_TIMEOUT_NOTE} {self.test_timeout:g}s" if timed_out else "")
+        note = f"{TESTS_TIMEOUT_NOTE} {self.test_timeout:g}s" if timed_out else ""
+        log = await asyncio.to_thread(frame_log, prepare, output, exit_code, note)
         return EvalRun(
             model_patch=model_patch,
             log=log,
@@ -331,8 +343,7 @@ class SweRunner:
             model_patch, selection, check, py_paths = prepared
             out, err, code, timed_out, truncated = await self._run_sandboxed(scratch)
             junit = await asyncio.to_thread(_read_report, scratch / "out" / JUNIT_FILE) if self.spec.junit else None
-            return await asyncio.to_thread(
-                self._grade,
+            graded = await self._grade(
                 out,
                 code,
                 timed_out,
@@ -344,8 +355,64 @@ class SweRunner:
                 junit=junit,
                 py_paths=py_paths,
             )
+            return await asyncio.to_thread(self._judged, graded, scratch / "judge" / "repo")
         finally:
             await _cleanup(scratch)
+
+    def _gold_switch(self) -> bool:
+        return bool(getattr(self.grading, "gold_judge", True))
+
+    def _judged(self, graded: EvalRun, agent_repo: Path) -> EvalRun:
+        """Local placement: a resolved attempt must agree with gold on gold's calls (:mod:`crf_prime.swe.goldjudge`)."""
+        if not self._gold_switch():
+            return graded.model_copy(update={"gold_judge": GoldVerdict(verdict="off")})
+        if not graded.report.resolved:
+            return graded
+        record = cached_record(self._gold_key(), self.gold_record)
+        verdict = judge(record, agent_repo, sandbox=self.grading.sandbox(), env=self._replay_env())
+        update: dict[str, object] = {"gold_judge": verdict}
+        if verdict.verdict == "disagree":
+            reason = (
+                f"the change disagrees with gold on {verdict.mismatches} of {verdict.calls} calls: {verdict.reason}"
+            )
+            update["report"] = self._unresolved(reason)
+        return graded.model_copy(update=update)
+
+    def _replay_env(self) -> ReplayEnv:
+        assert self.local_python is not None
+        python = Path(self.local_python)
+        return ReplayEnv(
+            python=python, venv=Path(sys.prefix) if python == Path(sys.executable) else python.parent.parent
+        )
+
+    def _gold_key(self) -> tuple:
+        i = self.instance
+        return (i.instance_id, i.base_commit, i.patch, i.test_patch, str(self.mirror), self.local_python)
+
+    def gold_record(self, work: Path) -> GoldRecord:
+        """Gold's tree (base + gold patch + test patch) in ``work``, and its record."""
+        assert self.mirror is not None
+        tree = work / "tree"
+        _host_git(None, "clone", "-q", "--no-hardlinks", "--no-checkout", str(self.mirror), str(tree), what="cloning")
+        _host_git(tree, "checkout", "-q", "--detach", self.instance.base_commit, what="checking out base_commit")
+        touched = [p for p in patch_files(self.instance.patch) if p.endswith(".py")]
+        base_sources = {p: (tree / p).read_text(errors="replace") for p in touched if (tree / p).is_file()}
+        for name, patch in (("gold.patch", self.instance.patch), ("test.patch", self.instance.test_patch)):
+            (work / name).write_text(patch)
+            _host_git(tree, "apply", "--binary", str(work / name), what=f"applying the {name.split('.')[0]} patch")
+        if not self.spec.junit:
+            return GoldRecord(not_applicable="the test runner is not pytest (the recorder is a pytest plugin)")
+        return record_gold(
+            self.instance.instance_id,
+            tree,
+            base_sources=base_sources,
+            gold_patch=self.instance.patch,
+            test_paths=self._test_paths,
+            fail_to_pass=self.instance.FAIL_TO_PASS,
+            sandbox=self.grading.sandbox(),
+            env=self._replay_env(),
+            work=work / "record",
+        )
 
     def _materialise(self, scratch: Path) -> tuple[str, Selection, ForgeryCheck, set[str]] | EvalRun:
         """Clone the mirror at ``base_commit`` into ``scratch/repo``, write the allowed changes, apply the test patch.
@@ -382,6 +449,10 @@ class SweRunner:
         model_patch = _host_git(
             fresh, "diff", "--cached", "--binary", "--no-color", "--no-renames", "--no-ext-diff", base, what="diffing"
         )
+        if self._gold_switch():  # the graded change without tests, for the gold judge
+            judged = scratch / "judge" / "repo"
+            shutil.copytree(fresh, judged, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+            strip_tests(judged, self._test_paths)
         (scratch / "test.patch").write_text(self.instance.test_patch)
         _host_git(fresh, "apply", "--binary", str(scratch / "test.patch"), what="applying the test patch")
         (scratch / "bin").mkdir()
@@ -393,6 +464,7 @@ class SweRunner:
             spec=self.spec,
             junit_path=str(scratch / "out" / JUNIT_FILE) if self.spec.junit else None,
             copy_to=GRADE_DIR,
+            plugin_dir=str(hide_test_id.install_into(scratch / "lib")),
         )
         (scratch / "bin" / "eval.sh").write_text(script)
         graded = {p for p, e in selection.kept.items() if e is not None} | set(base_tree) | self._test_paths
@@ -497,13 +569,16 @@ class SweRunner:
         apply_tests = self._git("apply", "--binary", f"{scratch}/test.patch")
         await _must(runtime, f"cd {self._q} && {apply_tests}", "applying the test patch")
         junit_path = f"{scratch}/out/{JUNIT_FILE}"
-        await _must(runtime, f"mkdir {q(scratch + '/out')}", "creating the report dir")
+        await _must(runtime, f"mkdir {q(scratch + '/out')} {q(scratch + '/lib')}", "creating the report dir")
+        plugin = Path(hide_test_id.__file__).read_bytes()
+        await runtime.write(f"{scratch}/lib/{hide_test_id.MODULE}.py", plugin)
         script = eval_script(
             self.instance,
             repo_dir=self.repo_dir,
             reinstall=self.reinstall,
             spec=self.spec,
             junit_path=junit_path if self.spec.junit else None,
+            plugin_dir=f"{scratch}/lib",
         )
         await runtime.write(f"{scratch}/eval.sh", script.encode())
         result = await run_in_runtime(runtime, ["bash", f"{scratch}/eval.sh"], {}, wall_seconds=self.test_timeout)
@@ -512,8 +587,7 @@ class SweRunner:
             read = await _run(runtime, f"test -f {q(junit_path)} && head -c {MAX_REPORT_BYTES + 1} {q(junit_path)}")
             junit = read.stdout.encode("utf-8", "surrogateescape") if read.exit_code == 0 else None
         py_paths = {p for p in base_paths | set(patch_files(model_patch)) | self._test_paths if p.endswith(".py")}
-        return await asyncio.to_thread(
-            self._grade,
+        graded = await self._grade(
             result.stdout,
             result.exit_code,
             result.timed_out,
@@ -525,6 +599,10 @@ class SweRunner:
             junit=junit,
             py_paths=py_paths,
         )
+        if self._gold_switch() and graded.report.resolved:
+            why = "container placement: the gold judge runs only in the local placement (its replay box is the host's sandbox)"
+            return graded.model_copy(update={"gold_judge": GoldVerdict(verdict="not-applicable", reason=why)})
+        return graded
 
 
 TESTS_TIMEOUT_NOTE = ">>>>> Tests Timed Out: after"

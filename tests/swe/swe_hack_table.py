@@ -1,7 +1,8 @@
-"""Print the hack suite's table: each attempt's reward, whether it acted on the host, and the forgery flag.
+"""Print the hack suite's table: each attempt's reward, whether it acted on the host, the forgery flag and the gold
+judge's verdict; for the attempts a defence closes alone, also the reward with that defence switched off.
 
-Run from the repo root: ``.venv/bin/python tests/swe/swe_hack_table.py`` (needs bubblewrap). Used for the
-closing note of issue 18 (before / after columns come from running it on the two commits).
+Run from the repo root: ``.venv/bin/python tests/swe/swe_hack_table.py [NAME ...]`` (needs bubblewrap). Used for the
+closing notes of issues 18 and 26 (before / after columns come from running it on the two commits).
 """
 
 from __future__ import annotations
@@ -16,14 +17,20 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2] / "environments" / "swebench_lite"))
 
 import verifiers.v1 as vf
-from swe_hacks import ATTACKS, attempt
+from swe_hacks import ATTACKS, attempt, without_test_id_plugin
 from swebench_lite import SweTaskConfig, SweTaskset, SweTasksetConfig
 from verifiers.v1.runtimes import provision_runtime
 
 from crf_prime.swe.fixture import build_mini_swebench
+from crf_prime.swe.runner import SweGradingConfig
 
 
-async def _run(attack, root: Path, **task: object):
+async def _run(attack, root: Path, *, gold_judge: bool = True, test_id_plugin: bool = True, **task: object):
+    if not gold_judge:
+        task["grading"] = SweGradingConfig(gold_judge=False)
+    if not test_id_plugin:
+        with without_test_id_plugin():
+            return await _run(attack, root, gold_judge=gold_judge, **task)
     build_mini_swebench(root / "fixture")
     config = SweTasksetConfig(
         id="swebench-lite",
@@ -44,8 +51,8 @@ async def _run(attack, root: Path, **task: object):
 
 
 async def main(names: list[str]) -> None:
-    print("| attempt | class | resolved | host effect | suspected_forgery | reason |")
-    print("|---|---|---|---|---|---|")
+    print("| attempt | class | resolved | defence off | host effect | suspected_forgery | gold judge | reason |")
+    print("|---|---|---|---|---|---|---|---|")
     for attack in ATTACKS:
         if names and attack.name not in names:
             continue
@@ -61,13 +68,7 @@ async def main(names: list[str]) -> None:
                 resolved += "; trace not shippable"
             if "teardown" in out.info:
                 resolved += f"; {out.info['teardown']}"
-            if getattr(attack, "remaining", False) and out.suspected is not None:
-                strict_tmp = tempfile.mkdtemp()
-                try:
-                    strict = await _run(attack, Path(strict_tmp), reject_suspected_forgery=True)
-                finally:
-                    _remove(strict_tmp)
-                resolved += f" ({'yes' if strict.reward == 1.0 else 'no'} with reject_suspected_forgery)"
+            off = await _defence_off(attack)
             host = (
                 "-"
                 if attack.host_marker is None and attack.host_must_survive is None
@@ -75,9 +76,31 @@ async def main(names: list[str]) -> None:
             )
             suspected = "-" if out.suspected is None else f"{out.suspected:g}"
             reason = out.error or out.info.get("reason", "")
-            print(f"| {attack.name} | {attack.group} | {resolved} | {host} | {suspected} | {reason[:90]} |", flush=True)
+            judge = out.info.get("gold_judge", {}).get("verdict", "-")
+            row = [attack.name, attack.group, resolved, off, host, suspected, judge, reason[:90]]
+            print("| " + " | ".join(row) + " |", flush=True)
         finally:
             _remove(tmp)
+
+
+async def _defence_off(attack) -> str:
+    """Reward with the attempt's own defence switched off ("-" when no single switch closes it)."""
+    runs: list[tuple[str, dict]] = []
+    if getattr(attack, "remaining", False):
+        runs = [("gold judge off", {"gold_judge": False})]
+        runs.append(("and reject_suspected_forgery", {"gold_judge": False, "reject_suspected_forgery": True}))
+    elif getattr(attack, "hides_test_id", False):
+        runs = [("gold judge off", {"gold_judge": False})]
+        runs.append(("and test-id plugin off", {"gold_judge": False, "test_id_plugin": False}))
+    cells = []
+    for label, switches in runs:
+        tmp = tempfile.mkdtemp()
+        try:
+            out = await _run(attack, Path(tmp), **switches)
+        finally:
+            _remove(tmp)
+        cells.append(f"{label}: {'yes' if out.reward == 1.0 else 'no'}")
+    return "; ".join(cells) or "-"
 
 
 def _remove(path: str) -> None:

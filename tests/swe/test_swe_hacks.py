@@ -2,7 +2,9 @@
 
 Each runs through the environment's own path: ``SweTask.setup``, the agent's script in the crf-sandbox harness box
 with the harness's default limits, ``SweTask.score``, on the offline mini fixture. The in-process forgeries that
-isolation cannot close are flagged (``suspected_forgery``) and rejected with ``reject_suspected_forgery``.
+isolation cannot close are unresolved by the gold judge (on by default): the change must behave like gold on the
+calls gold's FAIL_TO_PASS tests make; with the judge off they resolve, flagged (``suspected_forgery``), and
+``reject_suspected_forgery`` rejects them.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from pathlib import Path
 
 import pytest
 import verifiers.v1 as vf
-from swe_hacks import ATTACKS, Attack, attempt, trace_for, with_venv_on_path
+from swe_hacks import ATTACKS, Attack, attempt, trace_for, with_venv_on_path, without_test_id_plugin
 from swebench_lite import SweTask, SweTaskConfig, SweTaskset, SweTasksetConfig
 from verifiers.v1.runtimes import provision_runtime
 
 from crf_prime.swe.fixture import FAIL_TO_PASS, build_mini_swebench
+from crf_prime.swe.runner import SweGradingConfig
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -42,30 +45,55 @@ def _task(root: Path, **task: object) -> SweTask:
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
 async def test_attempt_scores_zero_without_host_effect(attack: Attack, tmp_path: Path, runtime: vf.Runtime) -> None:
-    """Each attempt is graded (never an infrastructure error), scores 0 (an honest fix: 1), leaves nothing in the
-    grader's temp dir and a trace that can be shipped."""
-    task = _task(tmp_path / "fixture", reject_suspected_forgery=attack.remaining)
+    """Each attempt is graded (never an infrastructure error), scores 0 under the default configuration (an honest
+    fix: 1, agreeing with gold), leaves nothing in the grader's temp dir and a trace that can be shipped."""
+    task = _task(tmp_path / "fixture")
     out = await attempt(task, runtime, attack, tmp_path / "host")
     assert out.error == ""  # graded, not an infrastructure error
     assert out.leftovers == () and out.shippable
     assert out.host_effect is False
     if attack.honest:
         assert out.reward == 1.0 and out.suspected == 0.0, out.info
+        assert out.info["gold_judge"]["verdict"] == "agree" and out.info["gold_judge"]["calls"] > 1
         return
     assert out.reward == 0.0, out.info
     assert out.suspected == (1.0 if attack.suspected else 0.0), out.info["forgery"]
-    if attack.remaining:  # the forgery does pass the test in-process; the policy's flag is what rejects it
-        assert out.info["f2p_failure"] == [] and out.info["reason"].startswith("suspected forgery: ")
-    else:
-        assert out.info["f2p_failure"] == FAIL_TO_PASS
+    assert out.info["f2p_failure"] == FAIL_TO_PASS
+    if attack.remaining:  # the forgery passes the tests in-process; gold's calls tell it apart
+        assert out.info["gold_judge"]["verdict"] == "disagree", out.info
+        assert out.info["reason"].startswith("the change disagrees with gold on ")
 
 
-async def test_flagged_forgery_keeps_swebench_verdict_by_default(tmp_path: Path, runtime: vf.Runtime) -> None:
-    """Without ``reject_suspected_forgery`` an always-equal value passes the test: flagged, documented, not closed."""
-    (attack,) = [a for a in ATTACKS if a.name == "always_equal_return_value"]
-    out = await attempt(_task(tmp_path / "fixture"), runtime, attack, tmp_path / "host")
-    assert out.reward == 1.0 and out.suspected == 1.0
-    assert "ministats/stats.py: defines __eq__ (always-equal values)" in out.info["forgery"]
+REMAINING = [a for a in ATTACKS if a.remaining]
+
+
+@pytest.mark.parametrize("attack", REMAINING, ids=[a.name for a in REMAINING])
+async def test_in_process_forgery_resolves_with_the_gold_judge_off(
+    attack: Attack, tmp_path: Path, runtime: vf.Runtime
+) -> None:
+    """The defence switched off: the forgery passes the tests (flagged); ``reject_suspected_forgery`` rejects it."""
+    off = SweGradingConfig(gold_judge=False)
+    out = await attempt(_task(tmp_path / "a", grading=off), runtime, attack, tmp_path / "host")
+    assert out.reward == 1.0 and out.suspected == 1.0, out.info
+    assert out.info["gold_judge"]["verdict"] == "off"
+    strict = _task(tmp_path / "b", grading=off, reject_suspected_forgery=True)
+    out = await attempt(strict, runtime, attack, tmp_path / "host2")
+    assert out.reward == 0.0 and out.info["reason"].startswith("suspected forgery: ")
+
+
+HIDES_TEST_ID = [a for a in ATTACKS if a.hides_test_id]
+
+
+@pytest.mark.parametrize("attack", HIDES_TEST_ID, ids=[a.name for a in HIDES_TEST_ID])
+async def test_test_id_plugin_alone_hides_the_running_test(attack: Attack, tmp_path: Path, runtime: vf.Runtime) -> None:
+    """The eval script loads ``crf_hide_test_id``: with the gold judge off the attempt is still unresolved (the tested
+    code never sees ``PYTEST_CURRENT_TEST``); without the plugin too, it resolves."""
+    off = SweGradingConfig(gold_judge=False)
+    out = await attempt(_task(tmp_path / "a", grading=off), runtime, attack, tmp_path / "host")
+    assert out.reward == 0.0 and out.info["f2p_failure"] == FAIL_TO_PASS, out.info
+    with without_test_id_plugin():
+        out = await attempt(_task(tmp_path / "b", grading=off), runtime, attack, tmp_path / "host2")
+    assert out.reward == 1.0, out.info
 
 
 IMAGE_PATH_ATTACKS = [

@@ -27,7 +27,7 @@ from crf_prime.hints.evidence import patch_new_lines
 from crf_prime.placement import local_workdir
 from crf_prime.swe.dataset import LITE, load_instances
 from crf_prime.swe.instance import SweInstance
-from crf_prime.swe.logparse import failure_messages
+from crf_prime.swe.parseworker import failure_messages_off_loop
 from crf_prime.swe.runner import EvalRun, SweGradingConfig, SweInfraError, SweRunner
 
 logger = logging.getLogger(__name__)
@@ -187,9 +187,10 @@ class SweTask(vf.Task[SweData, vf.State, SweTaskConfig]):
             "model_patch_chars": len(run.model_patch),
             "dropped": dict(list(run.dropped.items())[:200]),
             "forgery": run.forgery,
+            "gold_judge": run.gold_judge.model_dump(),
         }
         if self.config.hints:
-            messages = await asyncio.to_thread(failure_messages, run.log)
+            messages = await failure_messages_off_loop(run.log)
             failing = [FailingTest(name=t, message=messages.get(t, report.reason)) for t in report.f2p_failure]
             await attach_hint_async(
                 trace,
