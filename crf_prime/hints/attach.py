@@ -12,9 +12,10 @@ from typing import Any
 
 from crf_prime.hints.detect import detect_error_sites, episode_messages, episode_tools, tool_specs
 from crf_prime.hints.evidence import failure_evidence
-from crf_prime.hints.models import ErrorSite, FailingTest, HintTarget
+from crf_prime.hints.models import ErrorSite, HintTarget
 from crf_prime.hints.target import error_turns, keep_turns
 from crf_prime.hints.templates import MAX_CHARS, render_hint
+from crf_prime.records.failing import FailingTest
 
 HINT_KEY = "hint"
 """``trace.info`` key; configs/ladder sets ``demo_key = "hint"`` to match."""

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from crf_prime.hints.attach import build_hint, store_hint, trace_info
 from crf_prime.hints.detect import condense, episode_messages
-from crf_prime.hints.models import FailingTest, HintTarget, HintWriterConfig
+from crf_prime.hints.models import HintTarget, HintWriterConfig
 from crf_prime.hints.templates import MAX_CHARS
+from crf_prime.records.failing import FailingTest
 
 if TYPE_CHECKING:
     from crf_prime.teachers import BudgetConfig, Ledger, TeacherConfig, TeacherPool

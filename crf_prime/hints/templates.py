@@ -16,7 +16,8 @@ from typing import Any
 
 from crf_prime.hints.detect import ToolSpec, condense
 from crf_prime.hints.evidence import failure_evidence
-from crf_prime.hints.models import KIND_ORDER, ErrorSite, FailingTest
+from crf_prime.hints.models import KIND_ORDER, ErrorSite
+from crf_prime.records.failing import FailingTest
 
 MAX_TESTS = 3
 """Failing tests quoted in one hint (the rest are counted)."""

@@ -27,11 +27,10 @@ from crf_prime.featdel.generate import DEFAULT_SOURCE
 from crf_prime.featdel.models import FeatdelTask, GradeResult
 from crf_prime.hints import HintTaskConfig
 from crf_prime.placement import GradingConfig, local_workdir, run_in_runtime
+from crf_prime.records.failing import FailingTest
 
 if TYPE_CHECKING:
     from verifiers.v1.runtimes import Runtime
-
-    from crf_prime.hints import FailingTest
 
 GRADE_KEY = "featdel_grade"
 """``trace.info`` key holding the grade (score, passed fraction, failing tests, hack) of the rollout."""
@@ -267,9 +266,7 @@ def hint_failures(result: GradeResult) -> list[FailingTest]:
     """The grade as channel-2 facts: failing target tests (their failure text only locates test-file lines, see
     ``crf_prime.hints.evidence``), and notes the grader writes from its own findings: the code policy's verdict on the
     agent's source, the replay's counts (never the replayed values: the agent's code produced those)."""
-    from crf_prime.hints import FailingTest
-
-    failing = [FailingTest(name=f.name, message=f.message) for f in result.failed if f.name != "replay"]
+    failing = [f for f in result.failed if f.name != "replay"]
     if result.replay_mismatches:
         note = (
             f"{result.replay_mismatches} of {result.replay_calls} calls the grader replayed return, raise or mutate "
