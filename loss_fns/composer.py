@@ -18,7 +18,7 @@ from torch import Tensor
 from loss_fns.distill import absent_metrics, has_ref_metric, reference_of, self_distill_coefficient
 from loss_fns.kwargs import KWARGS_KEY, LossKwargs, resolve, typed_kwargs
 from loss_fns.policy import OBJECTIVES, PolicyTerms, reduce_metrics, token_factor
-from loss_fns.types import make_outputs, masked_sum
+from loss_fns.types import LossInputs, LossOutputs, make_outputs, masked_sum
 
 
 class ComposerKwargs(LossKwargs):
@@ -44,8 +44,8 @@ class ComposerKwargs(LossKwargs):
 
 @typed_kwargs(ComposerKwargs)
 def composer_loss(
-    inputs: Any, objective: str, alpha_sdpo: float, is_clip: float | None, objective_kwargs: dict[str, Any]
-) -> Any:
+    inputs: LossInputs, objective: str, alpha_sdpo: float, is_clip: float | None, objective_kwargs: dict[str, Any]
+) -> LossOutputs:
     """``objective`` (a name in :data:`loss_fns.policy.OBJECTIVES`) + ``alpha_sdpo`` · sampled-token reverse KL.
 
     ``objective_kwargs`` go to the objective (TOML: ``[trainer.loss.kwargs.objective_kwargs]``). The distillation

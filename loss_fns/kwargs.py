@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from crf_prime.errors import InputError
+from loss_fns.types import LossInputs, LossOutputs
 
 KWARGS_KEY = "trainer.loss.kwargs"
 """Where prime-rl's TOML keeps a custom loss's keyword arguments."""
@@ -119,12 +120,12 @@ def kwargs_signature(model: type[LossKwargs]) -> inspect.Signature:
     return inspect.Signature(params, return_annotation="LossOutputs")
 
 
-def typed_kwargs(model: type[LossKwargs]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def typed_kwargs(model: type[LossKwargs]) -> Callable[[Callable[..., LossOutputs]], Callable[..., LossOutputs]]:
     """Wrap ``fn(inputs, **params)`` so its kwargs go through ``model`` first; the model stays at ``fn.kwargs_model``."""
 
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(fn: Callable[..., LossOutputs]) -> Callable[..., LossOutputs]:
         @functools.wraps(fn)
-        def loss_fn(inputs: Any, **kwargs: Any) -> Any:
+        def loss_fn(inputs: LossInputs, **kwargs: Any) -> LossOutputs:
             return fn(inputs, **resolve(model, kwargs))
 
         loss_fn.kwargs_model = model  # type: ignore[attr-defined]
