@@ -8,10 +8,10 @@ and the saving of tiered querying.
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from crf_prime.records.journal import JournalRecord
@@ -19,12 +19,8 @@ from crf_prime.teachers.pool import StateOutcome
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
+    """Nearest-rank percentile (q in 0..100: numpy's ``inverted_cdf``, always an observed value); None for none."""
+    return float(np.percentile(values, q, method="inverted_cdf")) if values else None
 
 
 class TeacherStats(BaseModel):
