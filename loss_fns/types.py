@@ -97,13 +97,9 @@ def masked_sum(per_token: Tensor, inputs: LossInputs) -> Tensor:
     return torch.where(inputs.loss_mask, per_token, 0.0).sum()
 
 
-def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean of ``values`` over ``mask`` (0 on an empty mask); detached, for metrics."""
-    return torch.where(mask, values.detach().to(torch.float32), 0.0).sum() / mask.sum().clamp_min(1)
-
-
 def masked_means(mask: Tensor, values: dict[str, Tensor], count: Tensor | None = None) -> dict[str, Tensor]:
-    """:func:`masked_mean` of several ``[seq]`` tensors (any dtype, bool included) in one stacked reduction.
+    """Means of several ``[seq]`` tensors (any dtype, bool included) over ``mask`` (0 on an empty mask), in one
+    stacked reduction, for metrics.
 
     ``count`` is the mask's token count (at least 1) when the caller already has it. Float32 results, no grad.
     """

@@ -270,10 +270,6 @@ def replay_tree(
     return ReplayVerdict(calls=len(expected), mismatches=bad, detail=detail)
 
 
-def describe_targets(task: FeatdelTask) -> str:
-    return ", ".join(f"{m['module']}.{m['qualname']}" for m in targets_of(task))
-
-
 __all__ = [
     "CALL_TIMEOUT_S",
     "ReplayError",

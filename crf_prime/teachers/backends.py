@@ -117,9 +117,6 @@ class TeacherActor:
     async def pid(self) -> int:
         return os.getpid()
 
-    async def teacher_config(self) -> dict[str, Any]:
-        return self.config.model_dump()
-
 
 INLINE_LIMIT = 100 * 1024
 """Ray's default ``max_direct_call_object_size`` (bytes): task arguments below it travel inline in the task."""
