@@ -18,6 +18,9 @@ import threading
 import typing
 from collections.abc import Callable, Iterator, Sequence
 
+if typing.TYPE_CHECKING:
+    from pydantic import BaseModel
+
 from crf_prime.errors import CrfError, ExitCode
 
 # command → "module:function"; the function's one parameter is annotated with its config class (or ``list[str]``
@@ -55,7 +58,7 @@ def load(target: str) -> Callable[..., int | None]:
     return getattr(importlib.import_module(module), name)
 
 
-def config_type(func: Callable[..., object]) -> type:
+def config_type(func: Callable[..., object]) -> type[BaseModel]:
     """The config class a command function takes: the annotation of its one parameter."""
     (param,) = inspect.signature(func).parameters.values()
     return typing.get_type_hints(func)[param.name]

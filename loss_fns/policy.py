@@ -23,13 +23,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, cast
 
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor
 
-from loss_fns.kwargs import LossKwargs, kwargs_signature, resolve
+from loss_fns.kwargs import LossKwargs, TypedLoss, kwargs_signature, resolve
 from loss_fns.types import LossInputs, LossOutputs, loss_weights_of, make_outputs, masked_means, masked_sum
 
 
@@ -75,23 +75,30 @@ def reduce_metrics(terms: PolicyTerms, mask: Tensor, extra: dict[str, Tensor] | 
     return {**masked_means(mask, rows, terms.count), **terms.metrics}
 
 
-def objective(model: type[LossKwargs]) -> Callable[[Callable[..., PolicyTerms]], Callable[..., LossOutputs]]:
+class Objective(TypedLoss, Protocol):
+    """A policy objective: a :class:`TypedLoss` whose terms builder stays reachable (``composer_loss`` reuses it)."""
+
+    terms: Callable[..., PolicyTerms]
+
+
+def objective(model: type[LossKwargs]) -> Callable[[Callable[..., PolicyTerms]], Objective]:
     """prime-rl's ``fn(inputs, **kwargs) -> LossOutputs`` from a terms builder whose kwargs ``model`` types.
 
     The kwargs are validated once per distinct value (:func:`loss_fns.kwargs.resolve`); the builder stays at
     ``fn.terms`` (it takes every field of the validated kwargs) and the model at ``fn.kwargs_model``.
     """
 
-    def wrap(build: Callable[..., PolicyTerms]) -> Callable[..., LossOutputs]:
+    def wrap(build: Callable[..., PolicyTerms]) -> Objective:
         @functools.wraps(build)
         def loss_fn(inputs: LossInputs, **kwargs: Any) -> LossOutputs:
             terms = build(inputs, **resolve(model, kwargs))
             return make_outputs(reduce_loss(terms, inputs), reduce_metrics(terms, inputs.loss_mask))
 
-        loss_fn.terms = build  # type: ignore[attr-defined]
-        loss_fn.kwargs_model = model  # type: ignore[attr-defined]
-        loss_fn.__signature__ = kwargs_signature(model)  # type: ignore[attr-defined]
-        return loss_fn
+        typed = cast(Objective, loss_fn)
+        typed.terms = build
+        typed.kwargs_model = model
+        typed.__signature__ = kwargs_signature(model)
+        return typed
 
     return wrap
 
@@ -309,5 +316,11 @@ def cispo(
     return PolicyTerms(per_token, ratio, _mask_count(inputs), length_norm, scale, rows)
 
 
-OBJECTIVES = {"ppo_clip": ppo_clip, "dr_grpo": dr_grpo, "dapo": dapo, "gspo": gspo, "cispo": cispo}
+OBJECTIVES: dict[str, Objective] = {
+    "ppo_clip": ppo_clip,
+    "dr_grpo": dr_grpo,
+    "dapo": dapo,
+    "gspo": gspo,
+    "cispo": cispo,
+}
 """Objective name → function, for :func:`loss_fns.composer.composer_loss` (``fn.terms`` builds its terms)."""

@@ -56,11 +56,11 @@ def progress_lines(prog: str) -> Iterator[ProgressFn]:
 
         yield line
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
-        bars: dict[str, int] = {}
+        bars: dict[str, TaskID] = {}
 
         def bar(phase: str, done: int, total: int) -> None:
             for other, tid in bars.items():

@@ -35,6 +35,7 @@ import types
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from crf_prime.featdel.syntax import parse
 
@@ -593,7 +594,7 @@ class _Checker(ast.NodeVisitor):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
             left = self.literal_text(node.left)  # only numeric %-conversions: digits cannot add fields or names
             numeric = left is not None and re.fullmatch(r"(?:[^%]|%%|%[-+ #0]*\d*(?:\.\d+)?[diouxXeEfFgG])*", left)
-            return re.sub(r"%[-+ #0]*\d*(?:\.\d+)?[diouxXeEfFgG]", "0", left) if numeric else None
+            return re.sub(r"%[-+ #0]*\d*(?:\.\d+)?[diouxXeEfFgG]", "0", left) if left is not None and numeric else None
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             left, right = self.literal_text(node.left), self.literal_text(node.right)
             return None if left is None or right is None else left + right
@@ -930,7 +931,7 @@ def added_violations(
         known = _unbound_loads(parsed[1]) if isinstance(parsed, tuple) else frozenset()
     except (RecursionError, MemoryError):
         known = frozenset()
-    kw = {"own_modules": own_modules, "known_names": known}
+    kw: dict[str, Any] = {"own_modules": own_modules, "known_names": known}
     new = violations(after, allowed_modules, gadgets, **kw)
     if not new:
         return []
@@ -1012,8 +1013,10 @@ def project_gadgets(
         if any(v.rule.startswith(CHECKER_LIMIT) for v in found):
             continue  # nothing to attribute to one function; the file itself is not the agent's
         for node in _nodes(parse(text)):
-            is_def = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None
-            if is_def and not _is_dunder(node.name) and any(node.lineno <= n <= node.end_lineno for n in lines):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or node.end_lineno is None:
+                continue
+            first, last = node.lineno, node.end_lineno
+            if not _is_dunder(node.name) and any(first <= n <= last for n in lines):
                 out.add(node.name)
     return frozenset(out if wanted is None else out & wanted)
 
@@ -1065,11 +1068,11 @@ def special_methods(source: str | bytes) -> Counter[str]:
         if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load) and _is_dunder(node.attr):
             out[node.attr] += 1
         elif isinstance(node, ast.Dict):
-            out.update(k.value for k in node.keys if isinstance(k, ast.Constant) and _is_dunder(str(k.value)))
+            out.update(str(k.value) for k in node.keys if isinstance(k, ast.Constant) and _is_dunder(str(k.value)))
         elif isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
             key = node.slice
             if isinstance(key, ast.Constant) and _is_dunder(str(key.value)):
-                out[key.value] += 1
+                out[str(key.value)] += 1  # a str: no other constant's text starts with "__"
         elif isinstance(node, ast.keyword) and node.arg and _is_dunder(node.arg):
             out[node.arg] += 1
         elif isinstance(node, ast.Call):

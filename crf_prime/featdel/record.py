@@ -24,6 +24,7 @@ import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import cast
 
 from crf_prime.featdel.grade import materialise
 from crf_prime.featdel.models import FeatdelTask, ReplayInfo
@@ -123,9 +124,13 @@ def gold_runs(sandbox, env: TestEnv, task: FeatdelTask, gold: Path, calls: list[
     A timed-out call does not stop the others (a generated input may make gold hang; that input is dropped), and
     the box's wall limit grows with the number of calls."""
     limit = GOLD_CALL_TIMEOUT_S
-    extra = {"stop_on_timeout": False, "wall_s": 60.0 + 0.5 * len(calls) + 4 * limit}  # a generated input may hang
-    first = run_driver(sandbox, env, task, gold, calls, seed=1, hash_seed=1, call_timeout_s=limit, **extra)
-    second = run_driver(sandbox, env, task, gold, calls, seed=2, hash_seed=2, call_timeout_s=limit, **extra)
+    wall_s = 60.0 + 0.5 * len(calls) + 4 * limit  # a generated input may hang
+    first = run_driver(
+        sandbox, env, task, gold, calls, seed=1, hash_seed=1, call_timeout_s=limit, stop_on_timeout=False, wall_s=wall_s
+    )
+    second = run_driver(
+        sandbox, env, task, gold, calls, seed=2, hash_seed=2, call_timeout_s=limit, stop_on_timeout=False, wall_s=wall_s
+    )
     if not isinstance(first, dict) or not isinstance(second, dict):
         raise RuntimeError(f"task {task.task_id}: the gold replay produced no result")
     return first, second
@@ -161,7 +166,7 @@ def reproduced(
         expected[call["id"]] = first[call["id"]]
     for i in lenient(keep + refused, {**expected, **{c["id"]: first[c["id"]] for c in refused}}):
         if i in expected:
-            expected[i] = {**expected[i], LENIENT: True}
+            expected[i] = {**first[i], LENIENT: True}  # expected[i] is first[i]
     return keep, expected, dropped
 
 
@@ -259,7 +264,7 @@ def record_replay(
             per_target=GENERATED_PER_TARGET,
             followups=GENERATED_FOLLOWUPS,
         )
-        calls = plain + list(derived or [])
+        calls = plain + list(cast("list[dict] | None", derived) or [])  # derive mode returns the derived calls
         first, second = gold_runs(sandbox, env, task, gold, calls)
         keep, expected, lost = reproduced(calls, first, second, recorded)
         dropped += lost

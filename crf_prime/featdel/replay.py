@@ -75,7 +75,7 @@ def lib_dir(dest: Path, *, plugin: bool = False) -> Path:
     if plugin:
         shutil.copy2(_DRIVER.with_name("record_plugin.py"), dest / "crf_featdel_record.py")
     shutil.copytree(
-        Path(cloudpickle.__file__).parent,
+        Path(cloudpickle.__path__[0]),  # the package directory
         dest / "cloudpickle",
         ignore=shutil.ignore_patterns("__pycache__"),
         dirs_exist_ok=True,

@@ -197,7 +197,7 @@ def _requirements(root: Path) -> tuple[str, ...]:
             req = Requirement(r)
         except InvalidRequirement as e:
             raise SourceError(f"{root}: cannot parse requirement {r!r}: {e}") from e
-        if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
+        if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):  # type: ignore[dict-item]  # packaging types Environment (a str-valued TypedDict) apart from evaluate()'s dict[str, str | set[str]]
             continue
         out.append(str(req))
     return tuple(sorted(set(out)))
@@ -314,9 +314,9 @@ def load_project(spec: str, workspace: Path, *, cache: Path | None = None) -> Pr
         name, version = _parse_pypi_spec(spec)
         archive = download_sdist(name, version, cache)
         sha = hashlib.sha256(archive.read_bytes()).hexdigest()
-        top = _unpack(archive, workspace / "unpack")
+        unpacked = _unpack(archive, workspace / "unpack")
         root = workspace / "base"
-        shutil.move(str(top), root)
+        shutil.move(str(unpacked), root)
         requirements = _requirements(root)
     else:
         src = Path(spec).expanduser()

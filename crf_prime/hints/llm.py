@@ -193,11 +193,12 @@ class LLMHintWriter:
 
         require("ray", "ray")  # a missing extra says so here, not in the worker thread
         assert self.live is not None
+        live = self.live
 
         def join() -> TeacherPool:
             init_ray(address=self.ray_address, namespace=live_mode.DEFAULT_NAMESPACE, log_to_driver=False)
             config = PoolConfig(teachers=(self.teacher,), budget=self.budget, pool=PoolOptions())
-            return live_mode.serve(config, self.journal, name=self.live, api_keys={self.teacher.name: self._api_key})
+            return live_mode.serve(config, self.journal, name=live, api_keys={self.teacher.name: self._api_key})
 
         return await asyncio.to_thread(join)
 

@@ -54,7 +54,7 @@ def _line(site: ErrorSite, tools: Mapping[str, ToolSpec] | None) -> str:
             why = f" ({site.detail})" if site.detail else ""
             return f"Tool arguments must be one valid JSON object; your call to {tool} was not{why}."
         case "schema_violation":
-            sig = _signature(tools[site.tool]) if tools and site.tool in tools else ""
+            sig = _signature(tools[site.tool]) if tools and site.tool is not None and site.tool in tools else ""
             expects = f"{tool} expects {sig}" if sig else f"{tool} rejected its arguments"
             return f"{expects}; your call failed validation: {site.detail}."
         case "repeated_failure":
