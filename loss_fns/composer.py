@@ -24,7 +24,7 @@ from loss_fns.types import LossInputs, LossOutputs, make_outputs, masked_sum
 class ComposerKwargs(LossKwargs):
     """``[trainer.loss.kwargs]`` of ``composer_loss``; ``objective_kwargs`` are checked by the objective's own model."""
 
-    objective: Literal[tuple(OBJECTIVES)] = "dr_grpo"  # type: ignore[valid-type]
+    objective: Literal[tuple(OBJECTIVES)] = "dr_grpo"  # type: ignore[valid-type]  # the Literal is built from OBJECTIVES' names so the two cannot drift; pydantic reads it at runtime
     """The RL objective (a name in ``loss_fns.policy.OBJECTIVES``)."""
     alpha_sdpo: float = Field(0.0, ge=0.0)
     """Weight α of the sampled-token self-distillation term; 0 = the objective alone, bit-identical."""

@@ -186,11 +186,11 @@ def delete_bodies(source: str, qualnames: list[str]) -> str:
         fn = _find(tree, q)
         doc = _docstring_node(fn)
         last = fn.body[-1]
-        end = offsets[last.end_lineno - 1] + last.end_col_offset  # type: ignore[operator]
+        end = offsets[last.end_lineno - 1] + last.end_col_offset  # type: ignore[operator]  # ast.parse sets end positions on every statement (typeshed: int | None)
         first = fn.body[1] if doc is not None else fn.body[0]
         indent_line = data[offsets[first.lineno - 1] : offsets[first.lineno - 1] + first.col_offset]
         if doc is not None:
-            start = offsets[doc.end_lineno - 1] + doc.end_col_offset  # type: ignore[operator]
+            start = offsets[doc.end_lineno - 1] + doc.end_col_offset  # type: ignore[operator]  # as above
             same_line = first.lineno == doc.end_lineno
         else:
             cl, cc = _header_colon(source, fn)
@@ -333,7 +333,7 @@ def _stub_range(source: str, start: tuple[int, int], last: ast.stmt, indent: int
     offsets = _line_offsets(data)
     lines = source.splitlines(keepends=True)
     s = offsets[start[0] - 1] + len(lines[start[0] - 1][: start[1]].encode())
-    e = offsets[last.end_lineno - 1] + last.end_col_offset  # type: ignore[operator]
+    e = offsets[last.end_lineno - 1] + last.end_col_offset  # type: ignore[operator]  # ast.parse sets end positions on every statement (typeshed: int | None)
     out = (data[:s] + b"\n" + b" " * indent + STUB.encode() + data[e:]).decode()
     parse(out)
     return out

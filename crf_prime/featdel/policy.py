@@ -275,7 +275,7 @@ def _nodes(tree: ast.AST) -> list[ast.AST]:
     cached = getattr(tree, "_crf_nodes", None)
     if cached is None:
         cached = list(ast.walk(tree))
-        tree._crf_nodes = cached  # type: ignore[attr-defined]
+        tree._crf_nodes = cached  # type: ignore[attr-defined]  # the node list is cached on the tree object itself (one walk per parsed tree)
     return cached
 
 
@@ -804,8 +804,8 @@ class _Segments:
 
     def __call__(self, node: ast.AST) -> str | None:
         try:
-            l0, l1 = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
-            c0, c1 = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+            l0, l1 = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt); typeshed declares positions on those subclasses, not on ast.AST
+            c0, c1 = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]  # as above
         except AttributeError:
             return None
         if l1 is None or c1 is None:
