@@ -40,7 +40,7 @@ def default_loss_restated(inputs, mask_low: float = 0.2, mask_high: float = 0.2,
 
 def run_objectives(num_seqs: int, seq_len: int, repeats: int) -> list[tuple[str, float, float, float]]:
     from loss_fns import composer, distill, policy
-    from loss_fns.types import LossInputs
+    from loss_fns.types import SequenceInputs
 
     g = torch.Generator().manual_seed(1)
     n = num_seqs * seq_len
@@ -53,7 +53,7 @@ def run_objectives(num_seqs: int, seq_len: int, repeats: int) -> list[tuple[str,
 
     def packed(trainer):
         return [
-            LossInputs(t, i, r, a, m)
+            SequenceInputs(t, i, r, a, m)
             for t, i, r, a, m in zip(
                 trainer.split(lengths),
                 inference.split(lengths),
@@ -104,11 +104,11 @@ def run_kwargs_overhead(num_seqs: int, seq_len: int, repeats: int) -> tuple[floa
     """Median seconds per packed batch of the validated call, of the pre-validated one, and their paired ratio."""
     from loss_fns import policy
     from loss_fns.kwargs import resolve
-    from loss_fns.types import LossInputs, make_outputs
+    from loss_fns.types import SequenceInputs, make_outputs
 
     g = torch.Generator().manual_seed(2)
     seqs = [
-        LossInputs(
+        SequenceInputs(
             -torch.rand(seq_len, generator=g),
             -torch.rand(seq_len, generator=g),
             None,

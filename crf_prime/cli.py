@@ -20,6 +20,10 @@ import typing
 from collections.abc import Callable, Iterator, Sequence
 
 from crf_prime import __version__
+
+if typing.TYPE_CHECKING:
+    from pydantic import BaseModel
+
 from crf_prime.errors import CrfError, ExitCode
 
 # command → "module:function"; the function's one parameter is annotated with its config class (or ``list[str]``
@@ -57,7 +61,7 @@ def load(target: str) -> Callable[..., int | None]:
     return getattr(importlib.import_module(module), name)
 
 
-def config_type(func: Callable[..., object]) -> type:
+def config_type(func: Callable[..., object]) -> type[BaseModel]:
     """The config class a command function takes: the annotation of its one parameter."""
     (param,) = inspect.signature(func).parameters.values()
     return typing.get_type_hints(func)[param.name]

@@ -18,13 +18,13 @@ from torch import Tensor
 from loss_fns.distill import absent_metrics, has_ref_metric, reference_of, self_distill_coefficient
 from loss_fns.kwargs import KWARGS_KEY, LossKwargs, resolve, typed_kwargs
 from loss_fns.policy import OBJECTIVES, PolicyTerms, reduce_metrics, token_factor
-from loss_fns.types import make_outputs, masked_sum
+from loss_fns.types import LossInputs, LossOutputs, make_outputs, masked_sum
 
 
 class ComposerKwargs(LossKwargs):
     """``[trainer.loss.kwargs]`` of ``composer_loss``; ``objective_kwargs`` are checked by the objective's own model."""
 
-    objective: Literal[tuple(OBJECTIVES)] = "dr_grpo"  # type: ignore[valid-type]
+    objective: Literal[tuple(OBJECTIVES)] = "dr_grpo"  # type: ignore[valid-type]  # the Literal is built from OBJECTIVES' names so the two cannot drift; pydantic reads it at runtime
     """The RL objective (a name in ``loss_fns.policy.OBJECTIVES``)."""
     alpha_sdpo: float = Field(0.0, ge=0.0)
     """Weight α of the sampled-token self-distillation term; 0 = the objective alone, bit-identical."""
@@ -44,8 +44,8 @@ class ComposerKwargs(LossKwargs):
 
 @typed_kwargs(ComposerKwargs)
 def composer_loss(
-    inputs: Any, objective: str, alpha_sdpo: float, is_clip: float | None, objective_kwargs: dict[str, Any]
-) -> Any:
+    inputs: LossInputs, objective: str, alpha_sdpo: float, is_clip: float | None, objective_kwargs: dict[str, Any]
+) -> LossOutputs:
     """``objective`` (a name in :data:`loss_fns.policy.OBJECTIVES`) + ``alpha_sdpo`` · sampled-token reverse KL.
 
     ``objective_kwargs`` go to the objective (TOML: ``[trainer.loss.kwargs.objective_kwargs]``). The distillation

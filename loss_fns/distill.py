@@ -14,17 +14,15 @@ backpropagates). In prime-rl, channel 2 therefore runs through ``[orchestrator.a
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from pydantic import Field
 from torch import Tensor
 
 from loss_fns.kwargs import LossKwargs, typed_kwargs
-from loss_fns.types import make_outputs, masked_means, masked_sum, ref_logprobs_of
+from loss_fns.types import LossInputs, LossOutputs, make_outputs, masked_means, masked_sum, ref_logprobs_of
 
 
-def reference_of(inputs: Any) -> Tensor | None:
+def reference_of(inputs: LossInputs) -> Tensor | None:
     """The reference logprobs, or None when absent, zero-filled on every loss token (mixed batches), or unmasked."""
     ref = ref_logprobs_of(inputs)
     if ref is None:
@@ -35,7 +33,7 @@ def reference_of(inputs: Any) -> Tensor | None:
 
 
 def self_distill_coefficient(
-    inputs: Any, ref: Tensor, is_clip: float | None, ratio: Tensor | None = None
+    inputs: LossInputs, ref: Tensor, is_clip: float | None, ratio: Tensor | None = None
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The detached per-token coefficient ``c_t = sg[w_t·(logπ_θ − logπ_ref)]`` (``ℓ_t = c_t·logπ_θ``, ``[seq]``).
 
@@ -52,7 +50,7 @@ def self_distill_coefficient(
     return log_gap * torch.clamp(ratio, max=is_clip), rows
 
 
-def has_ref_metric(inputs: Any) -> Tensor:
+def has_ref_metric(inputs: LossInputs) -> Tensor:
     """``distill/has_ref`` of a sequence with a reference: 1, in the metrics' float32."""
     return torch.ones((), device=inputs.trainer_logprobs.device)
 
@@ -73,7 +71,7 @@ class SelfDistillKwargs(LossKwargs):
 
 
 @typed_kwargs(SelfDistillKwargs)
-def self_distill(inputs: Any, is_clip: float | None, scale: float) -> Any:
+def self_distill(inputs: LossInputs, is_clip: float | None, scale: float) -> LossOutputs:
     """Sampled-token reverse-KL self-distillation toward ``ref_logprobs`` (or the older ``teacher_logprobs``).
 
     Returns the masked, weighted SUM; a zero loss anchored on ``trainer_logprobs`` when the reference is absent.

@@ -12,11 +12,12 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from crf_prime.errors import InputError
+from loss_fns.types import LossInputs, LossOutputs
 
 KWARGS_KEY = "trainer.loss.kwargs"
 """Where prime-rl's TOML keeps a custom loss's keyword arguments."""
@@ -119,16 +120,26 @@ def kwargs_signature(model: type[LossKwargs]) -> inspect.Signature:
     return inspect.Signature(params, return_annotation="LossOutputs")
 
 
-def typed_kwargs(model: type[LossKwargs]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+class TypedLoss(Protocol):
+    """A loss as prime-rl calls it, carrying the kwargs model that validates its ``[trainer.loss.kwargs]``."""
+
+    kwargs_model: type[LossKwargs]
+    __signature__: inspect.Signature
+
+    def __call__(self, inputs: LossInputs, **kwargs: Any) -> LossOutputs: ...
+
+
+def typed_kwargs(model: type[LossKwargs]) -> Callable[[Callable[..., LossOutputs]], TypedLoss]:
     """Wrap ``fn(inputs, **params)`` so its kwargs go through ``model`` first; the model stays at ``fn.kwargs_model``."""
 
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(fn: Callable[..., LossOutputs]) -> TypedLoss:
         @functools.wraps(fn)
-        def loss_fn(inputs: Any, **kwargs: Any) -> Any:
+        def loss_fn(inputs: LossInputs, **kwargs: Any) -> LossOutputs:
             return fn(inputs, **resolve(model, kwargs))
 
-        loss_fn.kwargs_model = model  # type: ignore[attr-defined]
-        loss_fn.__signature__ = kwargs_signature(model)  # type: ignore[attr-defined]
-        return loss_fn
+        typed = cast(TypedLoss, loss_fn)
+        typed.kwargs_model = model
+        typed.__signature__ = kwargs_signature(model)
+        return typed
 
     return wrap

@@ -23,14 +23,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, cast
 
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor
 
-from loss_fns.kwargs import LossKwargs, kwargs_signature, resolve
-from loss_fns.types import loss_weights_of, make_outputs, masked_means, masked_sum
+from loss_fns.kwargs import LossKwargs, TypedLoss, kwargs_signature, resolve
+from loss_fns.types import LossInputs, LossOutputs, loss_weights_of, make_outputs, masked_means, masked_sum
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def token_factor(terms: PolicyTerms) -> Tensor | float:
     return terms.scale / terms.count if terms.length_norm else terms.scale
 
 
-def reduce_loss(terms: PolicyTerms, inputs: Any) -> Tensor:
+def reduce_loss(terms: PolicyTerms, inputs: LossInputs) -> Tensor:
     """The sequence's loss SUM; a 0-d ``per_token`` counts once per (weighted) loss token."""
     if terms.per_token.dim() == 0:
         loss = terms.per_token * token_mass(inputs)
@@ -75,23 +75,30 @@ def reduce_metrics(terms: PolicyTerms, mask: Tensor, extra: dict[str, Tensor] | 
     return {**masked_means(mask, rows, terms.count), **terms.metrics}
 
 
-def objective(model: type[LossKwargs]) -> Callable[[Callable[..., PolicyTerms]], Callable[..., Any]]:
+class Objective(TypedLoss, Protocol):
+    """A policy objective: a :class:`TypedLoss` whose terms builder stays reachable (``composer_loss`` reuses it)."""
+
+    terms: Callable[..., PolicyTerms]
+
+
+def objective(model: type[LossKwargs]) -> Callable[[Callable[..., PolicyTerms]], Objective]:
     """prime-rl's ``fn(inputs, **kwargs) -> LossOutputs`` from a terms builder whose kwargs ``model`` types.
 
     The kwargs are validated once per distinct value (:func:`loss_fns.kwargs.resolve`); the builder stays at
     ``fn.terms`` (it takes every field of the validated kwargs) and the model at ``fn.kwargs_model``.
     """
 
-    def wrap(build: Callable[..., PolicyTerms]) -> Callable[..., Any]:
+    def wrap(build: Callable[..., PolicyTerms]) -> Objective:
         @functools.wraps(build)
-        def loss_fn(inputs: Any, **kwargs: Any) -> Any:
+        def loss_fn(inputs: LossInputs, **kwargs: Any) -> LossOutputs:
             terms = build(inputs, **resolve(model, kwargs))
             return make_outputs(reduce_loss(terms, inputs), reduce_metrics(terms, inputs.loss_mask))
 
-        loss_fn.terms = build  # type: ignore[attr-defined]
-        loss_fn.kwargs_model = model  # type: ignore[attr-defined]
-        loss_fn.__signature__ = kwargs_signature(model)  # type: ignore[attr-defined]
-        return loss_fn
+        typed = cast(Objective, loss_fn)
+        typed.terms = build
+        typed.kwargs_model = model
+        typed.__signature__ = kwargs_signature(model)
+        return typed
 
     return wrap
 
@@ -161,7 +168,7 @@ class CISPOKwargs(LossKwargs):
         return self
 
 
-def token_mass(inputs: Any) -> Tensor:
+def token_mass(inputs: LossInputs) -> Tensor:
     """``Σ_t m_t·w_t``: how many (weighted) loss tokens the sequence has, in the logprobs' dtype."""
     weights = loss_weights_of(inputs)
     if weights is None:
@@ -169,12 +176,12 @@ def token_mass(inputs: Any) -> Tensor:
     return torch.where(inputs.loss_mask, weights.detach(), 0.0).sum()
 
 
-def _token_ratio(inputs: Any) -> tuple[Tensor, Tensor]:
+def _token_ratio(inputs: LossInputs) -> tuple[Tensor, Tensor]:
     log_ratio = inputs.trainer_logprobs - inputs.inference_logprobs.detach()
     return log_ratio, torch.exp(log_ratio)
 
 
-def _mask_count(inputs: Any) -> Tensor:
+def _mask_count(inputs: LossInputs) -> Tensor:
     return inputs.loss_mask.sum().clamp_min(1).to(inputs.trainer_logprobs.dtype)
 
 
@@ -206,7 +213,7 @@ def _ratio_rows(
 
 
 def _clip_terms(
-    name: str, inputs: Any, clip_low: float, clip_high: float, length_norm: bool, scale: float
+    name: str, inputs: LossInputs, clip_low: float, clip_high: float, length_norm: bool, scale: float
 ) -> PolicyTerms:
     log_ratio, ratio = _token_ratio(inputs)
     per_token, active_low, active_high = _clipped_surrogate(ratio, inputs.advantages.detach(), clip_low, clip_high)
@@ -215,7 +222,7 @@ def _clip_terms(
 
 
 @objective(ClipKwargs)
-def ppo_clip(inputs: Any, clip_low: float, clip_high: float, length_norm: bool, scale: float) -> PolicyTerms:
+def ppo_clip(inputs: LossInputs, clip_low: float, clip_high: float, length_norm: bool, scale: float) -> PolicyTerms:
     """PPO-clip / GRPO surrogate (Schulman et al. 2017, arXiv:1707.06347; Shao et al. 2024, arXiv:2402.03300).
 
     ``ℓ_t = −min(r_t·A_t, clip(r_t, 1−clip_low, 1+clip_high)·A_t)``. Token-sum by default (global token mean under
@@ -226,7 +233,7 @@ def ppo_clip(inputs: Any, clip_low: float, clip_high: float, length_norm: bool, 
 
 
 @objective(DrGRPOKwargs)
-def dr_grpo(inputs: Any, clip_low: float, clip_high: float, scale: float) -> PolicyTerms:
+def dr_grpo(inputs: LossInputs, clip_low: float, clip_high: float, scale: float) -> PolicyTerms:
     """Dr.GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783).
 
     The clipped surrogate summed over tokens with NO length normalisation. The paper divides by the constant
@@ -240,7 +247,7 @@ def dr_grpo(inputs: Any, clip_low: float, clip_high: float, scale: float) -> Pol
 
 
 @objective(DapoKwargs)
-def dapo(inputs: Any, clip_low: float, clip_high: float, length_norm: bool, scale: float) -> PolicyTerms:
+def dapo(inputs: LossInputs, clip_low: float, clip_high: float, length_norm: bool, scale: float) -> PolicyTerms:
     """DAPO (Yu et al. 2025, arXiv:2503.14476): clip-higher ε_low = 0.2, ε_high = 0.28, token-level loss.
 
     The paper's global token mean ``Σ_{i,t} ℓ / Σ_i |o_i|`` is exactly what prime-rl computes from this sum.
@@ -251,7 +258,9 @@ def dapo(inputs: Any, clip_low: float, clip_high: float, length_norm: bool, scal
 
 
 @objective(GSPOKwargs)
-def gspo(inputs: Any, clip_low: float, clip_high: float, variant: str, length_norm: bool, scale: float) -> PolicyTerms:
+def gspo(
+    inputs: LossInputs, clip_low: float, clip_high: float, variant: str, length_norm: bool, scale: float
+) -> PolicyTerms:
     """GSPO (Zheng et al. 2025, arXiv:2507.18071): sequence-level importance ratio, ε = 3e-4 / 4e-4 (paper §5.1).
 
     ``s = exp(mean_t log r_t)`` over the masked tokens, ``A`` = the masked mean of the advantages (the sequence's
@@ -288,7 +297,9 @@ def gspo(inputs: Any, clip_low: float, clip_high: float, variant: str, length_no
 
 
 @objective(CISPOKwargs)
-def cispo(inputs: Any, ratio_max: float, ratio_min: float | None, length_norm: bool, scale: float) -> PolicyTerms:
+def cispo(
+    inputs: LossInputs, ratio_max: float, ratio_min: float | None, length_norm: bool, scale: float
+) -> PolicyTerms:
     """CISPO (MiniMax-M1, arXiv:2506.13585): ``ℓ_t = −sg[clip(r_t, ratio_min, ratio_max)]·A_t·logπ_θ(y_t)``.
 
     REINFORCE with a clipped, detached importance weight: no token leaves the gradient. ``ratio_max`` is the
@@ -305,5 +316,11 @@ def cispo(inputs: Any, ratio_max: float, ratio_min: float | None, length_norm: b
     return PolicyTerms(per_token, ratio, _mask_count(inputs), length_norm, scale, rows)
 
 
-OBJECTIVES = {"ppo_clip": ppo_clip, "dr_grpo": dr_grpo, "dapo": dapo, "gspo": gspo, "cispo": cispo}
+OBJECTIVES: dict[str, Objective] = {
+    "ppo_clip": ppo_clip,
+    "dr_grpo": dr_grpo,
+    "dapo": dapo,
+    "gspo": gspo,
+    "cispo": cispo,
+}
 """Objective name → function, for :func:`loss_fns.composer.composer_loss` (``fn.terms`` builds its terms)."""

@@ -1,10 +1,10 @@
-"""The loss contract: ``LossInputs`` / ``LossOutputs`` from prime-rl when importable, else identical fallbacks.
+"""The loss contract: ``LossInputs`` / ``LossOutputs`` as protocols that prime-rl's dataclasses satisfy.
 
 prime-rl (``src/prime_rl/trainer/rl/loss.py``, stable since 2026-06-27) calls a custom loss once per sequence of a
-packed micro-batch with 1-D per-token tensors and divides the returned SUM by the global rl-token count. When
-prime-rl is not importable (CPU tests, other trainers) the fallback dataclasses below have the same fields, order
-and defaults, and ``isinstance`` against them also accepts prime-rl's own instances, so code written against
-``loss_fns.types`` works whichever side created the object.
+packed micro-batch with 1-D per-token tensors and divides the returned SUM by the global rl-token count. Losses are
+typed against the :class:`LossInputs` protocol (the fields every API era has), so they accept prime-rl's own
+instances and :class:`SequenceInputs`, the field-for-field dataclass tests and other trainers build; they return
+prime-rl's ``LossOutputs`` when its loss module is loaded, else :class:`SequenceOutputs` (see :func:`make_outputs`).
 
 The 2026-05/06 API (``setup_loss_fns`` era) named the reference stream ``teacher_logprobs`` and had no
 ``loss_weights``; :func:`ref_logprobs_of` and :func:`loss_weights_of` read either shape.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -22,19 +22,33 @@ from torch import Tensor
 PRIME_RL_LOSS_MODULE = "prime_rl.trainer.rl.loss"
 
 
-class _StructuralMeta(type):
-    """``isinstance(x, Fallback)`` is true for the fallback itself and for prime-rl's class of the same name."""
+@runtime_checkable
+class LossInputs(Protocol):
+    """One sequence's 1-D ``[seq]`` tensors, as every prime-rl API era passes them (read-only here)."""
 
-    def __instancecheck__(cls, instance: Any) -> bool:
-        if type.__instancecheck__(cls, instance):
-            return True
-        other = type(instance)
-        return other.__name__ == cls.__name__ and other.__module__ == PRIME_RL_LOSS_MODULE
+    @property
+    def trainer_logprobs(self) -> Tensor: ...
+    @property
+    def inference_logprobs(self) -> Tensor: ...
+    @property
+    def advantages(self) -> Tensor: ...
+    @property
+    def loss_mask(self) -> Tensor: ...
+
+
+@runtime_checkable
+class LossOutputs(Protocol):
+    """Scalar loss (a SUM over the sequence's tokens) and per-sequence metrics."""
+
+    @property
+    def loss(self) -> Tensor: ...
+    @property
+    def metrics(self) -> dict[str, Tensor]: ...
 
 
 @dataclass
-class _FallbackLossInputs(metaclass=_StructuralMeta):
-    """Inputs for one sequence (field-for-field prime-rl's ``LossInputs``); all tensors are 1-D ``[seq]``."""
+class SequenceInputs:
+    """Inputs for one sequence, field-for-field (order and defaults) prime-rl's current ``LossInputs``."""
 
     trainer_logprobs: Tensor
     inference_logprobs: Tensor
@@ -45,57 +59,37 @@ class _FallbackLossInputs(metaclass=_StructuralMeta):
 
 
 @dataclass
-class _FallbackLossOutputs(metaclass=_StructuralMeta):
-    """Scalar loss (a SUM over the sequence's tokens) and per-sequence metrics."""
+class SequenceOutputs:
+    """A loss's result when prime-rl's loss module is not loaded, field-for-field its ``LossOutputs``."""
 
     loss: Tensor
     metrics: dict[str, Tensor]
 
 
-_FallbackLossInputs.__name__ = _FallbackLossInputs.__qualname__ = "LossInputs"
-_FallbackLossOutputs.__name__ = _FallbackLossOutputs.__qualname__ = "LossOutputs"
-
-
-def _import_prime_rl() -> tuple[type, type] | None:
-    try:
-        from prime_rl.trainer.rl.loss import LossInputs as PrimeLossInputs  # optional host (prime-rl extra)
-        from prime_rl.trainer.rl.loss import LossOutputs as PrimeLossOutputs  # optional host (prime-rl extra)
-    except ImportError:
-        return None
-    return PrimeLossInputs, PrimeLossOutputs
-
-
-_prime = _import_prime_rl()
-HAS_PRIME_RL: bool = _prime is not None
-"""True when prime-rl's loss module was importable when ``loss_fns`` was first imported."""
-
-LossInputs: type = _prime[0] if _prime else _FallbackLossInputs
-LossOutputs: type = _prime[1] if _prime else _FallbackLossOutputs
-
-
-def make_outputs(loss: Tensor, metrics: dict[str, Tensor]) -> Any:
+def make_outputs(loss: Tensor, metrics: dict[str, Tensor]) -> LossOutputs:
     """Build a ``LossOutputs`` of the class the caller expects.
 
-    prime-rl has always imported its loss module before it calls us, so when that module is loaded now (even if it
-    was not importable when ``loss_fns`` was imported) its own class is used.
+    prime-rl has always imported its loss module before it calls us, so when that module is loaded its own class is
+    used; otherwise (tests, other trainers) :class:`SequenceOutputs`.
     """
     module = sys.modules.get(PRIME_RL_LOSS_MODULE)
-    cls = getattr(module, "LossOutputs", None) or LossOutputs
-    return cls(loss=loss, metrics=metrics)
+    cls = getattr(module, "LossOutputs", None) or SequenceOutputs
+    outputs: LossOutputs = cls(loss=loss, metrics=metrics)
+    return outputs
 
 
-def ref_logprobs_of(inputs: Any) -> Tensor | None:
+def ref_logprobs_of(inputs: LossInputs) -> Tensor | None:
     """Reference logprobs of either API era: ``ref_logprobs`` (HEAD) or ``teacher_logprobs`` (2026-05/06)."""
     ref = getattr(inputs, "ref_logprobs", None)
     return ref if ref is not None else getattr(inputs, "teacher_logprobs", None)
 
 
-def loss_weights_of(inputs: Any) -> Tensor | None:
+def loss_weights_of(inputs: LossInputs) -> Tensor | None:
     """Per-token weights; absent in the 2026-05/06 API, where every token weighs 1."""
     return getattr(inputs, "loss_weights", None)
 
 
-def masked_sum(per_token: Tensor, inputs: Any) -> Tensor:
+def masked_sum(per_token: Tensor, inputs: LossInputs) -> Tensor:
     """Σ_t m_t · w_t · ℓ_t — the sum prime-rl expects; masked tokens contribute exact zeros (and zero gradient)."""
     weights = loss_weights_of(inputs)
     if weights is not None:
@@ -103,13 +97,9 @@ def masked_sum(per_token: Tensor, inputs: Any) -> Tensor:
     return torch.where(inputs.loss_mask, per_token, 0.0).sum()
 
 
-def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean of ``values`` over ``mask`` (0 on an empty mask); detached, for metrics."""
-    return torch.where(mask, values.detach().to(torch.float32), 0.0).sum() / mask.sum().clamp_min(1)
-
-
 def masked_means(mask: Tensor, values: dict[str, Tensor], count: Tensor | None = None) -> dict[str, Tensor]:
-    """:func:`masked_mean` of several ``[seq]`` tensors (any dtype, bool included) in one stacked reduction.
+    """Means of several ``[seq]`` tensors (any dtype, bool included) over ``mask`` (0 on an empty mask), in one
+    stacked reduction, for metrics.
 
     ``count`` is the mask's token count (at least 1) when the caller already has it. Float32 results, no grad.
     """

@@ -59,11 +59,11 @@ def progress_lines(prog: str) -> Iterator[ProgressFn]:
         yield line
         return
     # start-up: +199 ms on every command
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
-        bars: dict[str, int] = {}
+        bars: dict[str, TaskID] = {}
 
         def bar(phase: str, done: int, total: int) -> None:
             for other, tid in bars.items():

@@ -119,9 +119,9 @@ def assemble(
             deselected=[f"{n}: {why}" for n, why in st.setup.deselected.items()] if st.setup else [],
         )
         if st.status == "done":
-            summary = GenerateSummary.model_validate_json((pkg / "tasks" / "summary.json").read_text())
-            row.suite_tests = summary.suite_tests
-            for r in summary.rejections:
+            generated = GenerateSummary.model_validate_json((pkg / "tasks" / "summary.json").read_text())
+            row.suite_tests = generated.suite_tests
+            for r in generated.rejections:
                 gran[granularity_of(r.candidate)]["rejected"] += 1
                 rejected[r.reason] += 1
             tasks = load_tasks(pkg / "tasks")

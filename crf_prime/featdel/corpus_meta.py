@@ -119,7 +119,7 @@ class _Rename(ast.NodeTransformer):
         self.generic_visit(node)
         return node
 
-    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]  # the same visitor for both def kinds: NodeVisitor types each visit_ method by its node class
 
 
 def _normalised(nodes: list[ast.AST]) -> str:

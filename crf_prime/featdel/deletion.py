@@ -186,11 +186,11 @@ def delete_bodies(source: str, qualnames: list[str]) -> str:
         fn = _find(tree, q)
         doc = _docstring_node(fn)
         last = fn.body[-1]
-        end = offsets[last.end_lineno - 1] + last.end_col_offset  # type: ignore[operator]
+        end = offsets[last.end_lineno - 1] + last.end_col_offset  # type: ignore[operator]  # ast.parse sets end positions on every statement (typeshed: int | None)
         first = fn.body[1] if doc is not None else fn.body[0]
         indent_line = data[offsets[first.lineno - 1] : offsets[first.lineno - 1] + first.col_offset]
         if doc is not None:
-            start = offsets[doc.end_lineno - 1] + doc.end_col_offset  # type: ignore[operator]
+            start = offsets[doc.end_lineno - 1] + doc.end_col_offset  # type: ignore[operator]  # as above
             same_line = first.lineno == doc.end_lineno
         else:
             cl, cc = _header_colon(source, fn)
@@ -283,6 +283,8 @@ def apply_unified_diff(files: dict[str, str], patch: str) -> dict[str, str]:
 
 # -- statement-level splices (block / tail granularities) ------------------------------------------------------------
 BLOCK_TYPES = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
+Block = ast.If | ast.For | ast.AsyncFor | ast.While | ast.With | ast.AsyncWith | ast.Try
+"""A compound statement of :data:`BLOCK_TYPES`: each has a ``body``."""
 
 
 def _function_statements(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
@@ -290,9 +292,9 @@ def _function_statements(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast
     return fn.body[1:] if doc is not None else fn.body
 
 
-def inner_blocks(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
+def inner_blocks(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[Block]:
     """Compound statements (if/for/while/with/try) anywhere in ``fn``'s own body (not in nested defs/classes)."""
-    out: list[ast.stmt] = []
+    out: list[Block] = []
 
     def visit(stmts: list[ast.stmt]) -> None:
         for s in stmts:
@@ -331,7 +333,7 @@ def _stub_range(source: str, start: tuple[int, int], last: ast.stmt, indent: int
     offsets = _line_offsets(data)
     lines = source.splitlines(keepends=True)
     s = offsets[start[0] - 1] + len(lines[start[0] - 1][: start[1]].encode())
-    e = offsets[last.end_lineno - 1] + last.end_col_offset  # type: ignore[operator]
+    e = offsets[last.end_lineno - 1] + last.end_col_offset  # type: ignore[operator]  # ast.parse sets end positions on every statement (typeshed: int | None)
     out = (data[:s] + b"\n" + b" " * indent + STUB.encode() + data[e:]).decode()
     parse(out)
     return out
@@ -356,9 +358,11 @@ def delete_tail(source: str, qualname: str, keep: int) -> str:
     if not 1 <= keep < len(body):
         raise ValueError(f"{qualname!r}: cannot keep {keep} of {len(body)} statements")
     prev = body[keep - 1]
+    end_line, end_col = prev.end_lineno, prev.end_col_offset
+    assert end_line is not None and end_col is not None  # ast.parse sets every statement's end position
     lines = source.splitlines(keepends=True)
-    end_char = len(lines[prev.end_lineno - 1].encode()[: prev.end_col_offset].decode())  # type: ignore[index]
-    return _stub_range(source, (prev.end_lineno, end_char), body[-1], body[keep].col_offset)  # type: ignore[arg-type]
+    end_char = len(lines[end_line - 1].encode()[:end_col].decode())
+    return _stub_range(source, (end_line, end_char), body[-1], body[keep].col_offset)
 
 
 def statement_count(nodes: list[ast.stmt]) -> int:

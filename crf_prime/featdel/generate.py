@@ -357,10 +357,13 @@ def _class_header(source: str, qualname: str) -> str:
         return ""
     node: ast.AST = parse(source)
     for part in parts[:-1]:
-        node = next((c for c in ast.walk(node) if isinstance(c, ast.ClassDef) and c.name == part), None)
-        if node is None:
+        found = next((c for c in ast.walk(node) if isinstance(c, ast.ClassDef) and c.name == part), None)
+        if found is None:
             return ""
-    return source.splitlines()[node.lineno - 1].strip()  # type: ignore[attr-defined]
+        node = found
+    if not isinstance(node, ast.ClassDef):  # no class part: the module has no header line
+        return ""
+    return source.splitlines()[node.lineno - 1].strip()
 
 
 _BUILTIN_METHODS = frozenset(n for t in (dict, list, str, set, bytes, tuple, int, float, object) for n in dir(t))
@@ -412,12 +415,12 @@ def build_prompt(project: Project, cand: Candidate, broken: dict[str, str], visi
             text = owner + "\n    ...\n" + "\n".join("    " + ln if ln else ln for ln in text.splitlines())
         parts.append(f"`{f.path}`:\n```python\n{text}\n```")
     # a method named like a builtin type's method (get, update, pop, ...) would match unrelated call sites
-    names = {
+    called = {
         f.qualname.rsplit(".", 1)[-1]
         for f in cand.functions
         if not (f.class_name and f.qualname.rsplit(".", 1)[-1] in _BUILTIN_METHODS)
     }
-    sites = _call_sites(visible, names, set()) if names else []
+    sites = _call_sites(visible, called, set()) if called else []
     if sites:
         parts.append("Where it is used:\n" + "\n".join(f"- {s}" for s in sites))
     parts.append(

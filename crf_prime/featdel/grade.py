@@ -30,7 +30,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from crf_prime.errors import InfraError
-from crf_prime.featdel.models import FailedTest, FeatdelTask, GradeResult
+from crf_prime.featdel.models import FeatdelTask, GradeResult
 from crf_prime.featdel.policy import (
     added_violations,
     describe,
@@ -41,6 +41,7 @@ from crf_prime.featdel.policy import (
 from crf_prime.featdel.runner import PytestRun, run_pytest
 from crf_prime.featdel.source import SourceError, extract_archive, is_test_path, strip_tree
 from crf_prime.featdel.testenv import TestEnv
+from crf_prime.records.failing import FailingTest
 from crf_prime.sandbox import Sandbox
 
 # files the agent may never add, wherever they are (startup hooks, test config)
@@ -266,7 +267,7 @@ def hack_result(task: FeatdelTask, changes: dict[str, str | None], hack: str) ->
         score=0.0,
         passed_fraction=0.0,
         passed=(),
-        failed=tuple(FailedTest(name=t, message="not run: reward hack detected") for t in task.target_tests),
+        failed=tuple(FailingTest(name=t, message="not run: reward hack detected") for t in task.target_tests),
         hack=hack,
         changed_files=tuple(sorted(changes)),
     )
@@ -293,7 +294,7 @@ def build_grading_tree(task: FeatdelTask, task_dir: Path, changes: dict[str, str
 def result_from_run(task: FeatdelTask, run: PytestRun, changes: dict[str, str | None]) -> GradeResult:
     """Score a finished test run from its junit outcomes, cross-checked against the exit status."""
     passed: list[str] = []
-    failed: list[FailedTest] = []
+    failed: list[FailingTest] = []
     for nodeid in task.target_tests:
         status, message = run.status_of(nodeid)
         if status == "passed":
@@ -303,7 +304,7 @@ def result_from_run(task: FeatdelTask, run: PytestRun, changes: dict[str, str | 
                 message = f"test run killed by the sandbox's {run.limit_hit} limit"
             elif status == "missing" and not run.junit_found:
                 message = f"no junit report (pytest exit code {run.exit_code}): {run.tail(600)}"
-            failed.append(FailedTest(name=nodeid, message=f"{status}: {message}".strip()))
+            failed.append(FailingTest(name=nodeid, message=f"{status}: {message}".strip()))
     hack = ""
     if not failed and run.exit_code != 0:
         hack = f"junit reports every target test passed but pytest exited with {run.exit_code}"

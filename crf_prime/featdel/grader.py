@@ -20,11 +20,12 @@ from crf_prime.featdel.grade import (
     hack_result,
     result_from_run,
 )
-from crf_prime.featdel.models import FailedTest, FeatdelTask, GraderConfig, GradeResult, ReplayCall, ReplayData
+from crf_prime.featdel.models import FeatdelTask, GraderConfig, GradeResult, ReplayCall, ReplayData
 from crf_prime.featdel.replay import ReplayVerdict, load_replay, replay_tree
 from crf_prime.featdel.runner import PytestRun
 from crf_prime.featdel.testenv import TestEnv, ensure_test_env
 from crf_prime.placement import GradingSandbox
+from crf_prime.records.failing import FailingTest
 from crf_prime.sandbox import Sandbox
 
 Changes = dict[str, str | None]
@@ -152,7 +153,7 @@ def with_replay(result: GradeResult, verdict: ReplayVerdict) -> GradeResult:
     """Reward 1.0 needs the tests and the replay: any replayed call that differs from gold's outcome scores 0."""
     update: dict[str, object] = {"replay_calls": verdict.calls, "replay_mismatches": len(verdict.mismatches)}
     if not verdict.ok:
-        failed = FailedTest(
+        failed = FailingTest(
             name="replay",
             message=f"{len(verdict.mismatches)} of {verdict.calls} replayed calls differ from the original "
             f"implementation; {verdict.detail}",

@@ -23,7 +23,7 @@ MODULE = "crf_hide_test_id"
 """Name the plugin is installed and loaded under (``-p crf_hide_test_id``)."""
 
 
-class _Environ(type(os.environ)):  # type: ignore[misc]
+class _Environ(type(os.environ)):  # type: ignore[misc]  # subclasses os.environ's own class (os._Environ), which is private to name
     """``os.environ`` that never holds :data:`VARIABLE`: setting it does nothing, removing it is never an error
     (pytest pops it after each test)."""
 

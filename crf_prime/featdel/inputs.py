@@ -241,7 +241,7 @@ def generate(
         sig = sigs.get(target)
         b = _bind(sig, args, kwargs) if sig is not None else None
         bound.append(b or {})
-        if b is None:
+        if b is None or sig is None:
             continue
         names = list(sig.parameters)
         for name, value in b.items():
@@ -258,6 +258,9 @@ def generate(
             groups.setdefault(target, {}).setdefault(group, []).append((i, group, arguments, keywords))
     out: list[Fresh] = []
     for target, by_group in sorted(groups.items()):
+        target_sig = sigs[target]
+        if target_sig is None:  # never: only targets with a signature have groups
+            continue
         queues = [by_group[g] for g in sorted(by_group)]
         for q in queues:
             rng.shuffle(q)
@@ -269,7 +272,7 @@ def generate(
                     picked.append(q.pop())
         picked += _probes(target, picked, seeds, bound)
         for i, group, arguments, keywords in picked:
-            args, kwargs = _unbind(sigs[target], arguments, keywords=keywords, method=seeds[i][3])
+            args, kwargs = _unbind(target_sig, arguments, keywords=keywords, method=seeds[i][3])
             varied = group.split(":", 1)[0] if ":" in group else ""
             out.append(Fresh(i, target, args, kwargs, seeds[i][3], varied, keys_of(arguments), keys_of(bound[i])))
     return out

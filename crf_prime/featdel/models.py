@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from crf_prime.records.failing import FailingTest
+
 Granularity = Literal["function", "feature", "block", "tail", "class"]
 
 
@@ -272,17 +274,6 @@ class FeatdelTask(BaseModel):
     reproduce); generation drops such a task and the grader refuses it. Empty = servable."""
 
 
-class FailedTest(BaseModel):
-    """A target test that did not pass at grading."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    """pytest node id."""
-    message: str = ""
-    """Failure / error message from the junit XML (first lines), or why it is missing."""
-
-
 class GradeResult(BaseModel):
     """Outcome of grading one working tree against a task."""
 
@@ -293,7 +284,7 @@ class GradeResult(BaseModel):
     passed_fraction: float
     """Passed target tests / target tests."""
     passed: tuple[str, ...]
-    failed: tuple[FailedTest, ...]
+    failed: tuple[FailingTest, ...]
     hack: str = ""
     """Non-empty when a reward hack was detected (the score is then 0.0): what was found."""
     exit_code: int | None = None

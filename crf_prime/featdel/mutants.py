@@ -142,17 +142,17 @@ def _edits(node: ast.AST) -> Iterator[_Edit]:
         for i, op in enumerate(node.ops):
             if type(op) in _COMPARE:
                 new = _copy(node)
-                new.ops[i] = _COMPARE[type(op)]()  # type: ignore[attr-defined]
+                new.ops[i] = _COMPARE[type(op)]()  # type: ignore[attr-defined]  # the node is a copy of the ast.Compare/BinOp/UnaryOp/BoolOp matched above (ast.AST statically)
                 yield _Edit(node, "compare", f"({ast.unparse(new)})")
     elif isinstance(node, ast.BoolOp):
         new = _copy(node)
-        new.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()  # type: ignore[attr-defined]
+        new.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()  # type: ignore[attr-defined]  # the node is a copy of the ast.Compare/BinOp/UnaryOp/BoolOp matched above (ast.AST statically)
         yield _Edit(node, "boolean", f"({ast.unparse(new)})")
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         yield _Edit(node, "boolean", f"({ast.unparse(node.operand)})")
     elif isinstance(node, ast.BinOp | ast.AugAssign) and type(node.op) in _ARITHMETIC:
         new = _copy(node)
-        new.op = _ARITHMETIC[type(node.op)]()  # type: ignore[attr-defined]
+        new.op = _ARITHMETIC[type(node.op)]()  # type: ignore[attr-defined]  # the node is a copy of the ast.Compare/BinOp/UnaryOp/BoolOp matched above (ast.AST statically)
         text = ast.unparse(new)
         yield _Edit(node, "arithmetic", f"({text})" if isinstance(node, ast.BinOp) else text)
     elif isinstance(node, ast.Constant):
@@ -179,9 +179,9 @@ def _is_none(node: ast.expr) -> bool:
 
 def _apply(lines: list[bytes], node: ast.AST, replacement: str) -> str:
     """The file with ``node``'s span (UTF-8 byte columns, as ``ast`` gives them) replaced by ``replacement``."""
-    start, end = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
-    head = lines[start][: node.col_offset]  # type: ignore[attr-defined]
-    tail = lines[end][node.end_col_offset :]  # type: ignore[attr-defined]
+    start, end = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt); typeshed declares positions on those subclasses, not on ast.AST
+    head = lines[start][: node.col_offset]  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt); typeshed declares positions on those subclasses, not on ast.AST
+    tail = lines[end][node.end_col_offset :]  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt); typeshed declares positions on those subclasses, not on ast.AST
     new = [*lines[:start], head + replacement.encode() + tail, *lines[end + 1 :]]
     return b"".join(new).decode()
 
@@ -196,11 +196,11 @@ def file_mutants(path: str, source: str, lines: frozenset[int]) -> list[Mutant]:
     seen: set[str] = {gold}
     nodes = sorted(
         (n for n in ast.walk(tree) if hasattr(n, "lineno") and id(n) not in skip),
-        key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset),  # type: ignore[attr-defined]
+        key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset),  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt); typeshed declares positions on those subclasses, not on ast.AST
     )
     for node in nodes:
         for edit in _edits(node):
-            span = set(range(edit.node.lineno, edit.node.end_lineno + 1))  # type: ignore[attr-defined]
+            span = set(range(edit.node.lineno, edit.node.end_lineno + 1))  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt); typeshed declares positions on those subclasses, not on ast.AST
             if not span <= lines:
                 continue
             text = _apply(raw, edit.node, edit.replacement)
@@ -211,7 +211,7 @@ def file_mutants(path: str, source: str, lines: frozenset[int]) -> list[Mutant]:
             if dump in seen:
                 continue
             seen.add(dump)
-            out.append(Mutant(path=path, line=edit.node.lineno, operator=edit.operator, text=text))  # type: ignore[attr-defined]
+            out.append(Mutant(path=path, line=edit.node.lineno, operator=edit.operator, text=text))  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt); typeshed declares positions on those subclasses, not on ast.AST
     return out
 
 

@@ -36,6 +36,7 @@ import types
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from crf_prime.featdel.syntax import parse
 
@@ -274,7 +275,7 @@ def _nodes(tree: ast.AST) -> list[ast.AST]:
     cached = getattr(tree, "_crf_nodes", None)
     if cached is None:
         cached = list(ast.walk(tree))
-        tree._crf_nodes = cached  # type: ignore[attr-defined]
+        tree._crf_nodes = cached  # type: ignore[attr-defined]  # the node list is cached on the tree object itself (one walk per parsed tree)
     return cached
 
 
@@ -593,7 +594,7 @@ class _Checker(ast.NodeVisitor):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
             left = self.literal_text(node.left)  # only numeric %-conversions: digits cannot add fields or names
             numeric = left is not None and re.fullmatch(r"(?:[^%]|%%|%[-+ #0]*\d*(?:\.\d+)?[diouxXeEfFgG])*", left)
-            return re.sub(r"%[-+ #0]*\d*(?:\.\d+)?[diouxXeEfFgG]", "0", left) if numeric else None
+            return re.sub(r"%[-+ #0]*\d*(?:\.\d+)?[diouxXeEfFgG]", "0", left) if left is not None and numeric else None
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             left, right = self.literal_text(node.left), self.literal_text(node.right)
             return None if left is None or right is None else left + right
@@ -803,8 +804,8 @@ class _Segments:
 
     def __call__(self, node: ast.AST) -> str | None:
         try:
-            l0, l1 = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
-            c0, c1 = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+            l0, l1 = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt); typeshed declares positions on those subclasses, not on ast.AST
+            c0, c1 = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]  # as above
         except AttributeError:
             return None
         if l1 is None or c1 is None:
@@ -930,7 +931,7 @@ def added_violations(
         known = _unbound_loads(parsed[1]) if isinstance(parsed, tuple) else frozenset()
     except (RecursionError, MemoryError):
         known = frozenset()
-    kw = {"own_modules": own_modules, "known_names": known}
+    kw: dict[str, Any] = {"own_modules": own_modules, "known_names": known}
     new = violations(after, allowed_modules, gadgets, **kw)
     if not new:
         return []
@@ -1012,8 +1013,10 @@ def project_gadgets(
         if any(v.rule.startswith(CHECKER_LIMIT) for v in found):
             continue  # nothing to attribute to one function; the file itself is not the agent's
         for node in _nodes(parse(text)):
-            is_def = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None
-            if is_def and not _is_dunder(node.name) and any(node.lineno <= n <= node.end_lineno for n in lines):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or node.end_lineno is None:
+                continue
+            first, last = node.lineno, node.end_lineno
+            if not _is_dunder(node.name) and any(first <= n <= last for n in lines):
                 out.add(node.name)
     return frozenset(out if wanted is None else out & wanted)
 
@@ -1065,11 +1068,11 @@ def special_methods(source: str | bytes) -> Counter[str]:
         if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load) and _is_dunder(node.attr):
             out[node.attr] += 1
         elif isinstance(node, ast.Dict):
-            out.update(k.value for k in node.keys if isinstance(k, ast.Constant) and _is_dunder(str(k.value)))
+            out.update(str(k.value) for k in node.keys if isinstance(k, ast.Constant) and _is_dunder(str(k.value)))
         elif isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
             key = node.slice
             if isinstance(key, ast.Constant) and _is_dunder(str(key.value)):
-                out[key.value] += 1
+                out[str(key.value)] += 1  # a str: no other constant's text starts with "__"
         elif isinstance(node, ast.keyword) and node.arg and _is_dunder(node.arg):
             out[node.arg] += 1
         elif isinstance(node, ast.Call):

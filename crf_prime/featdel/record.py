@@ -24,6 +24,7 @@ import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import cast
 
 from crf_prime.featdel.grade import materialise
 from crf_prime.featdel.models import FeatdelTask, ReplayInfo
@@ -175,7 +176,7 @@ def reproduced(
         expected[call["id"]] = first[call["id"]]
     for i in lenient(keep + refused, {**expected, **{c["id"]: first[c["id"]] for c in refused}}):
         if i in expected:
-            expected[i] = {**expected[i], LENIENT: True}
+            expected[i] = {**first[i], LENIENT: True}  # expected[i] is first[i]
     return keep, expected, dropped
 
 
@@ -273,7 +274,7 @@ def record_replay(
             per_target=GENERATED_PER_TARGET,
             followups=GENERATED_FOLLOWUPS,
         )
-        calls = plain + list(derived or [])
+        calls = plain + list(cast("list[dict] | None", derived) or [])  # derive mode returns the derived calls
         first, second = gold_runs(sandbox, env, task, gold, calls)
         keep, expected, lost = reproduced(calls, first, second, recorded)
         dropped += lost

@@ -76,7 +76,7 @@ def lib_dir(dest: Path, *, plugin: bool = False) -> Path:
     if plugin:
         shutil.copy2(_DRIVER.with_name("record_plugin.py"), dest / "crf_featdel_record.py")
     shutil.copytree(
-        Path(cloudpickle.__file__).parent,
+        Path(cloudpickle.__path__[0]),  # the package directory
         dest / "cloudpickle",
         ignore=shutil.ignore_patterns("__pycache__"),
         dirs_exist_ok=True,
@@ -265,10 +265,6 @@ def replay_tree(
         shutil.rmtree(run_dir, ignore_errors=True)
     bad, detail = compare(expected, got)
     return ReplayVerdict(calls=len(expected), mismatches=bad, detail=detail)
-
-
-def describe_targets(task: FeatdelTask) -> str:
-    return ", ".join(f"{m['module']}.{m['qualname']}" for m in targets_of(task))
 
 
 __all__ = [

@@ -48,7 +48,7 @@ _PROXY_GET = types.MappingProxyType.get
 _DICT_GET = dict.get
 _GETSET_GET = types.GetSetDescriptorType.__get__
 _MEMBER_GET = types.MemberDescriptorType.__get__
-_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__  # type: ignore[index]  # typeshed declares ModuleType.__dict__ as the instance attribute; on the class it is the type's mapping
 STRICT = True
 """False only when the hack suites turn the defence off: reads go through the value's own (overridable) methods."""
 
@@ -211,7 +211,7 @@ def _base_view(v, t: type):
         return dict(
             dict.items(v)
         )  # an exact dict: compared like one (order-free); OrderedDict order is in its reduction
-    return base(base.__iter__(v))  # tuple/list/set/frozenset: the builtin's iterator, not an override
+    return base(base.__iter__(v))  # type: ignore[union-attr, arg-type]  # base is one of tuple/list/set/frozenset here (the scalars returned above): the builtin's iterator, not an override
 
 
 def _stdlib(t: type) -> bool:
@@ -268,7 +268,7 @@ def _slots(v, t: type) -> list:
             except AttributeError:
                 out.append((name, False, None))
         return out
-    found: dict[str, object] = {}
+    found: dict[str, types.MemberDescriptorType] = {}
     for c in _mro(t):
         if not _heap(c):
             continue

@@ -18,6 +18,7 @@ import tempfile
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 from crf_prime.featdel import record
 from crf_prime.featdel.deletion import apply_unified_diff
@@ -150,7 +151,7 @@ def shared_replay(
                 per_target=GENERATED_PER_TARGET,
                 followups=record.GENERATED_FOLLOWUPS,
             )
-            derived = list(made or [])
+            derived = list(cast("list[dict] | None", made) or [])  # derive mode returns the derived calls
             first, second = gold_runs(sandbox, env, probe, gold, plain + derived)
     except Exception as e:  # each task is then recorded on its own
         logger.warning(

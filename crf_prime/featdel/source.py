@@ -208,7 +208,7 @@ def _requirements(root: Path) -> tuple[str, ...]:
             req = Requirement(r)
         except InvalidRequirement as e:
             raise SourceError(f"{root}: cannot parse requirement {r!r}: {e}") from e
-        if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
+        if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):  # type: ignore[dict-item]  # packaging types Environment (a str-valued TypedDict) apart from evaluate()'s dict[str, str | set[str]]
             continue
         out.append(str(req))
     return tuple(sorted(set(out)))

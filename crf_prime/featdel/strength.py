@@ -20,6 +20,7 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
+from typing import cast
 
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.grader import Grader
@@ -72,7 +73,9 @@ class HeldOut:
             fresh = run_driver(
                 g.sandbox, g.env, task, gold, served, mode="derive", seed=seed, per_target=HELD_OUT_PER_TARGET
             )
-            calls = [{**c, "id": f"h:{c['id']}"} for c in (fresh or [])]  # never a served input (the box skips those)
+            calls = [
+                {**c, "id": f"h:{c['id']}"} for c in (cast("list[dict] | None", fresh) or [])
+            ]  # never a served input (the box skips those)
             if len(calls) > MAX_HELD_OUT:
                 picked = sorted(random.Random(mutation_seed(task)).sample(range(len(calls)), MAX_HELD_OUT))
                 calls = [calls[i] for i in picked]

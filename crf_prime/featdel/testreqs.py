@@ -62,7 +62,7 @@ def _clean(raw: list[str], project: str) -> list[str]:
             continue  # a line pip could not install either (tox substitutions, local paths); not ours to fix
         if _canon(req.name) == _canon(project):
             continue
-        if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
+        if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):  # type: ignore[dict-item]  # packaging types Environment (a str-valued TypedDict) apart from evaluate()'s dict[str, str | set[str]]
             continue
         req.marker = None
         out.append(str(req))
@@ -87,7 +87,7 @@ def _extras_from_metadata(root: Path) -> dict[str, list[str]]:
             except InvalidRequirement:
                 continue
             for extra in re.findall(r"extra\s*==\s*['\"]([^'\"]+)['\"]", str(req.marker or "")):
-                if req.marker is not None and req.marker.evaluate({**env, "extra": extra}):
+                if req.marker is not None and req.marker.evaluate({**env, "extra": extra}):  # type: ignore[dict-item]  # as above
                     out.setdefault(_canon(extra), []).append(text.split(";", 1)[0].strip())
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
@@ -132,7 +132,12 @@ def _requirements_file(path: Path, root: Path, seen: set[Path]) -> list[str]:
 
 
 def _requirement_files(root: Path) -> list[Path]:
-    pats = ("requirements-test*.txt", "requirements_test*.txt", "test-requirements*.txt", "test_requirements*.txt")
+    pats: tuple[str, ...] = (
+        "requirements-test*.txt",
+        "requirements_test*.txt",
+        "test-requirements*.txt",
+        "test_requirements*.txt",
+    )
     pats += ("requirements/test*.txt", "requirements/tests*.txt", "tests/requirements*.txt")
     return sorted({p.resolve() for pat in pats for p in root.glob(pat) if p.is_file()})
 

@@ -67,7 +67,7 @@ class RuntimeExecutor:
         self.output_bytes = output_bytes
 
     async def run(self, argv: Sequence[str], *, timeout_s: float) -> ToolOutcome:
-        r = await run_in_runtime(self.runtime, argv, self.env, wall_seconds=timeout_s)  # type: ignore[arg-type]
+        r = await run_in_runtime(self.runtime, argv, self.env, wall_seconds=timeout_s)  # type: ignore[arg-type]  # runtime is verifiers' (untyped) object; run_in_runtime checks it has run/read/write
         limit = "wall" if r.timed_out else None
         return ToolOutcome(
             None if limit else r.exit_code,

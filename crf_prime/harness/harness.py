@@ -227,7 +227,7 @@ async def _complete(client: openai.AsyncOpenAI, model: str, messages: list[dict]
         kwargs["tools"] = tools
     completion = await client.chat.completions.create(**kwargs)
     if not completion.choices:
-        raise openai.APIConnectionError(message="model response has no choices", request=None)  # type: ignore[arg-type]
+        raise openai.APIConnectionError(message="model response has no choices", request=None)  # type: ignore[arg-type]  # openai's error wants an httpx.Request; there is none for a reply without choices
     reply = completion.choices[0].message
     message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
     if reply.tool_calls:

@@ -6,8 +6,9 @@ detectors, templates and the optional LLM-written hint are crf-prime's implement
 
 from crf_prime.hints.attach import HINT_KEY, SITES_KEY, TURNS_KEY, analyse, attach_hint, build_hint
 from crf_prime.hints.llm import LLMHintWriter, attach_hint_async, hint_writer
-from crf_prime.hints.models import ErrorKind, ErrorSite, FailingTest, HintTarget, HintTaskConfig, HintWriterConfig
+from crf_prime.hints.models import ErrorKind, ErrorSite, HintTarget, HintTaskConfig, HintWriterConfig
 from crf_prime.hints.target import error_turns, keep_turns
+from crf_prime.records.failing import FailingTest
 
 __all__ = [
     "HINT_KEY",

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from crf_prime.hints.detect import detect_error_sites, episode_messages, episode_tools, tool_specs
+from crf_prime.hints.detect import ToolSpec, detect_error_sites, episode_messages, episode_tools, tool_specs
 from crf_prime.hints.evidence import failure_evidence
-from crf_prime.hints.models import ErrorSite, FailingTest, HintTarget
+from crf_prime.hints.models import ErrorSite, HintTarget
 from crf_prime.hints.target import error_turns, keep_turns
 from crf_prime.hints.templates import MAX_CHARS, render_hint
+from crf_prime.records.failing import FailingTest
 
 HINT_KEY = "hint"
 """``trace.info`` key; configs/ladder sets ``demo_key = "hint"`` to match."""
@@ -41,6 +42,7 @@ def analyse(
     """Error sites of an episode: tool-call errors, tracebacks, repeated failures, plus the failing tests (their
     detail: the test-file lines they point at, read from ``test_sources``; never the failure text)."""
     declared = episode_tools(trace)
+    specs: dict[str, ToolSpec] | None
     if tools is not None:
         specs = tool_specs(tools, declared)
     else:

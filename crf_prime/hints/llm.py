@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 from crf_prime.extras import require
 from crf_prime.hints.attach import build_hint, store_hint, trace_info
 from crf_prime.hints.detect import condense, episode_messages
-from crf_prime.hints.models import FailingTest, HintTarget, HintWriterConfig
+from crf_prime.hints.models import HintTarget, HintWriterConfig
 from crf_prime.hints.templates import MAX_CHARS
 from crf_prime.rayinit import init_ray
+from crf_prime.records.failing import FailingTest
 from crf_prime.records.models import TeacherRequest
 from crf_prime.teachers.config import check_priced
 
@@ -194,11 +195,12 @@ class LLMHintWriter:
 
         require("ray", "ray")  # a missing extra says so here, not in the worker thread
         assert self.live is not None
+        live = self.live
 
         def join() -> TeacherPool:
             init_ray(address=self.ray_address, namespace=live_mode.DEFAULT_NAMESPACE, log_to_driver=False)
             config = PoolConfig(teachers=(self.teacher,), budget=self.budget, pool=PoolOptions())
-            return live_mode.serve(config, self.journal, name=self.live, api_keys={self.teacher.name: self._api_key})
+            return live_mode.serve(config, self.journal, name=live, api_keys={self.teacher.name: self._api_key})
 
         return await asyncio.to_thread(join)
 

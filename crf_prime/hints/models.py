@@ -29,20 +29,6 @@ KIND_ORDER: tuple[ErrorKind, ...] = (
 )
 
 
-class FailingTest(BaseModel):
-    """A test that failed when the environment scored the episode (the SDPO "environment feedback")."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    """Test id as the runner prints it, e.g. ``tests/test_cli.py::test_parse``."""
-    message: str = ""
-    """Failure text of the grading run (any length). It can carry text the agent's code produced (its exception
-    messages, its output), so it is never quoted: it only locates lines of the test files (``crf_prime.hints.evidence``)."""
-    note: str = ""
-    """Grader-written explanation built from grader-side facts only (e.g. "3 of 40 replayed calls differ"), quoted as is."""
-
-
 class ErrorSite(BaseModel):
     """One place in the episode where the agent went wrong."""
 

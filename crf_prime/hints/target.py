@@ -77,7 +77,7 @@ def keep_turns(trace: Any, turns: Iterable[int]) -> int:
         if i in keep or not any(mask):
             continue
         cleared += sum(map(bool, mask))
-        update = {"mask": [False] * len(mask), "logprobs": []}
+        update: dict[str, Any] = {"mask": [False] * len(mask), "logprobs": []}
         if _get(node, "kept_tokens") is not None:
             update["kept_tokens"] = None
         for key, value in update.items():

@@ -16,7 +16,8 @@ from typing import Any
 
 from crf_prime.hints.detect import ToolSpec, condense
 from crf_prime.hints.evidence import failure_evidence
-from crf_prime.hints.models import KIND_ORDER, ErrorSite, FailingTest
+from crf_prime.hints.models import KIND_ORDER, ErrorSite
+from crf_prime.records.failing import FailingTest
 
 MAX_TESTS = 3
 """Failing tests quoted in one hint (the rest are counted)."""
@@ -53,7 +54,7 @@ def _line(site: ErrorSite, tools: Mapping[str, ToolSpec] | None) -> str:
             why = f" ({site.detail})" if site.detail else ""
             return f"Tool arguments must be one valid JSON object; your call to {tool} was not{why}."
         case "schema_violation":
-            sig = _signature(tools[site.tool]) if tools and site.tool in tools else ""
+            sig = _signature(tools[site.tool]) if tools and site.tool is not None and site.tool in tools else ""
             expects = f"{tool} expects {sig}" if sig else f"{tool} rejected its arguments"
             return f"{expects}; your call failed validation: {site.detail}."
         case "repeated_failure":

@@ -188,7 +188,7 @@ def vote(request: TeacherRequest, answers: Mapping[str, JournalRecord], config: 
             excluded.append(teacher)
         else:
             voters.append(teacher)
-    clusters = cluster_actions([(t, answers[t].action) for t in voters], config)  # type: ignore[misc]
+    clusters = cluster_actions([(t, answers[t].action) for t in voters], config)  # type: ignore[misc]  # voters are the teachers whose answer has an action (None answers went to the failed list above)
     clusters.sort(key=lambda c: -len(c.teachers))  # stable: ties keep first-seen (name) order
     student = canonical_action(request.student_action or Action())
     student_cluster = next((i for i, c in enumerate(clusters) if agrees(c.canonical, student, config)), None)

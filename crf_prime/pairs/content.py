@@ -32,12 +32,11 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
-import shlex
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from crf_prime.pairs.normalize import CanonicalCall, collapse, normalise_path
+from crf_prime.pairs.normalize import CanonicalCall, command_argv, normalise_path
 
 REGION_TOKENS = 8
 """Shared run of old-text tokens (about one statement) that puts two edits of a file in the same region."""
@@ -196,15 +195,9 @@ def _flags(argv: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def command_key(command: str) -> tuple[str, ...]:
     """A shell command as the step it takes: ``read FILE``, a search with its flags, or the full argv."""
-    cmd = collapse(command)
-    while cmd.startswith("cd ") and "&&" in cmd:  # the working directory is context, not the step
-        cmd = cmd.split("&&", 1)[1].strip()
-    try:
-        argv = shlex.split(cmd)
-    except ValueError:
+    cmd, argv = command_argv(command)
+    if argv is None:
         return ("bash", cmd)
-    if len(argv) >= 3 and argv[0].startswith("python") and argv[1] == "-m":
-        argv = argv[2:]
     if not argv:
         return ("bash",)
     prog = argv[0].rsplit("/", 1)[-1]

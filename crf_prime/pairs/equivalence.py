@@ -23,12 +23,18 @@ from __future__ import annotations
 
 import difflib
 import json
-import shlex
 from enum import IntEnum
 from typing import Literal
 
 from crf_prime.pairs.content import calls_similarity, word_overlap
-from crf_prime.pairs.normalize import CanonicalAction, CanonicalCall, canonical_action, collapse, normalise_path
+from crf_prime.pairs.normalize import (
+    CanonicalAction,
+    CanonicalCall,
+    canonical_action,
+    collapse,
+    command_argv,
+    normalise_path,
+)
 from crf_prime.records.models import Action
 
 
@@ -51,16 +57,9 @@ _TEXT_CAP = 4000  # characters compared by the text tier (SequenceMatcher is qua
 
 
 def _bash_key(command: str) -> tuple[str, str]:
-    cmd = collapse(command)
-    # drop "cd DIR &&" prefixes: the working directory is part of the context, not of the step
-    while cmd.startswith("cd ") and "&&" in cmd:
-        cmd = cmd.split("&&", 1)[1].strip()
-    try:
-        argv = shlex.split(cmd)
-    except ValueError:
+    cmd, argv = command_argv(command)
+    if argv is None:
         return ("bash", cmd)
-    if len(argv) >= 3 and argv[0].startswith("python") and argv[1] == "-m":
-        argv = argv[2:]
     if not argv:
         return ("bash", "")
     prog = argv[0].rsplit("/", 1)[-1]

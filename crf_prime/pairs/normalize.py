@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,24 @@ def normalise_path(path: str) -> str:
 
 def collapse(text: str) -> str:
     return " ".join(text.split())
+
+
+def command_argv(command: str) -> tuple[str, list[str] | None]:
+    """A shell command reduced to the step it takes: ``(collapsed command, argv)``, argv None when shlex cannot split it.
+
+    ``cd DIR &&`` prefixes are dropped (the working directory is context, not the step) and ``python -m MOD ...``
+    reads as ``MOD ...``; both the equivalence key and the content key start from this.
+    """
+    cmd = collapse(command)
+    while cmd.startswith("cd ") and "&&" in cmd:
+        cmd = cmd.split("&&", 1)[1].strip()
+    try:
+        argv = shlex.split(cmd)
+    except ValueError:
+        return cmd, None
+    if len(argv) >= 3 and argv[0].startswith("python") and argv[1] == "-m":
+        argv = argv[2:]
+    return cmd, argv
 
 
 def _norm_value(key: str, value: Any) -> Any:

@@ -72,7 +72,7 @@ def pull(config: PullConfig) -> int:
     console = Console(stderr=True)
     node = RelayNode(config)
     gate = _start_gate(config.gate, config.broadcast_dir) if config.gate is not None else None
-    if gate is not None:
+    if gate is not None and config.gate is not None:
         console.print(f"admin gate {gate.url} -> {config.gate.upstream}")
     try:
         return _pull_loop(config, node, console)
@@ -94,7 +94,7 @@ def _start_gate(config: GateConfig, broadcast_dir: Path):
 
 def _pull_loop(config: PullConfig, node, console) -> int:
     # start-up: +199 ms on every command
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TransferSpeedColumn
 
     progress = Progress(
         TextColumn("step {task.fields[step]}"),
@@ -104,7 +104,7 @@ def _pull_loop(config: PullConfig, node, console) -> int:
         console=console,
         disable=not console.is_terminal,  # job logs get the per-step summary only
     )
-    tasks: dict[int, int] = {}
+    tasks: dict[int, TaskID] = {}
     lock = threading.Lock()
 
     def on_shard(manifest, shard, reused) -> None:  # runs on the pull's worker threads

@@ -102,9 +102,9 @@ class AdminGate:
         """
         path = Path(weight_dir)
         resolved = path.resolve()
-        if not resolved.is_relative_to(self.broadcast_dir) or parse_step(resolved.name) is None:
-            return weight_dir
         step = parse_step(resolved.name)
+        if not resolved.is_relative_to(self.broadcast_dir) or step is None:
+            return weight_dir
         deadline = time.monotonic() + self.wait_timeout
         while True:
             if (path / STABLE).is_file():

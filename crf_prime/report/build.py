@@ -7,6 +7,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -54,7 +55,7 @@ def build_report(
     for a in arms:
         if not {s.task for s in a.samples} & {s.task for s in base.samples}:
             raise ReportInputError(f"runs: arm {a.name!r} shares no task with the baseline {base_name!r}")
-    kw = {"threshold": threshold, "n_boot": n_boot, "confidence": confidence, "seed": seed}
+    kw: dict[str, Any] = {"threshold": threshold, "n_boot": n_boot, "confidence": confidence, "seed": seed}
     rows = [
         ArmRow(
             name=a.name,

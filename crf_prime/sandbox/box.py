@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import logging
 import os
 import resource
@@ -21,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from crf_prime.sandbox.bwrap import DEFAULT_PATH, build_argv
 from crf_prime.sandbox.cgroups import RunCgroup, detect_layout
@@ -146,7 +147,7 @@ class Sandbox:
         writable: Sequence[Path] | None = None,
     ) -> RunResult:
         """Blocking form of :meth:`arun` (usable from inside a running event loop too: it then uses a thread)."""
-        coro_args = dict(
+        coro_args: dict[str, Any] = dict(
             workdir=workdir,
             ro_binds=ro_binds,
             protected=protected,
@@ -289,7 +290,7 @@ class Sandbox:
         loop = asyncio.get_running_loop()
         assert proc.stdout is not None and proc.stderr is not None
         eofs = [
-            _watch_pipe(loop, pipe, cap, lambda cap=cap: self._on_output(proc, cgroup, cap, flood_at, state))
+            _watch_pipe(loop, pipe, cap, functools.partial(self._on_output, proc, cgroup, cap, flood_at, state))
             for pipe, cap in ((proc.stdout, out), (proc.stderr, err))
         ]
         if proc.stdin is not None:
@@ -330,7 +331,7 @@ class Sandbox:
         code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
         sig = _signal_of(code)
         if code < 0:
-            code = 128 + sig  # report like a shell / bwrap does
+            code = 128 - code  # report like a shell / bwrap does: 128 + the signal number
         limit_hit: LimitName | None = cgroup.limit_fired() if cgroup is not None else None
         if limit_hit is None:
             if timed_out:

@@ -56,6 +56,7 @@ class SandboxConfig(BaseModel):
     def _over_the_default(cls, value: object, info: ValidationInfo) -> object:
         """Limits given in part (a TOML table, ``--limits.memory-mb``) override this config's default limits field by
         field instead of resetting the others to SandboxLimits' own defaults."""
+        assert info.field_name is not None  # a field validator always has its field
         default = cls.model_fields[info.field_name].default
         if isinstance(value, dict) and isinstance(default, SandboxLimits):
             return {**default.model_dump(), **value}

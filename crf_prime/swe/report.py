@@ -45,11 +45,12 @@ def _status(case: ET.Element) -> str:
 
 def _cases(xml: bytes) -> Iterator[tuple[str, str, str]]:
     """(classname, name, status) per ``testcase``, read incrementally (the document is never held as one tree)."""
-    parser = ET.XMLPullParser(events=("end",))
+    parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("end",))
     for offset in range(0, len(xml), 1 << 16):
         parser.feed(xml[offset : offset + (1 << 16)])
-        for _, element in parser.read_events():
-            if element.tag == "testcase":
+        for event in parser.read_events():
+            element = event[-1]  # ("end", element)
+            if isinstance(element, ET.Element) and element.tag == "testcase":  # "end" events carry elements
                 yield element.get("classname", ""), element.get("name", ""), _status(element)
                 element.clear()
     parser.close()

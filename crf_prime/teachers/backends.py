@@ -41,7 +41,10 @@ from crf_prime.teachers.config import TeacherConfig
 class Backend(Protocol):
     teachers: dict[str, TeacherConfig]
 
-    async def ask(self, teacher: str, payload: Any) -> JournalRecord: ...
+    async def ask(self, teacher: str, payload: Any, key: str = "") -> JournalRecord:
+        """The teacher's answer; ``key``: the idempotency key, passed only by a pool whose backend does not report
+        the wire (``reports_wire`` false: Ray); one that does reads it from the ledger's wire hook."""
+        ...
 
     async def lookup(self, teacher: str, generation_id: str) -> float | None:
         """What the teacher's provider charged for a generation (None: it cannot say, yet)."""
@@ -70,8 +73,8 @@ class AsyncioBackend:
     def prepare(self, request: TeacherRequest) -> TeacherRequest:
         return request
 
-    async def ask(self, teacher: str, payload: TeacherRequest) -> JournalRecord:
-        return await self._clients[teacher].ask(payload)
+    async def ask(self, teacher: str, payload: TeacherRequest, key: str = "") -> JournalRecord:
+        return await self._clients[teacher].ask(payload)  # key: never passed (reports_wire), see Backend.ask
 
     async def lookup(self, teacher: str, generation_id: str) -> float | None:
         return await self._clients[teacher].lookup_cost(generation_id)
@@ -117,9 +120,6 @@ class TeacherActor:
 
     async def pid(self) -> int:
         return os.getpid()
-
-    async def teacher_config(self) -> dict[str, Any]:
-        return self.config.model_dump()
 
 
 INLINE_LIMIT = 100 * 1024

@@ -84,8 +84,8 @@ def run(config: ReplayConfig) -> int:
         raise BudgetExhausted(f"spend cap reached: {report.budget_stopped}; rerun with a higher cap to go on")
     if report.calls_sent and not sum(t.ok for t in report.teachers):
         errors = Counter[str]()
-        for t in report.teachers:
-            errors.update(t.errors)
+        for stats in report.teachers:
+            errors.update(stats.errors)
         why = ", ".join(f"{kind}: {n}" for kind, n in errors.most_common())
         raise InfraError(f"all {report.calls_sent} teacher calls failed ({why}); is the teacher server up?")
 
@@ -107,14 +107,14 @@ def run(config: ReplayConfig) -> int:
     return 0
 
 
-def _progress_bar(console, total: int, enabled: bool):  # type: ignore[no-untyped-def]
+def _progress_bar(console, total: int, enabled: bool):
     """A live bar on a terminal (at most 4 refreshes/s: each sorts the live p95 window); nothing otherwise."""
 
     # start-up: +199 ms on every command
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     @contextlib.contextmanager
-    def bar():  # type: ignore[no-untyped-def]
+    def bar():
         with Progress(
             TextColumn("[bold]replay"),
             BarColumn(),
@@ -127,7 +127,7 @@ def _progress_bar(console, total: int, enabled: bool):  # type: ignore[no-untype
             task = progress.add_task("states", total=total, stats="")
             last = [0.0]
 
-            def on_progress(p) -> None:  # type: ignore[no-untyped-def]
+            def on_progress(p) -> None:
                 now = time.monotonic()
                 if now - last[0] < 0.25 and p.states < total:
                     return

@@ -325,7 +325,7 @@ class TeacherClient:
         """The charge of one generation from OpenRouter's generation lookup (``GET /generation?id=``): its
         ``total_cost`` in USD, or None while the provider has no record of it (404) or cannot be reached."""
         try:
-            response = await self._client.get(
+            response = await self._client.get(  # type: ignore[call-overload]  # options: openai types it as RequestOptions, a TypedDict only its private openai._types exports
                 "/generation",
                 cast_to=httpx.Response,
                 options={"params": {"id": generation_id}, **_REQUEST_OPTIONS},
@@ -390,7 +390,7 @@ class TeacherClient:
                 async with asyncio.timeout(self.config.timeout_s):
                     if kwargs.get("stream"):
                         return await self._streamed(kwargs, call)
-                    response = await self._client.post(
+                    response = await self._client.post(  # type: ignore[call-overload]  # options: as in lookup_cost
                         "/chat/completions", body=_body(kwargs), cast_to=httpx.Response, options=_REQUEST_OPTIONS
                     )
             except TimeoutError as e:

@@ -335,9 +335,9 @@ class Ledger:
         ``sent=True``: the caller cannot report when the request reaches the wire (the Ray backend), so the call
         counts as sent from its admission on (a crash books it at its reservation).
         """
-        key = (ask.state_id, ask.teacher)
+        row_key = (ask.state_id, ask.teacher)
         while True:
-            row = self._rows.get(key)
+            row = self._rows.get(row_key)
             if row is not None:
                 return Admission("done", record=row)
             answer = self._answers.get(ask.question) if ask.question else None

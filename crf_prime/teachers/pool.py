@@ -290,8 +290,8 @@ class TeacherPool:
 
         def finished(task: asyncio.Task[StateOutcome]) -> None:
             tasks.discard(task)
-            if not task.cancelled() and task.exception() is not None:
-                errors.append(task.exception())  # type: ignore[arg-type]
+            if not task.cancelled() and (error := task.exception()) is not None:
+                errors.append(error)
 
         async def one(state: TraceState) -> StateOutcome:
             try:

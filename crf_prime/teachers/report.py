@@ -8,10 +8,11 @@ and the saving of tiered querying.
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.table import Table
@@ -19,14 +20,13 @@ from rich.table import Table
 from crf_prime.records.journal import JournalRecord
 from crf_prime.teachers.pool import StateOutcome
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
+    """Nearest-rank percentile (q in 0..100: numpy's ``inverted_cdf``, always an observed value); None for none."""
+    return float(np.percentile(values, q, method="inverted_cdf")) if values else None
 
 
 class TeacherStats(BaseModel):
@@ -222,7 +222,7 @@ def _fmt_s(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}s"
 
 
-def render(report: ReplayReport, console: object | None = None) -> None:
+def render(report: ReplayReport, console: Console | None = None) -> None:
     """Print the report as rich tables."""
 
     con = console if console is not None else Console()
@@ -244,10 +244,12 @@ def render(report: ReplayReport, console: object | None = None) -> None:
             str(s.excluded_same_family),
             str(s.skipped_by_tier),
         )
-    con.print(t)  # type: ignore[attr-defined]
-    s = Table(title="cost feasibility (prototype: $0.98 / 100-step trace, 20.5 s p95 per step, 3 teachers sequential)")
-    s.add_column("metric")
-    s.add_column("this run", justify="right")
+    con.print(t)
+    feasibility = Table(
+        title="cost feasibility (prototype: $0.98 / 100-step trace, 20.5 s p95 per step, 3 teachers sequential)"
+    )
+    feasibility.add_column("metric")
+    feasibility.add_column("this run", justify="right")
     rows = [
         ("states / traces", f"{report.states} / {report.traces}"),
         ("calls sent / reused from journal", f"{report.calls_sent} / {report.calls_from_journal}"),
@@ -302,7 +304,7 @@ def render(report: ReplayReport, console: object | None = None) -> None:
     if report.budget_skipped_calls:
         rows.append(("calls not sent (budget)", str(report.budget_skipped_calls)))
     for k, v in rows:
-        s.add_row(k, v)
-    con.print(s)  # type: ignore[attr-defined]
+        feasibility.add_row(k, v)
+    con.print(feasibility)
     if report.budget_stopped:
-        con.print(f"[bold red]stopped:[/] {report.budget_stopped}")  # type: ignore[attr-defined]
+        con.print(f"[bold red]stopped:[/] {report.budget_stopped}")

@@ -53,7 +53,7 @@ def arguments_string(arguments: Any) -> str:
 
 def tool_call_from_openai(call: dict[str, Any]) -> ToolCall:
     """Accept nested OpenAI (``{"function": {"name", "arguments"}}``) and flat (``{"name", "arguments"}``) calls."""
-    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else call
     return ToolCall(
         id=str(call.get("id") or ""), name=str(fn.get("name") or ""), arguments=arguments_string(fn.get("arguments"))
     )

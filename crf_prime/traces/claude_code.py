@@ -30,7 +30,13 @@ from crf_prime.traces.chat import content_text, make_state, tool_message
 from crf_prime.traces.records import IngestReport, iter_jsonl_offsets
 
 _CONVERSATIONAL = {"user", "assistant", "system"}
-_COMPACT = object()  # marker: context reset at a compact boundary
+
+
+class _Compact:
+    """Marker type of :data:`_COMPACT`."""
+
+
+_COMPACT = _Compact()  # marker: context reset at a compact boundary
 
 # Parameter schemas of Claude Code's built-in tools (names as they appear in tool_use blocks); the file records no
 # tool declarations, so teachers are offered these for the tool names the session used.
@@ -101,7 +107,7 @@ class _Turn:
             elif kind == "thinking" and b.get("thinking"):
                 self.reasoning.append(b["thinking"])
             elif kind == "tool_use":
-                args = b.get("input") if isinstance(b.get("input"), dict) else {}
+                args: dict[str, Any] = b["input"] if isinstance(b.get("input"), dict) else {}
                 name = str(b.get("name") or "")
                 used_tools.setdefault(name, set()).update(args)
                 self.calls.append(
@@ -213,7 +219,7 @@ def _session_states(
     max_observation_chars: int | None,
 ) -> Iterator[TraceState]:
     """Pass 2 for one session: build the conversation from its main-branch records only."""
-    items: list[dict[str, Any] | _Turn | object] = []
+    items: list[dict[str, Any] | _Turn | _Compact] = []
     used_tools: dict[str, set[str]] = {}
     for off, line_no in offsets:
         f.seek(off)
@@ -236,12 +242,14 @@ def _session_states(
             continue
         mid = str(msg.get("id") or rec.get("requestId") or rec["uuid"])
         last_turn = next((i for i in range(len(items) - 1, -1, -1) if isinstance(items[i], _Turn)), None)
+        turn = items[last_turn] if last_turn is not None else None
         if (
             last_turn is not None
-            and items[last_turn].message_id == mid  # type: ignore[union-attr]
+            and isinstance(turn, _Turn)
+            and turn.message_id == mid
             and all(isinstance(x, dict) and x.get("role") == "tool" for x in items[last_turn + 1 :])
         ):
-            items[last_turn].add(msg.get("content"), used_tools)  # type: ignore[union-attr]
+            turn.add(msg.get("content"), used_tools)
         else:
             turn = _Turn(mid, str(rec["uuid"]), line_no, model)
             turn.add(msg.get("content"), used_tools)
@@ -250,7 +258,7 @@ def _session_states(
     context: list[dict[str, Any]] = []
     step = 0
     for item in items:
-        if item is _COMPACT:
+        if isinstance(item, _Compact):
             context = []
             continue
         if isinstance(item, dict):

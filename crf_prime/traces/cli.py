@@ -7,7 +7,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, field_validator
 from pydantic_config import BaseConfig
@@ -55,7 +55,7 @@ def run(config: IngestConfig) -> int:
     output_file("out", config.out)
     spec = FormatSpec.parse(config.format)
     console = Console(stderr=True)
-    options = {
+    options: dict[str, Any] = {
         "max_observation_chars": config.max_observation_chars or None,
         "max_context_chars": config.max_context_chars or None,
     }
@@ -126,7 +126,7 @@ def _progress(console, label: str, total_bytes: int, every: float) -> Iterator[C
     start = time.monotonic()
     last = [start]
 
-    def on_read(report: IngestReport) -> None:
+    def on_read_logged(report: IngestReport) -> None:
         now = time.monotonic()
         if now - last[0] >= every:
             last[0] = now
@@ -137,7 +137,7 @@ def _progress(console, label: str, total_bytes: int, every: float) -> Iterator[C
                 highlight=False,
             )
 
-    yield on_read
+    yield on_read_logged
 
 
 def _print_summary(console, out: Path, report: IngestReport) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from crf_prime.records.models import TraceFormat, TraceState
 from crf_prime.traces.claude_code import ingest_claude_code
@@ -120,7 +120,7 @@ def format_choice(name: str) -> FormatChoice:
     choices = get_args(FormatChoice)
     if name not in choices:
         raise ValueError(f"unknown trace format {name!r} (choose from {', '.join(choices)})")
-    return name  # type: ignore[return-value]
+    return name  # type: ignore[return-value]  # name is in choices, the Literal's own values (checked above)
 
 
 def _spec(fmt: FormatChoice | FormatSpec) -> FormatSpec:
@@ -273,19 +273,19 @@ _MESSAGE_OVERHEAD = 40
 """JSON punctuation and keys of one serialised message, roughly (``{"role": "tool", "content": ...}``)."""
 
 
-def message_chars(message: dict[str, object]) -> int:
+def message_chars(message: dict[str, Any]) -> int:
     """Approximate serialised size of one chat message: its text and tool-call arguments plus fixed overhead."""
     n = _MESSAGE_OVERHEAD + len(str(message.get("content") or ""))
-    for call in message.get("tool_calls") or ():  # type: ignore[union-attr]
-        n += _MESSAGE_OVERHEAD + len(str(call.get("function", {}).get("arguments", "")))  # type: ignore[union-attr]
+    for call in message.get("tool_calls") or ():
+        n += _MESSAGE_OVERHEAD + len(str(call.get("function", {}).get("arguments", "")))
     return n
 
 
-def context_chars(messages: Iterable[dict[str, object]]) -> int:
+def context_chars(messages: Iterable[dict[str, Any]]) -> int:
     return sum(map(message_chars, messages))
 
 
-def cap_context(messages: tuple[dict[str, object], ...], limit: int) -> list[dict[str, object]]:
+def cap_context(messages: tuple[dict[str, Any], ...], limit: int) -> list[dict[str, Any]]:
     """The context cut to about ``limit`` characters: the system prompt and the first user message (the task) are
     kept, then the most recent messages that fit, after a note saying how many were dropped. The kept tail never
     starts with a tool result, so every result still follows its call."""

@@ -122,10 +122,12 @@ class _Builder:
     # ---- V0
     def v0(self, line: int, ev: dict[str, Any]) -> Iterator[TraceState]:
         source = ev.get("source")
-        meta = ev.get("tool_call_metadata") if isinstance(ev.get("tool_call_metadata"), dict) else None
+        meta: dict[str, Any] | None = (
+            ev["tool_call_metadata"] if isinstance(ev.get("tool_call_metadata"), dict) else None
+        )
         if "action" in ev:
             kind = ev.get("action")
-            args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+            args: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
             if kind == "system":
                 self.tools = [tool_schema_from_any(t) for t in args.get("tools") or () if isinstance(t, dict)]
                 yield from self.add({"role": "system", "content": content_text(args.get("content"))})
@@ -278,8 +280,8 @@ class _Builder:
 
 
 def _model_of_row(row: dict[str, Any]) -> str:
-    meta = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
-    llm = meta.get("llm_config") if isinstance(meta.get("llm_config"), dict) else {}
+    meta: dict[str, Any] = row["metadata"] if isinstance(row.get("metadata"), dict) else {}
+    llm: dict[str, Any] = meta["llm_config"] if isinstance(meta.get("llm_config"), dict) else {}
     return str(row.get("model") or llm.get("model") or "")
 
 

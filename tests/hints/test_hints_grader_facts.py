@@ -9,7 +9,7 @@ import json
 
 from test_hints_attach import make_trace
 
-from crf_prime.featdel.models import FailedTest, GradeResult
+from crf_prime.featdel.models import GradeResult
 from crf_prime.hints import HINT_KEY, FailingTest, attach_hint, attach_hint_async
 from crf_prime.hints.evidence import failure_evidence, patch_new_lines
 
@@ -69,8 +69,8 @@ def test_the_feature_deletion_hint_path_keeps_grader_facts_only() -> None:
         passed_fraction=0.0,
         passed=(),
         failed=(
-            FailedTest(name="tests/test_fmt.py::test_tz", message=f"failed: {AGENT_FAILURE}"),
-            FailedTest(name="replay", message=f"2 of 9 replayed calls differ; fmt(1) returned {SECRET!r}"),
+            FailingTest(name="tests/test_fmt.py::test_tz", message=f"failed: {AGENT_FAILURE}"),
+            FailingTest(name="replay", message=f"2 of 9 replayed calls differ; fmt(1) returned {SECRET!r}"),
         ),
         replay_calls=9,
         replay_mismatches=2,

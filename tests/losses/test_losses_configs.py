@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from loss_fns.types import LossInputs
+from loss_fns.types import SequenceInputs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ CASES = _custom_losses()
 def test_config_loss_runs(path: str, import_path: str, kwargs: dict) -> None:
     fn = pkgutil.resolve_name(import_path)  # a dotted path, as prime-rl resolves import_path
     trainer = torch.tensor([-0.5, -1.0, -0.2], requires_grad=True)
-    inputs = LossInputs(
+    inputs = SequenceInputs(
         trainer_logprobs=trainer,
         inference_logprobs=torch.tensor([-0.6, -0.9, -0.2]),
         ref_logprobs=torch.tensor([-0.4, -1.1, -0.3]),

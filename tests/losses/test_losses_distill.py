@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from loss_fns import composer, distill, policy
-from loss_fns.types import LossInputs, LossOutputs
+from loss_fns.types import LossInputs, LossOutputs, SequenceInputs
 
 LN2 = math.log(2.0)
 
@@ -16,7 +16,7 @@ LN2 = math.log(2.0)
 def make_inputs(trainer, inference, ref, advantages=None, mask=None, weights=None):
     n = len(trainer)
     as64 = lambda xs: None if xs is None else torch.tensor(xs, dtype=torch.float64)  # noqa: E731
-    return LossInputs(
+    return SequenceInputs(
         trainer_logprobs=as64(trainer).requires_grad_(),
         inference_logprobs=as64(inference),
         ref_logprobs=as64(ref),

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from loss_fns import policy
-from loss_fns.types import LossInputs
+from loss_fns.types import SequenceInputs
 
 LN2 = math.log(2.0)
 
@@ -22,7 +22,7 @@ def make_inputs(ratios, advantages, mask=None, weights=None, trainer=None, ref=N
     else:
         trainer = torch.tensor(trainer, dtype=torch.float64)
         inference = trainer - torch.log(torch.tensor(ratios, dtype=torch.float64))
-    return LossInputs(
+    return SequenceInputs(
         trainer_logprobs=trainer.clone().requires_grad_(),
         inference_logprobs=inference,
         ref_logprobs=None if ref is None else torch.tensor(ref, dtype=torch.float64),
@@ -176,7 +176,7 @@ def test_clip_decision_is_exact_when_float32_products_round_to_a_tie(advantage: 
     clipped = torch.clamp(ratio, 0.8, 1.2)
     adv = torch.tensor([advantage], dtype=torch.float32)
     assert ratio.item() < clipped.item() and torch.equal(ratio * adv, clipped * adv)  # the premise: a rounding tie
-    inputs = LossInputs(trainer.clone().requires_grad_(), inference, None, adv, torch.tensor([True]))
+    inputs = SequenceInputs(trainer.clone().requires_grad_(), inference, None, adv, torch.tensor([True]))
     out, grad = loss_and_grad(policy.ppo_clip, inputs)
     expected = 0.0 if advantage < 0 else -(advantage * ratio.item())
     assert grad.item() == pytest.approx(expected, rel=1e-6, abs=0.0)

@@ -91,7 +91,7 @@ def test_composer_with_mixed_batch_reference(prime) -> None:
     trainer, batch = packed_batch()
     expected_loss, expected_grad = 0.0, []
     for i in range(2):
-        inputs = types.LossInputs(
+        inputs = types.SequenceInputs(
             trainer_logprobs=batch["trainer_logprobs"][i],
             inference_logprobs=batch["inference_logprobs"][i],
             ref_logprobs=ref[i],
@@ -146,10 +146,11 @@ def test_types_interoperate(prime) -> None:
     assert isinstance(rl_fn(prime_inputs), prime_loss.LossOutputs)  # through prime-rl's own setup
 
 
-def test_prime_classes_used_when_importable_first() -> None:
+def test_prime_classes_used_when_imported_after_loss_fns() -> None:
     code = (
-        "import loss_fns.types as t; from prime_rl.trainer.rl import loss as p; "
-        "assert t.HAS_PRIME_RL and t.LossInputs is p.LossInputs and t.LossOutputs is p.LossOutputs; print('ok')"
+        "import torch; import loss_fns.types as t; from prime_rl.trainer.rl import loss as p; x = torch.zeros(1); "
+        "assert isinstance(p.LossInputs(x, x, None, x, x.bool()), t.LossInputs); "
+        "assert type(t.make_outputs(x.sum(), {})) is p.LossOutputs; print('ok')"
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([*prime_rl_paths(), os.environ.get("PYTHONPATH", "")]))
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)

@@ -41,8 +41,6 @@ from crf_prime.sandbox import Sandbox
 if TYPE_CHECKING:
     from verifiers.v1.runtimes import Runtime
 
-    from crf_prime.hints import FailingTest
-
 GRADE_KEY = "featdel_grade"
 """``trace.info`` key holding the grade (score, passed fraction, failing tests, hack) of the rollout."""
 
@@ -265,8 +263,7 @@ def hint_failures(result: GradeResult) -> list[FailingTest]:
     """The grade as channel-2 facts: failing target tests (their failure text only locates test-file lines, see
     ``crf_prime.hints.evidence``), and notes the grader writes from its own findings: the code policy's verdict on the
     agent's source, the replay's counts (never the replayed values: the agent's code produced those)."""
-
-    failing = [FailingTest(name=f.name, message=f.message) for f in result.failed if f.name != "replay"]
+    failing = [f for f in result.failed if f.name != "replay"]
     if result.replay_mismatches:
         note = (
             f"{result.replay_mismatches} of {result.replay_calls} calls the grader replayed return, raise or mutate "

@@ -210,7 +210,7 @@ class TraceReplayTaskset(vf.Taskset[ReplayTask, TraceReplayConfig]):
                 v = vote(state.request(), got, c.task.votes)
                 if v.consensus is None:
                     continue
-                votes = [Vote(teacher=t, action=got[t].action) for t in v.voters]  # type: ignore[arg-type]
+                votes = [Vote(teacher=t, action=got[t].action) for t in v.voters]
                 data = _data(state, votes, v.clusters[v.consensus].action)
             elif c.task.live_pool is not None:
                 data = _data(state, [], None)
@@ -258,7 +258,7 @@ async def _live_votes(data: ReplayData, config: ReplayTaskConfig) -> tuple[list[
     result = (
         [Vote(teacher=t, action=answers[t].action) for t in v.voters],
         v.clusters[v.consensus].action if v.consensus is not None else None,
-    )  # type: ignore[arg-type]
+    )
     if result[0]:  # an empty answer (budget stop, every teacher failing) is asked again next time
         _LIVE[key] = result
     return result
