@@ -169,19 +169,21 @@ def instances(recorded: list, rng: random.Random, limit: int = BUILT_PER_CLASS) 
     out: list = []
     seen: set[str] = set()
     usable = [(type(v), found) for v in recorded if _project_class(type(v)) and (found := _constructor_arguments(v))]
+    queues = []
     for t, (sig, arguments) in usable[:BUILT_SEEDS]:
         changed = [{**arguments, name: v} for name, old in arguments.items() for v in variations(old, rng)]
         rng.shuffle(changed)
-        for args in [arguments, *changed]:
-            if len(out) >= limit:
-                return out
-            built = _construct(t, sig, args)
-            if type(built) is not t:
-                continue
-            key = _state_key(built)
-            if key not in seen:
-                seen.add(key)
-                out.append(built)
+        queues.append([(t, sig, args) for args in [arguments, *changed]])
+    for t, sig, args in (q[k] for k in range(max(map(len, queues), default=0)) for q in queues if k < len(q)):
+        if len(out) >= limit:
+            break
+        built = _construct(t, sig, args)
+        if type(built) is not t:
+            continue
+        key = _state_key(built)
+        if key not in seen:
+            seen.add(key)
+            out.append(built)
     return out
 
 
