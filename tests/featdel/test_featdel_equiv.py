@@ -227,7 +227,7 @@ def project(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def corpus(project: Path, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("gen") / "tasks"
-    return out, _generate(project, out, ["function", "feature", "class"])
+    return out, _generate(project, out, ["function", "feature", "class", "block", "tail"])
 
 
 @pytest.fixture(scope="module")
@@ -423,6 +423,101 @@ def test_honest_classes_and_features_score_one(corpus, tmp_path: Path) -> None:
         for k, v in other.items()
     }
     assert _grade(pairs, task_dir, _attempt(pairs, task_dir, tmp_path / "pairs" / "honest", other)) == 1.0
+
+
+PAIRS_LOOP = """
+        pair = _split_pair(item)
+        if pair is not None:
+            out[pair[0]] = pair[1]
+"""
+FMT_TAIL = """
+    if spec is None:
+        return text
+    if spec == "upper":
+        return text.upper()
+    if spec == "lower":
+        return text.lower()
+    if spec == "title":
+        return text.title()
+    raise ValueError(f"unknown spec {spec!r}")
+"""
+PAIRS_TAIL = """
+    for item in text.split(sep):
+        pair = _split_pair(item)
+        if pair is not None:
+            out[pair[0]] = pair[1]
+    return out
+"""
+HONEST_PARTS = {
+    ("block", "parse_pairs"): (
+        PAIRS_LOOP,
+        [
+            """
+        key, eq, value = item.partition("=")
+        if eq:
+            out[key.strip()] = value.strip()
+""",
+            """
+        out.update(filter(None, [_split_pair(item)]))
+""",
+        ],
+    ),
+    ("tail", "fmt"): (
+        FMT_TAIL,
+        [
+            """
+    return {None: text, "upper": text.upper(), "lower": text.lower(), "title": text.title()}[spec]
+""",
+            """
+    method = {"upper": str.upper, "lower": str.lower, "title": str.title}.get(spec)
+    if spec is not None and method is None:
+        raise LookupError("spec must be one of: upper, lower, title")
+    return text if method is None else method(text)
+""",
+        ],
+    ),
+    ("tail", "parse_pairs"): (
+        PAIRS_TAIL,
+        [
+            """
+    out.update(p for p in map(_split_pair, text.split(sep)) if p)
+    return out
+""",
+            """
+    for key, value in filter(None, map(_split_pair, text.split(sep))):
+        out[key] = value
+    return out
+""",
+        ],
+    ),
+    ("tail", "overlap"): (
+        """
+    hi = min(a.end, b.end)
+    return max(0, hi - lo)
+""",
+        [
+            """
+    return max(0, min(a.end, b.end) - lo)
+""",
+            """
+    hi = min(a.end, b.end)
+    return hi - lo if hi > lo else 0
+""",
+        ],
+    ),
+}
+"""(granularity, target) -> (gold's deleted lines, honest re-implementations: other algorithm, stdlib delegation,
+another exception type and message)."""
+
+
+def test_honest_blocks_and_tails_score_one(corpus, tmp_path: Path) -> None:
+    task_dir, tasks = corpus
+    for (granularity, target), (gold, honest) in HONEST_PARTS.items():
+        task = _find(tasks, granularity, target)
+        _controls(task, task_dir, tmp_path / granularity / target)
+        for i, body in enumerate(honest):
+            tree = _attempt(task, task_dir, tmp_path / granularity / target / f"h{i}", {gold: body})
+            assert _grade(task, task_dir, tree) == 1.0, (granularity, target, body)
 
 
 # -- attacks: 1.0 with the defence off, 0 with it on ----------------------------------------------------------------
