@@ -5,7 +5,8 @@ library (the box runs ``python -S``). The recorded calls are the seed corpus, as
 2023: type-aware mutation of seed inputs plus differential testing against the reference). Each fresh call changes
 one thing of one seed, bound to the target's parameters by name:
 
-- a value: boundary and empty values, other container sizes, neighbours (``variations``);
+- a value: boundary and empty values, other container sizes, neighbours, one element of a container varied
+  (``variations``);
 - ``None`` <-> a value (one the same parameter had in another call, or its non-None default);
 - default <-> given: an omitted parameter gets a value, a given one falls back to its default;
 - recombination: the value another call passed for this parameter, or another parameter passed, of the same type;
@@ -39,6 +40,8 @@ FOLLOWUPS = 4
 """New follow-up inputs per generated call whose result is callable."""
 PROBES = 2
 """Other seeds each changed value is also tried in (to tell an invalid value from a branch; see ``_probes``)."""
+ELEMENT_VARIATIONS = 2
+"""Elements of a container varied per variation, and variations taken per element."""
 BUILT_PER_CLASS = 16
 """New instances built per project class (receivers and arguments), from at most ``BUILT_SEEDS`` recorded ones
 (those whose constructor arguments can be read back: a receiver recorded before ``__init__`` ran has none)."""
@@ -49,8 +52,34 @@ BUILD_TIMEOUT_S = 0.5
 _P = inspect.Parameter
 
 
-def variations(value, rng: random.Random) -> list:
-    """Type-preserving variations of one argument: boundary, empty, neighbours, other sizes (same exact type)."""
+def variations(value, rng: random.Random, depth: int = 2) -> list:
+    """Type-preserving variations of one argument: boundary, empty, neighbours, other sizes (same exact type), and
+    for a list, tuple or dict one element (value) replaced by a variation of its own (``depth`` levels down)."""
+    t = type(value)
+    out = _shallow(value, rng)
+    if depth > 0 and t in (list, tuple, dict) and value:
+        out += _inner(value, rng, depth - 1)
+    return [v for v in out if type(v) is t]
+
+
+def _inner(value, rng: random.Random, depth: int) -> list:
+    """``ELEMENT_VARIATIONS`` copies of a container, each with one element (a dict: one value) varied: elements
+    are otherwise only ever the recorded ones, so a rule right only on them would pass (sum without the filter)."""
+    keys = list(value) if type(value) is dict else list(range(len(value)))
+    out: list = []
+    for k in rng.sample(keys, min(len(keys), ELEMENT_VARIATIONS)):
+        options = variations(value[k], rng, depth)
+        for new in rng.sample(options, min(len(options), ELEMENT_VARIATIONS)):
+            if type(value) is dict:
+                out.append({**value, k: new})
+            else:
+                items = list(value)
+                items[k] = new
+                out.append(type(value)(items))
+    return out
+
+
+def _shallow(value, rng: random.Random) -> list:
     t = type(value)
     out: list = []
     if t is bool:
@@ -79,7 +108,7 @@ def variations(value, rng: random.Random) -> list:
     elif t in (set, frozenset) and value:
         ordered = sorted(value, key=repr)
         out = [t(ordered[1:]), t(ordered[:-1]), t()]
-    return [v for v in out if type(v) is t]
+    return out
 
 
 def _project_class(t: type) -> bool:

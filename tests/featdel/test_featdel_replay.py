@@ -395,3 +395,17 @@ def test_compare_ignores_attributes_gold_never_had_but_not_gold_s_own() -> None:
     assert compare(want, {"c0": span(start=1, end=4, size=3)}) == ((), "")  # a cache of the agent's own
     assert compare(want, {"c0": span(start=1, _end=4)})[0] == ("c0",)  # gold's name renamed away
     assert compare(want, {"c0": span(start=1, end=5, size=3)})[0] == ("c0",)  # gold's name, another value
+
+
+def test_variations_change_one_element_of_a_container() -> None:
+    """A rule right only on the recorded elements (a sum that forgets to skip negatives, every recorded element
+    being positive) meets a container with one element varied."""
+    import random
+
+    out = variations([3, 5, 7], random.Random(0))
+    inner = [v for v in out if len(v) == 3 and sorted(v) != [3, 5, 7]]
+    assert inner and all(sum(x != y for x, y in zip(v, [3, 5, 7], strict=True)) == 1 for v in inner)
+    assert any(min(v) <= 0 for s in range(5) for v in variations([3, 5], random.Random(s)) if v)
+    assert any(v.get("a") != 1 and len(v) == 2 for v in variations({"a": 1, "b": "x"}, random.Random(0)))
+    nested = variations([[1, 2], [3]], random.Random(0))
+    assert all(type(v) is list for v in nested) and any(v[0] not in ([1, 2], [2, 1]) and len(v) == 2 for v in nested)
