@@ -5,12 +5,17 @@ library (the box runs ``python -S``). The recorded calls are the seed corpus, as
 2023: type-aware mutation of seed inputs plus differential testing against the reference). Each fresh call changes
 one thing of one seed, bound to the target's parameters by name:
 
-- a value: boundary and empty values, other container sizes, neighbours (``variations``);
+- a value: boundary and empty values, other container sizes, neighbours, one element of a container varied
+  (``variations``);
 - ``None`` <-> a value (one the same parameter had in another call, or its non-None default);
 - default <-> given: an omitted parameter gets a value, a given one falls back to its default;
 - recombination: the value another call passed for this parameter, or another parameter passed, of the same type;
 - keyword <-> positional spelling of the same call;
-- the receiver of a method: another recorded receiver of the same class (another state).
+- the receiver of a method, or an argument that is an instance of a project class: another recorded one of the same
+  class, or a new one built by the class's own constructor (gold's code, at generation) from the recorded one's
+  attributes with one constructor argument varied as above (``instances``). A state reached only that way is one the
+  class's invariants allow: a constant answer on the recorded states (``Span(1, 4).length() == 3``) is caught, and
+  no honest implementation is judged on a state its constructor would refuse.
 
 Candidates are grouped by (parameter, operator) and taken round-robin, so the rare operators that reach untested
 branches (``None``, defaults) are not crowded out by the many value variations. Which inputs are kept is decided on
@@ -23,6 +28,8 @@ import inspect
 import math
 import pickle
 import random
+import signal
+import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -33,12 +40,46 @@ FOLLOWUPS = 4
 """New follow-up inputs per generated call whose result is callable."""
 PROBES = 2
 """Other seeds each changed value is also tried in (to tell an invalid value from a branch; see ``_probes``)."""
+ELEMENT_VARIATIONS = 2
+"""Elements of a container varied per variation, and variations taken per element."""
+BUILT_PER_CLASS = 16
+"""New instances built per project class (receivers and arguments), from at most ``BUILT_SEEDS`` recorded ones
+(those whose constructor arguments can be read back: a receiver recorded before ``__init__`` ran has none)."""
+BUILT_SEEDS = 3
+BUILD_TIMEOUT_S = 0.5
+"""Gold's constructor gets this long per new instance (a varied size may make it slow)."""
 
 _P = inspect.Parameter
 
 
-def variations(value, rng: random.Random) -> list:
-    """Type-preserving variations of one argument: boundary, empty, neighbours, other sizes (same exact type)."""
+def variations(value, rng: random.Random, depth: int = 2) -> list:
+    """Type-preserving variations of one argument: boundary, empty, neighbours, other sizes (same exact type), and
+    for a list, tuple or dict one element (value) replaced by a variation of its own (``depth`` levels down)."""
+    t = type(value)
+    out = _shallow(value, rng)
+    if depth > 0 and t in (list, tuple, dict) and value:
+        out += _inner(value, rng, depth - 1)
+    return [v for v in out if type(v) is t]
+
+
+def _inner(value, rng: random.Random, depth: int) -> list:
+    """``ELEMENT_VARIATIONS`` copies of a container, each with one element (a dict: one value) varied: elements
+    are otherwise only ever the recorded ones, so a rule right only on them would pass (sum without the filter)."""
+    keys = list(value) if type(value) is dict else list(range(len(value)))
+    out: list = []
+    for k in rng.sample(keys, min(len(keys), ELEMENT_VARIATIONS)):
+        options = variations(value[k], rng, depth)
+        for new in rng.sample(options, min(len(options), ELEMENT_VARIATIONS)):
+            if type(value) is dict:
+                out.append({**value, k: new})
+            else:
+                items = list(value)
+                items[k] = new
+                out.append(type(value)(items))
+    return out
+
+
+def _shallow(value, rng: random.Random) -> list:
     t = type(value)
     out: list = []
     if t is bool:
@@ -67,7 +108,112 @@ def variations(value, rng: random.Random) -> list:
     elif t in (set, frozenset) and value:
         ordered = sorted(value, key=repr)
         out = [t(ordered[1:]), t(ordered[:-1]), t()]
-    return [v for v in out if type(v) is t]
+    return out
+
+
+def _project_class(t: type) -> bool:
+    """A class a ``class`` statement of the project made (not a builtin's or the standard library's)."""
+    module = getattr(t, "__module__", "") or ""
+    return isinstance(t, type) and t not in _PLAIN and module.split(".")[0] not in _STDLIB
+
+
+_STDLIB = frozenset(sys.stdlib_module_names) | {"builtins"}
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
+
+
+def _attribute(value, name: str):
+    """The recorded instance's value for constructor parameter ``name``: the attribute of that name, or of the
+    private spelling (``_name``); ``inspect.Parameter.empty`` when it has neither."""
+    state = getattr(value, "__dict__", None)
+    for attr in (name, "_" + name):
+        if isinstance(state, dict) and attr in state:
+            return state[attr]
+        if attr in getattr(type(value), "__slots__", ()) or attr in getattr(type(value), "_fields", ()):
+            try:
+                return getattr(value, attr)
+            except Exception:
+                return _P.empty
+    return _P.empty
+
+
+def _constructor_arguments(value) -> tuple[inspect.Signature, dict] | None:
+    """The recorded instance's class constructor signature and the arguments read back from its state: each
+    parameter from the attribute of its name (or its default); None when a required one has no such attribute."""
+    t = type(value)
+    try:
+        sig = inspect.signature(t)
+    except (TypeError, ValueError):
+        return None
+    arguments: dict = {}
+    for name, p in sig.parameters.items():
+        if p.kind in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD):
+            continue
+        found = _attribute(value, name)
+        if found is not _P.empty:
+            arguments[name] = found
+        elif p.default is _P.empty:
+            return None
+    return (sig, arguments) if arguments else None
+
+
+class _Slow(Exception):
+    pass
+
+
+def _construct(t: type, sig: inspect.Signature, arguments: dict):
+    """``t(...)`` on ``arguments`` within ``BUILD_TIMEOUT_S``; None when the constructor refuses or is slow."""
+
+    def alarm(_signum, _frame):
+        raise _Slow
+
+    args, kwargs = _unbind(sig, arguments, keywords=False, method=False)
+    try:
+        previous = signal.signal(signal.SIGALRM, alarm)
+    except ValueError:  # not the main thread (unit tests): no time limit
+        previous = None
+    else:
+        signal.setitimer(signal.ITIMER_REAL, BUILD_TIMEOUT_S)
+    try:
+        return t(*args, **kwargs)
+    except BaseException:  # the constructor refused these arguments (or ran out of time): not a valid state
+        return None
+    finally:
+        if previous is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+def _state_key(value) -> str:
+    """Identity of an instance's state, for de-duplicating built instances (its own ``__dict__`` in a stable form)."""
+    state = getattr(value, "__dict__", None)
+    if not isinstance(state, dict):
+        return f"id:{id(value)}"
+    return repr(sorted((k, _key(v)) for k, v in state.items()))
+
+
+def instances(recorded: list, rng: random.Random, limit: int = BUILT_PER_CLASS) -> list:
+    """New instances of the recorded instances' class, built by its own constructor: each constructor parameter
+    read back from the attribute of its name, then one of them varied (``variations``). Only states the
+    constructor accepts are made; gold's checks on the host then keep the calls on which gold is deterministic."""
+    out: list = []
+    seen: set[str] = set()
+    usable = [(type(v), found) for v in recorded if _project_class(type(v)) and (found := _constructor_arguments(v))]
+    queues = []
+    for t, (sig, arguments) in usable[:BUILT_SEEDS]:
+        changed = [{**arguments, name: v} for name, old in arguments.items() for v in variations(old, rng)]
+        rng.shuffle(changed)
+        queues.append([(t, sig, args) for args in [arguments, *changed]])
+    for t, sig, args in (q[k] for k in range(max(map(len, queues), default=0)) for q in queues if k < len(q)):
+        if len(out) >= limit:
+            break
+        built = _construct(t, sig, args)
+        if type(built) is not t:
+            continue
+        key = _state_key(built)
+        if key not in seen:
+            seen.add(key)
+            out.append(built)
+    return out
 
 
 def _signature(fn: Callable) -> inspect.Signature | None:
@@ -119,7 +265,7 @@ def _key(value) -> str:
 
 
 def _plain(value) -> bool:
-    return type(value) in (type(None), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
+    return type(value) in _PLAIN
 
 
 class _Pools:
@@ -131,18 +277,32 @@ class _Pools:
         self.receivers: dict[type, dict[int, object]] = {}
 
     def add(self, target: int, name: str, value) -> None:
+        if not _plain(value):
+            self.add_receiver(value)
+            return
         for pool in (self.by_param.setdefault((target, name), {}), self.by_type.setdefault(type(value), {})):
-            if len(pool) < MAX_POOL and _plain(value):
+            if len(pool) < MAX_POOL:
                 pool.setdefault(_key(value), value)
 
     def add_receiver(self, value) -> None:
+        """A recorded instance of a project class (a receiver or an argument): recombined among calls."""
         pool = self.receivers.setdefault(type(value), {})
         if len(pool) < MAX_POOL:
             pool.setdefault(id(value), value)
 
+    def build(self, rng: random.Random) -> dict[type, list]:
+        """New instances per class, built by its constructor from the recorded ones (``instances``)."""
+        return {t: instances(list(pool.values()), rng) for t, pool in self.receivers.items()}
+
 
 def _candidates(
-    target: int, sig: inspect.Signature, bound: dict, method: bool, pools: _Pools, rng: random.Random
+    target: int,
+    sig: inspect.Signature,
+    bound: dict,
+    method: bool,
+    pools: _Pools,
+    rng: random.Random,
+    built: dict[type, list],
 ) -> list[tuple[str, dict, bool]]:
     """(group, arguments, by-keyword) for every one-step change of one seed call."""
     names = list(sig.parameters)
@@ -155,13 +315,15 @@ def _candidates(
         out.append((group, changed, False))
 
     for name, p in sig.parameters.items():
-        if name == receiver:
-            if name in bound:
-                for other in pools.receivers.get(type(bound[name]), {}).values():
-                    if other is not bound[name]:
-                        put(f"{name}:receiver", name, other)
-            continue
         if p.kind in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD):
+            continue
+        if name in bound and (name == receiver or not _plain(bound[name])):
+            for other in pools.receivers.get(type(bound[name]), {}).values():
+                if other is not bound[name]:
+                    put(f"{name}:instance", name, other)
+            for new in built.get(type(bound[name]), []):
+                put(f"{name}:built", name, new)
+        if name == receiver:
             continue
         seen = list(pools.by_param.get((target, name), {}).values())
         if name not in bound:  # default -> given
@@ -217,6 +379,8 @@ class Fresh(NamedTuple):
     method: bool
     varied: str
     """The parameter it changes ("" when only the spelling changed)."""
+    operator: str
+    """How it changes it: vary, none, given, default, recombine, instance, built, probe, ... (keywords: spelling)."""
     keys: dict[str, str]
     """Parameter -> identity of a plain value passed to it (for the host's leniency on validation order)."""
     seed_keys: dict[str, str]
@@ -249,12 +413,13 @@ def generate(
                 pools.add_receiver(value)
             else:
                 pools.add(target, name, value)
+    built = pools.build(rng)
     groups: dict[int, dict[str, list[tuple[int, str, dict, bool]]]] = {}
     for i, (target, _args, _kwargs, method) in enumerate(seeds):
         sig, b = sigs.get(target), bound[i]
         if sig is None or not b:
             continue
-        for group, arguments, keywords in _candidates(target, sig, b, method, pools, rng):
+        for group, arguments, keywords in _candidates(target, sig, b, method, pools, rng, built):
             groups.setdefault(target, {}).setdefault(group, []).append((i, group, arguments, keywords))
     out: list[Fresh] = []
     for target, by_group in sorted(groups.items()):
@@ -273,8 +438,10 @@ def generate(
         picked += _probes(target, picked, seeds, bound)
         for i, group, arguments, keywords in picked:
             args, kwargs = _unbind(target_sig, arguments, keywords=keywords, method=seeds[i][3])
-            varied = group.split(":", 1)[0] if ":" in group else ""
-            out.append(Fresh(i, target, args, kwargs, seeds[i][3], varied, keys_of(arguments), keys_of(bound[i])))
+            varied, _, operator = group.rpartition(":")
+            out.append(
+                Fresh(i, target, args, kwargs, seeds[i][3], varied, operator, keys_of(arguments), keys_of(bound[i]))
+            )
     return out
 
 

@@ -148,6 +148,55 @@ ALLOWED_DUNDERS = (
        "__index__", "__length_hint__", "__missing__", "__copy__", "__deepcopy__", "__instancecheck__",
        "__subclasscheck__", "__signature__", "__dataclass_fields__", "__func__", "__wrapped__"}
 ) - _NEVER_DUNDERS  # fmt: skip
+
+
+def _interpreter_dunders() -> frozenset[str]:
+    """Every dunder the interpreter itself defines on some object: the builtin and ``types`` classes and instances of
+    the interpreter's own kinds (function, module, frame, code, generator, coroutine, traceback, cell, method, a
+    ``class`` statement's class and instance), plus names newer Pythons add. Only these can lead from a value to
+    interpreter internals; a dunder outside this set (``__default__``, funcy's ``__original__``) is a name the
+    project gave its own data, as ordinary as any other attribute name."""
+    import builtins
+    import sys
+    import types
+
+    class _Made:
+        pass
+
+    def gen():  # pragma: no cover - never run, only inspected
+        yield
+
+    async def coro():  # pragma: no cover
+        pass
+
+    async def agen():  # pragma: no cover
+        yield
+
+    try:
+        raise ValueError
+    except ValueError as e:
+        tb = e.__traceback__
+    made_coro = coro()
+    samples = [
+        *(v for v in vars(builtins).values() if isinstance(v, type)),
+        *(v for v in vars(types).values() if isinstance(v, type)),
+        gen, gen(), made_coro, agen(), sys, sys._getframe(), gen.__code__, tb, _Made, _Made(), _Made().__init__,
+        classmethod(gen), staticmethod(gen), property(gen), (lambda: gen).__closure__[0], list[int], int | str,
+    ]  # fmt: skip
+    made_coro.close()
+    names = {n for obj in samples for n in dir(obj) if n.startswith("__") and n.endswith("__")}
+    newer = {"__annotate__", "__static_attributes__", "__firstlineno__", "__type_params__", "__builtins__"}
+    return frozenset(names | newer | _NEVER_DUNDERS)
+
+
+INTERPRETER_DUNDERS = _interpreter_dunders()
+"""Dunders judged by the dunder rules (allowed only when in ``ALLOWED_DUNDERS``); other dunders are ordinary names."""
+
+
+def _forbidden_dunder(name: str, allowed: frozenset[str]) -> bool:
+    return name.startswith("__") and name.endswith("__") and name in INTERPRETER_DUNDERS and name not in allowed
+
+
 # bare names with these dunders are fine (module metadata); any other dunder name is judged like an attribute
 ALLOWED_DUNDER_NAMES = frozenset(
     {"__name__", "__doc__", "__file__", "__all__", "__version__", "__debug__", "__class__"}
@@ -249,7 +298,7 @@ def _denied_module(name: str, allowed: frozenset[str], stdlib: frozenset[str]) -
 def _attr_name_problem(name: str) -> str:
     if name in DENIED_ATTRS:
         return "forbidden attribute"
-    if name.startswith("__") and name.endswith("__") and name not in ALLOWED_DUNDERS:
+    if _forbidden_dunder(name, ALLOWED_DUNDERS):
         return "forbidden dunder attribute"
     return ""
 
@@ -536,12 +585,7 @@ class _Checker(ast.NodeVisitor):
             self.flag(f"forbidden name {name!r}", node)
         elif name in _BY_NAME and id(node) not in self._direct_calls:
             self.flag(f"{name!r} used other than as a direct call with a literal name", node)
-        elif (
-            name.startswith("__")
-            and name.endswith("__")
-            and loaded
-            and name not in ALLOWED_DUNDER_NAMES | ALLOWED_DUNDERS
-        ):
+        elif loaded and _forbidden_dunder(name, ALLOWED_DUNDER_NAMES | ALLOWED_DUNDERS):
             self.flag(f"forbidden dunder name {name!r}", node)
         elif (
             isinstance(node.ctx, ast.Load)

@@ -209,7 +209,49 @@ def _agrees(want: object, got: object) -> bool:
     """Gold's outcome ``want`` and the tree's ``got`` agree (raising is also fine where gold's is marked lenient)."""
     if isinstance(want, dict) and want.get(LENIENT) and isinstance(got, dict) and "raised" in got:
         return True
-    return judged(got) == judged(want)
+    return judged(narrowed(got, want)) == judged(want)
+
+
+def narrowed(got: object, want: object) -> object:
+    """``got`` with the instance attributes gold's object at the same place never had left out. An object's state
+    is specified by gold's attribute names: each must be there with gold's value, while a name of the agent's own (a
+    cache, a helper) is its business. Nothing can hide there: every replayed call starts from gold's state, so an
+    extra attribute can only change what the call returns or leaves in gold's names, which are compared."""
+    if isinstance(got, dict) and isinstance(want, dict):
+        return {k: narrowed(v, want[k]) if k in want else v for k, v in got.items()}
+    if not (isinstance(got, list) and isinstance(want, list)):
+        return got
+    if len(got) == 2 and len(want) == 2 and got[0] == want[0] == "object" and isinstance(got[1], list):
+        if isinstance(want[1], list) and len(got[1]) == 2 and len(want[1]) == 2 and got[1][0] == want[1][0]:
+            return ["object", [got[1][0], _narrowed_state(got[1][1], want[1][1])]]
+        return got
+    if len(got) != len(want):
+        return got
+    return [narrowed(g, w) for g, w in zip(got, want, strict=True)]
+
+
+def _narrowed_state(got: object, want: object) -> object:
+    """An object's state entries (``["dict", [[name, tree], ...]]`` first, then slots, builtin base, reduction)
+    narrowed to gold's attribute names."""
+    if not (isinstance(got, list) and isinstance(want, list)):
+        return got
+
+    def split(state: list) -> tuple[object, list]:
+        found = [e for e in state if isinstance(e, list) and len(e) == 2 and e[0] == "dict" and isinstance(e[1], list)]
+        return (found[0][1] if found else None), [e for e in state if not found or e is not found[0]]
+
+    got_dict, got_rest = split(got)
+    want_dict, want_rest = split(want)
+    rest = narrowed(got_rest, want_rest)
+    if got_dict is None or want_dict is None:  # gold has no __dict__ (slots only): the agent's own are its business
+        return rest if want_dict is None else got
+    names = {e[0]: e[1] for e in want_dict if isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)}
+    items = [
+        [e[0], narrowed(e[1], names[e[0]])]
+        for e in got_dict
+        if not (isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)) or e[0] in names
+    ]
+    return [["dict", items], *rest]
 
 
 def judged(outcome: object) -> object:

@@ -515,7 +515,7 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
         seen.add(key)
         parent = parents[f.seed]
         j = made[parent["id"]] = made.get(parent["id"], -1) + 1
-        meta = {"varied": f.varied, "keys": f.keys, "parent_keys": f.seed_keys}
+        meta = {"varied": f.varied, "operator": f.operator, "keys": f.keys, "parent_keys": f.seed_keys}
         followups = parent.get("followups", [])
         more = followup_variations(followups, rng, cloudpickle.dumps, cfg.get("followups", 4))
         fresh.append(

@@ -8,6 +8,10 @@ a test says so: these attacks are judged by the replay, not by the policy.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import pickle
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -20,6 +24,7 @@ from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
 from crf_prime.featdel.grade import GradingError
 from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import FeatdelTask, GraderConfig
+from crf_prime.featdel.replay import load_replay
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -112,6 +117,13 @@ class Registry(MutableMapping):
         return None
 
 
+def overlap(a, b):
+    """Length of the intersection of two spans (0 when they are disjoint)."""
+    lo = max(a.start, b.start)
+    hi = min(a.end, b.end)
+    return max(0, hi - lo)
+
+
 class Span:
     """Half-open integer interval [start, end)."""
 
@@ -133,6 +145,7 @@ class Span:
         self.start += n
         self.end += n
         return self
+
 '''
 
 TESTS = """
@@ -177,6 +190,11 @@ def test_span():
     s = eqpkg.Span(1, 4)
     assert s.length() == 3 and s.contains(1) and not s.contains(4)
     assert s.shift(2).start == 3
+
+
+def test_overlap():
+    assert eqpkg.overlap(eqpkg.Span(1, 4), eqpkg.Span(2, 6)) == 2
+    assert eqpkg.overlap(eqpkg.Span(2, 6), eqpkg.Span(0, 5)) == 3
 """
 
 
@@ -211,7 +229,9 @@ def project(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def corpus(project: Path) -> tuple[Path, dict]:
-    out = generated_once("equiv-corpus", lambda out: _generate(project, out, ["function", "feature", "class"]))
+    out = generated_once(
+        "equiv-corpus", lambda out: _generate(project, out, ["function", "feature", "class", "block", "tail"])
+    )
     return out, _by_targets(load_tasks(out))
 
 
@@ -344,6 +364,32 @@ class Span:
 '''
 
 
+SPAN_EXTRA = '''
+class Span:
+    """Half-open integer interval [start, end)."""
+
+    def __init__(self, start, end):
+        if end < start:
+            raise ValueError("end before start")
+        self.start = start
+        self.end = end
+        self.size = end - start
+
+    def length(self):
+        return self.end - self.start
+
+    def contains(self, x):
+        return self.start <= x < self.end
+
+    def shift(self, n):
+        self.start += n
+        self.end += n
+        self.size = self.end - self.start
+        return self
+'''
+"""An honest class with an attribute gold never had (``size``): gold's names and values are the state compared."""
+
+
 def _span_gold(task: FeatdelTask) -> str:
     text = next(iter(_gold_files(task).values()))
     return text[text.index("class Span:") :].rstrip("\n")
@@ -353,8 +399,9 @@ def test_honest_classes_and_features_score_one(corpus, tmp_path: Path) -> None:
     task_dir, tasks = corpus
     span = _find(tasks, "class", "Span.__init__", "Span.length", "Span.contains", "Span.shift")
     _controls(span, task_dir, tmp_path / "span")
-    tree = _attempt(span, task_dir, tmp_path / "span" / "honest", {_span_gold(span): SPAN_HONEST.strip("\n")})
-    assert _grade(span, task_dir, tree) == 1.0
+    for i, honest in enumerate((SPAN_HONEST, SPAN_EXTRA)):
+        tree = _attempt(span, task_dir, tmp_path / "span" / f"honest{i}", {_span_gold(span): honest.strip("\n")})
+        assert _grade(span, task_dir, tree) == 1.0, honest
     pairs = _find(tasks, "feature", "parse_pairs", "_split_pair")
     _controls(pairs, task_dir, tmp_path / "pairs")
     other = {
@@ -385,6 +432,101 @@ def test_honest_classes_and_features_score_one(corpus, tmp_path: Path) -> None:
         for k, v in other.items()
     }
     assert _grade(pairs, task_dir, _attempt(pairs, task_dir, tmp_path / "pairs" / "honest", other)) == 1.0
+
+
+PAIRS_LOOP = """
+        pair = _split_pair(item)
+        if pair is not None:
+            out[pair[0]] = pair[1]
+"""
+FMT_TAIL = """
+    if spec is None:
+        return text
+    if spec == "upper":
+        return text.upper()
+    if spec == "lower":
+        return text.lower()
+    if spec == "title":
+        return text.title()
+    raise ValueError(f"unknown spec {spec!r}")
+"""
+PAIRS_TAIL = """
+    for item in text.split(sep):
+        pair = _split_pair(item)
+        if pair is not None:
+            out[pair[0]] = pair[1]
+    return out
+"""
+HONEST_PARTS = {
+    ("block", "parse_pairs"): (
+        PAIRS_LOOP,
+        [
+            """
+        key, eq, value = item.partition("=")
+        if eq:
+            out[key.strip()] = value.strip()
+""",
+            """
+        out.update(filter(None, [_split_pair(item)]))
+""",
+        ],
+    ),
+    ("tail", "fmt"): (
+        FMT_TAIL,
+        [
+            """
+    return {None: text, "upper": text.upper(), "lower": text.lower(), "title": text.title()}[spec]
+""",
+            """
+    method = {"upper": str.upper, "lower": str.lower, "title": str.title}.get(spec)
+    if spec is not None and method is None:
+        raise LookupError("spec must be one of: upper, lower, title")
+    return text if method is None else method(text)
+""",
+        ],
+    ),
+    ("tail", "parse_pairs"): (
+        PAIRS_TAIL,
+        [
+            """
+    out.update(p for p in map(_split_pair, text.split(sep)) if p)
+    return out
+""",
+            """
+    for key, value in filter(None, map(_split_pair, text.split(sep))):
+        out[key] = value
+    return out
+""",
+        ],
+    ),
+    ("tail", "overlap"): (
+        """
+    hi = min(a.end, b.end)
+    return max(0, hi - lo)
+""",
+        [
+            """
+    return max(0, min(a.end, b.end) - lo)
+""",
+            """
+    hi = min(a.end, b.end)
+    return hi - lo if hi > lo else 0
+""",
+        ],
+    ),
+}
+"""(granularity, target) -> (gold's deleted lines, honest re-implementations: other algorithm, stdlib delegation,
+another exception type and message)."""
+
+
+def test_honest_blocks_and_tails_score_one(corpus, tmp_path: Path) -> None:
+    task_dir, tasks = corpus
+    for (granularity, target), (gold, honest) in HONEST_PARTS.items():
+        task = _find(tasks, granularity, target)
+        _controls(task, task_dir, tmp_path / granularity / target)
+        for i, body in enumerate(honest):
+            tree = _attempt(task, task_dir, tmp_path / granularity / target / f"h{i}", {gold: body})
+            assert _grade(task, task_dir, tree) == 1.0, (granularity, target, body)
 
 
 # -- attacks: 1.0 with the defence off, 0 with it on ----------------------------------------------------------------
@@ -506,12 +648,49 @@ def test_a_returned_callable_is_called_on_inputs_the_tests_never_gave_it(corpus,
         assert _grade(task, task_dir, tree) == want
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 25 follow-up): receivers are only swapped among recorded states")
+def _without(task: FeatdelTask, task_dir: Path, dest: Path, *operators: str) -> tuple[FeatdelTask, Path]:
+    """A copy of the task whose replay leaves out the generated calls made by ``operators`` (the defence off)."""
+    shutil.copytree(task_dir, dest)
+    calls, expected = load_replay(task, task_dir)
+    kept = [c for c in calls if c.get("operator") not in operators]
+    assert len(kept) < len(calls), f"no {operators} call in {task.task_id}"
+    calls_data = pickle.dumps(kept, protocol=4)
+    expected_data = json.dumps({c["id"]: expected[c["id"]] for c in kept}).encode()
+    info = task.replay
+    assert info is not None
+    (dest / info.calls_file).write_bytes(calls_data)
+    (dest / info.expected_file).write_bytes(expected_data)
+    replay = info.model_copy(
+        update={
+            "calls_sha256": hashlib.sha256(calls_data).hexdigest(),
+            "expected_sha256": hashlib.sha256(expected_data).hexdigest(),
+        }
+    )
+    return task.model_copy(update={"replay": replay}), dest
+
+
 def test_a_method_constant_on_the_recorded_receiver_states(corpus, tmp_path: Path) -> None:
-    """The new attack tried last: every recorded ``Span`` receiver of ``length`` is ``Span(1, 4)``, so ``return 3``
-    passes the tests and every replayed call. Receiver states are swapped among recorded ones, never mutated
-    (mutating them makes states outside the class's invariants, where honest code may differ)."""
+    """Every recorded ``Span`` receiver of ``length`` is ``Span(1, 4)``, so ``return 3`` passes the tests and every
+    call on a recorded receiver. Other instances catch it: receivers built by gold's constructor from the recorded
+    state with one argument varied (``Span(1, 5)``, ``Span(0, 4)``, ...; ``Span(4, 1)`` is refused by the
+    constructor and never served), and spans recorded as other targets' arguments; without them it scores 1.0."""
     task_dir, tasks = corpus
     task = _find(tasks, "function", "Span.length")
     gold = "        size = self.end - self.start\n        return size"
-    assert _grade(task, task_dir, _attempt(task, task_dir, tmp_path / "constant", {gold: "        return 3"})) == 0.0
+    tree = _attempt(task, task_dir, tmp_path / "constant", {gold: "        return 3"})
+    assert _grade(task, task_dir, tree) == 0.0
+    off, off_dir = _without(task, task_dir, tmp_path / "off", "built", "instance")
+    assert _grade(off, off_dir, tree) == 1.0
+
+
+def test_a_function_right_only_on_the_recorded_argument_instances(corpus, tmp_path: Path) -> None:
+    """The same family for arguments: ``overlap``'s test passes overlapping spans only, and so does every
+    recombination of the recorded spans, so dropping the clamp for disjoint spans goes unseen; spans built by
+    gold's constructor (``Span(1, 1)``, ``Span(-1, 0)``, ...) catch it."""
+    task_dir, tasks = corpus
+    task = _find(tasks, "function", "overlap")
+    _controls(task, task_dir, tmp_path)
+    tree = _attempt(task, task_dir, tmp_path / "unclamped", {"    return max(0, hi - lo)": "    return hi - lo"})
+    assert _grade(task, task_dir, tree) == 0.0
+    off, off_dir = _without(task, task_dir, tmp_path / "off", "built")
+    assert _grade(off, off_dir, tree) == 1.0

@@ -187,6 +187,26 @@ class Point:
     assert _rules("import string\n\n\ndef f(string):\n    return string.upper(), [string]\n", frozenset()) == []
 
 
+def test_dunders_the_interpreter_never_defines_are_ordinary_names() -> None:
+    """A project's own dunder-named data (munch's ``__default__``, funcy's ``__original__``) reaches only what the
+    project stored there; the dunders the interpreter defines keep their rules, however they are spelled."""
+    own = (
+        "class M(dict):\n    def __init__(self, d=None):\n        self.__default__ = d\n\n"
+        "    def get_default(self):\n        return self.__default__\n\n\n"
+        "def original(f):\n    return getattr(f, '__original__', f)\n"
+    )
+    assert _rules(own, frozenset()) == []
+    for source, rule in (
+        ("f = lambda: 0\nf.__globals__\n", "forbidden dunder attribute '__globals__'"),
+        ("x = type.__subclasses__\n", "forbidden dunder attribute '__subclasses__'"),
+        ("x = getattr(int, '__mro__')\n", "getattr() of forbidden dunder attribute '__mro__'"),
+        ("x = list[int].__origin__\n", "forbidden dunder attribute '__origin__'"),
+        ("x = __loader__\n", "forbidden dunder name '__loader__'"),
+        ("class C:\n    pass\n\n\nx = C.__static_attributes__\n", "forbidden dunder attribute"),
+    ):
+        assert any(r.startswith(rule) for r in _rules(source, frozenset())), (source, _rules(source, frozenset()))
+
+
 def test_legitimate_code_and_prose_pass() -> None:
     source = '''\
 """Mentions pytest, pip, git, atexit and conftest.py in prose only."""

@@ -341,3 +341,71 @@ def test_lenient_marks_only_calls_holding_a_value_that_made_gold_raise() -> None
         "c1~1": {"returned": 4},
     }
     assert lenient(calls, expected) == ["c1~0"]
+
+
+class Interval:
+    def __init__(self, start, end, *, label=""):
+        if end < start:
+            raise ValueError("end before start")
+        self.start, self.end, self._label = start, end, label
+
+
+class Unreadback:
+    def __init__(self, payload):
+        self.hidden = payload  # no attribute named after the parameter: nothing to read the argument back from
+
+
+def test_instances_are_built_by_the_class_constructor_with_one_argument_varied() -> None:
+    import random
+
+    from crf_prime.featdel.inputs import instances
+
+    blank = Interval.__new__(Interval)  # a receiver recorded before __init__ ran: no arguments to read back
+    built = instances([blank, Interval(1, 4, label="a")], random.Random(0))
+    states = [(b.start, b.end, b._label) for b in built]
+    assert all(type(b) is Interval for b in built) and len(set(states)) == len(states)
+    assert all(s <= e for s, e, _ in states)  # only states the constructor accepts
+    assert (1, 4, "a") in states and (1, 5, "a") in states and (0, 4, "a") in states and (1, 4, "") in states
+    assert all(sum(x != y for x, y in zip(s, (1, 4, "a"), strict=True)) <= 1 for s in states)  # one argument each
+    assert instances([Unreadback(3)], random.Random(0)) == []
+
+
+def test_generated_inputs_give_receivers_and_instance_arguments_new_states() -> None:
+    import random
+
+    def width(interval):
+        return interval.end - interval.start
+
+    seeds = [(0, (Interval(1, 4),), {}, True), (1, (Interval(2, 6),), {}, False)]
+    fresh = generate_inputs(seeds, {0: width, 1: width}, random.Random(0), 60)
+    built = {(f.target, f.args[0].start, f.args[0].end) for f in fresh if f.operator == "built"}
+    for target in (0, 1):  # new states of the receiver, and of a plain function's argument, from both seeds
+        states = {(a, b) for t, a, b in built if t == target}
+        assert states - {(1, 4), (2, 6)} and all(a <= b for a, b in states)
+        assert any(a == 1 or b == 4 for a, b in states) and any(a == 2 or b == 6 for a, b in states)
+    assert any(f.operator == "instance" and f.target == 1 and f.args[0].start == 1 for f in fresh)  # recombined
+
+
+def test_compare_ignores_attributes_gold_never_had_but_not_gold_s_own() -> None:
+    def span(**attrs):
+        items = [[k, ["int", v]] for k, v in sorted(attrs.items())]
+        return {"returned": ["None", None], "args_after": ["tuple", [["object", ["m.Span", [["dict", items]]]]]]}
+
+    want = {"c0": span(start=1, end=4)}
+    assert compare(want, {"c0": span(start=1, end=4, size=3)}) == ((), "")  # a cache of the agent's own
+    assert compare(want, {"c0": span(start=1, _end=4)})[0] == ("c0",)  # gold's name renamed away
+    assert compare(want, {"c0": span(start=1, end=5, size=3)})[0] == ("c0",)  # gold's name, another value
+
+
+def test_variations_change_one_element_of_a_container() -> None:
+    """A rule right only on the recorded elements (a sum that forgets to skip negatives, every recorded element
+    being positive) meets a container with one element varied."""
+    import random
+
+    out = variations([3, 5, 7], random.Random(0))
+    inner = [v for v in out if len(v) == 3 and sorted(v) != [3, 5, 7]]
+    assert inner and all(sum(x != y for x, y in zip(v, [3, 5, 7], strict=True)) == 1 for v in inner)
+    assert any(min(v) <= 0 for s in range(5) for v in variations([3, 5], random.Random(s)) if v)
+    assert any(v.get("a") != 1 and len(v) == 2 for v in variations({"a": 1, "b": "x"}, random.Random(0)))
+    nested = variations([[1, 2], [3]], random.Random(0))
+    assert all(type(v) is list for v in nested) and any(v[0] not in ([1, 2], [2, 1]) and len(v) == 2 for v in nested)
