@@ -172,16 +172,22 @@ def _interpreter_dunders() -> frozenset[str]:
     async def agen():  # pragma: no cover
         yield
 
+    def _one(_x: object) -> None:  # pragma: no cover
+        pass
+
     try:
         raise ValueError
     except ValueError as e:
         tb = e.__traceback__
     made_coro = coro()
-    samples = [
+    made = _Made()
+    bound_init = made.__init__  # type: ignore[misc]  # only a sample of a bound method-wrapper, never called
+    cell = (lambda: gen).__closure__
+    samples: list[object] = [
         *(v for v in vars(builtins).values() if isinstance(v, type)),
         *(v for v in vars(types).values() if isinstance(v, type)),
-        gen, gen(), made_coro, agen(), sys, sys._getframe(), gen.__code__, tb, _Made, _Made(), _Made().__init__,
-        classmethod(gen), staticmethod(gen), property(gen), (lambda: gen).__closure__[0], list[int], int | str,
+        gen, gen(), made_coro, agen(), sys, sys._getframe(), gen.__code__, tb, _Made, made, bound_init,
+        classmethod(_one), staticmethod(_one), property(_one), *(cell or ()), list[int], int | str,
     ]  # fmt: skip
     made_coro.close()
     names = {n for obj in samples for n in dir(obj) if n.startswith("__") and n.endswith("__")}

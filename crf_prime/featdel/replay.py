@@ -236,13 +236,14 @@ def _narrowed_state(got: object, want: object) -> object:
     if not (isinstance(got, list) and isinstance(want, list)):
         return got
 
-    def split(state: list) -> tuple[object, list]:
+    def split(state: list) -> tuple[list | None, list]:
         found = [e for e in state if isinstance(e, list) and len(e) == 2 and e[0] == "dict" and isinstance(e[1], list)]
         return (found[0][1] if found else None), [e for e in state if not found or e is not found[0]]
 
     got_dict, got_rest = split(got)
     want_dict, want_rest = split(want)
-    rest = narrowed(got_rest, want_rest)
+    narrowed_rest = narrowed(got_rest, want_rest)
+    rest = narrowed_rest if isinstance(narrowed_rest, list) else got_rest  # a list in, a list out
     if got_dict is None or want_dict is None:  # gold has no __dict__ (slots only): the agent's own are its business
         return rest if want_dict is None else got
     names = {e[0]: e[1] for e in want_dict if isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)}

@@ -329,8 +329,8 @@ def load_project(spec: str, workspace: Path, *, cache: Path | None = None) -> Pr
         name, version = _parse_pypi_spec(spec)
         archive = download_sdist(name, version, cache)
         sha = hashlib.sha256(archive.read_bytes()).hexdigest()
-        top = _unpack(archive, workspace / "unpack")
-        shutil.move(str(top), root)
+        unpacked = _unpack(archive, workspace / "unpack")
+        shutil.move(str(unpacked), root)
     elif is_git_spec(spec):
         url, rev = parse_git_spec(spec)
         commit = git_checkout(url, rev, root)

@@ -64,7 +64,7 @@ def eval_script(
     if reinstall and spec.install:
         prepare.append(spec.install)
     hide = plugin_dir is not None and spec.junit
-    if hide:
+    if plugin_dir is not None and hide:
         prepare.append(f'export PYTHONPATH={shlex.quote(plugin_dir)}"${{PYTHONPATH:+:$PYTHONPATH}}"')
     lines = ["#!/bin/bash", "set -uo pipefail", "exec 3>&1 1>&2", *prepare, "exec 1>&3 3>&- 2>&1"]
     lines.append(f"exec {build_test_command(instance, spec, junit_path=junit_path, hide_test_id=hide)}")

@@ -233,8 +233,8 @@ def record_gold(
     plain = plain_calls(recorded)
     derived = run_driver(
         sandbox,
-        env,
-        task,
+        env,  # type: ignore[arg-type]  # duck-typed adapter: it has every attribute the replay reads
+        task,  # type: ignore[arg-type]  # duck-typed adapter: it has every attribute the replay reads
         work / "gold",
         plain,
         mode="derive",
@@ -242,8 +242,8 @@ def record_gold(
         per_target=GENERATED_PER_TARGET,
         followups=GENERATED_FOLLOWUPS,
     )
-    calls = plain + list(derived or [])
-    first, second = gold_runs(sandbox, env, task, work / "gold", calls)
+    calls = plain + (derived if isinstance(derived, list) else [])
+    first, second = gold_runs(sandbox, env, task, work / "gold", calls)  # type: ignore[arg-type]  # duck-typed adapter: it has every attribute the replay reads
     keep, expected, dropped = reproduced(calls, first, second, recorded)
     if not keep:
         why = ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items()))
@@ -318,8 +318,8 @@ def judge(record: GoldRecord, agent_repo: Path, *, sandbox, env: ReplayEnv) -> G
     seed = int.from_bytes(os.urandom(4), "little")
     got = run_driver(
         sandbox,
-        env,
-        record.task,
+        env,  # type: ignore[arg-type]  # duck-typed adapter: it has every attribute the replay reads
+        record.task,  # type: ignore[arg-type]  # duck-typed adapter: it has every attribute the replay reads
         agent_repo.parent,
         list(record.calls),
         seed=seed,

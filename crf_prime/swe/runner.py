@@ -369,7 +369,7 @@ class SweRunner:
         if not graded.report.resolved:
             return graded
         record = cached_record(self._gold_key(), self.gold_record)
-        verdict = judge(record, agent_repo, sandbox=self.grading.sandbox(), env=self._replay_env())
+        verdict = judge(record, agent_repo, sandbox=Sandbox(self.grading), env=self._replay_env())
         update: dict[str, object] = {"gold_judge": verdict}
         if verdict.verdict == "disagree":
             reason = (
@@ -409,7 +409,7 @@ class SweRunner:
             gold_patch=self.instance.patch,
             test_paths=self._test_paths,
             fail_to_pass=self.instance.FAIL_TO_PASS,
-            sandbox=self.grading.sandbox(),
+            sandbox=Sandbox(self.grading),
             env=self._replay_env(),
             work=work / "record",
         )
