@@ -34,6 +34,7 @@ from crf_prime.featdel.runner import PytestRun, node_id, run_pytest
 from crf_prime.featdel.source import Project, SourceError, is_test_path, load_project, protected_paths
 from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env
 from crf_prime.featdel.testreqs import neutral_args, requirement_hints
+from crf_prime.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from crf_prime.featdel.generate import GenerateConfig
@@ -177,7 +178,7 @@ def failures(run: PytestRun, repo: Path) -> dict[str, str]:
 class _Runner:
     """Sandboxed pytest runs of one project, each on a fresh copy of its tree."""
 
-    def __init__(self, project: Project, sandbox, workspace: Path, timeout_s: float) -> None:
+    def __init__(self, project: Project, sandbox: Sandbox, workspace: Path, timeout_s: float) -> None:
         self.project, self.sandbox, self.workspace, self.timeout_s = project, sandbox, workspace, timeout_s
         self.protected = protected_paths(project.root)
         self.n = 0
@@ -202,7 +203,7 @@ class _Runner:
         return run, run_dir / "repo"
 
 
-def setup_suite(project: Project, sandbox, cfg: GenerateConfig, workspace: Path) -> SuiteSetup:
+def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspace: Path) -> SuiteSetup:
     """The setup loop (module docstring) on a loaded project; raises :class:`SourceError` with the reason when the
     suite cannot be made to run."""
     from crf_prime.featdel.generate import env_spec, suite_failure
@@ -365,7 +366,7 @@ def prepare_suite(cfg: GenerateConfig) -> SuiteSetup:
     workspace = Path(tempfile.mkdtemp(prefix="crf-featdel-setup-"))
     try:
         project = load_project(cfg.source, workspace)
-        return setup_suite(project, cfg.sandbox(), cfg, workspace)
+        return setup_suite(project, Sandbox(cfg), cfg, workspace)
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
 
