@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_config import BaseConfig
 
 from crf_prime.errors import InputError
@@ -112,8 +112,10 @@ class GenerateConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """Additional test-only requirements for the venv (e.g. ``hypothesis==6.100.0``)."""
     pytest_args: list[str] = []
     """pytest arguments the suite needs (``-o testpaths=...``, ``--ignore=PATH``); kept in every task row."""
-    suite_timeout_s: Annotated[float, Field(gt=0)] = 600.0
-    """Wall-clock limit of the one coverage run of the whole suite (seconds)."""
+    suite_wall_seconds: Annotated[
+        float, Field(gt=0, validation_alias=AliasChoices("suite_wall_seconds", "suite_timeout_s"))
+    ] = 600.0
+    """Wall-clock limit of the one coverage run of the whole suite (seconds; ``--suite-timeout-s`` still works)."""
     replay: bool = True
     """Record gold's calls for the out-of-process replay check (crf_prime/featdel/record.py); without it tasks are
     graded by their tests alone."""
@@ -208,7 +210,7 @@ def run_baseline(
             pytest_args=args,
             protected=protected,
             with_coverage=project.package_dirs,
-            wall_seconds=cfg.suite_timeout_s,
+            wall_seconds=cfg.suite_wall_seconds,
         )
         last = run
         if run.exit_code in (3, 4) or (run.exit_code != 0 and not run.outcomes):

@@ -209,7 +209,7 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
     from crf_prime.featdel.generate import env_spec, suite_failure
 
     refuse_pytest_own(project, ensure_test_env(default_spec(())))
-    run_once = _Runner(project, sandbox, workspace, cfg.suite_timeout_s)
+    run_once = _Runner(project, sandbox, workspace, cfg.suite_wall_seconds)
     hints = requirement_hints(project.root, project.info.name)
     extra = list(cfg.extra_requirements)
     installed: dict[str, str] = {}
