@@ -162,9 +162,13 @@ def test_bad_sources_lines_name_the_file_and_line(tmp_path: Path, capsys: pytest
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.bwrap
-def test_a_force_cancelled_package_leaves_no_temporary_tree(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A package still generating at the time limit is force-cancelled (its worker killed, so its own ``finally``
-    never runs); the corpus's temporary root, where its trees were, is removed by the driver."""
+@pytest.mark.parametrize(("setup_flag", "stage"), [("--auto-setup", "setup"), ("--no-auto-setup", "gen")])
+def test_a_force_cancelled_package_leaves_no_temporary_tree(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, setup_flag: str, stage: str
+) -> None:
+    """A package still in its setup loop or still generating at the time limit is force-cancelled (its worker
+    killed, so its own ``finally`` never runs); the corpus's temporary root, where its trees were, is removed by the
+    driver."""
     pytest.importorskip("ray")
     tmpdir = Path(tempfile.mkdtemp(prefix="crf-t-", dir="/tmp"))  # short: Ray puts its sockets under $TMPDIR too
     monkeypatch.setenv("TMPDIR", str(tmpdir))
@@ -185,13 +189,13 @@ def test_a_force_cancelled_package_leaves_no_temporary_tree(monkeypatch: pytest.
     watcher.start()
     try:
         args = ["featdel", "corpus", "--sources", str(tmp_path / "sources.txt"), "--out", str(tmp_path / "corpus")]
-        code = main([*args, "--num-cpus", "1", "--time-limit-s", "30"])
+        code = main([*args, "--num-cpus", "1", "--time-limit-s", "30", setup_flag])
     finally:
         stop.set()
         watcher.join()
         leftovers = sorted(p.name for p in tmpdir.iterdir() if p.name.startswith(("crf-featdel-", "crf-corpus-")))
         shutil.rmtree(tmpdir, ignore_errors=True)
-    assert code == 5 and "gen" in seen  # nothing produced; the generator's workspace was under the root
+    assert code == 5 and stage in seen  # nothing produced; the stage's workspace was under the root
     summary = json.loads((tmp_path / "corpus" / "summary.json").read_text())
     assert [r["status"] for r in summary["packages"].values()] == ["cancelled"]
     assert leftovers == []
