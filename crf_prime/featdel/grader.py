@@ -151,11 +151,11 @@ class Grader:
 
 def with_replay(result: GradeResult, verdict: ReplayVerdict) -> GradeResult:
     """Reward 1.0 needs the tests and the replay: any replayed call that differs from gold's outcome scores 0."""
-    update: dict[str, object] = {"replay_calls": verdict.calls, "replay_mismatches": len(verdict.mismatches)}
+    update: dict[str, object] = {"replay_calls": verdict.calls, "replay_mismatches": verdict.mismatched_calls}
     if not verdict.ok:
         failed = FailingTest(
             name="replay",
-            message=f"{len(verdict.mismatches)} of {verdict.calls} replayed calls differ from the original "
+            message=f"{verdict.mismatched_calls} of {verdict.calls} replayed calls differ from the original "
             f"implementation; {verdict.detail}",
         )
         update |= {"score": 0.0, "failed": (*result.failed, failed)}

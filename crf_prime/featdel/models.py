@@ -407,7 +407,8 @@ class ReplayData(BaseModel):
 
     calls: tuple[ReplayCall, ...]
     expected: dict[str, Any]
-    """Call id -> gold's canonical outcome (a JSON tree: returned / raised / callable, ``args_after``)."""
+    """Call id -> gold's canonical outcome (a JSON tree: returned / raised / callable, ``args_after``); a call whose
+    outcome does not depend on what ran before it has the same outcome again under ``id + "@seq"`` (in sequence)."""
 
     def by_target(self) -> dict[int, tuple[str, ...]]:
         """Target index -> ids of the calls that hit it (a target no call hits is absent)."""

@@ -5,12 +5,15 @@
    results and the in-test return values.
 2. Generate fresh calls the tests never made (``inputs.py``: type-aware mutation and recombination of the recorded
    calls: None <-> value, default <-> given, boundary and empty values, other sizes, other receivers).
-3. Replay all calls on the original tree, tests stripped, twice (different hash seeds, separate processes).
+3. Replay all calls on the original tree, tests stripped, twice (different hash seeds, separate processes): each
+   call alone in a forked child, then all of them one after another in one process (two different orders).
 4. Keep a call only when gold reproduces it outside the test process: it loads, finishes in time, gives the same
    outcome on both runs and, when the test saw a plain return value, the same one; a generated input on which gold
    raises TypeError/AttributeError is out of domain. The rest is dropped by reason. A call a test made under a patch
    makes the task not servable (:func:`servable`). Calls holding a value that made gold raise elsewhere accept a
-   raise too (:func:`lenient`: validation order is not specified).
+   raise too (:func:`lenient`: validation order is not specified). A kept call whose outcome is the same in both
+   in-sequence runs as alone is checked in sequence at grading too (``replay.sequenced``): code right only on the
+   first call of a process fails there.
 
 Inputs and outcomes are written into the task directory; the row gets a :class:`ReplayInfo` pointing at them.
 """
@@ -28,7 +31,16 @@ from typing import cast
 
 from crf_prime.featdel.grade import materialise
 from crf_prime.featdel.models import FeatdelTask, ReplayInfo
-from crf_prime.featdel.replay import CALL_TIMEOUT_S, LENIENT, lib_dir, run_driver, strip_tests, targets_of
+from crf_prime.featdel.replay import (
+    CALL_TIMEOUT_S,
+    LENIENT,
+    lib_dir,
+    run_driver,
+    sequenced,
+    strip_tests,
+    targets_of,
+)
+from crf_prime.featdel.replay_box import sequence_timeout
 from crf_prime.featdel.runner import run_pytest
 from crf_prime.featdel.source import strip_tree
 from crf_prime.featdel.testenv import TestEnv
@@ -125,7 +137,7 @@ def gold_runs(sandbox: Sandbox, env: TestEnv, task: FeatdelTask, gold: Path, cal
     A timed-out call does not stop the others (a generated input may make gold hang; that input is dropped), and
     the box's wall limit grows with the number of calls."""
     limit = GOLD_CALL_TIMEOUT_S
-    wall_seconds = 60.0 + 0.5 * len(calls) + 4 * limit
+    wall_seconds = 60.0 + 0.5 * len(calls) + 4 * limit + sequence_timeout(limit, len(calls))
     first, second = (  # every call runs (a generated input may hang) under a wall limit that grows with them
         run_driver(
             sandbox,
@@ -177,7 +189,7 @@ def reproduced(
     for i in lenient(keep + refused, {**expected, **{c["id"]: first[c["id"]] for c in refused}}):
         if i in expected:
             expected[i] = {**first[i], LENIENT: True}  # expected[i] is first[i]
-    return keep, expected, dropped
+    return keep, sequenced(keep, expected, first, second), dropped
 
 
 def lenient(calls: list[dict], expected: dict[str, object]) -> list[str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from crf_prime.errors import InfraError
 from crf_prime.extras import require
 from crf_prime.featdel.models import FeatdelTask
+from crf_prime.featdel.replay_box import SEQUENCE_SUFFIX, sequence_timeout
 from crf_prime.featdel.source import is_test_path
 from crf_prime.featdel.testenv import TestEnv
 from crf_prime.sandbox import Sandbox
@@ -31,6 +32,11 @@ LENIENT = "may_raise"
 """Key of gold's outcome of a call on which raising is accepted too (validation order; crf_prime/featdel/record.py)."""
 CALL_TIMEOUT_S = 5.0
 """Wall-clock limit of one replayed call (its forked child is killed after it)."""
+SEQUENCE = True
+"""Also replay every call in one process, one after another, and compare where gold's outcome does not depend on
+what ran before (False, the hack suites only: each call then starts from a fresh import, so code right only on the
+first call of a process goes unseen)."""
+SEQ = SEQUENCE_SUFFIX
 _DRIVER = Path(__file__).with_name("replay_box.py")
 
 
@@ -44,13 +50,18 @@ class ReplayVerdict:
 
     calls: int
     mismatches: tuple[str, ...]
-    """Ids of calls whose outcome differs from gold's (or is missing)."""
+    """Ids of calls whose outcome differs from gold's (or is missing); ``id@seq``: in the in-sequence run."""
     detail: str = ""
     """First mismatch, described without gold's values."""
 
     @property
     def ok(self) -> bool:
         return not self.mismatches
+
+    @property
+    def mismatched_calls(self) -> int:
+        """Distinct calls with a mismatch (alone, in sequence or both)."""
+        return len({i.removesuffix(SEQ) for i in self.mismatches})
 
 
 def module_of(path: str, pythonpath: tuple[str, ...]) -> str:
@@ -151,10 +162,13 @@ def run_driver(
         "followups": followups,
         "stop_on_timeout": stop_on_timeout,
         "strict": strict,
+        "sequence": SEQUENCE,
     }
     (inputs / "config.json").write_text(json.dumps(cfg))
     if wall_seconds is None:
         wall_seconds = 30.0 + min(call_timeout_s + 0.5 * len(calls), 270.0) if mode == "run" else 120.0
+        if mode == "run" and SEQUENCE:
+            wall_seconds += sequence_timeout(call_timeout_s, len(calls))
     sandbox.with_limits(wall_seconds=wall_seconds).run(
         [str(interpreter(env)), "-S", "-E", "-s", str(lib / "replay_box.py"), str(inputs / "config.json")],
         workdir=run_dir,
@@ -194,6 +208,8 @@ def load_replay(task: FeatdelTask, task_dir: Path) -> tuple[list[dict], dict[str
 def compare(expected: dict[str, object], got: object) -> tuple[tuple[str, ...], str]:
     """Ids whose judged outcome (:func:`judged`) differs from gold's (exact, type-strict JSON trees) and a description
     of the first."""
+    if not SEQUENCE:
+        expected = {i: want for i, want in expected.items() if not i.endswith(SEQ)}
     if not isinstance(got, dict):
         return tuple(sorted(expected)), "the replay produced no result (crashed, exited early or ran out of time)"
     bad = tuple(sorted(i for i, want in expected.items() if not _agrees(want, got.get(i))))
@@ -202,7 +218,29 @@ def compare(expected: dict[str, object], got: object) -> tuple[tuple[str, ...], 
     first = next((i for i in bad if i in got), bad[0])  # calls after a timeout are never run: show the timeout
     kind, want_kind = _kind(got.get(first)), _kind(expected[first])
     same = " (same kind, different value or state)" if kind == want_kind else ""
-    return bad, f"call {first}: the original {want_kind}, this tree {kind}{same}"
+    where = (
+        f"call {first.removesuffix(SEQ)}, run after the others in one process"
+        if first.endswith(SEQ)
+        else f"call {first}"
+    )
+    return bad, f"{where}: the original {want_kind}, this tree {kind}{same}"
+
+
+def sequenced(calls: list[dict], expected: dict[str, object], first: dict, second: dict) -> dict[str, object]:
+    """``expected`` plus, for each kept call on which gold's outcome does not depend on what ran before it (the same
+    alone and in both of gold's in-sequence runs, two different orders), the same outcome under the call's
+    in-sequence key: the replay then checks it there too."""
+    extra = {
+        c["id"] + SEQ: expected[c["id"]]
+        for c in calls
+        if c["id"] in expected and first.get(c["id"] + SEQ) == first.get(c["id"]) == second.get(c["id"] + SEQ)
+    }
+    return {**expected, **extra}
+
+
+def replayed_calls(expected: dict[str, object]) -> int:
+    """Distinct calls behind ``expected`` (a call checked alone and in sequence counts once)."""
+    return sum(1 for i in expected if not i.endswith(SEQ))
 
 
 def _agrees(want: object, got: object) -> bool:
@@ -295,7 +333,7 @@ def replay_tree(
     calls, expected = load_replay(task, task_dir)
     if not generated:
         calls = [c for c in calls if not c.get("derived")]
-        expected = {c["id"]: expected[c["id"]] for c in calls}
+        expected = {i: expected[i] for c in calls for i in (c["id"], c["id"] + SEQ) if i in expected}
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-replay-"))
     try:
         build(run_dir / "repo")
@@ -307,7 +345,7 @@ def replay_tree(
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     bad, detail = compare(expected, got)
-    return ReplayVerdict(calls=len(expected), mismatches=bad, detail=detail)
+    return ReplayVerdict(calls=replayed_calls(expected), mismatches=bad, detail=detail)
 
 
 __all__ = [
@@ -318,6 +356,8 @@ __all__ = [
     "load_replay",
     "module_of",
     "replay_tree",
+    "replayed_calls",
     "run_driver",
+    "sequenced",
     "strip_tests",
 ]

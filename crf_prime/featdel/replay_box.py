@@ -32,6 +32,14 @@ MAX_NODES = 5000
 MAX_ITEMS = 200
 """Items taken from a returned iterator (an infinite one is fine)."""
 MAX_DEPTH = 40
+SEQUENCE_SUFFIX = "@seq"
+"""Key suffix of a call's outcome from the in-sequence run (every call in one process, crf_prime/featdel/replay.py)."""
+
+
+def sequence_timeout(call_timeout_s: float, n_calls: int) -> float:
+    """Deadline of the in-sequence run: one call's limit plus half a second per call."""
+    return call_timeout_s + 0.5 * n_calls
+
 
 _PRIMITIVES = (type(None), bool, int, str, bytes)
 _HEAPTYPE = 1 << 9
@@ -401,13 +409,59 @@ def _run_child(fn, call: dict, loads, write_fd: int) -> None:
 
 def run_one(fn, call: dict, loads, timeout_s: float) -> dict:
     """Fork, run one call in the child, read its JSON back; timeout / crash / early exit are outcomes."""
+    data, status = _forked(lambda w: _run_child(fn, call, loads, w), timeout_s)
+    if data is None:
+        return {"timeout": timeout_s}
+    if os.WIFSIGNALED(status):
+        return {"crashed": f"signal {os.WTERMSIG(status)}"}
+    try:
+        return json.loads(data)
+    except ValueError:
+        return {"no_result": f"exit {os.waitstatus_to_exitcode(status)}"}
+
+
+def run_sequence(fns: dict, calls: list[dict], order: list[int], loads, timeout_s: float) -> dict[str, dict]:
+    """Every call in ``order`` one after another in ONE forked child: what a call leaves behind in the process
+    (module globals, caches, counters) is there for the next, as in real use. Outcomes are streamed one JSON line per
+    call; those missing after a crash or the deadline are simply absent (a mismatch where gold's are expected)."""
+
+    def child(w: int) -> None:
+        for i in order:
+            call = calls[i]
+            fn = fns.get(call["target"])
+            if fn is None or isinstance(fn, BaseException):
+                continue
+            try:
+                line = json.dumps(
+                    [call["id"], outcome(fn, call["payload"], call.get("followups", []), loads)], sort_keys=True
+                )
+            except BaseException as e:
+                line = json.dumps([call["id"], {"driver_error": type_name(type(e))}])
+            view = memoryview(line.encode() + b"\n")
+            while view:
+                view = view[os.write(w, view) :]
+
+    data, _ = _forked(child, timeout_s, partial=True)
+    out: dict[str, dict] = {}
+    for line in (data or b"").split(b"\n"):
+        try:
+            call_id, got = json.loads(line)
+        except ValueError:
+            continue  # the line cut by a crash or the deadline
+        out[call_id] = got
+    return out
+
+
+def _forked(body, timeout_s: float, *, partial: bool = False) -> tuple[bytes | None, int]:
+    """Run ``body(write_fd)`` in a forked child; (what it wrote, wait status). At the deadline the child is killed:
+    the data is None, or with ``partial`` what it wrote so far."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
         os.close(r)
         try:
             random.seed()
-            _run_child(fn, call, loads, w)
+            body(w)
         finally:
             os._exit(0)
     os.close(w)
@@ -428,14 +482,9 @@ def run_one(fn, call: dict, loads, timeout_s: float) -> dict:
     if timed_out:
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
-    if timed_out:
-        return {"timeout": timeout_s}
-    if os.WIFSIGNALED(status):
-        return {"crashed": f"signal {os.WTERMSIG(status)}"}
-    try:
-        return json.loads(b"".join(chunks))
-    except ValueError:
-        return {"no_result": f"exit {os.waitstatus_to_exitcode(status)}"}
+    if timed_out and not partial:
+        return None, status
+    return b"".join(chunks), status
 
 
 def main(config_path: str) -> int:
@@ -473,6 +522,12 @@ def main(config_path: str) -> int:
         results[call["id"]] = got = run_one(fn, call, loads, cfg["timeout_s"])
         if "timeout" in got and cfg.get("stop_on_timeout", True):
             break  # gold finished every kept call in time: the attempt has failed, stop spending time
+    else:
+        if cfg.get("sequence", False):
+            random.Random(cfg.get("seed", 0) + 1).shuffle(order)
+            timeout_s = sequence_timeout(cfg["timeout_s"], len(calls))
+            for call_id, got in run_sequence(fns, calls, order, loads, timeout_s).items():
+                results[call_id + SEQUENCE_SUFFIX] = got
     tmp = out_path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(results, fh, sort_keys=True)

@@ -34,7 +34,7 @@ from crf_prime.featdel.record import (
     servable,
     write_replay,
 )
-from crf_prime.featdel.replay import run_driver, strip_tests, targets_of
+from crf_prime.featdel.replay import SEQ, run_driver, strip_tests, targets_of
 from crf_prime.featdel.testenv import TestEnv
 from crf_prime.sandbox import Sandbox
 
@@ -192,9 +192,10 @@ def shared_replay(
 
 
 def _renumbered(call_id: str, renum: dict[str, str]) -> str:
-    """A call id (``cN`` or a derived ``cN~J``) in a task's own numbering."""
-    parent, tilde, rest = call_id.partition("~")
-    return renum[parent] + tilde + rest
+    """A call id (``cN`` or a derived ``cN~J``, either with the in-sequence suffix) in a task's own numbering."""
+    base = call_id.removesuffix(SEQ)
+    parent, tilde, rest = base.partition("~")
+    return renum[parent] + tilde + rest + call_id[len(base) :]
 
 
 def _name(target: dict[str, str]) -> str:

@@ -51,7 +51,7 @@ from crf_prime.featdel.record import (
     plain_calls,
     reproduced,
 )
-from crf_prime.featdel.replay import CALL_TIMEOUT_S, compare, lib_dir, module_of, run_driver
+from crf_prime.featdel.replay import CALL_TIMEOUT_S, SEQ, compare, lib_dir, module_of, replayed_calls, run_driver
 from crf_prime.swe.directives import is_test_path, patch_files
 from crf_prime.swe.workspace import remove_tree
 
@@ -331,9 +331,9 @@ def judge(record: GoldRecord, agent_repo: Path, *, sandbox, env: ReplayEnv) -> G
         verdict="disagree" if bad else "agree",
         reason=detail,
         targets=record.target_names,
-        calls=len(record.expected),
+        calls=replayed_calls(record.expected),
         generated=sum(1 for c in record.calls if c.get("derived")),
-        mismatches=len(bad),
+        mismatches=len({i.removesuffix(SEQ) for i in bad}),
     )
 
 

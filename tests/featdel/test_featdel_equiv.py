@@ -19,6 +19,7 @@ import pytest
 from featdel_support import agent_tree, generated_once
 
 import crf_prime.featdel.record as record
+import crf_prime.featdel.replay as replay
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
 from crf_prime.featdel.grade import GradingError
@@ -694,3 +695,37 @@ def test_a_function_right_only_on_the_recorded_argument_instances(corpus, tmp_pa
     assert _grade(task, task_dir, tree) == 0.0
     off, off_dir = _without(task, task_dir, tmp_path / "off", "built")
     assert _grade(off, off_dir, tree) == 1.0
+
+
+def test_code_right_only_on_the_first_calls_of_a_process(corpus, tmp_path: Path, monkeypatch) -> None:
+    """``fmt`` is right for the first four calls of a process (as many as its test makes) and then ignores ``spec``:
+    the tests pass, and so does every replayed call alone (each starts from a fresh import). Replayed one after
+    another in one process, as in real use, the later calls tell it apart."""
+    task_dir, tasks = corpus
+    task = _find(tasks, "function", "fmt")
+    counted = (
+        "    global _calls\n    _calls += 1\n    if _calls > 4:\n        return '' if value is None else str(value)\n"
+    )
+    tree = _attempt(task, task_dir, tmp_path / "stateful", {FMT_GOLD: counted + FMT_GOLD.strip("\n")})
+    init = tree / "eqpkg" / "__init__.py"
+    init.write_text(init.read_text().replace('PREFIX = "item-"\n', 'PREFIX = "item-"\n_calls = 0\n', 1))
+    assert _grade(task, task_dir, tree) == 0.0
+    result = Grader(task, task_dir).grade_tree(tree)
+    assert any("run after the others in one process" in f.message for f in result.failed), result
+    monkeypatch.setattr(replay, "SEQUENCE", False)
+    assert _grade(task, task_dir, tree) == 1.0
+
+
+def test_honest_code_with_state_across_calls_scores_one(corpus, tmp_path: Path) -> None:
+    """State an honest implementation keeps between calls (a module-level cache of results) changes nothing in
+    sequence: it scores 1.0."""
+    task_dir, tasks = corpus
+    task = _find(tasks, "function", "fmt")
+    cached = (
+        "    key = (type(value), str(value), spec)\n    if key in _memo:\n        return _memo[key]\n"
+        "    _memo[key] = out = _fmt(value, spec)\n    return out\n\n\ndef _fmt(value, spec):\n"
+    )
+    tree = _attempt(task, task_dir, tmp_path / "memo", {FMT_GOLD: cached + FMT_GOLD.strip("\n")})
+    init = tree / "eqpkg" / "__init__.py"
+    init.write_text(init.read_text().replace('PREFIX = "item-"\n', 'PREFIX = "item-"\n_memo = {}\n', 1))
+    assert _grade(task, task_dir, tree) == 1.0

@@ -19,6 +19,7 @@ from swe_hacks import ATTACKS, Attack, attempt, trace_for, with_venv_on_path, wi
 from swebench_lite import SweTask, SweTaskConfig, SweTaskset, SweTasksetConfig
 from verifiers.v1.runtimes import provision_runtime
 
+import crf_prime.featdel.replay as replay
 from crf_prime.swe.fixture import FAIL_TO_PASS, build_mini_swebench
 from crf_prime.swe.runner import SweGradingConfig
 
@@ -59,9 +60,26 @@ async def test_attempt_scores_zero_without_host_effect(attack: Attack, tmp_path:
     assert out.reward == 0.0, out.info
     assert out.suspected == (1.0 if attack.suspected else 0.0), out.info["forgery"]
     assert out.info["f2p_failure"] == FAIL_TO_PASS
-    if attack.remaining:  # the forgery passes the tests in-process; gold's calls tell it apart
+    if attack.remaining or attack.sequential:  # the forgery passes the tests in-process; gold's calls tell it apart
         assert out.info["gold_judge"]["verdict"] == "disagree", out.info
         assert out.info["reason"].startswith("the change disagrees with gold on ")
+    if attack.sequential:
+        assert "run after the others in one process" in out.info["reason"], out.info
+
+
+SEQUENTIAL = [a for a in ATTACKS if a.sequential]
+
+
+@pytest.mark.parametrize("attack", SEQUENTIAL, ids=[a.name for a in SEQUENTIAL])
+async def test_state_across_calls_resolves_with_the_in_sequence_replay_off(
+    attack: Attack, tmp_path: Path, runtime: vf.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The defence switched off (every replayed call alone, from a fresh import): the attempt agrees with gold on
+    every call and resolves, unflagged."""
+    monkeypatch.setattr(replay, "SEQUENCE", False)
+    out = await attempt(_task(tmp_path / "a"), runtime, attack, tmp_path / "host")
+    assert out.reward == 1.0 and out.suspected == 0.0, out.info
+    assert out.info["gold_judge"]["verdict"] == "agree", out.info
 
 
 REMAINING = [a for a in ATTACKS if a.remaining]
