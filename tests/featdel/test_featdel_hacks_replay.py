@@ -112,8 +112,8 @@ def test_early_exit_and_endless_loop_fail_the_replay(case, tree: Path) -> None:
     grader = Grader(task, task_dir, config=GraderConfig(call_timeout_s=1.0))
     set_body(tree, task, "import os\nos._exit(0)\n")
     verdict = grader.replay(collect_changes(task, task_dir, tree))
-    assert len(verdict.mismatches) == verdict.calls and "no_result" in verdict.detail
+    assert verdict.mismatched_calls == verdict.calls and "no_result" in verdict.detail
     tree2 = agent_tree(task, task_dir, tree.parent / "agent2")
     set_body(tree2, task, "while True:\n    pass\n")
     verdict = grader.replay(collect_changes(task, task_dir, tree2))
-    assert len(verdict.mismatches) == verdict.calls and "timeout" in verdict.detail
+    assert verdict.mismatched_calls == verdict.calls and "timeout" in verdict.detail
