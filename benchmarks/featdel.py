@@ -9,9 +9,12 @@ Prints a table with the ratios. Target: >= 10 validated tasks/min on 2 cores.
 Then the grading cost of a rollout (issue 25): every task of the last run graded on its gold patch through the one
 front door (``Grader``), tests only (``GraderConfig(replay=False)``) and with the full verdict (policy + tests +
 equivalence with gold on the recorded and generated calls), alternating per task so that load hits both alike.
-Prints the medians over the tasks and their ratio. Target: <= 2x. ``--grading-only`` skips the throughput runs.
+Prints the medians over the tasks and their ratio. Target: <= 2x. ``--grading-only`` skips the throughput runs;
+``--tasks DIR`` grades the tasks of an existing directory instead (a ``featdel corpus`` output: up to
+``--per-package`` tasks of each package, medians over all of them and per package).
 
     .venv/bin/python benchmarks/featdel.py [--source pypi:toolz==1.2.0] [--max-tasks 20] [--grading-only]
+    .venv/bin/python benchmarks/featdel.py --tasks out/featdel-corpus [--per-package 3]
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 import crf_prime.featdel.generate as gen
 from crf_prime.featdel.deletion import apply_unified_diff
-from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate
+from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate, load_tasks
 from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import FeatdelTask, GraderConfig
 
@@ -57,7 +61,7 @@ def run(source: str, max_tasks: int, workers: int, out: Path, *, shared: bool = 
     }
 
 
-def grading_cost(tasks: list[FeatdelTask], task_dir: Path, repeat: int = 2) -> dict[str, float]:
+def grading_cost(tasks: list[FeatdelTask], task_dir: Path, repeat: int = 2) -> dict[str, Any]:
     """Median seconds to grade one rollout (gold's patch) tests-only and with the full verdict, and their ratio."""
     tests_only, full, calls = [], [], []
     for task in tasks:
@@ -78,6 +82,7 @@ def grading_cost(tasks: list[FeatdelTask], task_dir: Path, repeat: int = 2) -> d
         calls.append(result.replay_calls)
     return {
         "tasks": len(tasks),
+        "per_task": [b / a for a, b in zip(tests_only, full, strict=True)],
         "calls": statistics.median(calls) if calls else 0,
         "tests_s": statistics.median(tests_only),
         "full_s": statistics.median(full),
@@ -85,11 +90,29 @@ def grading_cost(tasks: list[FeatdelTask], task_dir: Path, repeat: int = 2) -> d
     }
 
 
-def print_grading(source: str, cost: dict[str, float], console: Console) -> None:
+def print_grading(source: str, cost: dict[str, Any], console: Console) -> None:
     console.print(
         f"grading a rollout on {source}: {cost['tasks']} tasks, median {cost['calls']:.0f} replayed calls/task; "
         f"tests only {cost['tests_s']:.2f} s, full verdict {cost['full_s']:.2f} s (medians): "
         f"{cost['ratio']:.2f}x (target <= 2x)"
+    )
+
+
+def corpus_cost(task_dir: Path, per_package: int, console: Console) -> None:
+    """The grading cost over a corpus: up to ``per_package`` tasks of each package (the first ones in the file)."""
+    by_package: dict[str, list[FeatdelTask]] = {}
+    for task in load_tasks(task_dir):
+        picked = by_package.setdefault(task.source.name, [])
+        if len(picked) < per_package and task.replay is not None:
+            picked.append(task)
+    ratios: list[float] = []
+    for name, tasks in sorted(by_package.items()):
+        cost = grading_cost(tasks, task_dir)
+        ratios += cost["per_task"]
+        print_grading(name, cost, console)
+    console.print(
+        f"over the corpus: {len(ratios)} tasks of {len(by_package)} packages, full verdict / tests only per task: "
+        f"median {statistics.median(ratios):.2f}x, max {max(ratios):.2f}x (target: median <= 2x)"
     )
 
 
@@ -98,9 +121,14 @@ def main() -> None:
     parser.add_argument("--source", default=DEFAULT_SOURCE)
     parser.add_argument("--max-tasks", type=int, default=20)
     parser.add_argument("--grading-only", action="store_true", help="only the grading cost (one generation)")
+    parser.add_argument("--tasks", type=Path, help="grade the tasks of this directory (no generation)")
+    parser.add_argument("--per-package", type=int, default=3, help="with --tasks: tasks graded per package")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     console = Console(width=150)
+    if args.tasks is not None:
+        corpus_cost(args.tasks, args.per_package, console)
+        return
     if args.grading_only:
         with tempfile.TemporaryDirectory() as tmp:
             tasks, _ = generate(GenerateConfig(source=args.source, out=Path(tmp) / "g", max_tasks=args.max_tasks))
