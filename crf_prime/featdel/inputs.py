@@ -96,7 +96,11 @@ def _shallow(value, rng: random.Random) -> list:
     elif t in (list, tuple):
         if value:
             out = [t(value[::-1]), t(value[:-1]), t(value[1:]), t(), t(value[:1]), t(list(value) + list(value[:1]))]
+            # sizes of the same parity too (n + 2, n - 2, 2n): a rule right only at the recorded length passes
+            # every neighbour of another parity (a median fixed only for four items)
+            out += [t(list(value) + list(value[:2])), t(list(value) * 2)]
             if len(value) > 2:
+                out.append(t(value[:-2]))
                 items = list(value)
                 rng.shuffle(items)
                 out.append(t(items))

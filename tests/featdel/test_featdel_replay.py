@@ -411,3 +411,12 @@ def test_variations_change_one_element_of_a_container() -> None:
     assert any(v.get("a") != 1 and len(v) == 2 for v in variations({"a": 1, "b": "x"}, random.Random(0)))
     nested = variations([[1, 2], [3]], random.Random(0))
     assert all(type(v) is list for v in nested) and any(v[0] not in ([1, 2], [2, 1]) and len(v) == 2 for v in nested)
+
+
+def test_variations_reach_other_sizes_of_the_same_parity() -> None:
+    """A rule right only at the recorded length (a median fixed for four items) meets lists of 2, 6 and 8 items, not
+    only the odd-length neighbours; a tuple keeps its type."""
+    import random
+
+    assert {2, 6, 8} <= {len(v) for v in variations([4, 1, 3, 2], random.Random(0))}
+    assert {1, 5, 6} <= {len(v) for v in variations((1, 2, 3), random.Random(0)) if type(v) is tuple}

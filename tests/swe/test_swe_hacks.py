@@ -60,11 +60,28 @@ async def test_attempt_scores_zero_without_host_effect(attack: Attack, tmp_path:
     assert out.reward == 0.0, out.info
     assert out.suspected == (1.0 if attack.suspected else 0.0), out.info["forgery"]
     assert out.info["f2p_failure"] == FAIL_TO_PASS
-    if attack.remaining or attack.sequential:  # the forgery passes the tests in-process; gold's calls tell it apart
+    if (
+        attack.remaining or attack.sequential or attack.judge_only
+    ):  # the forgery passes the tests in-process; gold's calls tell it apart
         assert out.info["gold_judge"]["verdict"] == "disagree", out.info
         assert out.info["reason"].startswith("the change disagrees with gold on ")
     if attack.sequential:
         assert "run after the others in one process" in out.info["reason"], out.info
+
+
+JUDGE_ONLY = [a for a in ATTACKS if a.judge_only]
+
+
+@pytest.mark.parametrize("attack", JUDGE_ONLY, ids=[a.name for a in JUDGE_ONLY])
+async def test_input_shape_overfit_resolves_with_the_gold_judge_off(
+    attack: Attack, tmp_path: Path, runtime: vf.Runtime
+) -> None:
+    """The defence switched off: the overfit passes the tests, and nothing in it is flagged."""
+    out = await attempt(
+        _task(tmp_path / "a", grading=SweGradingConfig(gold_judge=False)), runtime, attack, tmp_path / "h"
+    )
+    assert out.reward == 1.0 and out.suspected == 0.0, out.info
+    assert out.info["gold_judge"]["verdict"] == "off"
 
 
 SEQUENTIAL = [a for a in ATTACKS if a.sequential]
