@@ -75,7 +75,39 @@ KNOWN_DISTRIBUTIONS = {
     "docopt": "docopt-ng",
 }
 
+# fixtures only a well-known pytest plugin defines -> that plugin's distribution (a person reads "fixture 'mocker'
+# not found" and installs pytest-mock); async tests without an async plugin -> pytest-asyncio
+FIXTURE_PLUGINS = {
+    "mocker": "pytest-mock",
+    "class_mocker": "pytest-mock",
+    "module_mocker": "pytest-mock",
+    "session_mocker": "pytest-mock",
+    "httpbin": "pytest-httpbin",
+    "httpbin_secure": "pytest-httpbin",
+    "httpbin_both": "pytest-httpbin",
+    "benchmark": "pytest-benchmark",
+    "fs": "pyfakefs",
+    "freezer": "pytest-freezer",
+    "httpserver": "pytest-httpserver",
+    "requests_mock": "requests-mock",
+    "respx_mock": "respx",
+    "snapshot": "syrupy",
+    "datadir": "pytest-datadir",
+    "shared_datadir": "pytest-datadir",
+    "subtests": "pytest-subtests",
+    "time_machine": "time-machine",
+    "event_loop": "pytest-asyncio",
+    "aiohttp_client": "pytest-aiohttp",
+    "nursery": "pytest-trio",
+    "autojump_clock": "pytest-trio",
+    "xprocess": "pytest-xprocess",
+}
+ASYNC_PLUGINS = ("pytest-asyncio", "pytest-trio", "anyio")
+"""Plugins that run ``async def`` tests, in the order tried when the project names none of them."""
+
 _MISSING = re.compile(r"No module named '([\w.]+)'")
+_NO_FIXTURE = re.compile(r"fixture '(\w+)' not found")
+_NO_ASYNC = "async def functions are not natively supported"
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")  # addresses, timings, counters in a failure message
 _COUNT = re.compile(r"^(\S+\.py): (\d+)$")  # ``--collect-only -qq`` (a project's addopts may add a -q)
 _PYTEST_OWN = """
@@ -126,6 +158,30 @@ def missing_modules(run: PytestRun) -> list[str]:
     """Top-level names of the modules the run could not import, in order of first mention."""
     text = run.stdout + run.stderr + "".join(msg for _, msg in run.outcomes.values())
     return list(dict.fromkeys(m.split(".")[0] for m in _MISSING.findall(text)))
+
+
+def missing_plugins(run: PytestRun) -> list[str]:
+    """What the failing tests lack that a plugin provides, in order of first mention: ``fixture 'NAME'`` for a
+    fixture of :data:`FIXTURE_PLUGINS`, ``async tests`` when pytest met ``async def`` tests it cannot run."""
+    out: dict[str, None] = {}
+    for status, msg in run.outcomes.values():
+        if status not in ("failed", "error"):
+            continue
+        out |= {f"fixture '{m}'": None for m in _NO_FIXTURE.findall(msg) if m in FIXTURE_PLUGINS}
+        if _NO_ASYNC in msg:
+            out["async tests"] = None
+    return list(out)
+
+
+def plugin_candidates(need: str, hints: tuple[str, ...]) -> list[str]:
+    """Distributions for a :func:`missing_plugins` entry: the project's own requirement on the plugin first (with
+    its version range), then the plugin's bare name."""
+    from packaging.requirements import Requirement
+
+    wanted = list(ASYNC_PLUGINS) if need == "async tests" else [FIXTURE_PLUGINS[need.split("'")[1]]]
+    named = {_canon(Requirement(h).name): h for h in hints}
+    own = [named[_canon(w)] for w in wanted if _canon(w) in named]
+    return list(dict.fromkeys([*own, *wanted]))
 
 
 def candidates(module: str, hints: tuple[str, ...]) -> list[str]:
@@ -242,7 +298,7 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
                 continue
             if module in installed:  # that distribution did not provide it: take it out, try the next candidate
                 extra.remove(installed.pop(module))
-            added = _install(module, hints, tried, extra, resolve, env_for, len(installed))
+            added = _install(module, candidates(module, hints), tried, extra, resolve, env_for, len(installed))
             if isinstance(added, str):
                 given_up[module] = added
                 continue
@@ -288,6 +344,24 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         )
     run_args = (*neutral_args(spec.requirements), *args, *deselect)
     first, repo = run_once(env, run_args, collect_only=False)
+    for _ in range(MAX_ROUNDS):  # a fixture or async support a plugin provides: install it and run again
+        rounds += 1
+        needs = [n for n in missing_plugins(first) if n not in given_up]
+        if not needs:
+            break
+        need = needs[0]
+        if need in installed:
+            given_up[need] = f"still missing with {installed[need]} installed"
+            continue
+        added = _install(need, plugin_candidates(need, hints), tried, extra, resolve, env_for, len(installed))
+        if isinstance(added, str):
+            given_up[need] = added
+            continue
+        (spec, env), pin = added
+        extra.append(pin)
+        installed[need] = pin
+        run_args = (*neutral_args(spec.requirements), *args, *deselect)
+        first, repo = run_once(env, run_args, collect_only=False)
     failed = failures(first, repo)
     deselected: dict[str, str] = {}
     if failed or first.exit_code != 0:
@@ -339,15 +413,18 @@ def _reason(message: str, given_up: dict[str, str]) -> str:
     return (lines[-1] if lines else "collection error")[:200]
 
 
-def _install(module: str, hints, tried: dict[str, list[str]], extra: list[str], resolve, env_for, n_installed: int):
-    """((spec, env), pin) after installing the first candidate for ``module`` that resolves, or why none did. The
-    venv is built from the pin (not the candidate's range), so generation later reuses it as it is."""
+def _install(
+    module: str, cands: list[str], tried: dict[str, list[str]], extra: list[str], resolve, env_for, n_installed: int
+):
+    """((spec, env), pin) after installing the first of ``cands`` (distributions for ``module``, a module name or a
+    :func:`missing_plugins` entry) that resolves, or why none did. The venv is built from the pin (not the
+    candidate's range), so generation later reuses it as it is."""
     from packaging.requirements import Requirement
 
     if n_installed >= MAX_INSTALLS:
         return f"not installed: the setup loop already added {MAX_INSTALLS} distributions"
     errors = []
-    for cand in candidates(module, hints):
+    for cand in cands:
         if cand in tried.setdefault(module, []):
             continue
         tried[module].append(cand)
@@ -372,6 +449,7 @@ def prepare_suite(cfg: GenerateConfig) -> SuiteSetup:
 
 
 __all__ = [
+    "FIXTURE_PLUGINS",
     "KNOWN_DISTRIBUTIONS",
     "MAX_INSTALLS",
     "MAX_ROUNDS",
@@ -379,6 +457,8 @@ __all__ = [
     "SuiteSetup",
     "candidates",
     "missing_modules",
+    "missing_plugins",
+    "plugin_candidates",
     "prepare_suite",
     "pytest_own",
     "refuse_pytest_own",
