@@ -345,10 +345,10 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
     run_args = (*neutral_args(spec.requirements), *args, *deselect)
     first, repo = run_once(env, run_args, collect_only=False)
     for _ in range(MAX_ROUNDS):  # a fixture or async support a plugin provides: install it and run again
-        rounds += 1
         needs = [n for n in missing_plugins(first) if n not in given_up]
         if not needs:
             break
+        rounds += 1
         need = needs[0]
         if need in installed:
             given_up[need] = f"still missing with {installed[need]} installed"
