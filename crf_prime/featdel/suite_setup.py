@@ -10,8 +10,8 @@
    a module that still cannot be collected -> ``--ignore``d, with its reason; so is a module pytest collects that
    is not named as a test module (``source.is_test_path``), since the grader would count it as deletable source.
    At most :data:`MAX_ROUNDS` rounds and :data:`MAX_INSTALLS` installs.
-3. Run the suite; when tests fail, run it again: tests that fail the same way twice are deselected ("fails as
-   shipped"), tests that fail once are deselected as flaky. The project is refused when fewer than
+3. Run the suite; when tests fail, run the failing ones again: tests that fail the same way twice are deselected
+   ("fails as shipped"), tests that fail once are deselected as flaky. The project is refused when fewer than
    :data:`MIN_KEPT` of its collected tests are left, or when more test modules are ignored than collect.
 
 The result is a :class:`SuiteSetup`: pins (they become the task rows' ``test_env``, so grading installs exactly
@@ -367,7 +367,11 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
     if failed or first.exit_code != 0:
         if not first.outcomes:
             raise SourceError(f"{project.info.spec}: the suite did not run ({suite_failure(first)}):\n{first.tail()}")
-        second, repo = run_once(env, run_args, collect_only=False)
+        # only the failing tests run again (a whole second suite run costs minutes on a big suite); a test that
+        # passes alone but failed in the suite is flaky or order-dependent: left out either way
+        second, repo = run_once(env, (*run_args, *sorted(failed)), collect_only=False) if failed else (None, repo)
+        if second is None or not second.outcomes:  # nothing to name, or pytest did not find the node ids
+            second, repo = run_once(env, run_args, collect_only=False)
         again = failures(second, repo)
         for node in sorted(set(failed) | set(again)):
             same = failed.get(node) == again.get(node)

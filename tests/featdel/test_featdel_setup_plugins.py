@@ -99,3 +99,24 @@ def test_loop_installs_the_plugin_behind_a_missing_fixture(tmp_path: Path, monke
     assert got.deselected == {}
     assert got.collected == 4
     assert got.actions() == ["installed pytest-mock==999.0 (for fixture 'mocker')"]
+
+
+def test_only_the_failing_tests_run_again(tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    tests = (
+        "import pathlib\nfrom rerunlib import add\n\n\ndef test_counted():\n"
+        f"    path = pathlib.Path({str(counter)!r})\n"
+        "    path.write_text(str(int(path.read_text()) + 1 if path.exists() else 1))\n\n\n"
+        "def test_ok():\n    assert add(1, 1) == 2\n\n\ndef test_bad():\n    assert add(1, 1) == 3\n"
+    )
+    src = write(
+        tmp_path / "rerunlib",
+        {
+            "pyproject.toml": '[project]\nname = "rerunlib"\nversion = "0.1"\n',
+            "rerunlib/__init__.py": LIB,
+            "tests/test_rerunlib.py": tests,
+        },
+    )
+    got = prepare_suite(GenerateConfig(source=str(src), unsandboxed=True))
+    assert got.deselected == {"tests/test_rerunlib.py::test_bad": "fails as shipped (failed: assert # == #)"}
+    assert counter.read_text() == "1"  # the passing tests ran once: only test_bad ran a second time
