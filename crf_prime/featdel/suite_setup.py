@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 MAX_ROUNDS = 8
 """Collection rounds before giving up (each fixes one thing)."""
-MAX_INSTALLS = 4
-"""Distributions the loop may add to the test venv."""
+MAX_INSTALLS = 8
+"""Distributions the loop may add to the test venv (each costs a resolve and a venv build: seconds with uv)."""
 MIN_KEPT = 0.5
 """Share of the collected tests that must be left after deselection."""
 
@@ -102,12 +102,25 @@ FIXTURE_PLUGINS = {
     "autojump_clock": "pytest-trio",
     "xprocess": "pytest-xprocess",
 }
+# pytest marks that only a plugin registers (a suite run with ``--strict-markers`` fails to collect without it)
+MARKER_PLUGINS = {
+    "anyio": "anyio",
+    "trio": "pytest-trio",
+    "asyncio": "pytest-asyncio",
+    "timeout": "pytest-timeout",
+    "benchmark": "pytest-benchmark",
+    "httpx_mock": "pytest-httpx",
+    "freeze_time": "pytest-freezer",
+    "vcr": "pytest-recording",
+    "flaky": "flaky",
+}
 ASYNC_PLUGINS = ("pytest-asyncio", "pytest-trio", "anyio")
 """Plugins that run ``async def`` tests, in the order tried when the project names none of them."""
 
 _MISSING = re.compile(r"No module named '([\w.]+)'")
 _NO_FIXTURE = re.compile(r"fixture '(\w+)' not found")
 _NO_ASYNC = "async def functions are not natively supported"
+_NO_MARKER = re.compile(r"'(\w+)' not found in `markers` configuration option")
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")  # addresses, timings, counters in a failure message
 _COUNT = re.compile(r"^(\S+\.py): (\d+)$")  # ``--collect-only -qq`` (a project's addopts may add a -q)
 _PYTEST_OWN = """
@@ -162,12 +175,14 @@ def missing_modules(run: PytestRun) -> list[str]:
 
 def missing_plugins(run: PytestRun) -> list[str]:
     """What the failing tests lack that a plugin provides, in order of first mention: ``fixture 'NAME'`` for a
-    fixture of :data:`FIXTURE_PLUGINS`, ``async tests`` when pytest met ``async def`` tests it cannot run."""
+    fixture of :data:`FIXTURE_PLUGINS`, ``marker 'NAME'`` for a mark of :data:`MARKER_PLUGINS` that a strict
+    collection did not know, ``async tests`` when pytest met ``async def`` tests it cannot run."""
     out: dict[str, None] = {}
     for status, msg in run.outcomes.values():
         if status not in ("failed", "error"):
             continue
         out |= {f"fixture '{m}'": None for m in _NO_FIXTURE.findall(msg) if m in FIXTURE_PLUGINS}
+        out |= {f"marker '{m}'": None for m in _NO_MARKER.findall(msg) if m in MARKER_PLUGINS}
         if _NO_ASYNC in msg:
             out["async tests"] = None
     return list(out)
@@ -178,7 +193,9 @@ def plugin_candidates(need: str, hints: tuple[str, ...]) -> list[str]:
     its version range), then the plugin's bare name."""
     from packaging.requirements import Requirement
 
-    wanted = list(ASYNC_PLUGINS) if need == "async tests" else [FIXTURE_PLUGINS[need.split("'")[1]]]
+    kind, _, name = need.partition(" ")
+    table = {"fixture": FIXTURE_PLUGINS, "marker": MARKER_PLUGINS}
+    wanted = list(ASYNC_PLUGINS) if need == "async tests" else [table[kind][name.strip("'")]]
     named = {_canon(Requirement(h).name): h for h in hints}
     own = [named[_canon(w)] for w in wanted if _canon(w) in named]
     return list(dict.fromkeys([*own, *wanted]))
@@ -204,9 +221,14 @@ def _canon(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _own_module(root: Path, module: str) -> bool:
-    """Whether ``module`` lives in the tree (then it is an import-path problem, not a missing distribution)."""
-    return any(p.is_dir() or p.suffix == ".py" for p in root.rglob(f"{module}*") if p.stem == module)
+def _own_module(root: Path, module: str, pythonpath: tuple[str, ...] = (".",)) -> bool:
+    """Whether ``import module`` can find it in the tree (then its absence is an import-path problem, not a missing
+    distribution): at the top of the project's import path, or beside a test module or one level up (pytest puts
+    a test module's package root on ``sys.path``). A module deeper in a package (``pkg/_backends/trio.py``) is not
+    ``import trio``: that one is a distribution to install."""
+    tests = [p.parent for p in root.rglob("*.py") if is_test_path(p.relative_to(root).as_posix())]
+    dirs = {root, *(root / p for p in pythonpath), *tests, *(d.parent for d in tests)}
+    return any((d / module).is_dir() or (d / f"{module}.py").is_file() for d in dirs)
 
 
 def collected(run: PytestRun) -> dict[str, int]:
@@ -293,7 +315,7 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         missing = [m for m in missing_modules(run) if m not in given_up]
         if missing:
             module = missing[0]
-            if _own_module(project.root, module) or module in project.top_level:
+            if _own_module(project.root, module, project.pythonpath) or module in project.top_level:
                 given_up[module] = "the module is in the project's tree (an import-path problem)"
                 continue
             if module in installed:  # that distribution did not provide it: take it out, try the next candidate
@@ -305,6 +327,20 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
             (spec, env), pin = added
             extra.append(pin)
             installed[module] = pin
+            continue
+        marks = [n for n in missing_plugins(run) if n.startswith("marker ") and n not in given_up]
+        if marks:  # a mark only a plugin registers, under --strict-markers: install the plugin
+            need = marks[0]
+            if need in installed:
+                given_up[need] = f"still unknown with {installed[need]} installed"
+                continue
+            added = _install(need, plugin_candidates(need, hints), tried, extra, resolve, env_for, len(installed))
+            if isinstance(added, str):
+                given_up[need] = added
+                continue
+            (spec, env), pin = added
+            extra.append(pin)
+            installed[need] = pin
             continue
         if run.exit_code == 4 and "addopts=" not in args:
             args = ["-o", "addopts=", *args]
@@ -455,6 +491,7 @@ def prepare_suite(cfg: GenerateConfig) -> SuiteSetup:
 __all__ = [
     "FIXTURE_PLUGINS",
     "KNOWN_DISTRIBUTIONS",
+    "MARKER_PLUGINS",
     "MAX_INSTALLS",
     "MAX_ROUNDS",
     "MIN_KEPT",

@@ -13,7 +13,7 @@ from corpus_support import write
 
 from crf_prime.featdel.generate import GenerateConfig
 from crf_prime.featdel.runner import PytestRun
-from crf_prime.featdel.suite_setup import missing_plugins, plugin_candidates, prepare_suite
+from crf_prime.featdel.suite_setup import _own_module, missing_plugins, plugin_candidates, prepare_suite
 
 LIB = "def add(a, b):\n    total = a + b\n    return total\n"
 
@@ -38,6 +38,17 @@ def test_missing_fixtures_and_async_support_are_read_from_failures() -> None:
         }
     )
     assert missing_plugins(run) == ["fixture 'mocker'", "async tests"]
+    strict = run_with(
+        {
+            ("tests.test_a", ""): ("error", "'anyio' not found in `markers` configuration option"),
+            ("tests.test_b", ""): (
+                "error",
+                "'slow_network' not found in `markers` configuration option",
+            ),  # the project's
+        }
+    )
+    assert missing_plugins(strict) == ["marker 'anyio'"]
+    assert plugin_candidates("marker 'trio'", ("pytest-trio>=0.8",)) == ["pytest-trio>=0.8", "pytest-trio"]
 
 
 def test_plugin_candidates_prefer_the_projects_own_requirement() -> None:
@@ -52,6 +63,22 @@ def test_plugin_candidates_prefer_the_projects_own_requirement() -> None:
         "pytest-trio",
         "anyio",
     ]
+
+
+def test_a_module_deep_in_a_package_is_not_the_projects_own_import(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/_backends/trio.py": "",  # `import trio` does not find this one: trio is a distribution to install
+            "tests/helpers.py": "",  # beside the tests: pytest puts tests/ on sys.path
+            "tests/test_x.py": "",
+            "src/srconly.py": "",
+        },
+    )
+    assert not _own_module(tmp_path, "trio")
+    assert _own_module(tmp_path, "helpers") and _own_module(tmp_path, "pkg") and _own_module(tmp_path, "tests")
+    assert not _own_module(tmp_path, "srconly") and _own_module(tmp_path, "srconly", ("src",))
 
 
 def plugin_wheel(where: Path, dist: str, version: str, module: str, body: str) -> None:
