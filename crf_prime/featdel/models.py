@@ -55,7 +55,8 @@ class SuiteSetup(BaseModel):
     extra_requirements: tuple[str, ...] = ()
     """Pinned distributions added to the test venv (``name==version``), beside what the project declares."""
     installed: dict[str, str] = {}
-    """Module the tests import -> the pinned distribution installed for it."""
+    """Module the tests import (or what a plugin provides: ``fixture 'mocker'``, ``async tests``) -> the pinned
+    distribution installed for it."""
     pytest_args: tuple[str, ...] = ()
     """Discovery overrides, ``-o addopts=`` and ``--ignore=`` of modules that cannot be collected."""
     discovery: str = "pytest defaults"
@@ -69,7 +70,7 @@ class SuiteSetup(BaseModel):
 
     def actions(self) -> list[str]:
         """One line per step taken, for the corpus summary and the benchmark table."""
-        out = [f"installed {pin} (for `import {m}`)" for m, pin in self.installed.items()]
+        out = [f"installed {pin} (for {m if ' ' in m else f'`import {m}`'})" for m, pin in self.installed.items()]
         if self.discovery != "pytest defaults":
             out.append(f"discovery: {self.discovery}")
         if "addopts=" in self.pytest_args:

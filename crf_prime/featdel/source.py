@@ -109,25 +109,25 @@ def _parse_pypi_spec(spec: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
+PYPI_JSON = "https://pypi.org/pypi"
+"""PyPI's JSON API: one small request names a release's sdist, its size and sha256."""
+
+
 def download_sdist(name: str, version: str, cache: Path | None = None) -> Path:
-    """``pip download`` the sdist of ``name==version`` into the cache (once) and return its path."""
+    """The sdist of ``name==version`` in the cache (fetched once) and its path: straight from PyPI's JSON API when
+    it serves the release (checked against its sha256), else by ``pip download`` from pip's configured indexes."""
     dest = (cache or cache_root()) / "sdists" / f"{name.lower()}-{version}"
     found = sorted(p for p in dest.glob("*") if p.suffix in (".gz", ".zip")) if dest.is_dir() else []
     if found:
         return found[0]
     tmp = Path(tempfile.mkdtemp(prefix="dl-", dir=dest.parent if dest.parent.exists() else None))
     dest.parent.mkdir(parents=True, exist_ok=True)
-    # --no-binary for this package only: its build backend (needed to read the sdist's metadata) comes as a wheel,
-    # not built from source itself
-    cmd = [sys.executable, "-m", "pip", "download", "--no-binary", name, "--no-deps", "--disable-pip-version-check"]
-    cmd += ["-q", "-d", str(tmp), f"{name}=={version}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    files = sorted(p for p in tmp.glob("*") if p.suffix in (".gz", ".zip"))
-    if proc.returncode != 0 or not files:
+    try:
+        if not _fetch_sdist(name, version, tmp):
+            _pip_download(name, version, tmp)
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise SourceError(
-            f"pip download {name}=={version} failed (exit {proc.returncode}): {proc.stderr.strip()[-600:]}"
-        )
+        raise
     try:
         tmp.rename(dest)
     except OSError:  # another process (a second test worker, a parallel generate) published it first
@@ -135,6 +135,46 @@ def download_sdist(name: str, version: str, cache: Path | None = None) -> Path:
         if not dest.is_dir():
             raise
     return sorted(p for p in dest.glob("*") if p.suffix in (".gz", ".zip"))[0]
+
+
+def _fetch_sdist(name: str, version: str, into: Path) -> bool:
+    """Download the release's sdist named by the JSON API into ``into``; False when the API cannot name one (no
+    network, an index of its own, no sdist for that version). ``pip download`` takes seconds to minutes a package
+    (it builds the sdist's metadata with its build backend); this takes one request and the file."""
+    import httpx  # openai's dependency (a core one); imported here: start-up
+
+    try:
+        with httpx.Client(timeout=60, follow_redirects=True) as client:
+            resp = client.get(f"{PYPI_JSON}/{name}/json")
+            if resp.status_code != 200:
+                return False
+            files = resp.json().get("releases", {}).get(version, [])
+            sdist = next((f for f in files if f.get("packagetype") == "sdist" and not f.get("yanked")), None)
+            if sdist is None or "/" in sdist["filename"]:
+                return False
+            data = client.get(resp.url.join(sdist["url"])).raise_for_status().content  # a mirror's URLs are relative
+    except (httpx.HTTPError, ValueError, KeyError):
+        return False
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sdist.get("digests", {}).get("sha256"):
+        raise SourceError(
+            f"{name}=={version}: the sdist {sdist['filename']} does not match the sha256 the index gives "
+            f"({digest} != {sdist.get('digests', {}).get('sha256')})"
+        )
+    (into / sdist["filename"]).write_bytes(data)
+    return True
+
+
+def _pip_download(name: str, version: str, into: Path) -> None:
+    # --no-binary for this package only: its build backend (needed to read the sdist's metadata) comes as a wheel,
+    # not built from source itself
+    cmd = [sys.executable, "-m", "pip", "download", "--no-binary", name, "--no-deps", "--disable-pip-version-check"]
+    cmd += ["-q", "-d", str(into), f"{name}=={version}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not any(p.suffix in (".gz", ".zip") for p in into.glob("*")):
+        raise SourceError(
+            f"pip download {name}=={version} failed (exit {proc.returncode}): {proc.stderr.strip()[-600:]}"
+        )
 
 
 def _unpack(archive: Path, into: Path) -> Path:

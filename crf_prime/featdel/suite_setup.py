@@ -10,8 +10,8 @@
    a module that still cannot be collected -> ``--ignore``d, with its reason; so is a module pytest collects that
    is not named as a test module (``source.is_test_path``), since the grader would count it as deletable source.
    At most :data:`MAX_ROUNDS` rounds and :data:`MAX_INSTALLS` installs.
-3. Run the suite; when tests fail, run it again: tests that fail the same way twice are deselected ("fails as
-   shipped"), tests that fail once are deselected as flaky. The project is refused when fewer than
+3. Run the suite; when tests fail, run the failing ones again: tests that fail the same way twice are deselected
+   ("fails as shipped"), tests that fail once are deselected as flaky. The project is refused when fewer than
    :data:`MIN_KEPT` of its collected tests are left, or when more test modules are ignored than collect.
 
 The result is a :class:`SuiteSetup`: pins (they become the task rows' ``test_env``, so grading installs exactly
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 MAX_ROUNDS = 8
 """Collection rounds before giving up (each fixes one thing)."""
-MAX_INSTALLS = 4
-"""Distributions the loop may add to the test venv."""
+MAX_INSTALLS = 8
+"""Distributions the loop may add to the test venv (each costs a resolve and a venv build: seconds with uv)."""
 MIN_KEPT = 0.5
 """Share of the collected tests that must be left after deselection."""
 
@@ -75,7 +75,52 @@ KNOWN_DISTRIBUTIONS = {
     "docopt": "docopt-ng",
 }
 
+# fixtures only a well-known pytest plugin defines -> that plugin's distribution (a person reads "fixture 'mocker'
+# not found" and installs pytest-mock); async tests without an async plugin -> pytest-asyncio
+FIXTURE_PLUGINS = {
+    "mocker": "pytest-mock",
+    "class_mocker": "pytest-mock",
+    "module_mocker": "pytest-mock",
+    "session_mocker": "pytest-mock",
+    "httpbin": "pytest-httpbin",
+    "httpbin_secure": "pytest-httpbin",
+    "httpbin_both": "pytest-httpbin",
+    "benchmark": "pytest-benchmark",
+    "fs": "pyfakefs",
+    "freezer": "pytest-freezer",
+    "httpserver": "pytest-httpserver",
+    "requests_mock": "requests-mock",
+    "respx_mock": "respx",
+    "snapshot": "syrupy",
+    "datadir": "pytest-datadir",
+    "shared_datadir": "pytest-datadir",
+    "subtests": "pytest-subtests",
+    "time_machine": "time-machine",
+    "event_loop": "pytest-asyncio",
+    "aiohttp_client": "pytest-aiohttp",
+    "nursery": "pytest-trio",
+    "autojump_clock": "pytest-trio",
+    "xprocess": "pytest-xprocess",
+}
+# pytest marks that only a plugin registers (a suite run with ``--strict-markers`` fails to collect without it)
+MARKER_PLUGINS = {
+    "anyio": "anyio",
+    "trio": "pytest-trio",
+    "asyncio": "pytest-asyncio",
+    "timeout": "pytest-timeout",
+    "benchmark": "pytest-benchmark",
+    "httpx_mock": "pytest-httpx",
+    "freeze_time": "pytest-freezer",
+    "vcr": "pytest-recording",
+    "flaky": "flaky",
+}
+ASYNC_PLUGINS = ("pytest-asyncio", "pytest-trio", "anyio")
+"""Plugins that run ``async def`` tests, in the order tried when the project names none of them."""
+
 _MISSING = re.compile(r"No module named '([\w.]+)'")
+_NO_FIXTURE = re.compile(r"fixture '(\w+)' not found")
+_NO_ASYNC = "async def functions are not natively supported"
+_NO_MARKER = re.compile(r"'(\w+)' not found in `markers` configuration option")
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")  # addresses, timings, counters in a failure message
 _COUNT = re.compile(r"^(\S+\.py): (\d+)$")  # ``--collect-only -qq`` (a project's addopts may add a -q)
 _PYTEST_OWN = """
@@ -128,6 +173,34 @@ def missing_modules(run: PytestRun) -> list[str]:
     return list(dict.fromkeys(m.split(".")[0] for m in _MISSING.findall(text)))
 
 
+def missing_plugins(run: PytestRun) -> list[str]:
+    """What the failing tests lack that a plugin provides, in order of first mention: ``fixture 'NAME'`` for a
+    fixture of :data:`FIXTURE_PLUGINS`, ``marker 'NAME'`` for a mark of :data:`MARKER_PLUGINS` that a strict
+    collection did not know, ``async tests`` when pytest met ``async def`` tests it cannot run."""
+    out: dict[str, None] = {}
+    for status, msg in run.outcomes.values():
+        if status not in ("failed", "error"):
+            continue
+        out |= {f"fixture '{m}'": None for m in _NO_FIXTURE.findall(msg) if m in FIXTURE_PLUGINS}
+        out |= {f"marker '{m}'": None for m in _NO_MARKER.findall(msg) if m in MARKER_PLUGINS}
+        if _NO_ASYNC in msg:
+            out["async tests"] = None
+    return list(out)
+
+
+def plugin_candidates(need: str, hints: tuple[str, ...]) -> list[str]:
+    """Distributions for a :func:`missing_plugins` entry: the project's own requirement on the plugin first (with
+    its version range), then the plugin's bare name."""
+    from packaging.requirements import Requirement
+
+    kind, _, name = need.partition(" ")
+    table = {"fixture": FIXTURE_PLUGINS, "marker": MARKER_PLUGINS}
+    wanted = list(ASYNC_PLUGINS) if need == "async tests" else [table[kind][name.strip("'")]]
+    named = {_canon(Requirement(h).name): h for h in hints}
+    own = [named[_canon(w)] for w in wanted if _canon(w) in named]
+    return list(dict.fromkeys([*own, *wanted]))
+
+
 def candidates(module: str, hints: tuple[str, ...]) -> list[str]:
     """Distributions that may provide ``module``, most likely first: a requirement the project names whose name is
     the module's (``python-``/``py`` prefixes aside; with its version range), one whose name has the module's as a
@@ -148,9 +221,14 @@ def _canon(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _own_module(root: Path, module: str) -> bool:
-    """Whether ``module`` lives in the tree (then it is an import-path problem, not a missing distribution)."""
-    return any(p.is_dir() or p.suffix == ".py" for p in root.rglob(f"{module}*") if p.stem == module)
+def _own_module(root: Path, module: str, pythonpath: tuple[str, ...] = (".",)) -> bool:
+    """Whether ``import module`` can find it in the tree (then its absence is an import-path problem, not a missing
+    distribution): at the top of the project's import path, or beside a test module or one level up (pytest puts
+    a test module's package root on ``sys.path``). A module deeper in a package (``pkg/_backends/trio.py``) is not
+    ``import trio``: that one is a distribution to install."""
+    tests = [p.parent for p in root.rglob("*.py") if is_test_path(p.relative_to(root).as_posix())]
+    dirs = {root, *(root / p for p in pythonpath), *tests, *(d.parent for d in tests)}
+    return any((d / module).is_dir() or (d / f"{module}.py").is_file() for d in dirs)
 
 
 def collected(run: PytestRun) -> dict[str, int]:
@@ -237,18 +315,32 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         missing = [m for m in missing_modules(run) if m not in given_up]
         if missing:
             module = missing[0]
-            if _own_module(project.root, module) or module in project.top_level:
+            if _own_module(project.root, module, project.pythonpath) or module in project.top_level:
                 given_up[module] = "the module is in the project's tree (an import-path problem)"
                 continue
             if module in installed:  # that distribution did not provide it: take it out, try the next candidate
                 extra.remove(installed.pop(module))
-            added = _install(module, hints, tried, extra, resolve, env_for, len(installed))
+            added = _install(module, candidates(module, hints), tried, extra, resolve, env_for, len(installed))
             if isinstance(added, str):
                 given_up[module] = added
                 continue
             (spec, env), pin = added
             extra.append(pin)
             installed[module] = pin
+            continue
+        marks = [n for n in missing_plugins(run) if n.startswith("marker ") and n not in given_up]
+        if marks:  # a mark only a plugin registers, under --strict-markers: install the plugin
+            need = marks[0]
+            if need in installed:
+                given_up[need] = f"still unknown with {installed[need]} installed"
+                continue
+            added = _install(need, plugin_candidates(need, hints), tried, extra, resolve, env_for, len(installed))
+            if isinstance(added, str):
+                given_up[need] = added
+                continue
+            (spec, env), pin = added
+            extra.append(pin)
+            installed[need] = pin
             continue
         if run.exit_code == 4 and "addopts=" not in args:
             args = ["-o", "addopts=", *args]
@@ -288,12 +380,34 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         )
     run_args = (*neutral_args(spec.requirements), *args, *deselect)
     first, repo = run_once(env, run_args, collect_only=False)
+    for _ in range(MAX_ROUNDS):  # a fixture or async support a plugin provides: install it and run again
+        needs = [n for n in missing_plugins(first) if n not in given_up]
+        if not needs:
+            break
+        rounds += 1
+        need = needs[0]
+        if need in installed:
+            given_up[need] = f"still missing with {installed[need]} installed"
+            continue
+        added = _install(need, plugin_candidates(need, hints), tried, extra, resolve, env_for, len(installed))
+        if isinstance(added, str):
+            given_up[need] = added
+            continue
+        (spec, env), pin = added
+        extra.append(pin)
+        installed[need] = pin
+        run_args = (*neutral_args(spec.requirements), *args, *deselect)
+        first, repo = run_once(env, run_args, collect_only=False)
     failed = failures(first, repo)
     deselected: dict[str, str] = {}
     if failed or first.exit_code != 0:
         if not first.outcomes:
             raise SourceError(f"{project.info.spec}: the suite did not run ({suite_failure(first)}):\n{first.tail()}")
-        second, repo = run_once(env, run_args, collect_only=False)
+        # only the failing tests run again (a whole second suite run costs minutes on a big suite); a test that
+        # passes alone but failed in the suite is flaky or order-dependent: left out either way
+        second, repo = run_once(env, (*run_args, *sorted(failed)), collect_only=False) if failed else (None, repo)
+        if second is None or not second.outcomes:  # nothing to name, or pytest did not find the node ids
+            second, repo = run_once(env, run_args, collect_only=False)
         again = failures(second, repo)
         for node in sorted(set(failed) | set(again)):
             same = failed.get(node) == again.get(node)
@@ -339,15 +453,18 @@ def _reason(message: str, given_up: dict[str, str]) -> str:
     return (lines[-1] if lines else "collection error")[:200]
 
 
-def _install(module: str, hints, tried: dict[str, list[str]], extra: list[str], resolve, env_for, n_installed: int):
-    """((spec, env), pin) after installing the first candidate for ``module`` that resolves, or why none did. The
-    venv is built from the pin (not the candidate's range), so generation later reuses it as it is."""
+def _install(
+    module: str, cands: list[str], tried: dict[str, list[str]], extra: list[str], resolve, env_for, n_installed: int
+):
+    """((spec, env), pin) after installing the first of ``cands`` (distributions for ``module``, a module name or a
+    :func:`missing_plugins` entry) that resolves, or why none did. The venv is built from the pin (not the
+    candidate's range), so generation later reuses it as it is."""
     from packaging.requirements import Requirement
 
     if n_installed >= MAX_INSTALLS:
         return f"not installed: the setup loop already added {MAX_INSTALLS} distributions"
     errors = []
-    for cand in candidates(module, hints):
+    for cand in cands:
         if cand in tried.setdefault(module, []):
             continue
         tried[module].append(cand)
@@ -372,13 +489,17 @@ def prepare_suite(cfg: GenerateConfig) -> SuiteSetup:
 
 
 __all__ = [
+    "FIXTURE_PLUGINS",
     "KNOWN_DISTRIBUTIONS",
+    "MARKER_PLUGINS",
     "MAX_INSTALLS",
     "MAX_ROUNDS",
     "MIN_KEPT",
     "SuiteSetup",
     "candidates",
     "missing_modules",
+    "missing_plugins",
+    "plugin_candidates",
     "prepare_suite",
     "pytest_own",
     "refuse_pytest_own",
