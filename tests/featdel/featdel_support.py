@@ -12,11 +12,14 @@ import ast
 import atexit
 import fcntl
 import functools
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
 from crf_prime.featdel.grade import materialise
@@ -64,6 +67,39 @@ def _generated(source: str, max_tasks: int, seed: int) -> tuple[Path, tuple[Feat
             return out, tuple(load_tasks(out)), summary
         tasks, summary = generate(GenerateConfig(source=source, out=out, max_tasks=max_tasks, seed=seed))
     return out, tuple(tasks), summary
+
+
+def generated_in_private_tmp(
+    source: str, max_tasks: int, seed: int
+) -> tuple[Path, tuple[FeatdelTask, ...], dict[str, list[str]]]:
+    """Like :func:`generated`, for a set whose generation ran with a private ``$TMPDIR``: also returns what it saw
+    there, ``{"made": [names of the temporary trees made in it], "left": [crf-featdel-* names left after]}``.
+
+    One generation serves the tests that read its tasks and the one that checks it cleans up after itself."""
+    name = f"{source.split(':', 1)[1].replace('==', '-')}-n{max_tasks}-s{seed}-tmp"
+    seen = _OUT / f"{name}.tmp-seen.json"
+
+    def generate_watched(out: Path) -> None:
+        tmpdir = _OUT.parent / f"tmp-{name}"  # not under generated/: generation hides the output's parent from its box
+        tmpdir.mkdir()
+        made: list[str] = []
+        real_mkdtemp = tempfile.mkdtemp
+
+        def recording_mkdtemp(*args, **kwargs) -> str:
+            path = real_mkdtemp(*args, **kwargs)
+            made.append(path)
+            return path
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(tempfile, "tempdir", str(tmpdir))
+            mp.setattr(tempfile, "mkdtemp", recording_mkdtemp)
+            generate(GenerateConfig(source=source, out=out, max_tasks=max_tasks, seed=seed))
+        left = sorted(p.name for p in tmpdir.iterdir() if p.name.startswith("crf-featdel-"))
+        names = sorted(Path(p).name for p in made if Path(p).parent == tmpdir)
+        seen.write_text(json.dumps({"made": names, "left": left}))  # tmpdir stays: the sandbox keeps what it made there
+
+    out = generated_once(name, generate_watched)
+    return out, tuple(load_tasks(out)), json.loads(seen.read_text())
 
 
 def agent_tree(task: FeatdelTask, task_dir: Path, dest: Path) -> Path:

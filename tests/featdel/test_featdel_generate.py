@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from featdel_support import INFLECTION, TOOLZ, agent_tree, generated
+from featdel_support import INFLECTION, TOOLZ, agent_tree, generated, generated_in_private_tmp
 
 from crf_prime.cli import main
 from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate, load_tasks, validate_task
@@ -54,8 +54,8 @@ def test_deterministic_for_a_seed(tmp_path: Path) -> None:
     assert (a / "bases" / "inflection-0.5.1.tar.gz").read_bytes() == (
         b_dir / "bases" / "inflection-0.5.1.tar.gz"
     ).read_bytes()
-    c_dir = tmp_path / "other-seed"
-    generate(GenerateConfig(source=INFLECTION, out=c_dir, max_tasks=2, seed=7))
+    # seed 7's set is generated once per run and shared with test_featdel_cleanup, which checks its temporary trees
+    c_dir = generated_in_private_tmp(INFLECTION, 2, seed=7)[0]
     ids = lambda d: [json.loads(line)["task_id"] for line in (d / "tasks.jsonl").read_text().splitlines()]  # noqa: E731
     assert ids(c_dir) != ids(a)
 
