@@ -7,7 +7,7 @@ taskset; prime-rl's default loss and each objective of loss_fns.policy), then pr
 - mean train reward of step 1 (rollouts of the starting weights v0) and of the last 3 steps, each with a percentile
   bootstrap CI over tasks (``crf_prime.report.stats.bootstrap_mean``, what ``crf-prime report`` uses), and whether the
   intervals are separated (the last steps' low bound above step 1's high bound);
-- the eval pass (greedy, held-out strings): v0 vs the last eval, the paired per-task difference and its bootstrap CI;
+- the eval pass (held-out strings, at the train temperature): v0 vs the last eval, the paired per-task difference and its bootstrap CI;
 - off-policy figures over the run: the largest mismatch KL, clip fraction and masked fraction of a step, the ratio
   range; and the spread of the six objectives' losses on one batch (trainer stand-in ``--compare-objectives``).
 
@@ -166,7 +166,9 @@ def main() -> int:
         return 1
     out = args.work / "learning"
     out.mkdir(parents=True, exist_ok=True)
-    print(f"\nlearning table ({args.work}): train reward, bootstrap 95% CI over tasks; eval greedy on held-out strings")
+    print(
+        f"\nlearning table ({args.work}): train reward, bootstrap 95% CI over tasks; eval: held-out, train temperature"
+    )
     head = ["arm", "step 1", f"last {LAST} steps", "separated", "eval v0 → end (Δ, paired CI)"]
     head += ["max mismatch KL", "max clip frac", "max masked frac", "ratio range", "distinct objective losses"]
     print(" | ".join(head))

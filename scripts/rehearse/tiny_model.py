@@ -176,6 +176,23 @@ def sft_echo(
     return {"steps": step, "loss": round(loss_value, 4), "probe_reward": round(reward, 4)}
 
 
+def flatten_logits(model_dir: Path, factor: float) -> None:
+    """Scale the final RMSNorm's weight by ``factor`` in place: every logit scales by ``factor`` (the head is linear
+    after that norm), so sampling at temperature T then draws what the unscaled model draws at T / ``factor``.
+
+    Why: prime-rl caps the sampling temperature at 2, and the learnable start point of the rehearsal is the echo-tuned
+    model at temperature 2.5 (reward ~0.37, rising as RL sharpens it)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if not 0 < factor <= 1:
+        raise ValueError(f"factor must be in (0, 1], got {factor}")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(factor)
+    model.save_pretrained(model_dir)
+
+
 if __name__ == "__main__":
     import sys
 

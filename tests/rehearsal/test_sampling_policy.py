@@ -119,3 +119,20 @@ def test_off_policy_figures() -> None:
         "clip_frac": 0.0,
         "masked_frac": 0.0,
     }
+
+
+def test_flatten_logits_scales_every_logit(tmp_path: Path) -> None:
+    """The learning arms' start point: scaling the final norm by f scales every logit by f (temperature T on the
+    flattened model = T / f on the tuned one); a factor outside (0, 1] is refused."""
+    transformers = pytest.importorskip("transformers")
+    tiny_model = _load("rehearsal_tiny_model", REHEARSE / "tiny_model.py")
+    tiny_model.build_tiny_model(tmp_path)
+    ids = torch.tensor([[5, 17, 40, 3, 99]])
+    load = transformers.AutoModelForCausalLM.from_pretrained
+    before = load(tmp_path, dtype=torch.float32)(input_ids=ids).logits
+    tiny_model.flatten_logits(tmp_path, 0.8)
+    after = load(tmp_path, dtype=torch.float32)(input_ids=ids).logits
+    assert torch.allclose(after, 0.8 * before, atol=1e-5)
+    assert not torch.allclose(after, before, atol=1e-3)
+    with pytest.raises(ValueError, match="factor"):
+        tiny_model.flatten_logits(tmp_path, 1.5)
