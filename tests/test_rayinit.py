@@ -40,10 +40,15 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("how", "handler", "outcome", "rc"),
-    [("init_ray", "ours", "KeyboardInterrupt", 0), ("ray.init", "replaced", None, 15)],
+    [("init_ray", "ours", "KeyboardInterrupt", 0), ("ray.init", "replaced", None, None)],
 )
 def test_init_ray_keeps_the_sigterm_handler_installed_before(how, handler, outcome, rc):
+    """With plain ``ray.init`` (the control) Ray's handler ends the process: with exit 15, or, under load, Ray's
+    own shutdown may abort first (-6); either way our handler never ran."""
     proc = subprocess.run([sys.executable, "-c", SCRIPT, how], capture_output=True, text=True, timeout=120)
     lines = proc.stdout.split()
     assert lines[0] == handler, proc.stderr[-2000:]
-    assert proc.returncode == rc and (outcome is None or lines[-1] == outcome), (proc.stdout, proc.stderr[-2000:])
+    if rc is None:
+        assert proc.returncode != 0 and "KeyboardInterrupt" not in lines, (proc.stdout, proc.stderr[-2000:])
+    else:
+        assert proc.returncode == rc and lines[-1] == outcome, (proc.stdout, proc.stderr[-2000:])
