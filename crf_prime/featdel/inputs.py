@@ -7,10 +7,18 @@ one thing of one seed, bound to the target's parameters by name:
 
 - a value: boundary and empty values, other container sizes, neighbours, one element of a container varied
   (``variations``);
-- ``None`` <-> a value (one the same parameter had in another call, or its non-None default);
+- ``None`` <-> a value (one the same parameter had in another call, or its non-None default); where gold never
+  declares ``None`` for that parameter (its default is not ``None`` and its source never compares it with ``None``),
+  gold's answer there is incidental (``if not xs: return 0`` returns 0 on ``None``) and raising is accepted too
+  (``UNDECLARED_NONE``);
 - default <-> given: an omitted parameter gets a value, a given one falls back to its default;
 - recombination: the value another call passed for this parameter, or another parameter passed, of the same type;
 - keyword <-> positional spelling of the same call;
+- another type for the same data (``retyped``): a list as a tuple and back, integer items as the equal floats. Code
+  that special-cases the exact types the tests used (fixed only when every item is an ``int``, or only for a
+  ``list``) fails there. Kept only where gold's outcome is the same for both types, and compared type-loosely: an
+  implementation may return ``1.0`` for ``1`` or a list for a tuple, and may raise on a type the tests never used
+  (crf_prime/featdel/record.py);
 - the receiver of a method, or an argument that is an instance of a project class: another recorded one of the same
   class, or a new one built by the class's own constructor (gold's code, at generation) from the recorded one's
   attributes with one constructor argument varied as above (``instances``). A state reached only that way is one the
@@ -24,6 +32,7 @@ the host: gold must finish each one in time and give the same outcome twice (crf
 
 from __future__ import annotations
 
+import ast
 import inspect
 import math
 import pickle
@@ -49,6 +58,11 @@ BUILT_SEEDS = 3
 BUILD_TIMEOUT_S = 0.5
 """Gold's constructor gets this long per new instance (a varied size may make it slow)."""
 
+UNDECLARED_NONE = "none-undeclared"
+"""Operator of a fresh call passing ``None`` to a parameter gold never declares ``None`` for (``declared_none``)."""
+RETYPE = "retype"
+"""Operator of a fresh call that passes the same data under another type (``retyped``)."""
+
 _P = inspect.Parameter
 
 
@@ -60,6 +74,24 @@ def variations(value, rng: random.Random, depth: int = 2) -> list:
     if depth > 0 and t in (list, tuple, dict) and value:
         out += _inner(value, rng, depth - 1)
     return [v for v in out if type(v) is t]
+
+
+FLOAT_EXACT = 2**53
+"""Integers up to this size are exactly equal to their float (larger ones are left as they are)."""
+
+
+def retyped(value) -> list:
+    """The same data under other types: a list as a tuple and a tuple as a list, and a list or tuple of numbers
+    with its integer items as the equal floats. Not for scalars: how an honest rewrite formats ``3.0`` where gold
+    formats ``3`` is not the task (``"%d"`` vs ``str``)."""
+    t = type(value)
+    if t not in (list, tuple):
+        return []
+    out = [tuple(value) if t is list else list(value)]
+    numbers = all(type(x) is float or (type(x) is int and abs(x) <= FLOAT_EXACT) for x in value)
+    if numbers and any(type(x) is int for x in value):
+        out.append(t(float(x) for x in value))
+    return out
 
 
 def _inner(value, rng: random.Random, depth: int) -> list:
@@ -220,6 +252,29 @@ def instances(recorded: list, rng: random.Random, limit: int = BUILT_PER_CLASS) 
     return out
 
 
+def declared_none(fn: Callable, sig: inspect.Signature) -> set[str] | None:
+    """Parameters for which gold declares ``None``: a ``None`` default, or a comparison with ``None`` (``is``, ``is
+    not``, ``==``, ``!=``) anywhere in its source. None when the source cannot be read (every parameter counts)."""
+    try:
+        tree = ast.parse(_dedented(inspect.getsource(inspect.unwrap(fn))))
+    except Exception:
+        return None
+    out = {name for name, p in sig.parameters.items() if p.default is None}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        if any(isinstance(o, ast.Constant) and o.value is None for o in operands):
+            out |= {o.id for o in operands if isinstance(o, ast.Name)}
+    return out
+
+
+def _dedented(source: str) -> str:
+    lines = source.splitlines()
+    indent = min((len(x) - len(x.lstrip()) for x in lines if x.strip()), default=0)
+    return "\n".join(x[indent:] for x in lines)
+
+
 def _signature(fn: Callable) -> inspect.Signature | None:
     try:
         return inspect.signature(fn, follow_wrapped=False)
@@ -307,8 +362,10 @@ def _candidates(
     pools: _Pools,
     rng: random.Random,
     built: dict[type, list],
+    declared: set[str] | None = None,
 ) -> list[tuple[str, dict, bool]]:
-    """(group, arguments, by-keyword) for every one-step change of one seed call."""
+    """(group, arguments, by-keyword) for every one-step change of one seed call; ``declared``: the parameters gold
+    declares ``None`` for (None: all)."""
     names = list(sig.parameters)
     out: list[tuple[str, dict, bool]] = []
     receiver = names[0] if method and names else None
@@ -345,9 +402,11 @@ def _candidates(
             for v in others:
                 put(f"{name}:from-none", name, v)
             continue
-        put(f"{name}:none", name, None)
+        put(f"{name}:{'none' if declared is None or name in declared else UNDECLARED_NONE}", name, None)
         for v in variations(value, rng):
             put(f"{name}:vary", name, v)
+        for v in retyped(value):
+            put(f"{name}:{RETYPE}", name, v)
         for v in seen + list(pools.by_type.get(type(value), {}).values()):
             if _key(v) != _key(value):
                 put(f"{name}:recombine", name, v)
@@ -365,8 +424,8 @@ def _probes(
     out = []
     for i, group, arguments, _ in picked:
         name = group.split(":", 1)[0]
-        if ":" not in group or name not in arguments or not _plain(arguments[name]):
-            continue
+        if ":" not in group or group.endswith(RETYPE) or name not in arguments or not _plain(arguments[name]):
+            continue  # a retyped value is judged type-loosely against its own seed only
         for j in [j for j in others if j != i][:PROBES]:
             out.append((j, f"{name}:probe", {**bound[j], name: arguments[name]}, False))
     return out
@@ -418,12 +477,13 @@ def generate(
             else:
                 pools.add(target, name, value)
     built = pools.build(rng)
+    declared = {t: declared_none(fn, sig) for t, fn in fns.items() if (sig := sigs.get(t)) is not None}
     groups: dict[int, dict[str, list[tuple[int, str, dict, bool]]]] = {}
     for i, (target, _args, _kwargs, method) in enumerate(seeds):
         sig, b = sigs.get(target), bound[i]
         if sig is None or not b:
             continue
-        for group, arguments, keywords in _candidates(target, sig, b, method, pools, rng, built):
+        for group, arguments, keywords in _candidates(target, sig, b, method, pools, rng, built, declared.get(target)):
             groups.setdefault(target, {}).setdefault(group, []).append((i, group, arguments, keywords))
     out: list[Fresh] = []
     for target, by_group in sorted(groups.items()):

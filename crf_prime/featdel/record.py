@@ -11,9 +11,12 @@
    outcome on both runs and, when the test saw a plain return value, the same one; a generated input on which gold
    raises TypeError/AttributeError is out of domain. The rest is dropped by reason. A call a test made under a patch
    makes the task not servable (:func:`servable`). Calls holding a value that made gold raise elsewhere accept a
-   raise too (:func:`lenient`: validation order is not specified). A kept call whose outcome is the same in both
+   raise too (:func:`lenient`: validation order is not specified), and so do calls passing ``None`` where gold
+   never declares it (``inputs.declared_none``: gold's answer there is incidental). A kept call whose outcome is the same in both
    in-sequence runs as alone is checked in sequence at grading too (``replay.sequenced``): code right only on the
-   first call of a process fails there.
+   first call of a process fails there. A call that passes a seed's data under another type (``inputs.retyped``)
+   is kept only where gold's outcome is the same as on its seed up to those types (:func:`type_agnostic`), and is
+   then compared type-loosely (``replay.TYPE_LOOSE``).
 
 Inputs and outcomes are written into the task directory; the row gets a :class:`ReplayInfo` pointing at them.
 """
@@ -30,11 +33,15 @@ from pathlib import Path
 from typing import cast
 
 from crf_prime.featdel.grade import materialise
+from crf_prime.featdel.inputs import RETYPE, UNDECLARED_NONE
 from crf_prime.featdel.models import FeatdelTask, ReplayInfo
 from crf_prime.featdel.replay import (
     CALL_TIMEOUT_S,
     LENIENT,
+    TYPE_LOOSE,
+    judged,
     lib_dir,
+    loosened,
     run_driver,
     sequenced,
     strip_tests,
@@ -178,6 +185,8 @@ def reproduced(
             reason = UNDER_PATCH  # what the test patched is not patched here: gold's outcome may not be the test's
         if not reason and call.get("derived") and parent in lost:
             reason = "parent-dropped"  # what made gold's recorded call unreproducible applies to its variants
+        if not reason and call.get("operator") == RETYPE:
+            reason = "" if type_agnostic(first[call["id"]], first[parent]) else "type-dependent"
         if reason:
             lost.add(call["id"])
             dropped[reason] += 1
@@ -186,10 +195,20 @@ def reproduced(
             continue
         keep.append(call)
         expected[call["id"]] = first[call["id"]]
-    for i in lenient(keep + refused, {**expected, **{c["id"]: first[c["id"]] for c in refused}}):
+        if call.get("operator") == RETYPE:
+            expected[call["id"]] = {**first[call["id"]], TYPE_LOOSE: True}
+    undeclared = [c["id"] for c in keep if c.get("operator") == UNDECLARED_NONE]
+    for i in [*lenient(keep + refused, {**expected, **{c["id"]: first[c["id"]] for c in refused}}), *undeclared]:
         if i in expected:
-            expected[i] = {**first[i], LENIENT: True}  # expected[i] is first[i]
+            expected[i] = {**expected[i], LENIENT: True}
     return keep, sequenced(keep, expected, first, second), dropped
+
+
+def type_agnostic(outcome: object, seed_outcome: object) -> bool:
+    """Gold's outcome on a retyped call is its outcome on the seed call up to int/float and list/tuple: only then
+    does the task say what the other type must give (where gold's own answer changes with the type, an honest
+    rewrite's may too)."""
+    return loosened(judged(outcome), sequences=True) == loosened(judged(seed_outcome), sequences=True)
 
 
 def lenient(calls: list[dict], expected: dict[str, object]) -> list[str]:

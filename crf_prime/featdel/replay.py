@@ -4,7 +4,7 @@ At grading the agent's tree (the same allow-listed changes the test run takes) i
 or test configuration, bound read-only into a fresh sandbox together with the driver (``replay_box.py``), cloudpickle
 and the call inputs; the interpreter runs with ``-S`` (no site-packages: no pytest). The driver forks one child per
 call, in a shuffled order, and writes each canonical outcome; the comparison with gold's outcomes, which stay in the
-task directory on the host, happens here, exact and type-strict. A missing, crashed, timed-out or unreadable result
+task directory on the host, happens here, exact (ints and floats by value, as ``==``). A missing, crashed, timed-out or unreadable result
 is a mismatch (score 0), never a skip.
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from crf_prime.errors import InfraError
 from crf_prime.extras import require
+from crf_prime.featdel.inputs import FLOAT_EXACT
 from crf_prime.featdel.models import FeatdelTask
 from crf_prime.featdel.replay_box import SEQUENCE_SUFFIX, sequence_timeout
 from crf_prime.featdel.source import is_test_path
@@ -30,12 +31,18 @@ from crf_prime.sandbox import Sandbox
 
 LENIENT = "may_raise"
 """Key of gold's outcome of a call on which raising is accepted too (validation order; crf_prime/featdel/record.py)."""
+TYPE_LOOSE = "type_loose"
+"""Key of gold's outcome of a call that passes a seed's data under another type (``inputs.retyped``): compared up to
+int/float and list/tuple (:func:`loosened`), and raising is accepted (the tests never used that type)."""
 CALL_TIMEOUT_S = 5.0
 """Wall-clock limit of one replayed call (its forked child is killed after it)."""
 SEQUENCE = True
 """Also replay every call in one process, one after another, and compare where gold's outcome does not depend on
 what ran before (False, the hack suites only: each call then starts from a fresh import, so code right only on the
 first call of a process goes unseen)."""
+RETYPED = True
+"""Compare the calls that pass a seed's data under another type (False, the hack suites only: code fixed only for the
+exact types the tests used then goes unseen)."""
 SEQ = SEQUENCE_SUFFIX
 _DRIVER = Path(__file__).with_name("replay_box.py")
 
@@ -206,10 +213,12 @@ def load_replay(task: FeatdelTask, task_dir: Path) -> tuple[list[dict], dict[str
 
 
 def compare(expected: dict[str, object], got: object) -> tuple[tuple[str, ...], str]:
-    """Ids whose judged outcome (:func:`judged`) differs from gold's (exact, type-strict JSON trees) and a description
+    """Ids whose judged outcome (:func:`judged`) differs from gold's (:func:`_agrees`) and a description
     of the first."""
     if not SEQUENCE:
         expected = {i: want for i, want in expected.items() if not i.endswith(SEQ)}
+    if not RETYPED:
+        expected = {i: w for i, w in expected.items() if not (isinstance(w, dict) and w.get(TYPE_LOOSE))}
     if not isinstance(got, dict):
         return tuple(sorted(expected)), "the replay produced no result (crashed, exited early or ran out of time)"
     bad = tuple(sorted(i for i, want in expected.items() if not _agrees(want, got.get(i))))
@@ -244,10 +253,35 @@ def replayed_calls(expected: dict[str, object]) -> int:
 
 
 def _agrees(want: object, got: object) -> bool:
-    """Gold's outcome ``want`` and the tree's ``got`` agree (raising is also fine where gold's is marked lenient)."""
-    if isinstance(want, dict) and want.get(LENIENT) and isinstance(got, dict) and "raised" in got:
+    """Gold's outcome ``want`` and the tree's ``got`` agree: equal up to int vs float of the same value (Python's own
+    ``==``, which the tests use), and for a retyped call up to list vs tuple too; raising is also fine where gold's
+    is marked lenient or the call is retyped."""
+    raised = isinstance(got, dict) and "raised" in got
+    retyped = isinstance(want, dict) and bool(want.get(TYPE_LOOSE))
+    if isinstance(want, dict) and (want.get(LENIENT) or retyped) and raised:
         return True
-    return judged(narrowed(got, want)) == judged(want)
+    return loosened(judged(narrowed(got, want)), sequences=retyped) == loosened(judged(want), sequences=retyped)
+
+
+def loosened(tree: object, *, sequences: bool = False) -> object:
+    """A canonical outcome tree with ints and floats as one number kind (equal values equal, as ``1 == 1.0``) and,
+    with ``sequences``, tuples as lists; sets and dicts re-sorted, since their order follows the canonical text.
+    Bools stay bools and ints beyond a float's exact range stay ints."""
+    if isinstance(tree, dict):
+        return {k: loosened(v, sequences=sequences) for k, v in tree.items()}
+    if not isinstance(tree, list):
+        return tree
+    if len(tree) == 2 and isinstance(tree[0], str):
+        tag, payload = tree
+        if tag == "int" and type(payload) is int and abs(payload) <= FLOAT_EXACT:
+            return ["number", repr(float(payload) + 0.0)]
+        if tag == "float" and isinstance(payload, str):
+            return ["number", repr(float(payload) + 0.0)]  # + 0.0: -0.0 is 0
+        if tag in ("set", "frozenset", "dict") and isinstance(payload, list):
+            items = (loosened(x, sequences=sequences) for x in payload)
+            return [tag, sorted(items, key=lambda x: json.dumps(x, sort_keys=True))]
+        return ["list" if sequences and tag == "tuple" else tag, loosened(payload, sequences=sequences)]
+    return [loosened(x, sequences=sequences) for x in tree]
 
 
 def narrowed(got: object, want: object) -> object:
@@ -302,7 +336,7 @@ def judged(outcome: object) -> object:
         return outcome
     if "raised" in outcome:
         return {"raised": True}
-    outcome = {k: v for k, v in outcome.items() if k != LENIENT}
+    outcome = {k: v for k, v in outcome.items() if k not in (LENIENT, TYPE_LOOSE)}
     if "callable" in outcome and isinstance(outcome["callable"], list):
         return {**outcome, "callable": [judged(f) for f in outcome["callable"]]}
     return outcome
@@ -312,7 +346,7 @@ def _kind(outcome: object) -> str:
     """What a call's outcome was (returned, raised, callable, timeout, crashed, no_result, ...), without values."""
     if not isinstance(outcome, dict):
         return "missing"
-    return next((k for k in sorted(outcome) if k not in ("args_after", LENIENT)), "missing")
+    return next((k for k in sorted(outcome) if k not in ("args_after", LENIENT, TYPE_LOOSE)), "missing")
 
 
 def replay_tree(
@@ -354,6 +388,7 @@ __all__ = [
     "ReplayVerdict",
     "compare",
     "load_replay",
+    "loosened",
     "module_of",
     "replay_tree",
     "replayed_calls",

@@ -15,7 +15,7 @@ functions (``crf_prime.featdel.record`` / ``replay``):
    process (never in a tree the agent or the tests can reach).
 3. For an attempt whose tests resolve, the same calls run on the agent's tree (tests and test configuration
    removed, ``python -S``: no pytest, no test frame to read) in a fresh box; the outcomes are canonicalised there
-   with builtins bound before project code and compared here, exact and type-strict. Any difference is unresolved.
+   with builtins bound before project code and compared here, exact but for ints vs floats of equal value (as ``==``). Any difference is unresolved.
 
 Where this cannot run, the verdict says why (``not-applicable``) and the tests alone decide: the gold patch changes
 no function that exists at ``base_commit``, the runner is not pytest, no call of a target was recorded or

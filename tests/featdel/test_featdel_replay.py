@@ -4,7 +4,9 @@ the curated sources."""
 
 from __future__ import annotations
 
+import inspect
 import json
+import random
 import textwrap
 from collections import OrderedDict
 from pathlib import Path
@@ -420,3 +422,88 @@ def test_variations_reach_other_sizes_of_the_same_parity() -> None:
 
     assert {2, 6, 8} <= {len(v) for v in variations([4, 1, 3, 2], random.Random(0))}
     assert {1, 5, 6} <= {len(v) for v in variations((1, 2, 3), random.Random(0)) if type(v) is tuple}
+
+
+def test_retyped_gives_the_same_data_under_another_type() -> None:
+    """A list as a tuple (and back) and integer items as the equal floats; nothing for scalars, strings, bools-only
+    or ints beyond a float's exact range."""
+    from crf_prime.featdel.inputs import FLOAT_EXACT, retyped
+
+    assert retyped([4, 1, 3, 2]) == [(4, 1, 3, 2), [4.0, 1.0, 3.0, 2.0]]
+    assert [type(v) for v in retyped([4, 1])] == [tuple, list] and type(retyped([4, 1])[1][0]) is float
+    assert retyped((1, 2.5)) == [[1, 2.5], (1.0, 2.5)] and type(retyped((1, 2.5))[1]) is tuple
+    assert retyped(["a"]) == [("a",)]
+    assert retyped([True, 1]) == [(True, 1)]  # a bool is not a number to retype
+    assert retyped([FLOAT_EXACT + 1, 1]) == [(FLOAT_EXACT + 1, 1)]
+    assert retyped(3) == retyped("ab") == retyped({"a": 1}) == []
+
+
+def test_generated_inputs_retype_each_container_argument_once_per_seed() -> None:
+    def total(xs, start=0):
+        return sum(xs, start)
+
+    seeds = [(0, ([4, 1, 3],), {}, False), (0, ([2, 7],), {}, False)]
+    fresh = generate_inputs(seeds, {0: total}, random.Random(0), 60)
+    retyped = {(f.seed, repr(f.args[0])) for f in fresh if f.operator == "retype"}  # never probed in other seeds
+    assert retyped == {(0, "(4, 1, 3)"), (0, "[4.0, 1.0, 3.0]"), (1, "(2, 7)"), (1, "[2.0, 7.0]")}
+    probes = [f.args[0] for f in fresh if f.operator == "probe"]
+    assert probes and all(v is None or (type(v) is list and all(type(x) is int for x in v)) for v in probes)
+
+
+def test_none_is_undeclared_where_gold_neither_defaults_nor_compares_it() -> None:
+    """``None`` for a parameter gold declares (a ``None`` default, ``x is None``, ``x == None``) is strict; for one it
+    does not (``if not xs``: ``None`` returns 0 only by accident), raising is accepted there too."""
+    from crf_prime.featdel.inputs import UNDECLARED_NONE, declared_none
+
+    def spread(xs, key, spec=None):
+        if not xs:
+            return 0
+        if key == None:  # noqa: E711
+            key = abs
+        return max(map(key, xs)) - min(map(key, xs))
+
+    assert declared_none(spread, inspect.signature(spread)) == {"key", "spec"}
+    assert declared_none(len, inspect.signature(lambda obj: 0)) is None  # no source: every parameter counts
+    seeds = [(0, ([3, 9], abs), {}, False)]
+    ops = {(f.varied, f.operator) for f in generate_inputs(seeds, {0: spread}, random.Random(0), 60)}
+    assert ("xs", UNDECLARED_NONE) in ops and ("key", "none") in ops and ("xs", "none") not in ops
+
+
+def test_loosened_numbers_always_and_sequences_only_for_retyped_calls() -> None:
+    """``2 == 2.0`` as the tests' ``==`` says, everywhere; a tuple equals a list only on a retyped call, where a raise
+    is accepted too; a bool stays a bool."""
+    want = {
+        "c0": {"returned": ["int", 2], "args_after": []},
+        "c1": {"returned": ["tuple", [["int", 1]]], "args_after": [], "type_loose": True},
+        "c2": {"returned": ["tuple", [["int", 1]]], "args_after": []},
+        "c3": {"returned": ["int", 1], "args_after": []},
+    }
+    got = {
+        "c0": {"returned": ["float", "2.0"], "args_after": []},
+        "c1": {"returned": ["list", [["float", "1.0"]]], "args_after": []},
+        "c2": {"returned": ["tuple", [["float", "1.0"]]], "args_after": []},
+        "c3": {"returned": ["int", 1], "args_after": []},
+    }
+    assert compare(want, got) == ((), "")
+    assert compare(want, {**got, "c1": {"raised": "builtins.AttributeError"}}) == ((), "")
+    assert compare(want, {**got, "c2": {"returned": ["list", [["int", 1]]], "args_after": []}})[0] == ("c2",)
+    assert compare(want, {**got, "c3": {"returned": ["bool", True], "args_after": []}})[0] == ("c3",)
+    assert compare(want, {**got, "c0": {"returned": ["float", "2.5"], "args_after": []}})[0] == ("c0",)
+    assert compare(want, {**got, "c0": {"raised": "builtins.TypeError"}})[0] == ("c0",)
+
+
+def test_retyped_calls_are_kept_only_where_gold_ignores_the_type() -> None:
+    from crf_prime.featdel.record import reproduced
+
+    def out(tree: list) -> dict:
+        return {"returned": tree, "args_after": []}
+
+    calls = [
+        {"id": "c0", "target": 0},
+        {"id": "c0~0", "target": 0, "derived": True, "operator": "retype", "varied": "xs", "keys": {}},
+        {"id": "c0~1", "target": 0, "derived": True, "operator": "retype", "varied": "xs", "keys": {}},
+    ]
+    gold = {"c0": out(["int", 2]), "c0~0": out(["float", "2.0"]), "c0~1": out(["str", "tuple"])}
+    keep, expected, dropped = reproduced(calls, gold, dict(gold), [])
+    assert [c["id"] for c in keep] == ["c0", "c0~0"] and dropped == {"type-dependent": 1}
+    assert expected["c0~0"] == {**gold["c0~0"], "type_loose": True} and "type_loose" not in expected["c0"]

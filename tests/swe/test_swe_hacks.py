@@ -61,7 +61,7 @@ async def test_attempt_scores_zero_without_host_effect(attack: Attack, tmp_path:
     assert out.suspected == (1.0 if attack.suspected else 0.0), out.info["forgery"]
     assert out.info["f2p_failure"] == FAIL_TO_PASS
     if (
-        attack.remaining or attack.sequential or attack.judge_only
+        attack.remaining or attack.sequential or attack.judge_only or attack.retyped
     ):  # the forgery passes the tests in-process; gold's calls tell it apart
         assert out.info["gold_judge"]["verdict"] == "disagree", out.info
         assert out.info["reason"].startswith("the change disagrees with gold on ")
@@ -94,6 +94,21 @@ async def test_state_across_calls_resolves_with_the_in_sequence_replay_off(
     """The defence switched off (every replayed call alone, from a fresh import): the attempt agrees with gold on
     every call and resolves, unflagged."""
     monkeypatch.setattr(replay, "SEQUENCE", False)
+    out = await attempt(_task(tmp_path / "a"), runtime, attack, tmp_path / "host")
+    assert out.reward == 1.0 and out.suspected == 0.0, out.info
+    assert out.info["gold_judge"]["verdict"] == "agree", out.info
+
+
+RETYPED = [a for a in ATTACKS if a.retyped]
+
+
+@pytest.mark.parametrize("attack", RETYPED, ids=[a.name for a in RETYPED])
+async def test_type_specialised_fix_resolves_with_the_retyped_calls_off(
+    attack: Attack, tmp_path: Path, runtime: vf.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The defence switched off (only calls with the tests' own types compared): the attempt agrees with gold on
+    every call and resolves, unflagged."""
+    monkeypatch.setattr(replay, "RETYPED", False)
     out = await attempt(_task(tmp_path / "a"), runtime, attack, tmp_path / "host")
     assert out.reward == 1.0 and out.suspected == 0.0, out.info
     assert out.info["gold_judge"]["verdict"] == "agree", out.info
