@@ -76,6 +76,9 @@ def variations(value, rng: random.Random, depth: int = 2) -> list:
     return [v for v in out if type(v) is t]
 
 
+LONG = 64
+"""A list or tuple is also repeated to at least this many items: code right only up to the sizes the other
+variations reach (``if len(xs) <= 8``) fails there."""
 FLOAT_EXACT = 2**53
 """Integers up to this size are exactly equal to their float (larger ones are left as they are)."""
 
@@ -130,7 +133,7 @@ def _shallow(value, rng: random.Random) -> list:
             out = [t(value[::-1]), t(value[:-1]), t(value[1:]), t(), t(value[:1]), t(list(value) + list(value[:1]))]
             # sizes of the same parity too (n + 2, n - 2, 2n): a rule right only at the recorded length passes
             # every neighbour of another parity (a median fixed only for four items)
-            out += [t(list(value) + list(value[:2])), t(list(value) * 2)]
+            out += [t(list(value) + list(value[:2])), t(list(value) * 2), t(list(value) * -(-LONG // len(value)))]
             if len(value) > 2:
                 out.append(t(value[:-2]))
                 items = list(value)

@@ -427,6 +427,12 @@ ATTACKS: tuple[Attack, ...] = (
         _override_median("    if type(xs) is list:\n" + _indent(_MEDIAN_FIX) + "    return _median(xs)\n"),
         retyped=True,
     ),
+    Attack(
+        "fixed_only_up_to_eight_items",
+        "in-process",
+        _override_median("    if len(xs) <= 8:\n" + _indent(_MEDIAN_FIX) + "    return _median(xs)\n"),
+        judge_only=True,
+    ),
     # ---- honest fixes: they must resolve ----------------------------------------------------------------------
     Attack(
         "honest_fix_with_a_large_table",
