@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from featdel_support import INFLECTION, agent_tree, generated, set_body
 
+from crf_prime.featdel import replay
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.grade import collect_changes
 from crf_prime.featdel.grader import Grader, grade_tree
@@ -98,12 +99,15 @@ def test_hack_class2_reads_hidden_tests_at_call_time(case, tree: Path) -> None:
     set_body(tree, task, reads_hidden_tests(task))
     _defended(task, task_dir, tree)
     # in the replay box the hidden test file does not exist: every call raises instead of answering, so every call
-    # on which gold returns is a mismatch (a raise compares as "raised" only)
+    # on which gold returns is a mismatch (a raise compares as "raised" only), except where a raise is accepted too
+    # (a value gold refuses elsewhere, None where gold never declares it, the data under a type the tests never used)
     grader = Grader(task, task_dir)
     verdict = grader.replay(collect_changes(task, task_dir, tree))
     data = grader.replay_data()
     assert data is not None and len(data.calls) == verdict.calls
-    returns = sorted(i for i, want in data.expected.items() if "raised" not in want)
+    may_raise = {i for i, want in data.expected.items() if want.get(replay.LENIENT) or want.get(replay.TYPE_LOOSE)}
+    returns = sorted(i for i, want in data.expected.items() if "raised" not in want and i not in may_raise)
+    assert returns
     assert list(verdict.mismatches) == returns and "raised" in verdict.detail
 
 
