@@ -166,10 +166,11 @@ def gold_runs(sandbox: Sandbox, env: TestEnv, task: FeatdelTask, gold: Path, cal
 
 
 def reproduced(
-    calls: list[dict], first: dict, second: dict, recorded: list[dict]
+    calls: list[dict], first: dict, second: dict, recorded: list[dict], seeds: dict[str, object] | None = None
 ) -> tuple[list[dict], dict[str, object], Counter[str]]:
     """The calls gold reproduces (recorded ones first, each derived call after its parent), gold's outcome of
-    each, and the others counted by reason."""
+    each, and the others counted by reason. ``seeds``: gold's outcomes of parents that are not among ``calls``
+    (held-out calls derived from the served ones)."""
     in_test = {c["id"]: c for c in recorded}
     keep: list[dict] = []
     expected: dict[str, object] = {}
@@ -186,7 +187,8 @@ def reproduced(
         if not reason and call.get("derived") and parent in lost:
             reason = "parent-dropped"  # what made gold's recorded call unreproducible applies to its variants
         if not reason and call.get("operator") == RETYPE:
-            reason = "" if type_agnostic(first[call["id"]], first[parent]) else "type-dependent"
+            seed = first[parent] if parent in first else (seeds or {}).get(parent)
+            reason = "" if seed is not None and type_agnostic(first[call["id"]], seed) else "type-dependent"
         if reason:
             lost.add(call["id"])
             dropped[reason] += 1

@@ -63,7 +63,7 @@ class HeldOut:
 
     def _derive(self) -> list[dict]:
         g, task = self.grader, self.grader.task
-        served, _ = load_replay(task, g.task_dir)
+        served, served_expected = load_replay(task, g.task_dir)
         work = Path(tempfile.mkdtemp(prefix="crf-featdel-heldout-"))
         try:
             gold = work / "gold"
@@ -82,7 +82,8 @@ class HeldOut:
             if not calls:
                 return []
             first, second = gold_runs(g.sandbox, g.env, task, gold, calls)
-            keep, self.expected, _ = reproduced(calls, first, second, [])
+            seeds = {f"h:{i}": want for i, want in served_expected.items()}  # a retyped call's seed is a served call
+            keep, self.expected, _ = reproduced(calls, first, second, [], seeds)
             return keep
         finally:
             shutil.rmtree(work, ignore_errors=True)
