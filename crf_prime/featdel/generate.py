@@ -29,7 +29,6 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -38,6 +37,7 @@ from pydantic_config import BaseConfig
 
 from crf_prime.errors import InputError
 from crf_prime.extras import require
+from crf_prime.featdel.baseline import Baseline, run_baseline
 from crf_prime.featdel.deletion import (
     FunctionInfo,
     apply_unified_diff,
@@ -61,7 +61,7 @@ from crf_prime.featdel.models import (
     VerifyConfig,
 )
 from crf_prime.featdel.record import record_replay, servable
-from crf_prime.featdel.runner import PytestRun, node_id, run_pytest
+from crf_prime.featdel.runner import run_pytest
 from crf_prime.featdel.shared import shared_gold, shared_replay
 from crf_prime.featdel.source import (
     Project,
@@ -127,19 +127,6 @@ class GenerateConfig(VerifyConfig, GradingSandbox, BaseConfig):
     statements after its first ones), class (every tested method of a class); see crf_prime/featdel/granularity.py."""
 
 
-@dataclass
-class Baseline:
-    project: Project
-    env: TestEnv
-    pytest_args: tuple[str, ...]
-    suite_tests: int
-    coverage: dict[str, dict[int, set[str]]]
-    """path -> line -> node ids executing it."""
-    seconds: dict[str, float] = field(default_factory=dict)
-    spec: TestEnvSpec | None = None
-    """The test venv's spec (pinned when the project declares test requirements)."""
-
-
 def env_spec(project: Project, cfg: GenerateConfig) -> TestEnvSpec:
     """pytest + coverage + runtime deps + what the tests declare (+ ``extra_requirements``); resolved to exact
     pins when anything beyond the host-pinned pytest/coverage is asked for."""
@@ -148,109 +135,6 @@ def env_spec(project: Project, cfg: GenerateConfig) -> TestEnvSpec:
 
 
 ProgressFn = Callable[[str, int, int], None]
-
-
-def _copy_repo(src: Path, run_dir: Path) -> Path:
-    repo = run_dir / "repo"
-    shutil.copytree(src, repo)
-    return repo
-
-
-def _suite_failures(run: PytestRun, repo: Path) -> list[str]:
-    """``NODEID: status`` of each failing test (node ids, so that they can be passed to ``--deselect``)."""
-    return sorted(f"{node_id(repo, key)}: {s}" for key, (s, _) in run.outcomes.items() if s in ("failed", "error"))
-
-
-_PYTEST_EXITS = {
-    1: "tests failed",
-    2: "interrupted (an error during collection)",
-    3: "internal error",
-    4: "usage error (an option or plugin pytest does not know)",
-    5: "no tests collected",
-}
-
-
-def suite_failure(run: PytestRun) -> str:
-    """Why a suite did not pass, in one phrase: the pytest exit status and the first missing module, if any."""
-    if run.limit_hit:
-        return f"sandbox limit hit: {run.limit_hit}"
-    text = f"pytest exit {run.exit_code}: {_PYTEST_EXITS.get(run.exit_code or 0, 'unknown status')}"
-    missing = re.search(r"No module named '([\w.]+)'", run.stdout + run.stderr)
-    return f"{text}; import error: no module named {missing.group(1)!r}" if missing else text
-
-
-def run_baseline(
-    project: Project,
-    env: TestEnv,
-    sandbox: Sandbox,
-    cfg: GenerateConfig,
-    workspace: Path,
-    spec: TestEnvSpec | None = None,
-) -> Baseline:
-    """One coverage run of the whole suite in the sandbox; fails clearly if the suite does not pass as shipped."""
-    from crf_prime.featdel.testreqs import neutral_args  # start-up: +12 ms on every command
-
-    protected = protected_paths(project.root)
-    deselect = (
-        neutral_args(spec.requirements if spec else ())
-        + tuple(cfg.pytest_args)
-        + tuple(a for n in cfg.deselect for a in ("--deselect", n))
-    )
-    attempts: list[tuple[str, ...]] = [deselect, ("-o", "addopts=", *deselect)]
-    last: PytestRun | None = None
-    for args in attempts:
-        run_dir = workspace / f"baseline-{len(args) - len(deselect)}"
-        shutil.rmtree(run_dir, ignore_errors=True)
-        _copy_repo(project.root, run_dir)
-        run = run_pytest(
-            sandbox,
-            env,
-            run_dir,
-            pythonpath=project.pythonpath,
-            pytest_args=args,
-            protected=protected,
-            with_coverage=project.package_dirs,
-            wall_seconds=cfg.suite_wall_seconds,
-        )
-        last = run
-        if run.exit_code in (3, 4) or (run.exit_code != 0 and not run.outcomes):
-            continue  # usage error (e.g. addopts needing a plugin we do not install): retry without addopts
-        failures = _suite_failures(run, run_dir / "repo")
-        if failures or run.exit_code != 0:
-            shown = "\n  ".join(failures[:15]) or run.tail()
-            raise SourceError(
-                f"{project.info.spec}: the test suite does not pass as shipped ({suite_failure(run)}, "
-                f"{len(failures)} failing):\n  {shown}\nFix the environment (--extra-requirement) or leave known failures "
-                "out with --deselect NODEID."
-            )
-        return Baseline(
-            project=project,
-            env=env,
-            pytest_args=args,
-            suite_tests=len(run.outcomes),
-            coverage=_read_coverage(run_dir, project),
-        )
-    assert last is not None
-    raise SourceError(
-        f"{project.info.spec}: could not run the test suite ({suite_failure(last)}); output tail:\n{last.tail()}"
-    )
-
-
-def _read_coverage(run_dir: Path, project: Project) -> dict[str, dict[int, set[str]]]:
-    coverage = require("coverage", "featdel")
-
-    data = coverage.CoverageData(basename=str(run_dir / "out" / "coverage.db"))
-    data.read()
-    repo = (run_dir / "repo").resolve()
-    out: dict[str, dict[int, set[str]]] = {}
-    for fname in data.measured_files():
-        try:
-            rel = Path(fname).resolve().relative_to(repo).as_posix()
-        except ValueError:
-            continue
-        by_line = data.contexts_by_lineno(fname)
-        out[rel] = {ln: {c for c in ctxs if c} for ln, ctxs in by_line.items()}
-    return out
 
 
 def find_candidates(baseline: Baseline, cfg: GenerateConfig) -> tuple[list[Candidate], Counter[str], int]:
