@@ -35,6 +35,8 @@ class Baseline:
     suite_tests: int
     coverage: dict[str, dict[int, set[str]]]
     """path -> line -> node ids executing it."""
+    collection: dict[str, set[int]] = field(default_factory=dict)
+    """path -> lines executed outside every test (importing and collecting the suite, session set-up/teardown)."""
     seconds: dict[str, float] = field(default_factory=dict)
     spec: TestEnvSpec | None = None
     """The test venv's spec (pinned when the project declares test requirements)."""
@@ -103,7 +105,7 @@ def remember(
     loop's run is then generation's baseline); True when stored."""
     if run.exit_code != 0 or not run.outcomes or _suite_failures(run, run_dir / "repo"):
         return False
-    entry = suite_cache.CachedBaseline.of(args, len(run.outcomes), _read_coverage(run_dir, project))
+    entry = suite_cache.CachedBaseline.of(args, len(run.outcomes), *_read_coverage(run_dir, project))
     suite_cache.store(cache_key(project, spec, args, cfg), entry)
     return True
 
@@ -128,6 +130,7 @@ def run_baseline(
             pytest_args=hit.pytest_args,
             suite_tests=hit.suite_tests,
             coverage=hit.coverage_map(),
+            collection=hit.collection_map(),
             spec=spec,
             cached=True,
         )
@@ -159,10 +162,16 @@ def run_baseline(
                 f"{len(failures)} failing):\n  {shown}\nFix the environment (--extra-requirement) or leave known failures "
                 "out with --deselect NODEID."
             )
-        coverage = _read_coverage(run_dir, project)
-        suite_cache.store(name, suite_cache.CachedBaseline.of(args, len(run.outcomes), coverage))
+        coverage, collection = _read_coverage(run_dir, project)
+        suite_cache.store(name, suite_cache.CachedBaseline.of(args, len(run.outcomes), coverage, collection))
         return Baseline(
-            project=project, env=env, pytest_args=args, suite_tests=len(run.outcomes), coverage=coverage, spec=spec
+            project=project,
+            env=env,
+            pytest_args=args,
+            suite_tests=len(run.outcomes),
+            coverage=coverage,
+            collection=collection,
+            spec=spec,
         )
     assert last is not None
     raise SourceError(
@@ -170,13 +179,15 @@ def run_baseline(
     )
 
 
-def _read_coverage(run_dir: Path, project: Project) -> dict[str, dict[int, set[str]]]:
+def _read_coverage(run_dir: Path, project: Project) -> tuple[dict[str, dict[int, set[str]]], dict[str, set[int]]]:
+    """(path -> line -> node ids executing it, path -> lines executed in no test's context)."""
     coverage = require("coverage", "featdel")
 
     data = coverage.CoverageData(basename=str(run_dir / "out" / "coverage.db"))
     data.read()
     repo = (run_dir / "repo").resolve()
     out: dict[str, dict[int, set[str]]] = {}
+    outside: dict[str, set[int]] = {}
     for fname in data.measured_files():
         try:
             rel = Path(fname).resolve().relative_to(repo).as_posix()
@@ -184,7 +195,8 @@ def _read_coverage(run_dir: Path, project: Project) -> dict[str, dict[int, set[s
             continue
         by_line = data.contexts_by_lineno(fname)
         out[rel] = {ln: {c for c in ctxs if c} for ln, ctxs in by_line.items()}
-    return out
+        outside[rel] = {ln for ln, ctxs in by_line.items() if "" in ctxs}
+    return out, outside
 
 
 __all__ = ["Baseline", "cache_key", "remember", "run_baseline", "suite_args", "suite_failure"]

@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated
@@ -364,12 +364,55 @@ def gold_violation(task: FeatdelTask, task_dir: Path) -> Rejection | None:
     )
 
 
+def collection_untouched(
+    cand: Candidate, collection: dict[str, set[int]], originals: dict[str, str], broken: dict[str, str]
+) -> bool:
+    """Whether the snapshot surely collects as the original did, so that its collection run can be skipped: no
+    deleted line ran outside a test in the coverage baseline (importing and collecting the suite run none of it),
+    no target is a generator or coroutine function (calling one runs none of its body; its stub raises at the
+    call), and the snapshot's files compile."""
+    for f in cand.functions:
+        if f.body_lines & collection.get(f.path, set()) or _lazy(originals[f.path], f.lineno):
+            return False
+    try:
+        for rel, text in broken.items():
+            compile(text, rel, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _lazy(source: str, lineno: int) -> bool:
+    """The function defined at ``lineno`` of ``source`` (the original file) is async or a generator."""
+    for node in ast.walk(parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.lineno == lineno:
+            return isinstance(node, ast.AsyncFunctionDef) or _yields(node)
+    return True  # not found: do not skip
+
+
+def _yields(fn: ast.FunctionDef) -> bool:
+    stack: list[ast.AST] = list(fn.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Yield | ast.YieldFrom):
+            return True
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def validate_task(
-    task: FeatdelTask, task_dir: Path, *, sandbox: Sandbox, env: TestEnv, gold: GradeResult | None = None
+    task: FeatdelTask,
+    task_dir: Path,
+    *,
+    sandbox: Sandbox,
+    env: TestEnv,
+    gold: GradeResult | None = None,
+    collection: bool = True,
 ) -> Rejection | None:
     """Gold obeys the code policy and passes every target test, the snapshot fails at least one, the suite collects.
     ``gold``: gold's grade already known (its policy checked) from a run shared with other tasks
-    (crf_prime/featdel/shared.py)."""
+    (crf_prime/featdel/shared.py); ``collection=False``: the snapshot is known to collect (no collection run)."""
     if gold is None:
         rejection = gold_violation(task, task_dir)
         if rejection is not None:
@@ -393,6 +436,8 @@ def validate_task(
     bad = grade_changes(task, task_dir, {}, sandbox=sandbox, env=env)
     if bad.score != 0.0 or not bad.failed:
         return Rejection(candidate=task.task_id, reason="deleted-passes", detail="no target test fails after deletion")
+    if not collection:
+        return None
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-collect-"))
     try:
         materialise(task, task_dir, run_dir / "repo", hidden=True)
@@ -464,6 +509,10 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         budget = max(cfg.max_tasks, int(cfg.replay_search * cfg.max_tasks))
         progress("validate", 0, cfg.max_tasks)
 
+        def collects(c: Candidate, task: FeatdelTask) -> bool:
+            originals = {p: (baseline.project.root / p).read_text() for p in task.broken_files}
+            return collection_untouched(c, baseline.collection, originals, dict(task.broken_files))
+
         def check(pool: ThreadPoolExecutor, batch: list[Candidate]) -> list[Checked]:
             built: list[FeatdelTask | Rejection] = []
             for c in batch:
@@ -472,7 +521,10 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                 except Exception as e:
                     built.append(Rejection(candidate=c.key, reason="error", detail=f"{type(e).__name__}: {e}"[:500]))
             tasks = [t for t in built if isinstance(t, FeatdelTask)]
-            verdicts = validate_batch(tasks, staging, sandbox=sandbox, env=env, pool=pool)
+            quiet = {
+                b.task_id for c, b in zip(batch, built, strict=True) if isinstance(b, FeatdelTask) and collects(c, b)
+            }
+            verdicts = validate_batch(tasks, staging, sandbox=sandbox, env=env, pool=pool, collects=quiet)
             accepted = [t for t in tasks if verdicts[t.task_id] is None]
             replays: dict[str, tuple[FeatdelTask, Counter[str]]] = {}
             if cfg.replay:
@@ -601,10 +653,17 @@ SHARED_BATCH = 16
 
 
 def validate_batch(
-    tasks: list[FeatdelTask], task_dir: Path, *, sandbox, env: TestEnv, pool: ThreadPoolExecutor
+    tasks: list[FeatdelTask],
+    task_dir: Path,
+    *,
+    sandbox,
+    env: TestEnv,
+    pool: ThreadPoolExecutor,
+    collects: Collection[str] = (),
 ) -> dict[str, Rejection | None]:
     """:func:`validate_task` for many tasks of one package, gold graded once for those whose gold tree is the
-    original (crf_prime/featdel/shared.py); the deleted grade and the collection stay per task."""
+    original (crf_prime/featdel/shared.py); the deleted grade and the collection stay per task. ``collects``: ids of
+    tasks whose snapshot is known to collect (:func:`collection_untouched`): their collection run is skipped."""
     verdicts: dict[str, Rejection | None] = {t.task_id: gold_violation(t, task_dir) for t in tasks}
     clean = [t for t in tasks if verdicts[t.task_id] is None]
     try:
@@ -612,7 +671,12 @@ def validate_batch(
     except Exception as e:  # each task is graded on its own then (and reports its own error)
         logger.warning("featdel: the shared gold run failed (%s); grading task by task", e)
         golds = {}
-    results = pool.map(lambda t: validate_task(t, task_dir, sandbox=sandbox, env=env, gold=golds.get(t.task_id)), clean)
+    results = pool.map(
+        lambda t: validate_task(
+            t, task_dir, sandbox=sandbox, env=env, gold=golds.get(t.task_id), collection=t.task_id not in collects
+        ),
+        clean,
+    )
     verdicts.update({t.task_id: r for t, r in zip(clean, results, strict=True)})
     return verdicts
 

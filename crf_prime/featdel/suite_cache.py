@@ -57,10 +57,16 @@ class CachedBaseline(BaseModel):
     """Node ids (coverage contexts), sorted; ``coverage`` refers to them by index."""
     coverage: dict[str, dict[int, tuple[int, ...]]]
     """Source path -> line -> indices into ``tests`` of the tests executing it."""
+    collection: dict[str, tuple[int, ...]]
+    """Source path -> lines executed outside every test (collection, session set-up and teardown)."""
 
     @classmethod
     def of(
-        cls, pytest_args: tuple[str, ...], suite_tests: int, coverage: dict[str, dict[int, set[str]]]
+        cls,
+        pytest_args: tuple[str, ...],
+        suite_tests: int,
+        coverage: dict[str, dict[int, set[str]]],
+        collection: dict[str, set[int]],
     ) -> CachedBaseline:
         tests = tuple(sorted({t for lines in coverage.values() for ids in lines.values() for t in ids}))
         index = {t: i for i, t in enumerate(tests)}
@@ -68,13 +74,17 @@ class CachedBaseline(BaseModel):
             path: {ln: tuple(sorted(index[t] for t in ids)) for ln, ids in sorted(lines.items())}
             for path, lines in sorted(coverage.items())
         }
-        return cls(pytest_args=pytest_args, suite_tests=suite_tests, tests=tests, coverage=packed)
+        outside = {path: tuple(sorted(lines)) for path, lines in sorted(collection.items())}
+        return cls(pytest_args=pytest_args, suite_tests=suite_tests, tests=tests, coverage=packed, collection=outside)
 
     def coverage_map(self) -> dict[str, dict[int, set[str]]]:
         return {
             path: {ln: {self.tests[i] for i in ids} for ln, ids in lines.items()}
             for path, lines in self.coverage.items()
         }
+
+    def collection_map(self) -> dict[str, set[int]]:
+        return {path: set(lines) for path, lines in self.collection.items()}
 
 
 @functools.cache

@@ -45,10 +45,12 @@ def coverage_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_a_cached_baseline_round_trips() -> None:
     coverage = {"a.py": {1: set(), 2: {"t.py::x", "t.py::y[1]"}}, "b/c.py": {7: {"t.py::y[1]"}}}
-    entry = suite_cache.CachedBaseline.of(("-q",), 3, coverage)
+    collection = {"a.py": {1, 5}, "b/c.py": set()}
+    entry = suite_cache.CachedBaseline.of(("-q",), 3, coverage, collection)
     assert entry.tests == ("t.py::x", "t.py::y[1]")
     again = suite_cache.CachedBaseline.model_validate_json(entry.model_dump_json())
     assert again == entry and again.coverage_map() == coverage and again.pytest_args == ("-q",)
+    assert again.collection_map() == collection
 
 
 def test_the_key_changes_with_each_part_and_only_then() -> None:
@@ -104,6 +106,7 @@ def test_a_corrupt_entry_is_ignored_with_a_warning_and_rebuilt(
     third = coverage()
     assert third.cached and coverage_runs == ["baseline", "baseline"]
     assert first.coverage == second.coverage == third.coverage and third.suite_tests == 5
+    assert first.collection == third.collection and first.collection["torn/__init__.py"]  # the module's import
 
 
 def test_a_test_that_fails_only_under_coverage_is_deselected_by_the_setup_loop(
