@@ -35,8 +35,9 @@ class Baseline:
     suite_tests: int
     coverage: dict[str, dict[int, set[str]]]
     """path -> line -> node ids executing it."""
-    collection: dict[str, set[int]] = field(default_factory=dict)
-    """path -> lines executed outside every test (importing and collecting the suite, session set-up/teardown)."""
+    collection: dict[str, set[int]] | None = None
+    """path -> lines executed outside every test (importing and collecting the suite, session set-up/teardown);
+    None: not known (every snapshot's collection is then checked)."""
     seconds: dict[str, float] = field(default_factory=dict)
     spec: TestEnvSpec | None = None
     """The test venv's spec (pinned when the project declares test requirements)."""

@@ -365,12 +365,14 @@ def gold_violation(task: FeatdelTask, task_dir: Path) -> Rejection | None:
 
 
 def collection_untouched(
-    cand: Candidate, collection: dict[str, set[int]], originals: dict[str, str], broken: dict[str, str]
+    cand: Candidate, collection: dict[str, set[int]] | None, originals: dict[str, str], broken: dict[str, str]
 ) -> bool:
     """Whether the snapshot surely collects as the original did, so that its collection run can be skipped: no
     deleted line ran outside a test in the coverage baseline (importing and collecting the suite run none of it),
     no target is a generator or coroutine function (calling one runs none of its body; its stub raises at the
     call), and the snapshot's files compile."""
+    if collection is None:
+        return False
     for f in cand.functions:
         if f.body_lines & collection.get(f.path, set()) or _lazy(originals[f.path], f.lineno):
             return False
