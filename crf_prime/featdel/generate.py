@@ -27,9 +27,8 @@ import shutil
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -38,6 +37,7 @@ from pydantic_config import BaseConfig
 
 from crf_prime.errors import InputError
 from crf_prime.extras import require
+from crf_prime.featdel.baseline import Baseline, run_baseline
 from crf_prime.featdel.deletion import (
     FunctionInfo,
     apply_unified_diff,
@@ -61,7 +61,7 @@ from crf_prime.featdel.models import (
     VerifyConfig,
 )
 from crf_prime.featdel.record import record_replay, servable
-from crf_prime.featdel.runner import PytestRun, node_id, run_pytest
+from crf_prime.featdel.runner import run_pytest
 from crf_prime.featdel.shared import shared_gold, shared_replay
 from crf_prime.featdel.source import (
     Project,
@@ -127,19 +127,6 @@ class GenerateConfig(VerifyConfig, GradingSandbox, BaseConfig):
     statements after its first ones), class (every tested method of a class); see crf_prime/featdel/granularity.py."""
 
 
-@dataclass
-class Baseline:
-    project: Project
-    env: TestEnv
-    pytest_args: tuple[str, ...]
-    suite_tests: int
-    coverage: dict[str, dict[int, set[str]]]
-    """path -> line -> node ids executing it."""
-    seconds: dict[str, float] = field(default_factory=dict)
-    spec: TestEnvSpec | None = None
-    """The test venv's spec (pinned when the project declares test requirements)."""
-
-
 def env_spec(project: Project, cfg: GenerateConfig) -> TestEnvSpec:
     """pytest + coverage + runtime deps + what the tests declare (+ ``extra_requirements``); resolved to exact
     pins when anything beyond the host-pinned pytest/coverage is asked for."""
@@ -148,109 +135,6 @@ def env_spec(project: Project, cfg: GenerateConfig) -> TestEnvSpec:
 
 
 ProgressFn = Callable[[str, int, int], None]
-
-
-def _copy_repo(src: Path, run_dir: Path) -> Path:
-    repo = run_dir / "repo"
-    shutil.copytree(src, repo)
-    return repo
-
-
-def _suite_failures(run: PytestRun, repo: Path) -> list[str]:
-    """``NODEID: status`` of each failing test (node ids, so that they can be passed to ``--deselect``)."""
-    return sorted(f"{node_id(repo, key)}: {s}" for key, (s, _) in run.outcomes.items() if s in ("failed", "error"))
-
-
-_PYTEST_EXITS = {
-    1: "tests failed",
-    2: "interrupted (an error during collection)",
-    3: "internal error",
-    4: "usage error (an option or plugin pytest does not know)",
-    5: "no tests collected",
-}
-
-
-def suite_failure(run: PytestRun) -> str:
-    """Why a suite did not pass, in one phrase: the pytest exit status and the first missing module, if any."""
-    if run.limit_hit:
-        return f"sandbox limit hit: {run.limit_hit}"
-    text = f"pytest exit {run.exit_code}: {_PYTEST_EXITS.get(run.exit_code or 0, 'unknown status')}"
-    missing = re.search(r"No module named '([\w.]+)'", run.stdout + run.stderr)
-    return f"{text}; import error: no module named {missing.group(1)!r}" if missing else text
-
-
-def run_baseline(
-    project: Project,
-    env: TestEnv,
-    sandbox: Sandbox,
-    cfg: GenerateConfig,
-    workspace: Path,
-    spec: TestEnvSpec | None = None,
-) -> Baseline:
-    """One coverage run of the whole suite in the sandbox; fails clearly if the suite does not pass as shipped."""
-    from crf_prime.featdel.testreqs import neutral_args  # start-up: +12 ms on every command
-
-    protected = protected_paths(project.root)
-    deselect = (
-        neutral_args(spec.requirements if spec else ())
-        + tuple(cfg.pytest_args)
-        + tuple(a for n in cfg.deselect for a in ("--deselect", n))
-    )
-    attempts: list[tuple[str, ...]] = [deselect, ("-o", "addopts=", *deselect)]
-    last: PytestRun | None = None
-    for args in attempts:
-        run_dir = workspace / f"baseline-{len(args) - len(deselect)}"
-        shutil.rmtree(run_dir, ignore_errors=True)
-        _copy_repo(project.root, run_dir)
-        run = run_pytest(
-            sandbox,
-            env,
-            run_dir,
-            pythonpath=project.pythonpath,
-            pytest_args=args,
-            protected=protected,
-            with_coverage=project.package_dirs,
-            wall_seconds=cfg.suite_wall_seconds,
-        )
-        last = run
-        if run.exit_code in (3, 4) or (run.exit_code != 0 and not run.outcomes):
-            continue  # usage error (e.g. addopts needing a plugin we do not install): retry without addopts
-        failures = _suite_failures(run, run_dir / "repo")
-        if failures or run.exit_code != 0:
-            shown = "\n  ".join(failures[:15]) or run.tail()
-            raise SourceError(
-                f"{project.info.spec}: the test suite does not pass as shipped ({suite_failure(run)}, "
-                f"{len(failures)} failing):\n  {shown}\nFix the environment (--extra-requirement) or leave known failures "
-                "out with --deselect NODEID."
-            )
-        return Baseline(
-            project=project,
-            env=env,
-            pytest_args=args,
-            suite_tests=len(run.outcomes),
-            coverage=_read_coverage(run_dir, project),
-        )
-    assert last is not None
-    raise SourceError(
-        f"{project.info.spec}: could not run the test suite ({suite_failure(last)}); output tail:\n{last.tail()}"
-    )
-
-
-def _read_coverage(run_dir: Path, project: Project) -> dict[str, dict[int, set[str]]]:
-    coverage = require("coverage", "featdel")
-
-    data = coverage.CoverageData(basename=str(run_dir / "out" / "coverage.db"))
-    data.read()
-    repo = (run_dir / "repo").resolve()
-    out: dict[str, dict[int, set[str]]] = {}
-    for fname in data.measured_files():
-        try:
-            rel = Path(fname).resolve().relative_to(repo).as_posix()
-        except ValueError:
-            continue
-        by_line = data.contexts_by_lineno(fname)
-        out[rel] = {ln: {c for c in ctxs if c} for ln, ctxs in by_line.items()}
-    return out
 
 
 def find_candidates(baseline: Baseline, cfg: GenerateConfig) -> tuple[list[Candidate], Counter[str], int]:
@@ -480,12 +364,57 @@ def gold_violation(task: FeatdelTask, task_dir: Path) -> Rejection | None:
     )
 
 
+def collection_untouched(
+    cand: Candidate, collection: dict[str, set[int]] | None, originals: dict[str, str], broken: dict[str, str]
+) -> bool:
+    """Whether the snapshot surely collects as the original did, so that its collection run can be skipped: no
+    deleted line ran outside a test in the coverage baseline (importing and collecting the suite run none of it),
+    no target is a generator or coroutine function (calling one runs none of its body; its stub raises at the
+    call), and the snapshot's files compile."""
+    if collection is None:
+        return False
+    for f in cand.functions:
+        if f.body_lines & collection.get(f.path, set()) or _lazy(originals[f.path], f.lineno):
+            return False
+    try:
+        for rel, text in broken.items():
+            compile(text, rel, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _lazy(source: str, lineno: int) -> bool:
+    """The function defined at ``lineno`` of ``source`` (the original file) is async or a generator."""
+    for node in ast.walk(parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.lineno == lineno:
+            return isinstance(node, ast.AsyncFunctionDef) or _yields(node)
+    return True  # not found: do not skip
+
+
+def _yields(fn: ast.FunctionDef) -> bool:
+    stack: list[ast.AST] = list(fn.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Yield | ast.YieldFrom):
+            return True
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def validate_task(
-    task: FeatdelTask, task_dir: Path, *, sandbox: Sandbox, env: TestEnv, gold: GradeResult | None = None
+    task: FeatdelTask,
+    task_dir: Path,
+    *,
+    sandbox: Sandbox,
+    env: TestEnv,
+    gold: GradeResult | None = None,
+    collection: bool = True,
 ) -> Rejection | None:
     """Gold obeys the code policy and passes every target test, the snapshot fails at least one, the suite collects.
     ``gold``: gold's grade already known (its policy checked) from a run shared with other tasks
-    (crf_prime/featdel/shared.py)."""
+    (crf_prime/featdel/shared.py); ``collection=False``: the snapshot is known to collect (no collection run)."""
     if gold is None:
         rejection = gold_violation(task, task_dir)
         if rejection is not None:
@@ -509,6 +438,8 @@ def validate_task(
     bad = grade_changes(task, task_dir, {}, sandbox=sandbox, env=env)
     if bad.score != 0.0 or not bad.failed:
         return Rejection(candidate=task.task_id, reason="deleted-passes", detail="no target test fails after deletion")
+    if not collection:
+        return None
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-collect-"))
     try:
         materialise(task, task_dir, run_dir / "repo", hidden=True)
@@ -580,6 +511,10 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         budget = max(cfg.max_tasks, int(cfg.replay_search * cfg.max_tasks))
         progress("validate", 0, cfg.max_tasks)
 
+        def collects(c: Candidate, task: FeatdelTask) -> bool:
+            originals = {p: (baseline.project.root / p).read_text() for p in task.broken_files}
+            return collection_untouched(c, baseline.collection, originals, dict(task.broken_files))
+
         def check(pool: ThreadPoolExecutor, batch: list[Candidate]) -> list[Checked]:
             built: list[FeatdelTask | Rejection] = []
             for c in batch:
@@ -588,7 +523,10 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                 except Exception as e:
                     built.append(Rejection(candidate=c.key, reason="error", detail=f"{type(e).__name__}: {e}"[:500]))
             tasks = [t for t in built if isinstance(t, FeatdelTask)]
-            verdicts = validate_batch(tasks, staging, sandbox=sandbox, env=env, pool=pool)
+            quiet = {
+                b.task_id for c, b in zip(batch, built, strict=True) if isinstance(b, FeatdelTask) and collects(c, b)
+            }
+            verdicts = validate_batch(tasks, staging, sandbox=sandbox, env=env, pool=pool, collects=quiet)
             accepted = [t for t in tasks if verdicts[t.task_id] is None]
             replays: dict[str, tuple[FeatdelTask, Counter[str]]] = {}
             if cfg.replay:
@@ -717,10 +655,17 @@ SHARED_BATCH = 16
 
 
 def validate_batch(
-    tasks: list[FeatdelTask], task_dir: Path, *, sandbox, env: TestEnv, pool: ThreadPoolExecutor
+    tasks: list[FeatdelTask],
+    task_dir: Path,
+    *,
+    sandbox,
+    env: TestEnv,
+    pool: ThreadPoolExecutor,
+    collects: Collection[str] = (),
 ) -> dict[str, Rejection | None]:
     """:func:`validate_task` for many tasks of one package, gold graded once for those whose gold tree is the
-    original (crf_prime/featdel/shared.py); the deleted grade and the collection stay per task."""
+    original (crf_prime/featdel/shared.py); the deleted grade and the collection stay per task. ``collects``: ids of
+    tasks whose snapshot is known to collect (:func:`collection_untouched`): their collection run is skipped."""
     verdicts: dict[str, Rejection | None] = {t.task_id: gold_violation(t, task_dir) for t in tasks}
     clean = [t for t in tasks if verdicts[t.task_id] is None]
     try:
@@ -728,7 +673,12 @@ def validate_batch(
     except Exception as e:  # each task is graded on its own then (and reports its own error)
         logger.warning("featdel: the shared gold run failed (%s); grading task by task", e)
         golds = {}
-    results = pool.map(lambda t: validate_task(t, task_dir, sandbox=sandbox, env=env, gold=golds.get(t.task_id)), clean)
+    results = pool.map(
+        lambda t: validate_task(
+            t, task_dir, sandbox=sandbox, env=env, gold=golds.get(t.task_id), collection=t.task_id not in collects
+        ),
+        clean,
+    )
     verdicts.update({t.task_id: r for t, r in zip(clean, results, strict=True)})
     return verdicts
 

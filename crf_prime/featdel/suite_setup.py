@@ -10,9 +10,14 @@
    a module that still cannot be collected -> ``--ignore``d, with its reason; so is a module pytest collects that
    is not named as a test module (``source.is_test_path``), since the grader would count it as deletable source.
    At most :data:`MAX_ROUNDS` rounds and :data:`MAX_INSTALLS` installs.
-3. Run the suite; when tests fail, run the failing ones again: tests that fail the same way twice are deselected
-   ("fails as shipped"), tests that fail once are deselected as flaky. The project is refused when fewer than
-   :data:`MIN_KEPT` of its collected tests are left, or when more test modules are ignored than collect.
+3. Run the suite under coverage, as generation's baseline does (a test that fails only under the tracer, such as a
+   timing test, fails here too); when tests fail, run the failing ones again: tests that fail the same way twice
+   are deselected ("fails as shipped"), tests that fail once are deselected as flaky; then run the suite without
+   them. The project is refused when fewer than :data:`MIN_KEPT` of its collected tests are left, or when more test
+   modules cannot be collected than can (modules left out for not being test modules, such as doctests in the
+   package or a README, do not count).
+4. The last full run, when every test in it passed, is stored as generation's coverage baseline
+   (:func:`crf_prime.featdel.baseline.remember`): generation does not run the suite again.
 
 The result is a :class:`SuiteSetup`: pins (they become the task rows' ``test_env``, so grading installs exactly
 the same), pytest arguments, deselected node ids, and a line per action for the corpus summary.
@@ -28,12 +33,14 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crf_prime.featdel import discovery
-from crf_prime.featdel.models import SuiteSetup
+from crf_prime.featdel import discovery, suite_cache
+from crf_prime.featdel.baseline import remember, suite_failure
+from crf_prime.featdel.models import SuiteSetup, TestEnvSpec
 from crf_prime.featdel.runner import PytestRun, node_id, run_pytest
 from crf_prime.featdel.source import Project, SourceError, is_test_path, load_project, protected_paths
-from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env
+from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env, uv_index_args
 from crf_prime.featdel.testreqs import neutral_args, requirement_hints
+from crf_prime.placement import GradingSandbox
 from crf_prime.sandbox import Sandbox
 
 if TYPE_CHECKING:
@@ -45,6 +52,12 @@ MAX_INSTALLS = 8
 """Distributions the loop may add to the test venv (each costs a resolve and a venv build: seconds with uv)."""
 MIN_KEPT = 0.5
 """Share of the collected tests that must be left after deselection."""
+CONFIRM_RUNS = 2
+"""Coverage runs of the suite without the deselected tests (the baseline) before the loop stops deselecting tests
+that fail only there."""
+NOT_A_TEST_MODULE = "tests in a module not named as a test module (it would be deletable source)"
+"""Why a collected module outside the test paths (doctests in the package, a README) is left out; such modules do
+not count as modules that cannot be collected."""
 
 # import name -> distribution, where they differ and the name alone would install something else or nothing
 KNOWN_DISTRIBUTIONS = {
@@ -274,6 +287,9 @@ class _Runner:
             pytest_args=args,
             protected=self.protected,
             collect_only=collect_only,
+            # full runs are coverage runs, as generation's baseline is: a test that fails only under coverage's
+            # tracer fails here too (and is deselected), and a passing run is the baseline itself
+            with_coverage=() if collect_only else self.project.package_dirs,
             wall_seconds=self.timeout_s,
         )
         if run.limit_hit:
@@ -281,66 +297,96 @@ class _Runner:
         return run, run_dir / "repo"
 
 
+class _Venv:
+    """The test venv the loop grows: the distributions it added (pinned), what it tried, what it gave up on."""
+
+    def __init__(self, project: Project, cfg: GenerateConfig) -> None:
+        self.project, self.cfg = project, cfg
+        self.hints = requirement_hints(project.root, project.info.name)
+        self.extra: list[str] = list(cfg.extra_requirements)
+        self.installed: dict[str, str] = {}
+        self.tried: dict[str, list[str]] = {}
+        self.given_up: dict[str, str] = {}
+        self.spec, self.env = self.build(self.extra)
+
+    def resolve(self, requirements: list[str]) -> TestEnvSpec:
+        """The venv's spec as ``featdel generate`` will compute it (pinned by the resolver; nothing built)."""
+        from crf_prime.featdel.generate import env_spec
+
+        return env_spec(self.project, self.cfg.model_copy(update={"extra_requirements": requirements}))
+
+    def build(self, requirements: list[str]) -> tuple[TestEnvSpec, TestEnv]:
+        spec = self.resolve(requirements)
+        return spec, ensure_test_env(spec, self.project.top_level)
+
+    def add(self, need: str, cands: list[str], *, still: str | None) -> bool:
+        """Install the first of ``cands`` that resolves for ``need`` (a module the tests import, or a
+        :func:`missing_plugins` entry) and say whether the venv changed. ``need`` met before and still missing:
+        ``still`` None takes the installed distribution out and tries the next candidate (a module another
+        distribution may provide), else gives up with ``"<still> with <pin> installed"``."""
+        from packaging.requirements import Requirement
+
+        swapped = need in self.installed
+        if swapped:
+            if still is not None:
+                self.given_up[need] = f"{still} with {self.installed[need]} installed"
+                return False
+            self.extra.remove(self.installed.pop(need))
+        errors = []
+        for cand in cands if len(self.installed) < MAX_INSTALLS else ():
+            if cand in self.tried.setdefault(need, []):
+                continue
+            self.tried[need].append(cand)
+            try:
+                spec = self.resolve([*self.extra, cand])
+            except SourceError as e:
+                errors.append(f"{cand}: {str(e).splitlines()[0][:160]}")
+                continue
+            name = _canon(Requirement(cand).name)
+            # the venv is built from the pin (not the candidate's range), so generation reuses it as it is
+            pin = next((r for r in spec.requirements if _canon(r.split("==")[0]) == name), cand)
+            self.spec, self.env = self.build([*self.extra, pin])
+            self.extra.append(pin)
+            self.installed[need] = pin
+            return True
+        if swapped:  # the distribution taken out above leaves the venv too: the pins name what it holds
+            self.spec, self.env = self.build(self.extra)
+        if len(self.installed) >= MAX_INSTALLS:
+            self.given_up[need] = f"not installed: the setup loop already added {MAX_INSTALLS} distributions"
+        else:
+            tried = "; ".join(errors) or ", ".join(self.tried.get(need, []))
+            self.given_up[need] = f"no distribution provides it (tried {tried})"
+        return False
+
+
 def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspace: Path) -> SuiteSetup:
     """The setup loop (module docstring) on a loaded project; raises :class:`SourceError` with the reason when the
-    suite cannot be made to run."""
-    from crf_prime.featdel.generate import env_spec, suite_failure
-
+    suite cannot be made to run. Its full run is a coverage run: when every test passes it is stored as the
+    generation's baseline (:func:`crf_prime.featdel.baseline.remember`), which then does not run the suite again."""
     refuse_pytest_own(project, ensure_test_env(default_spec(())))
     run_once = _Runner(project, sandbox, workspace, cfg.suite_wall_seconds)
-    hints = requirement_hints(project.root, project.info.name)
-    extra = list(cfg.extra_requirements)
-    installed: dict[str, str] = {}
-    tried: dict[str, list[str]] = {}
-    given_up: dict[str, str] = {}
+    venv = _Venv(project, cfg)
+    given_up = venv.given_up
     args: list[str] = list(cfg.pytest_args)
     ignored: dict[str, str] = {}
     ways = discovery.attempts(project.root)
     how = "pytest defaults"
     deselect = tuple(a for n in cfg.deselect for a in ("--deselect", n))
-
-    def resolve(requirements: list[str]):
-        """The venv's spec as ``featdel generate`` will compute it (pinned by pip's resolver; nothing built)."""
-        return env_spec(project, cfg.model_copy(update={"extra_requirements": requirements}))
-
-    def env_for(requirements: list[str]):
-        spec = resolve(requirements)
-        return spec, ensure_test_env(spec, project.top_level)
-
-    spec, env = env_for(extra)
     rounds = 0
     while rounds < MAX_ROUNDS:
         rounds += 1
-        run, repo = run_once(env, (*neutral_args(spec.requirements), *args, *deselect), collect_only=True)
+        run, repo = run_once(venv.env, (*neutral_args(venv.spec.requirements), *args, *deselect), collect_only=True)
         missing = [m for m in missing_modules(run) if m not in given_up]
         if missing:
             module = missing[0]
             if _own_module(project.root, module, project.pythonpath) or module in project.top_level:
                 given_up[module] = "the module is in the project's tree (an import-path problem)"
-                continue
-            if module in installed:  # that distribution did not provide it: take it out, try the next candidate
-                extra.remove(installed.pop(module))
-            added = _install(module, candidates(module, hints), tried, extra, resolve, env_for, len(installed))
-            if isinstance(added, str):
-                given_up[module] = added
-                continue
-            (spec, env), pin = added
-            extra.append(pin)
-            installed[module] = pin
+            else:
+                venv.add(module, candidates(module, venv.hints), still=None)
             continue
         marks = [n for n in missing_plugins(run) if n.startswith("marker ") and n not in given_up]
         if marks:  # a mark only a plugin registers, under --strict-markers: install the plugin
-            need = marks[0]
-            if need in installed:
-                given_up[need] = f"still unknown with {installed[need]} installed"
-                continue
-            added = _install(need, plugin_candidates(need, hints), tried, extra, resolve, env_for, len(installed))
-            if isinstance(added, str):
-                given_up[need] = added
-                continue
-            (spec, env), pin = added
-            extra.append(pin)
-            installed[need] = pin
+            venv.add(marks[0], plugin_candidates(marks[0], venv.hints), still="still unknown")
             continue
         if run.exit_code == 4 and "addopts=" not in args:
             args = ["-o", "addopts=", *args]
@@ -365,39 +411,33 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
     else:  # the last round still changed something
         raise SourceError(
             f"{project.info.spec}: the suite still did not collect after {MAX_ROUNDS} setup rounds "
-            f"(installed: {', '.join(installed.values()) or 'nothing'}; gave up on: {given_up or 'nothing'})"
+            f"(installed: {', '.join(venv.installed.values()) or 'nothing'}; gave up on: {given_up or 'nothing'})"
         )
+    uncollectable = len(ignored)
     per_module = collected(run)
     for path in [m for m in per_module if not is_test_path(m)]:  # the grader would take it for source code
-        ignored[path] = "tests in a module not named as a test module (it would be deletable source)"
+        ignored[path] = NOT_A_TEST_MODULE
         args = without_path(args, path)
         del per_module[path]
     n_collected, modules = sum(per_module.values()), set(per_module)
-    if len(ignored) > len(modules):
+    if uncollectable > len(modules):
         raise SourceError(
-            f"{project.info.spec}: {len(ignored)} test modules cannot be collected and only {len(modules)} can: "
+            f"{project.info.spec}: {uncollectable} test modules cannot be collected and only {len(modules)} can: "
             + "; ".join(f"{p}: {r}" for p, r in list(ignored.items())[:5])
         )
-    run_args = (*neutral_args(spec.requirements), *args, *deselect)
-    first, repo = run_once(env, run_args, collect_only=False)
+
+    def full_run() -> tuple[tuple[str, ...], PytestRun, Path]:
+        run_args = (*neutral_args(venv.spec.requirements), *args, *deselect)
+        return run_args, *run_once(venv.env, run_args, collect_only=False)
+
+    run_args, first, repo = full_run()
     for _ in range(MAX_ROUNDS):  # a fixture or async support a plugin provides: install it and run again
         needs = [n for n in missing_plugins(first) if n not in given_up]
         if not needs:
             break
         rounds += 1
-        need = needs[0]
-        if need in installed:
-            given_up[need] = f"still missing with {installed[need]} installed"
-            continue
-        added = _install(need, plugin_candidates(need, hints), tried, extra, resolve, env_for, len(installed))
-        if isinstance(added, str):
-            given_up[need] = added
-            continue
-        (spec, env), pin = added
-        extra.append(pin)
-        installed[need] = pin
-        run_args = (*neutral_args(spec.requirements), *args, *deselect)
-        first, repo = run_once(env, run_args, collect_only=False)
+        if venv.add(needs[0], plugin_candidates(needs[0], venv.hints), still="still missing"):
+            run_args, first, repo = full_run()
     failed = failures(first, repo)
     deselected: dict[str, str] = {}
     if failed or first.exit_code != 0:
@@ -405,9 +445,9 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
             raise SourceError(f"{project.info.spec}: the suite did not run ({suite_failure(first)}):\n{first.tail()}")
         # only the failing tests run again (a whole second suite run costs minutes on a big suite); a test that
         # passes alone but failed in the suite is flaky or order-dependent: left out either way
-        second, repo = run_once(env, (*run_args, *sorted(failed)), collect_only=False) if failed else (None, repo)
+        second, repo = run_once(venv.env, (*run_args, *sorted(failed)), collect_only=False) if failed else (None, repo)
         if second is None or not second.outcomes:  # nothing to name, or pytest did not find the node ids
-            second, repo = run_once(env, run_args, collect_only=False)
+            second, repo = run_once(venv.env, run_args, collect_only=False)
         again = failures(second, repo)
         for node in sorted(set(failed) | set(again)):
             same = failed.get(node) == again.get(node)
@@ -415,14 +455,22 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
     total = max(n_collected, len(first.outcomes))
     if total == 0:
         raise SourceError(f"{project.info.spec}: no tests collected ({how})")
-    if total - len(deselected) < MIN_KEPT * total:
-        raise SourceError(
-            f"{project.info.spec}: {len(deselected)} of {total} tests fail as shipped (fewer than "
-            f"{MIN_KEPT:.0%} would be left): " + "; ".join(f"{n}: {r}" for n, r in list(deselected.items())[:5])
-        )
+    if not deselected:  # the suite passed whole under coverage: that run is generation's baseline
+        remember(project, venv.spec, run_args, cfg, first, repo.parent)
+    for _ in range(CONFIRM_RUNS if deselected else 0):
+        _too_few_left(project, deselected, total)
+        # the suite without them, under coverage: generation's baseline; a test that fails only now is flaky
+        confirm_args = (*run_args, *(a for n in deselected for a in ("--deselect", n)))
+        confirm, repo = run_once(venv.env, confirm_args, collect_only=False)
+        new = {n: r for n, r in failures(confirm, repo).items() if n not in deselected}
+        if not new:
+            remember(project, venv.spec, confirm_args, cfg, confirm, repo.parent)
+            break
+        deselected |= {n: f"flaky (passed in the first run, then {r})" for n, r in new.items()}
+    _too_few_left(project, deselected, total)
     return SuiteSetup(
-        extra_requirements=tuple(extra),
-        installed=installed,
+        extra_requirements=tuple(venv.extra),
+        installed=venv.installed,
         pytest_args=tuple(args),
         discovery=how,
         ignored=ignored,
@@ -430,6 +478,14 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         collected=total,
         rounds=rounds,
     )
+
+
+def _too_few_left(project: Project, deselected: dict[str, str], total: int) -> None:
+    if total - len(deselected) < MIN_KEPT * total:
+        raise SourceError(
+            f"{project.info.spec}: {len(deselected)} of {total} tests fail as shipped (fewer than "
+            f"{MIN_KEPT:.0%} would be left): " + "; ".join(f"{n}: {r}" for n, r in list(deselected.items())[:5])
+        )
 
 
 def without_path(args: list[str], path: str) -> list[str]:
@@ -453,39 +509,38 @@ def _reason(message: str, given_up: dict[str, str]) -> str:
     return (lines[-1] if lines else "collection error")[:200]
 
 
-def _install(
-    module: str, cands: list[str], tried: dict[str, list[str]], extra: list[str], resolve, env_for, n_installed: int
-):
-    """((spec, env), pin) after installing the first of ``cands`` (distributions for ``module``, a module name or a
-    :func:`missing_plugins` entry) that resolves, or why none did. The venv is built from the pin (not the
-    candidate's range), so generation later reuses it as it is."""
-    from packaging.requirements import Requirement
-
-    if n_installed >= MAX_INSTALLS:
-        return f"not installed: the setup loop already added {MAX_INSTALLS} distributions"
-    errors = []
-    for cand in cands:
-        if cand in tried.setdefault(module, []):
-            continue
-        tried[module].append(cand)
-        try:
-            spec = resolve([*extra, cand])
-            name = _canon(Requirement(cand).name)
-            pin = next((r for r in spec.requirements if _canon(r.split("==")[0]) == name), cand)
-            return env_for([*extra, pin]), pin
-        except SourceError as e:
-            errors.append(f"{cand}: {str(e).splitlines()[0][:160]}")
-    return "no distribution provides it (tried " + ("; ".join(errors) or ", ".join(tried[module])) + ")"
-
-
 def prepare_suite(cfg: GenerateConfig) -> SuiteSetup:
-    """Load ``cfg.source`` into a scratch directory and run :func:`setup_suite` on it."""
+    """Load ``cfg.source`` into a scratch directory and run :func:`setup_suite` on it, or read its result back from
+    the suite cache (:mod:`crf_prime.featdel.suite_cache`: a second generation of the same package)."""
     workspace = Path(tempfile.mkdtemp(prefix="crf-featdel-setup-"))
     try:
         project = load_project(cfg.source, workspace)
-        return setup_suite(project, Sandbox(cfg), cfg, workspace)
+        name = cache_key(project, cfg)
+        setup = suite_cache.load(name, SuiteSetup)
+        if setup is None:
+            setup = setup_suite(project, Sandbox(cfg), cfg, workspace)
+            suite_cache.store(name, setup)
+        return setup
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
+
+
+def cache_key(project: Project, cfg: GenerateConfig) -> str:
+    """The suite cache entry of the setup loop's result: the source, what the loop starts from (the host's pytest
+    and coverage pins, the configured requirements, arguments and deselections) and the sandbox it runs in."""
+    return suite_cache.key(
+        "setup",
+        {
+            "source": project.info.sha256,
+            "host_pins": default_spec(()).requirements,
+            "index": uv_index_args(),  # where the loop's installs come from
+            "extra_requirements": cfg.extra_requirements,
+            "pytest_args": cfg.pytest_args,
+            "deselect": cfg.deselect,
+            "suite_wall_seconds": cfg.suite_wall_seconds,
+            "sandbox": {k: getattr(cfg, k) for k in sorted(GradingSandbox.model_fields)},
+        },
+    )
 
 
 __all__ = [

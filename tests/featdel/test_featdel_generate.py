@@ -12,6 +12,7 @@ import pytest
 from featdel_support import INFLECTION, TOOLZ, agent_tree, generated, generated_in_private_tmp
 
 from crf_prime.cli import main
+from crf_prime.featdel import baseline, suite_cache
 from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate, load_tasks, validate_task
 from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.source import SourceError
@@ -45,11 +46,21 @@ def test_real_package_gold_passes_deleted_fails(source: str, tmp_path: Path) -> 
         assert gold.score == 1.0 and set(gold.passed) == set(task.target_tests)
 
 
-def test_deterministic_for_a_seed(tmp_path: Path) -> None:
+def test_deterministic_for_a_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a, _, _ = generated(INFLECTION, 2, seed=0)
-    b_dir = tmp_path / "again"
+    # again with an empty suite cache (the coverage baseline runs), then with the entry that run stored (it does
+    # not): the same rows in the same order every time
+    monkeypatch.setattr(suite_cache, "cache_dir", lambda: tmp_path / "suites")
+    runs: list[bool] = []
+    real = baseline.run_pytest
+    monkeypatch.setattr(baseline, "run_pytest", lambda *a, **k: runs.append(True) or real(*a, **k))
+    b_dir, warm_dir = tmp_path / "again", tmp_path / "warm"
     generate(GenerateConfig(source=INFLECTION, out=b_dir, max_tasks=2, seed=0, workers=1))
+    assert runs == [True]
+    generate(GenerateConfig(source=INFLECTION, out=warm_dir, max_tasks=2, seed=0, workers=1))
+    assert runs == [True]
     assert (a / "tasks.jsonl").read_bytes() == (b_dir / "tasks.jsonl").read_bytes()
+    assert (warm_dir / "tasks.jsonl").read_bytes() == (b_dir / "tasks.jsonl").read_bytes()
     assert (a / "bases").exists() and sorted(p.name for p in (a / "bases").iterdir()) == ["inflection-0.5.1.tar.gz"]
     assert (a / "bases" / "inflection-0.5.1.tar.gz").read_bytes() == (
         b_dir / "bases" / "inflection-0.5.1.tar.gz"

@@ -17,7 +17,7 @@ from crf_prime.featdel import discovery
 from crf_prime.featdel.corpus import read_sources
 from crf_prime.featdel.generate import GenerateConfig
 from crf_prime.featdel.source import SourceError, is_test_path, load_project, parse_git_spec
-from crf_prime.featdel.suite_setup import SuiteSetup, candidates, prepare_suite, without_path
+from crf_prime.featdel.suite_setup import NOT_A_TEST_MODULE, SuiteSetup, candidates, prepare_suite, without_path
 
 LIB = "def add(a, b):\n    total = a + b\n    return total\n\n\ndef neg(a):\n    out = -a\n    return out\n"
 
@@ -244,3 +244,21 @@ def test_too_few_tests_left_is_refused(tmp_path: Path) -> None:
     write(src, {"tests/test_badlib.py": tests})
     with pytest.raises(SourceError, match=r"3 of 4 tests fail as shipped \(fewer than 50% would be left\)"):
         setup_of(src)
+
+
+def test_doctests_outside_the_test_modules_are_left_out_without_refusing(tmp_path: Path) -> None:
+    """ordered-set's own pytest.ini asks for doctests in README.md and in the package: those modules are left out
+    (the grader would take them for deletable source) but do not count as modules that cannot be collected."""
+    src = project(tmp_path / "doclib", "doclib")
+    write(
+        src,
+        {
+            "pytest.ini": "[pytest]\naddopts = --doctest-modules --doctest-glob=README.md\n",
+            "README.md": "Use it:\n\n    >>> from doclib import slugify\n    >>> slugify('A b')\n    'a-b'\n",
+            "doclib/extra.py": 'def twice(x):\n    """\n    >>> twice(2)\n    4\n    """\n    return 2 * x\n',
+        },
+    )
+    got = setup_of(src)
+    assert got.ignored == {"README.md": NOT_A_TEST_MODULE, "doclib/extra.py": NOT_A_TEST_MODULE}
+    assert got.collected == 5 and got.deselected == {}
+    assert {"--ignore=README.md", "--ignore=doclib/extra.py"} <= set(got.pytest_args)

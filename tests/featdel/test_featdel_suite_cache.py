@@ -1,0 +1,130 @@
+"""The suite cache (crf_prime/featdel/suite_cache.py): the setup loop's passing run is generation's baseline, a
+second setup or generation of the same source reads both back, the tasks are the same, a corrupt entry is rebuilt."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import featdel_support  # noqa: F401  (one temporary cache per session)
+import pytest
+from corpus_support import project, write
+
+from crf_prime.featdel import baseline, suite_cache, suite_setup
+from crf_prime.featdel.generate import GenerateConfig, env_spec, generate
+from crf_prime.featdel.source import load_project
+from crf_prime.featdel.suite_setup import prepare_suite
+from crf_prime.featdel.testenv import ensure_test_env
+from crf_prime.sandbox import Sandbox
+
+
+@pytest.fixture
+def suites(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private, empty suite cache (the session's sdists and venvs are still shared)."""
+    where = tmp_path / "suites"
+    monkeypatch.setattr(suite_cache, "cache_dir", lambda: where)
+    return where
+
+
+@pytest.fixture
+def coverage_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """One entry per sandboxed suite run under coverage, naming the module that started it."""
+    seen: list[str] = []
+    for module in (baseline, suite_setup):
+        real = module.run_pytest
+
+        def spy(*args, _real=real, _name=module.__name__.rsplit(".", 1)[1], **kwargs):
+            if kwargs.get("with_coverage"):
+                seen.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, "run_pytest", spy)
+    return seen
+
+
+def test_a_cached_baseline_round_trips() -> None:
+    coverage = {"a.py": {1: set(), 2: {"t.py::x", "t.py::y[1]"}}, "b/c.py": {7: {"t.py::y[1]"}}}
+    collection = {"a.py": {1, 5}, "b/c.py": set()}
+    entry = suite_cache.CachedBaseline.of(("-q",), 3, coverage, collection)
+    assert entry.tests == ("t.py::x", "t.py::y[1]")
+    again = suite_cache.CachedBaseline.model_validate_json(entry.model_dump_json())
+    assert again == entry and again.coverage_map() == coverage and again.pytest_args == ("-q",)
+    assert again.collection_map() == collection
+
+
+def test_the_key_changes_with_each_part_and_only_then() -> None:
+    parts = {"source": "ab", "spec": ("pytest==8",), "args": ("-q",)}
+    same = suite_cache.key("baseline", dict(parts))
+    assert same == suite_cache.key("baseline", dict(reversed(parts.items())))
+    changed = [suite_cache.key("baseline", parts | {k: "other"}) for k in parts]
+    assert len({same, *changed, suite_cache.key("setup", parts)}) == len(parts) + 2
+
+
+def test_setup_run_is_the_baseline_and_a_second_generation_runs_no_suite(
+    tmp_path: Path, suites: Path, coverage_runs: list[str]
+) -> None:
+    src = project(tmp_path / "cachelib", "cachelib")
+    cfg = GenerateConfig(source=str(src), unsandboxed=True, max_tasks=2, workers=1, replay=False, mutants_per_task=0)
+
+    cold = generate(cfg.model_copy(update={"out": tmp_path / "cold"}))[0]  # no setup loop: its own baseline
+    assert coverage_runs == ["baseline"]
+    shutil.rmtree(suites)
+    coverage_runs.clear()
+
+    setup = prepare_suite(cfg)
+    assert setup.deselected == {} and coverage_runs == ["suite_setup"]
+    cfg = cfg.model_copy(update={"extra_requirements": list(setup.extra_requirements)})
+    warm = generate(cfg.model_copy(update={"out": tmp_path / "warm"}))[0]
+    assert coverage_runs == ["suite_setup"]  # the setup loop's run was the baseline
+    assert (tmp_path / "warm" / "tasks.jsonl").read_bytes() == (tmp_path / "cold" / "tasks.jsonl").read_bytes()
+    assert [t.task_id for t in warm] == [t.task_id for t in cold] and len(cold) == 2
+
+    assert prepare_suite(cfg) == setup  # the setup loop's result is cached too: no run at all
+    assert coverage_runs == ["suite_setup"]
+
+
+def test_a_corrupt_entry_is_ignored_with_a_warning_and_rebuilt(
+    tmp_path: Path, suites: Path, coverage_runs: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    src = project(tmp_path / "torn", "torn")
+    cfg = GenerateConfig(source=str(src), unsandboxed=True)
+    proj = load_project(cfg.source, tmp_path / "ws")
+    spec = env_spec(proj, cfg)
+    env = ensure_test_env(spec, proj.top_level)
+
+    def coverage() -> baseline.Baseline:
+        return baseline.run_baseline(proj, env, Sandbox(cfg), cfg, tmp_path / "ws", spec)
+
+    first = coverage()
+    (entry,) = suites.iterdir()
+    entry.write_text(entry.read_text()[:-40])  # torn
+    with caplog.at_level(logging.WARNING, logger="crf_prime.featdel.suite_cache"):
+        second = coverage()
+    assert f"ignoring the corrupt suite cache entry {entry}" in caplog.text
+    assert coverage_runs == ["baseline", "baseline"] and not first.cached and not second.cached
+    third = coverage()
+    assert third.cached and coverage_runs == ["baseline", "baseline"]
+    assert first.coverage == second.coverage == third.coverage and third.suite_tests == 5
+    assert first.collection == third.collection and first.collection["torn/__init__.py"]  # the module's import
+
+
+def test_a_test_that_fails_only_under_coverage_is_deselected_by_the_setup_loop(
+    tmp_path: Path, suites: Path, coverage_runs: list[str]
+) -> None:
+    """The setup loop's full run is a coverage run like the baseline's: a test that passes without a tracer and
+    fails under one (mistune's timing tests, ``sys.gettrace``) is deselected there, and generation does not refuse
+    the package (it did: "does not pass as shipped")."""
+    src = project(tmp_path / "tracelib", "tracelib")
+    write(src, {"tests/test_trace.py": "import sys\n\n\ndef test_untraced():\n    assert sys.gettrace() is None\n"})
+    cfg = GenerateConfig(source=str(src), unsandboxed=True, max_tasks=1, workers=1, replay=False, mutants_per_task=0)
+    setup = prepare_suite(cfg)
+    assert list(setup.deselected) == ["tests/test_trace.py::test_untraced"]
+    assert setup.deselected["tests/test_trace.py::test_untraced"].startswith("fails as shipped")
+    cfg = cfg.model_copy(
+        update={"extra_requirements": list(setup.extra_requirements), "deselect": list(setup.deselected)}
+    )
+    tasks, summary = generate(cfg.model_copy(update={"out": tmp_path / "out"}))
+    assert len(tasks) == 1 and summary.suite_tests == 5
+    # the full run, the failing test again, the suite without it (that run is the baseline: generation runs none)
+    assert coverage_runs == ["suite_setup", "suite_setup", "suite_setup"]
