@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,10 @@ ARMS: dict[str, Arm] = {
     **{f"learn-{o}": Arm(_LEARN, policy="sample", model="echo_model", loss=o) for o in OBJECTIVES},
 }
 LEARN_ARMS = [name for name in ARMS if name.startswith("learn-")]
+COMPOSE_AT_ONCE = 2
+"""Learning arms composed (``rl ... --dry-run``) at the same time: one per core of the 2-core box it is sized for."""
+PYCACHE = Path(sys.prefix) / "rehearsal-pycache"
+"""Where the rehearsal's processes write and read bytecode (PYTHONPYCACHEPREFIX): inside the rehearsal venv."""
 FEATDEL_SOURCE = "pypi:inflection==0.5.1"
 ECHO_SFT_TARGET = 0.97
 """Probe reward (one temperature-1 sample per string) at which the supervised start stops (tiny_model.sft_echo): the
@@ -197,6 +202,36 @@ def marked_processes(marker: str) -> list[str]:
     return found
 
 
+ROLES = (
+    ("inference_server.py", "inference"),
+    ("trainer.py", "trainer"),
+    ("PRIME-RL::Orchestrator", "orchestrator"),
+    ("PRIME-RL::EnvServer", "env-server"),
+    ("multiprocessing.spawn", "env-worker"),
+)
+"""Substring of a process's command line -> its role in the CPU breakdown (prime-rl retitles its processes)."""
+
+
+def cpu_by_role(marker: str) -> dict[str, float]:
+    """CPU seconds (user + system, with reaped children) of the live processes carrying ``marker``, summed by role
+    (ROLES; anything else: ``other``). Read just before the processes stop, so the run's own cost is what is shown."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if marker.encode() not in (d / "environ").read_bytes():
+                continue
+            cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        role = next((r for key, r in ROLES if key in cmdline), "other")
+        out[role] = out.get(role, 0.0) + sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+    return {r: round(v, 1) for r, v in sorted(out.items())}
+
+
 @dataclass
 class Launched:
     """One arm: composed by prime-rl's launcher, then its processes started and not yet reported."""
@@ -213,6 +248,12 @@ class Launched:
     """The inference stand-in's router and admin ports."""
     status: str = "running"
     wall: float = 0.0
+    compose_s: float = 0.0
+    """Seconds prime-rl's launcher took to compose the arm (``rl ... --dry-run``)."""
+    started_at: float = 0.0
+    """Wall clock (epoch seconds) when the arm's orchestrator and trainer started."""
+    cpu_s: dict[str, float] | None = None
+    """CPU seconds by role of the arm's own processes (cpu_by_role), read as the arm ends."""
 
     @property
     def completions(self) -> Path:
@@ -223,6 +264,10 @@ def _env(run_name: str) -> tuple[dict[str, str], str]:
     """The processes' environment (taskset and shim paths, a marker naming the run) and the marker."""
     marker = uuid.uuid4().hex
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    # Bytecode in one cache beside the venv (source trees stay clean): with PYTHONDONTWRITEBYTECODE set and no .pyc
+    # in the venv, every process compiled every module it imported; the orchestrator's import took 61 CPU s, 32 warm.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
     env["CRF_REHEARSAL_RUN"] = marker
     env["PRL_RUN_ID"], env["PRL_RUN_NAME"] = uuid.uuid4().hex, run_name
     paths = [str(TASKSETS)]  # the echo taskset, for the env servers
@@ -283,12 +328,15 @@ def compose_arm(
     env, marker = _env(run_name)
     t0 = time.monotonic()
     run(compose, cwd=work, env=env)
+    compose_s = time.monotonic() - t0
     run_dir = out_root / run_name
     orch = json.loads((run_dir / "configs" / "orchestrator.json").read_text())
     hint_sources = [s["name"] for s in orch["train"]["source"] if s["algo"]["type"] == "opsd"]
     log_dir = run_dir / "rehearsal-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    return Launched(arm, steps, run_dir, orch, hint_sources, Procs(log_dir, env), marker, t0, (router, backend))
+    launched = Launched(arm, steps, run_dir, orch, hint_sources, Procs(log_dir, env), marker, t0, (router, backend))
+    launched.compose_s = compose_s
+    return launched
 
 
 def start_arm(run: Launched, work: Path) -> None:
@@ -296,6 +344,7 @@ def start_arm(run: Launched, work: Path) -> None:
     bin_dir = Path(sys.executable).parent
     cfg_dir = run.run_dir / "configs"
     sample = ARMS[run.arm].policy == "sample"
+    run.started_at = time.time()
     run.procs.start("orchestrator", [str(bin_dir / "orchestrator"), "@", str(cfg_dir / "orchestrator.json")], cwd=work)
     run.procs.start("trainer", [sys.executable, str(HERE / "trainer.py"), str(cfg_dir / "trainer.json"),
                                 "--completions", str(run.completions), *(["--compare-objectives"] if sample else []),
@@ -330,6 +379,7 @@ def poll_arm(run: Launched, timeout_s: float) -> bool:
         run.status = f"timeout after {timeout_s:.0f} s (see {run.run_dir / 'rehearsal-logs'})"
     else:
         return False
+    run.cpu_s = cpu_by_role(run.marker)
     run.procs.stop()
     run.wall = time.monotonic() - run.t0
     return True
@@ -343,6 +393,7 @@ def arm_result(run: Launched, inputs: dict[str, Path]) -> dict:
     sources = [s["name"] for s in run.orch["train"]["source"]]
     report = arm_report(run.run_dir, run.steps, sources, run.hint_sources, inputs)
     report.update(arm=run.arm, status=run.status, wall_s=round(run.wall, 1), leftover_processes=leftovers)
+    report.update(compose_s=round(run.compose_s, 1), started_at=run.started_at, cpu_s=run.cpu_s or {})
     report["policy"] = ARMS[run.arm].policy
     return report
 
@@ -372,7 +423,8 @@ def rehearse_together(
     """The arms side by side: composed first, then an inference stand-in per arm and one set of env servers (the
     first arm's composed configs) serving them all, then each arm's orchestrator and trainer start."""
     env_base = free_port_block(8)
-    runs = [compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base) for arm in arms]
+    with ThreadPoolExecutor(max_workers=COMPOSE_AT_ONCE) as pool:  # each compose is one CPU-bound process
+        runs = list(pool.map(lambda arm: compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base), arms))
     env, _ = _env("rehearsal-shared")
     log_dir = work / "outputs" / "rehearsal-shared"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -395,6 +447,7 @@ def rehearse_together(
                     r.wall = time.monotonic() - r.t0
                 break
             time.sleep(1)
+        shared_cpu = cpu_by_role(env["CRF_REHEARSAL_RUN"])
     finally:
         for r in runs:
             r.procs.stop()
@@ -404,6 +457,7 @@ def rehearse_together(
     reports = [arm_result(r, inputs) for r in runs]
     for rep in reports:
         rep["leftover_processes"] += shared_left
+        rep["shared_cpu_s"] = shared_cpu  # the inference stand-ins and env servers of all these arms together
     return reports
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -44,7 +47,8 @@ class FakeProcs:
 
 
 def _run(t0: float, **procs: FakeProc):
-    return rehearse.Launched("learn-a0", 3, Path("/nonexistent"), {}, [], FakeProcs(**procs), "m", t0)
+    marker = uuid.uuid4().hex  # no live process carries it
+    return rehearse.Launched("learn-a0", 3, Path("/nonexistent"), {}, [], FakeProcs(**procs), marker, t0)
 
 
 @pytest.mark.parametrize(
@@ -77,3 +81,24 @@ def test_learning_arms_sample_and_ladder_arms_script() -> None:
     """rehearse_arms runs the sampling arms side by side (one env-server set) and the scripted ones alone."""
     assert {a for a, spec in rehearse.ARMS.items() if spec.policy == "sample"} == set(rehearse.LEARN_ARMS)
     assert {f"learn-{o}" for o in rehearse.OBJECTIVES} | {"learn-a0"} == set(rehearse.LEARN_ARMS)
+
+
+def test_cpu_by_role_counts_only_marked_processes_by_role() -> None:
+    """A marked process named like the trainer counts as "trainer", another marked one as "other"; an unmarked
+    process (same command line) is not counted."""
+    marker = uuid.uuid4().hex
+    marked = {**os.environ, "CRF_REHEARSAL_RUN": marker}
+    wait = "import sys; sys.stdin.read()"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", wait, arg], stdin=subprocess.PIPE, env=env)
+        for arg, env in (("trainer.py", marked), ("x", marked), ("trainer.py", dict(os.environ)))
+    ]
+    try:
+        roles = rehearse.cpu_by_role(marker)  # Popen returns after exec: environ and cmdline are the child's
+    finally:
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.close()
+            p.wait()
+    assert set(roles) == {"trainer", "other"}
+    assert all(v >= 0 for v in roles.values())
