@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -202,34 +202,52 @@ def marked_processes(marker: str) -> list[str]:
     return found
 
 
-ROLES = (
-    ("inference_server.py", "inference"),
-    ("trainer.py", "trainer"),
-    ("PRIME-RL::Orchestrator", "orchestrator"),
-    ("PRIME-RL::EnvServer", "env-server"),
-    ("multiprocessing.spawn", "env-worker"),
-)
-"""Substring of a process's command line -> its role in the CPU breakdown (prime-rl retitles its processes)."""
-
-
-def cpu_by_role(marker: str) -> dict[str, float]:
-    """CPU seconds (user + system, with reaped children) of the live processes carrying ``marker``, summed by role
-    (ROLES; anything else: ``other``). Read just before the processes stop, so the run's own cost is what is shown."""
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds: user + system of the process itself) of every live process."""
     tick = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
+    table = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
-            if marker.encode() not in (d / "environ").read_bytes():
-                continue
-            cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        role = next((r for key, r in ROLES if key in cmdline), "other")
-        out[role] = out.get(role, 0.0) + sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
-    return {r: round(v, 1) for r, v in sorted(out.items())}
+        table[int(d.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    return table
+
+
+class CpuMeter:
+    """CPU seconds by role of the process trees a Procs started, sampled while they run: a process keeps its last
+    reading after it exits. Follows the tree, not the run's marker: prime-rl retitles its processes
+    (``PRIME-RL::Orchestrator``), which overwrites their environment in /proc."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, tuple[str, float]] = {}
+
+    def sample(self, procs: Procs) -> None:
+        table = _proc_table()
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        for name, proc in procs.procs.items():
+            role = name.split("-")[0]  # inference-<arm>, env-<split>-<source>, orchestrator, trainer
+            stack = [proc.pid]
+            while stack:
+                pid = stack.pop()
+                if pid in table:
+                    self.last[pid] = (role, table[pid][1])
+                    stack += children.get(pid, [])
+
+    def by_role(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for role, cpu in self.last.values():
+            out[role] = out.get(role, 0.0) + cpu
+        return {r: round(v, 1) for r, v in sorted(out.items())}
+
+
+SAMPLE_EVERY_S = 5.0
+"""How often the CPU meters read /proc while arms run."""
 
 
 @dataclass
@@ -252,8 +270,9 @@ class Launched:
     """Seconds prime-rl's launcher took to compose the arm (``rl ... --dry-run``)."""
     started_at: float = 0.0
     """Wall clock (epoch seconds) when the arm's orchestrator and trainer started."""
-    cpu_s: dict[str, float] | None = None
-    """CPU seconds by role of the arm's own processes (cpu_by_role), read as the arm ends."""
+    cpu: CpuMeter = field(default_factory=CpuMeter)
+    """CPU seconds by role of the arm's own processes."""
+    sampled_at: float = 0.0
 
     @property
     def completions(self) -> Path:
@@ -378,8 +397,11 @@ def poll_arm(run: Launched, timeout_s: float) -> bool:
     elif elapsed > timeout_s:
         run.status = f"timeout after {timeout_s:.0f} s (see {run.run_dir / 'rehearsal-logs'})"
     else:
+        if time.monotonic() - run.sampled_at >= SAMPLE_EVERY_S:
+            run.cpu.sample(run.procs)
+            run.sampled_at = time.monotonic()
         return False
-    run.cpu_s = cpu_by_role(run.marker)
+    run.cpu.sample(run.procs)
     run.procs.stop()
     run.wall = time.monotonic() - run.t0
     return True
@@ -393,7 +415,7 @@ def arm_result(run: Launched, inputs: dict[str, Path]) -> dict:
     sources = [s["name"] for s in run.orch["train"]["source"]]
     report = arm_report(run.run_dir, run.steps, sources, run.hint_sources, inputs)
     report.update(arm=run.arm, status=run.status, wall_s=round(run.wall, 1), leftover_processes=leftovers)
-    report.update(compose_s=round(run.compose_s, 1), started_at=run.started_at, cpu_s=run.cpu_s or {})
+    report.update(compose_s=round(run.compose_s, 1), started_at=run.started_at, cpu_s=run.cpu.by_role())
     report["policy"] = ARMS[run.arm].policy
     return report
 
@@ -437,7 +459,11 @@ def rehearse_together(
             r.t0 = time.monotonic()
             start_arm(r, work)
         pending = list(runs)
+        shared_cpu, sampled = CpuMeter(), 0.0
         while pending:
+            if time.monotonic() - sampled >= SAMPLE_EVERY_S:
+                shared_cpu.sample(shared)
+                sampled = time.monotonic()
             pending = [r for r in pending if not poll_arm(r, timeout_s)]
             dead = [n for n, p in shared.procs.items() if p.poll() is not None]
             if dead:
@@ -447,7 +473,7 @@ def rehearse_together(
                     r.wall = time.monotonic() - r.t0
                 break
             time.sleep(1)
-        shared_cpu = cpu_by_role(env["CRF_REHEARSAL_RUN"])
+        shared_cpu.sample(shared)
     finally:
         for r in runs:
             r.procs.stop()
@@ -457,7 +483,7 @@ def rehearse_together(
     reports = [arm_result(r, inputs) for r in runs]
     for rep in reports:
         rep["leftover_processes"] += shared_left
-        rep["shared_cpu_s"] = shared_cpu  # the inference stand-ins and env servers of all these arms together
+        rep["shared_cpu_s"] = shared_cpu.by_role()  # the inference stand-ins and env servers of all these arms together
     return reports
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -32,6 +31,7 @@ class FakeProc:
 
     def __init__(self, code: int | None) -> None:
         self.code = code
+        self.pid = -1  # no such process: the CPU meter finds nothing
 
     def poll(self) -> int | None:
         return self.code
@@ -83,22 +83,27 @@ def test_learning_arms_sample_and_ladder_arms_script() -> None:
     assert {f"learn-{o}" for o in rehearse.OBJECTIVES} | {"learn-a0"} == set(rehearse.LEARN_ARMS)
 
 
-def test_cpu_by_role_counts_only_marked_processes_by_role() -> None:
-    """A marked process named like the trainer counts as "trainer", another marked one as "other"; an unmarked
-    process (same command line) is not counted."""
-    marker = uuid.uuid4().hex
-    marked = {**os.environ, "CRF_REHEARSAL_RUN": marker}
-    wait = "import sys; sys.stdin.read()"
-    procs = [
-        subprocess.Popen([sys.executable, "-c", wait, arg], stdin=subprocess.PIPE, env=env)
-        for arg, env in (("trainer.py", marked), ("x", marked), ("trainer.py", dict(os.environ)))
-    ]
+def test_cpu_meter_follows_the_process_tree_and_keeps_exited_processes(tmp_path: Path) -> None:
+    """The meter counts the started process and its child under the Procs name's role, nothing else, and keeps
+    their readings after they exit."""
+    procs = rehearse.Procs(tmp_path, dict(os.environ))
+    code = (
+        "import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+        "print(c.pid, flush=True); c.wait()"
+    )
+    parent = procs.start("trainer", [sys.executable, "-c", code], cwd=tmp_path)
+    meter = rehearse.CpuMeter()
     try:
-        roles = rehearse.cpu_by_role(marker)  # Popen returns after exec: environ and cmdline are the child's
+        log = tmp_path / "trainer.log"
+        deadline = time.monotonic() + 30
+        while not log.read_text().strip():  # the child's pid, once it exists
+            assert time.monotonic() < deadline, "child never started"
+            time.sleep(0.05)
+        child = int(log.read_text().split()[0])
+        meter.sample(procs)
+        assert set(meter.last) == {parent.pid, child}
     finally:
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.close()
-            p.wait()
-    assert set(roles) == {"trainer", "other"}
-    assert all(v >= 0 for v in roles.values())
+        procs.stop()
+    meter.sample(procs)  # both gone: their last readings stay
+    assert set(meter.last) == {parent.pid, child}
+    assert set(meter.by_role()) == {"trainer"}
