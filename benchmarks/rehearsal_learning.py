@@ -7,7 +7,8 @@ taskset; prime-rl's default loss and each objective of loss_fns.policy), then pr
 - mean train reward of step 1 (rollouts of the starting weights v0) and of the last 3 steps, each with a percentile
   bootstrap CI over tasks (``crf_prime.report.stats.bootstrap_mean``, what ``crf-prime report`` uses), and whether the
   intervals are separated (the last steps' low bound above step 1's high bound);
-- the eval pass (held-out strings, at the train temperature): v0 vs the last eval, the paired per-task difference and its bootstrap CI;
+- the eval pass (64 strings of another seed, at the train temperature; two-digit strings, all 100 of which are in the
+  train set, so not held out): v0 vs the last eval, the paired per-task difference and its bootstrap CI;
 - off-policy figures over the run: the largest mismatch KL, clip fraction and masked fraction of a step, the ratio
   range; and the spread of the six objectives' losses on one batch (trainer stand-in ``--compare-objectives``).
 
@@ -63,7 +64,9 @@ def _fmt(e) -> str:
 
 def analyse_arm(run_dir: Path) -> dict | None:
     """The learning row of one arm's run directory (None: fewer than LAST + 1 steps with rollouts)."""
-    train = _steps(run_dir, "train")
+    # only batches the trainer trained on: the orchestrator runs a step ahead and may write one more before it stops
+    trained = run_dir / "rehearsal"
+    train = {s: p for s, p in _steps(run_dir, "train").items() if (trained / f"trainer_step_{s}.json").is_file()}
     if len(train) < LAST + 1:
         print(f"{run_dir}: {len(train)} train steps with rollouts; need at least {LAST + 1}")
         return None
@@ -227,7 +230,7 @@ def main() -> int:
     out = args.work / "learning"
     out.mkdir(parents=True, exist_ok=True)
     print(
-        f"\nlearning table ({args.work}): train reward, bootstrap 95% CI over tasks; eval: held-out, train temperature"
+        f"\nlearning table ({args.work}): train reward, bootstrap 95% CI over tasks; eval: another seed, train temperature"
     )
     head = ["arm", "step 1", f"last {LAST} steps", "separated", "eval v0 → end (Δ, paired CI)"]
     head += ["max mismatch KL", "max clip frac", "max masked frac", "ratio range", "distinct objective losses"]
