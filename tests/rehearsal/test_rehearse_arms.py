@@ -107,3 +107,18 @@ def test_cpu_meter_follows_the_process_tree_and_keeps_exited_processes(tmp_path:
     meter.sample(procs)  # both gone: their last readings stay
     assert set(meter.last) == {parent.pid, child}
     assert set(meter.by_role()) == {"trainer"}
+
+
+def test_leftover_check_finds_an_unmarked_process_by_its_session(tmp_path: Path) -> None:
+    """A started process whose environment lacks the marker (as prime-rl's retitled processes look in /proc) is
+    found through its session, and not once it is stopped."""
+    procs = rehearse.Procs(tmp_path, dict(os.environ))
+    proc = procs.start("orchestrator", [sys.executable, "-c", "import time; time.sleep(600)"], cwd=tmp_path)
+    marker = uuid.uuid4().hex
+    try:
+        sessions = frozenset({proc.pid})
+        assert [line.split()[0] for line in rehearse.marked_processes(marker, sessions)] == [str(proc.pid)]
+        assert rehearse.marked_processes(marker) == []
+    finally:
+        procs.stop()
+    assert rehearse.marked_processes(marker, sessions) == []
