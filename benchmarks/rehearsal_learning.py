@@ -7,7 +7,8 @@ taskset; prime-rl's default loss and each objective of loss_fns.policy), then pr
 - mean train reward of step 1 (rollouts of the starting weights v0) and of the last 3 steps, each with a percentile
   bootstrap CI over tasks (``crf_prime.report.stats.bootstrap_mean``, what ``crf-prime report`` uses), and whether the
   intervals are separated (the last steps' low bound above step 1's high bound);
-- the eval pass (held-out strings, at the train temperature): v0 vs the last eval, the paired per-task difference and its bootstrap CI;
+- the eval pass (64 strings of another seed, at the train temperature; two-digit strings, all 100 of which are in the
+  train set, so not held out): v0 vs the last eval, the paired per-task difference and its bootstrap CI;
 - off-policy figures over the run: the largest mismatch KL, clip fraction and masked fraction of a step, the ratio
   range; and the spread of the six objectives' losses on one batch (trainer stand-in ``--compare-objectives``).
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -62,7 +64,9 @@ def _fmt(e) -> str:
 
 def analyse_arm(run_dir: Path) -> dict | None:
     """The learning row of one arm's run directory (None: fewer than LAST + 1 steps with rollouts)."""
-    train = _steps(run_dir, "train")
+    # only batches the trainer trained on: the orchestrator runs a step ahead and may write one more before it stops
+    trained = run_dir / "rehearsal"
+    train = {s: p for s, p in _steps(run_dir, "train").items() if (trained / f"trainer_step_{s}.json").is_file()}
     if len(train) < LAST + 1:
         print(f"{run_dir}: {len(train)} train steps with rollouts; need at least {LAST + 1}")
         return None
@@ -97,6 +101,64 @@ def analyse_arm(run_dir: Path) -> dict | None:
     distinct = [len({round(v, 6) for v in (t.get("objective_losses") or {}).values()}) for t in trainer]
     row["objective_losses_distinct_max"] = max(distinct, default=0)
     return row
+
+
+_LOOP_START = re.compile(r"(\d\d:\d\d:\d\d)\W+INFO\W+Starting orchestrator loop")
+
+
+def _loop_start(run_dir: Path, started_at: float) -> float | None:
+    """Epoch seconds at which the arm's orchestrator started its loop (its log's "Starting orchestrator loop", a
+    UTC clock time, placed on the day the arm started)."""
+    log = run_dir / "rehearsal-logs" / "orchestrator.log"
+    text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace")) if log.is_file() else ""
+    found = _LOOP_START.search(text)
+    if found is None or not started_at:
+        return None
+    h, m, sec = map(int, found.group(1).split(":"))
+    day = started_at - started_at % 86400
+    t = day + h * 3600 + m * 60 + sec
+    return t + 86400 if t < started_at - 3600 else t
+
+
+def timing(work: Path, arms: list[str]) -> dict | None:
+    """Where the wall time went, from <work>/report.json (rehearse.py: compose seconds, start time and CPU seconds by
+    role per arm) and the run directories: compose (all arms, one after the other), start-up (processes started →
+    the orchestrator's loop starts: imports, env servers and inference stand-in ready), steps (loop start → the
+    trainer's last step written), per arm; CPU seconds by role over the whole run."""
+    path = work / "report.json"
+    if not path.is_file():
+        return None
+    reports = {r["arm"]: r for r in json.loads(path.read_text())["arms"] if r["arm"] in arms}
+    per_arm, cpu = {}, {}
+    for arm, r in reports.items():
+        run_dir = work / "outputs" / f"rehearsal-{arm}"
+        started = r.get("started_at") or 0.0
+        loop = _loop_start(run_dir, started)
+        steps = sorted((run_dir / "rehearsal").glob("trainer_step_*.json"), key=lambda p: p.stat().st_mtime)
+        last = steps[-1].stat().st_mtime if steps else None
+        per_arm[arm] = {
+            "compose_s": r.get("compose_s"),
+            "startup_s": round(loop - started, 1) if loop else None,
+            "steps_s": round(last - loop, 1) if loop and last else None,
+            "steps": len(steps),
+            "wall_s": r.get("wall_s"),
+        }
+        for role, v in (r.get("cpu_s") or {}).items():
+            cpu[role] = cpu.get(role, 0.0) + v
+    shared = next((r["shared_cpu_s"] for r in reports.values() if r.get("shared_cpu_s")), {})
+    for role, v in shared.items():
+        cpu[role] = cpu.get(role, 0.0) + v
+    return {"per_arm": per_arm, "cpu_s": {k: round(v, 1) for k, v in sorted(cpu.items())}}
+
+
+def print_timing(t: dict) -> None:
+    print("\nwhere the wall time went (s): arm | compose | start-up (to the orchestrator's loop) | steps | wall")
+    for arm, a in t["per_arm"].items():
+        print(f"{arm} | {a['compose_s']} | {a['startup_s']} | {a['steps_s']} ({a['steps']} steps) | {a['wall_s']}")
+    total = sum(t["cpu_s"].values())
+    if total:
+        cells = ", ".join(f"{k} {v:.0f} ({v / total:.0%})" for k, v in t["cpu_s"].items())
+        print(f"CPU seconds by role (all arms, read as each process ended): {total:.0f} = {cells}")
 
 
 def plot(rows: dict[str, dict], path: Path) -> None:
@@ -158,7 +220,8 @@ def main() -> int:
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = usage.ru_utime + usage.ru_stime
         print(f"rehearsal exit {proc.returncode}, wall {wall:.0f} s for {len(arms)} arms of {args.steps} steps")
-        print(f"CPU time of the whole process tree: {cpu:.0f} s (≥ {cpu / 2:.0f} s wall on a quiet 2-core box); ")
+        print(f"CPU time of the processes reaped through rehearse.py: {cpu:.0f} s (a lower bound: env-server workers")
+        print("  stopped with their server are not reaped here; 'CPU seconds by role' below counts every process)")
         print(f"load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     analysed = {a: analyse_arm(args.work / "outputs" / f"rehearsal-{a}") for a in arms}
     rows = {a: row for a, row in analysed.items() if row is not None}
@@ -167,7 +230,7 @@ def main() -> int:
     out = args.work / "learning"
     out.mkdir(parents=True, exist_ok=True)
     print(
-        f"\nlearning table ({args.work}): train reward, bootstrap 95% CI over tasks; eval: held-out, train temperature"
+        f"\nlearning table ({args.work}): train reward, bootstrap 95% CI over tasks; eval: another seed, train temperature"
     )
     head = ["arm", "step 1", f"last {LAST} steps", "separated", "eval v0 → end (Δ, paired CI)"]
     head += ["max mismatch KL", "max clip frac", "max masked frac", "ratio range", "distinct objective losses"]
@@ -184,6 +247,9 @@ def main() -> int:
         cells += [f"{o['mismatch_kl_max']:.4f}", f"{o['clip_frac_max']:.3f}", f"{o['masked_frac_max']:.3f}"]
         cells += [f"{o['ratio_min']:.3f}–{o['ratio_max']:.3f}", f"{row['objective_losses_distinct_max']}/6"]
         print(" | ".join(cells))
+    times = timing(args.work, list(rows))
+    if times is not None:
+        print_timing(times)
     plot(rows, out / "learning.png")
     print(f"PNG: {out / 'learning.png'}")
     if args.png is not None:
@@ -204,7 +270,8 @@ def main() -> int:
         }
         for arm, row in rows.items()
     }
-    (out / "learning.json").write_text(json.dumps({"wall_s": wall, "cpu_s": cpu, "arms": dump}, indent=1))
+    record = {"wall_s": wall, "cpu_s": cpu, "timing": times, "arms": dump}
+    (out / "learning.json").write_text(json.dumps(record, indent=1))
     return 0 if len(rows) == len(arms) and all(r["separated"] for r in rows.values()) else 1
 
 

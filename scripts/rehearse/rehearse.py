@@ -20,7 +20,8 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -63,6 +64,10 @@ ARMS: dict[str, Arm] = {
     **{f"learn-{o}": Arm(_LEARN, policy="sample", model="echo_model", loss=o) for o in OBJECTIVES},
 }
 LEARN_ARMS = [name for name in ARMS if name.startswith("learn-")]
+COMPOSE_AT_ONCE = 2
+"""Learning arms composed (``rl ... --dry-run``) at the same time: one per core of the 2-core box it is sized for."""
+PYCACHE = Path(sys.prefix) / "rehearsal-pycache"
+"""Where the rehearsal's processes write and read bytecode (PYTHONPYCACHEPREFIX): inside the rehearsal venv."""
 FEATDEL_SOURCE = "pypi:inflection==0.5.1"
 ECHO_SFT_TARGET = 0.97
 """Probe reward (one temperature-1 sample per string) at which the supervised start stops (tiny_model.sft_echo): the
@@ -182,19 +187,70 @@ class Procs:
                 proc.wait()
 
 
-def marked_processes(marker: str) -> list[str]:
-    """Live processes carrying this run's marker in their environment (bwrap keeps its caller's environment)."""
+def marked_processes(marker: str, sessions: frozenset[int] = frozenset()) -> list[str]:
+    """Live processes carrying this run's marker in their environment (bwrap keeps its caller's environment) or in one
+    of ``sessions`` (each started process leads its own): prime-rl retitles its orchestrator and env servers
+    (``PRIME-RL::Orchestrator``), which blanks their environment in /proc, so the marker alone misses them."""
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
-            if marker.encode() in (d / "environ").read_bytes():
+            session = int((d / "stat").read_text().rsplit(")", 1)[1].split()[3])
+            if session in sessions or marker.encode() in (d / "environ").read_bytes():
                 cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 found.append(f"{d.name} {cmdline[:120]}")
         except OSError:
             continue
     return found
+
+
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds: user + system of the process itself) of every live process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    table = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        table[int(d.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    return table
+
+
+class CpuMeter:
+    """CPU seconds by role of the process trees a Procs started, sampled while they run: a process keeps its last
+    reading after it exits. Follows the tree, not the run's marker: prime-rl retitles its processes
+    (``PRIME-RL::Orchestrator``), which overwrites their environment in /proc."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, tuple[str, float]] = {}
+
+    def sample(self, procs: Procs) -> None:
+        table = _proc_table()
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        for name, proc in procs.procs.items():
+            role = name.split("-")[0]  # inference-<arm>, env-<split>-<source>, orchestrator, trainer
+            stack = [proc.pid]
+            while stack:
+                pid = stack.pop()
+                if pid in table:
+                    self.last[pid] = (role, table[pid][1])
+                    stack += children.get(pid, [])
+
+    def by_role(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for role, cpu in self.last.values():
+            out[role] = out.get(role, 0.0) + cpu
+        return {r: round(v, 1) for r, v in sorted(out.items())}
+
+
+SAMPLE_EVERY_S = 5.0
+"""How often the CPU meters read /proc while arms run."""
 
 
 @dataclass
@@ -213,6 +269,13 @@ class Launched:
     """The inference stand-in's router and admin ports."""
     status: str = "running"
     wall: float = 0.0
+    compose_s: float = 0.0
+    """Seconds prime-rl's launcher took to compose the arm (``rl ... --dry-run``)."""
+    started_at: float = 0.0
+    """Wall clock (epoch seconds) when the arm's orchestrator and trainer started."""
+    cpu: CpuMeter = field(default_factory=CpuMeter)
+    """CPU seconds by role of the arm's own processes."""
+    sampled_at: float = 0.0
 
     @property
     def completions(self) -> Path:
@@ -223,6 +286,10 @@ def _env(run_name: str) -> tuple[dict[str, str], str]:
     """The processes' environment (taskset and shim paths, a marker naming the run) and the marker."""
     marker = uuid.uuid4().hex
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    # Bytecode in one cache beside the venv (source trees stay clean): with PYTHONDONTWRITEBYTECODE set and no .pyc
+    # in the venv, every process compiled every module it imported; the orchestrator's import took 61 CPU s, 32 warm.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
     env["CRF_REHEARSAL_RUN"] = marker
     env["PRL_RUN_ID"], env["PRL_RUN_NAME"] = uuid.uuid4().hex, run_name
     paths = [str(TASKSETS)]  # the echo taskset, for the env servers
@@ -283,12 +350,15 @@ def compose_arm(
     env, marker = _env(run_name)
     t0 = time.monotonic()
     run(compose, cwd=work, env=env)
+    compose_s = time.monotonic() - t0
     run_dir = out_root / run_name
     orch = json.loads((run_dir / "configs" / "orchestrator.json").read_text())
     hint_sources = [s["name"] for s in orch["train"]["source"] if s["algo"]["type"] == "opsd"]
     log_dir = run_dir / "rehearsal-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    return Launched(arm, steps, run_dir, orch, hint_sources, Procs(log_dir, env), marker, t0, (router, backend))
+    launched = Launched(arm, steps, run_dir, orch, hint_sources, Procs(log_dir, env), marker, t0, (router, backend))
+    launched.compose_s = compose_s
+    return launched
 
 
 def start_arm(run: Launched, work: Path) -> None:
@@ -296,6 +366,7 @@ def start_arm(run: Launched, work: Path) -> None:
     bin_dir = Path(sys.executable).parent
     cfg_dir = run.run_dir / "configs"
     sample = ARMS[run.arm].policy == "sample"
+    run.started_at = time.time()
     run.procs.start("orchestrator", [str(bin_dir / "orchestrator"), "@", str(cfg_dir / "orchestrator.json")], cwd=work)
     run.procs.start("trainer", [sys.executable, str(HERE / "trainer.py"), str(cfg_dir / "trainer.json"),
                                 "--completions", str(run.completions), *(["--compare-objectives"] if sample else []),
@@ -329,7 +400,11 @@ def poll_arm(run: Launched, timeout_s: float) -> bool:
     elif elapsed > timeout_s:
         run.status = f"timeout after {timeout_s:.0f} s (see {run.run_dir / 'rehearsal-logs'})"
     else:
+        if time.monotonic() - run.sampled_at >= SAMPLE_EVERY_S:
+            run.cpu.sample(run.procs)
+            run.sampled_at = time.monotonic()
         return False
+    run.cpu.sample(run.procs)
     run.procs.stop()
     run.wall = time.monotonic() - run.t0
     return True
@@ -339,10 +414,11 @@ def arm_result(run: Launched, inputs: dict[str, Path]) -> dict:
     """The arm's report (report.arm_report) with its status, wall time and leftover processes."""
     from report import arm_report
 
-    leftovers = marked_processes(run.marker)
+    leftovers = marked_processes(run.marker, frozenset(p.pid for p in run.procs.procs.values()))
     sources = [s["name"] for s in run.orch["train"]["source"]]
     report = arm_report(run.run_dir, run.steps, sources, run.hint_sources, inputs)
     report.update(arm=run.arm, status=run.status, wall_s=round(run.wall, 1), leftover_processes=leftovers)
+    report.update(compose_s=round(run.compose_s, 1), started_at=run.started_at, cpu_s=run.cpu.by_role())
     report["policy"] = ARMS[run.arm].policy
     return report
 
@@ -372,7 +448,8 @@ def rehearse_together(
     """The arms side by side: composed first, then an inference stand-in per arm and one set of env servers (the
     first arm's composed configs) serving them all, then each arm's orchestrator and trainer start."""
     env_base = free_port_block(8)
-    runs = [compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base) for arm in arms]
+    with ThreadPoolExecutor(max_workers=COMPOSE_AT_ONCE) as pool:  # each compose is one CPU-bound process
+        runs = list(pool.map(lambda arm: compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base), arms))
     env, _ = _env("rehearsal-shared")
     log_dir = work / "outputs" / "rehearsal-shared"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -385,7 +462,11 @@ def rehearse_together(
             r.t0 = time.monotonic()
             start_arm(r, work)
         pending = list(runs)
+        shared_cpu, sampled = CpuMeter(), 0.0
         while pending:
+            if time.monotonic() - sampled >= SAMPLE_EVERY_S:
+                shared_cpu.sample(shared)
+                sampled = time.monotonic()
             pending = [r for r in pending if not poll_arm(r, timeout_s)]
             dead = [n for n, p in shared.procs.items() if p.poll() is not None]
             if dead:
@@ -395,15 +476,17 @@ def rehearse_together(
                     r.wall = time.monotonic() - r.t0
                 break
             time.sleep(1)
+        shared_cpu.sample(shared)
     finally:
         for r in runs:
             r.procs.stop()
         shared.stop()
     time.sleep(1)
-    shared_left = marked_processes(env["CRF_REHEARSAL_RUN"])
+    shared_left = marked_processes(env["CRF_REHEARSAL_RUN"], frozenset(p.pid for p in shared.procs.values()))
     reports = [arm_result(r, inputs) for r in runs]
     for rep in reports:
         rep["leftover_processes"] += shared_left
+        rep["shared_cpu_s"] = shared_cpu.by_role()  # the inference stand-ins and env servers of all these arms together
     return reports
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,7 @@ class FakeProc:
 
     def __init__(self, code: int | None) -> None:
         self.code = code
+        self.pid = -1  # no such process: the CPU meter finds nothing
 
     def poll(self) -> int | None:
         return self.code
@@ -44,7 +47,8 @@ class FakeProcs:
 
 
 def _run(t0: float, **procs: FakeProc):
-    return rehearse.Launched("learn-a0", 3, Path("/nonexistent"), {}, [], FakeProcs(**procs), "m", t0)
+    marker = uuid.uuid4().hex  # no live process carries it
+    return rehearse.Launched("learn-a0", 3, Path("/nonexistent"), {}, [], FakeProcs(**procs), marker, t0)
 
 
 @pytest.mark.parametrize(
@@ -77,3 +81,44 @@ def test_learning_arms_sample_and_ladder_arms_script() -> None:
     """rehearse_arms runs the sampling arms side by side (one env-server set) and the scripted ones alone."""
     assert {a for a, spec in rehearse.ARMS.items() if spec.policy == "sample"} == set(rehearse.LEARN_ARMS)
     assert {f"learn-{o}" for o in rehearse.OBJECTIVES} | {"learn-a0"} == set(rehearse.LEARN_ARMS)
+
+
+def test_cpu_meter_follows_the_process_tree_and_keeps_exited_processes(tmp_path: Path) -> None:
+    """The meter counts the started process and its child under the Procs name's role, nothing else, and keeps
+    their readings after they exit."""
+    procs = rehearse.Procs(tmp_path, dict(os.environ))
+    code = (
+        "import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+        "print(c.pid, flush=True); c.wait()"
+    )
+    parent = procs.start("trainer", [sys.executable, "-c", code], cwd=tmp_path)
+    meter = rehearse.CpuMeter()
+    try:
+        log = tmp_path / "trainer.log"
+        deadline = time.monotonic() + 30
+        while not log.read_text().strip():  # the child's pid, once it exists
+            assert time.monotonic() < deadline, "child never started"
+            time.sleep(0.05)
+        child = int(log.read_text().split()[0])
+        meter.sample(procs)
+        assert set(meter.last) == {parent.pid, child}
+    finally:
+        procs.stop()
+    meter.sample(procs)  # both gone: their last readings stay
+    assert set(meter.last) == {parent.pid, child}
+    assert set(meter.by_role()) == {"trainer"}
+
+
+def test_leftover_check_finds_an_unmarked_process_by_its_session(tmp_path: Path) -> None:
+    """A started process whose environment lacks the marker (as prime-rl's retitled processes look in /proc) is
+    found through its session, and not once it is stopped."""
+    procs = rehearse.Procs(tmp_path, dict(os.environ))
+    proc = procs.start("orchestrator", [sys.executable, "-c", "import time; time.sleep(600)"], cwd=tmp_path)
+    marker = uuid.uuid4().hex
+    try:
+        sessions = frozenset({proc.pid})
+        assert [line.split()[0] for line in rehearse.marked_processes(marker, sessions)] == [str(proc.pid)]
+        assert rehearse.marked_processes(marker) == []
+    finally:
+        procs.stop()
+    assert rehearse.marked_processes(marker, sessions) == []
