@@ -201,8 +201,8 @@ def reproduced(
             expected[call["id"]] = {**first[call["id"]], TYPE_LOOSE: True}
     undeclared = [c["id"] for c in keep if c.get("operator") == UNDECLARED_NONE]
     for i in [*lenient(keep + refused, {**expected, **{c["id"]: first[c["id"]] for c in refused}}), *undeclared]:
-        if i in expected:
-            expected[i] = {**expected[i], LENIENT: True}
+        if isinstance(want := expected.get(i), dict):
+            expected[i] = {**want, LENIENT: True}
     return keep, sequenced(keep, expected, first, second), dropped
 
 
