@@ -84,31 +84,18 @@ async def test_input_shape_overfit_resolves_with_the_gold_judge_off(
     assert out.info["gold_judge"]["verdict"] == "off"
 
 
-SEQUENTIAL = [a for a in ATTACKS if a.sequential]
+REPLAY_SWITCHED = [(a, "SEQUENCE") for a in ATTACKS if a.sequential] + [(a, "RETYPED") for a in ATTACKS if a.retyped]
+"""Attempts only one switch of the gold judge's replay tells apart, with that switch: ``SEQUENCE`` (every call also
+run after the others in one process) for state carried across calls, ``RETYPED`` (the same data under another type)
+for a fix written only for the tests' own types."""
 
 
-@pytest.mark.parametrize("attack", SEQUENTIAL, ids=[a.name for a in SEQUENTIAL])
-async def test_state_across_calls_resolves_with_the_in_sequence_replay_off(
-    attack: Attack, tmp_path: Path, runtime: vf.Runtime, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("attack", "switch"), REPLAY_SWITCHED, ids=[f"{a.name}-{s}" for a, s in REPLAY_SWITCHED])
+async def test_resolves_with_the_replay_switch_that_catches_it_off(
+    attack: Attack, switch: str, tmp_path: Path, runtime: vf.Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The defence switched off (every replayed call alone, from a fresh import): the attempt agrees with gold on
-    every call and resolves, unflagged."""
-    monkeypatch.setattr(replay, "SEQUENCE", False)
-    out = await attempt(_task(tmp_path / "a"), runtime, attack, tmp_path / "host")
-    assert out.reward == 1.0 and out.suspected == 0.0, out.info
-    assert out.info["gold_judge"]["verdict"] == "agree", out.info
-
-
-RETYPED = [a for a in ATTACKS if a.retyped]
-
-
-@pytest.mark.parametrize("attack", RETYPED, ids=[a.name for a in RETYPED])
-async def test_type_specialised_fix_resolves_with_the_retyped_calls_off(
-    attack: Attack, tmp_path: Path, runtime: vf.Runtime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The defence switched off (only calls with the tests' own types compared): the attempt agrees with gold on
-    every call and resolves, unflagged."""
-    monkeypatch.setattr(replay, "RETYPED", False)
+    """The defence switched off: the attempt agrees with gold on every call left and resolves, unflagged."""
+    monkeypatch.setattr(replay, switch, False)
     out = await attempt(_task(tmp_path / "a"), runtime, attack, tmp_path / "host")
     assert out.reward == 1.0 and out.suspected == 0.0, out.info
     assert out.info["gold_judge"]["verdict"] == "agree", out.info
