@@ -12,9 +12,9 @@
    raises TypeError/AttributeError is out of domain. The rest is dropped by reason. A call a test made under a patch
    makes the task not servable (:func:`servable`). Calls holding a value that made gold raise elsewhere accept a
    raise too (:func:`lenient`: validation order is not specified), and so do calls passing ``None`` where gold
-   never declares it (``inputs.declared_none``: gold's answer there is incidental). A kept call whose outcome is the same in both
-   in-sequence runs as alone is checked in sequence at grading too (``replay.sequenced``): code right only on the
-   first call of a process fails there. A call that passes a seed's data under another type (``inputs.retyped``)
+   never declares it (``inputs.declared_none``: gold's answer there is incidental). A kept call whose outcome is
+   the same in both in-sequence runs as alone is checked in sequence at grading too (``replay.sequenced``): code
+   right only on the first call of a process fails there. A call that passes a seed's data under another type (``inputs.retyped``)
    is kept only where gold's outcome is the same as on its seed up to those types (:func:`type_agnostic`), and is
    then compared type-loosely (``replay.TYPE_LOOSE``).
 
