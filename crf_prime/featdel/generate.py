@@ -526,8 +526,11 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             quiet = {
                 b.task_id for c, b in zip(batch, built, strict=True) if isinstance(b, FeatdelTask) and collects(c, b)
             }
+            t_grade = time.perf_counter()
             verdicts = validate_batch(tasks, staging, sandbox=sandbox, env=env, pool=pool, collects=quiet)
             accepted = [t for t in tasks if verdicts[t.task_id] is None]
+            t_record = time.perf_counter()
+            seconds["grade"] = seconds.get("grade", 0.0) + t_record - t_grade
             replays: dict[str, tuple[FeatdelTask, Counter[str]]] = {}
             if cfg.replay:
                 replays = shared_replay(accepted, staging, sandbox=sandbox, env=env)
@@ -538,6 +541,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                     replays[t.task_id] = (task, dropped)
             ready = [replays[t.task_id][0] if cfg.replay else t for t in accepted]
             t_verify = time.perf_counter()
+            seconds["record"] = seconds.get("record", 0.0) + t_verify - t_record
             final = {t.task_id: v for t, v in zip(ready, pool.map(verify, ready), strict=True)}
             seconds["verify"] = seconds.get("verify", 0.0) + time.perf_counter() - t_verify
             out: list[Checked] = []

@@ -276,19 +276,30 @@ def hack_result(task: FeatdelTask, changes: dict[str, str | None], hack: str) ->
 def build_grading_tree(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None], repo: Path) -> None:
     """Fresh copy at ``repo``: pristine base + snapshot edits + allow-listed agent changes, caches stripped."""
     materialise(task, task_dir, repo, hidden=True)
+    _apply_changes(task, changes, repo)
+    for rel, digest in task.protected_files.items():  # the copy must hold the pristine tests and config
+        if hashlib.sha256((repo / rel).read_bytes()).hexdigest() != digest:
+            raise GradingError(f"task {task.task_id}: protected file {rel} does not match its recorded hash")
+
+
+def overlay_tree(task: FeatdelTask, base: Path, changes: dict[str, str | None], repo: Path) -> None:
+    """The grading tree of ``changes`` at ``repo``, made from ``base`` (a tree :func:`build_grading_tree` wrote with
+    no changes, never exposed writable) by hard links, the changed files written anew: cheap for many attempts at one
+    task (mutation testing)."""
+    shutil.copytree(base, repo, symlinks=True, copy_function=os.link)
+    _apply_changes(task, changes, repo)
+
+
+def _apply_changes(task: FeatdelTask, changes: dict[str, str | None], repo: Path) -> None:
     for rel, text in changes.items():
         if rel not in task.source_files and not allowed_new_file(task, rel):
             continue
         p = repo / rel
-        if text is None:
-            p.unlink(missing_ok=True)
-        else:
+        p.unlink(missing_ok=True)  # a new inode: never written through a link another tree shares
+        if text is not None:
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(_source_bytes(text))  # the exact bytes the policy scanned
     strip_tree(repo)
-    for rel, digest in task.protected_files.items():  # the copy must hold the pristine tests and config
-        if hashlib.sha256((repo / rel).read_bytes()).hexdigest() != digest:
-            raise GradingError(f"task {task.task_id}: protected file {rel} does not match its recorded hash")
 
 
 def result_from_run(task: FeatdelTask, run: PytestRun, changes: dict[str, str | None]) -> GradeResult:

@@ -9,6 +9,8 @@ here on the host (``replay.py`` / ``replay_box.py``). Reward 1.0 needs all three
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 from crf_prime.featdel.grade import (
@@ -18,10 +20,11 @@ from crf_prime.featdel.grade import (
     detect_hack,
     grading_run,
     hack_result,
+    overlay_tree,
     result_from_run,
 )
 from crf_prime.featdel.models import FeatdelTask, GraderConfig, GradeResult, ReplayCall, ReplayData
-from crf_prime.featdel.replay import ReplayVerdict, load_replay, replay_tree
+from crf_prime.featdel.replay import ReplayVerdict, load_replay, replay_tree, replay_trees
 from crf_prime.featdel.runner import PytestRun
 from crf_prime.featdel.testenv import TestEnv, ensure_test_env
 from crf_prime.placement import GradingSandbox
@@ -136,6 +139,31 @@ class Grader:
             strict=self.config.strict_canon,
             generated=self.config.generated_calls,
         )
+
+    def replay_many(self, attempts: list[Changes], *, sample: int | None = None) -> list[ReplayVerdict]:
+        """:meth:`replay` for many attempts in one box (mutation testing); ``sample``: a screen on that many calls,
+        each alone (crf_prime/featdel/replay.py ``replay_trees``). The trees share one built base by hard links."""
+        if self.task.replay is None:
+            return [ReplayVerdict(calls=0, mismatches=()) for _ in attempts]
+        if not attempts:
+            return []
+        work = Path(tempfile.mkdtemp(prefix="crf-featdel-base-"))
+        try:
+            base = work / "repo"
+            self.build_tree({}, base)
+            return replay_trees(
+                self.sandbox,
+                self.env,
+                self.task,
+                self.task_dir,
+                [lambda dest, changes=changes: overlay_tree(self.task, base, changes, dest) for changes in attempts],
+                sample=sample,
+                call_timeout_s=self.config.call_timeout_s,
+                strict=self.config.strict_canon,
+                generated=self.config.generated_calls,
+            )
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
     def replay_data(self) -> ReplayData | None:
         """The task's replay inputs (recorded and generated, each with the target it hits) and gold's outcomes."""

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import pickle
+import random
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -122,6 +123,20 @@ def needs_site(task: FeatdelTask) -> bool:
     return any(not r.startswith(("pytest==", "coverage==")) for r in task.test_env.requirements)
 
 
+def _tree_paths(task: FeatdelTask, env: TestEnv, repo: Path) -> list[str]:
+    """The box's import path for one tree: the project's source roots, then the test venv's site-packages if needed."""
+    paths = [str((repo / p).resolve()) for p in (task.pythonpath or (".",))]
+    if needs_site(task):
+        paths += [str(p) for p in sorted((env.venv / "lib").glob("python3*/site-packages"))]
+    return paths
+
+
+def _run_wall(call_timeout_s: float, n_calls: int, sequence: bool) -> float:
+    """Wall-clock allowance of one tree's replay of ``n_calls`` calls (beyond the box's start-up)."""
+    wall = min(call_timeout_s + 0.5 * n_calls, 270.0)
+    return wall + sequence_timeout(call_timeout_s, n_calls) if sequence else wall
+
+
 def run_driver(
     sandbox: Sandbox,
     env: TestEnv,
@@ -142,28 +157,11 @@ def run_driver(
     """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none.
     ``stop_on_timeout=False`` runs every call even after one timed out; ``wall_seconds`` replaces the box's wall limit;
     ``strict=False`` lets the box read values through methods their class may override (hack suites only)."""
-    repo = run_dir / "repo"
-    lib = lib_dir(run_dir / "lib")
-    inputs, out = run_dir / "in", run_dir / "out"
-    inputs.mkdir(exist_ok=True)
-    out.mkdir(exist_ok=True)
-    result_path = out / ("derived.pkl" if mode == "derive" else "results.json")
-    result_path.unlink(missing_ok=True)
-    with open(inputs / "calls.pkl", "wb") as fh:
-        pickle.dump(calls, fh, protocol=4)
-    paths = [str((repo / p).resolve()) for p in (task.pythonpath or (".",))]
-    ro_binds: list[Path] = []
-    if needs_site(task):
-        site = sorted((env.venv / "lib").glob("python3*/site-packages"))
-        paths += [str(p) for p in site]
-        ro_binds.append(env.venv)
+    result_path = run_dir / "out" / ("derived.pkl" if mode == "derive" else "results.json")
     cfg = {
         "mode": mode,
-        "paths": paths,
-        "targets": targets_of(task),
-        "calls": str(inputs / "calls.pkl"),
+        "paths": _tree_paths(task, env, run_dir / "repo"),
         "out": str(result_path),
-        "timeout_s": call_timeout_s,
         "seed": seed,
         "per_target": per_target,
         "followups": followups,
@@ -171,26 +169,90 @@ def run_driver(
         "strict": strict,
         "sequence": SEQUENCE,
     }
-    (inputs / "config.json").write_text(json.dumps(cfg))
     if wall_seconds is None:
-        wall_seconds = 30.0 + min(call_timeout_s + 0.5 * len(calls), 270.0) if mode == "run" else 120.0
-        if mode == "run" and SEQUENCE:
-            wall_seconds += sequence_timeout(call_timeout_s, len(calls))
-    sandbox.with_limits(wall_seconds=wall_seconds).run(
-        [str(interpreter(env)), "-S", "-E", "-s", str(lib / "replay_box.py"), str(inputs / "config.json")],
-        workdir=run_dir,
-        cwd=repo,
-        ro_binds=ro_binds,
-        protected=[repo, lib, inputs],
-        env={"PYTHONHASHSEED": str(hash_seed), "PYTHONDONTWRITEBYTECODE": "1"},
-    )
+        wall_seconds = 30.0 + _run_wall(call_timeout_s, len(calls), SEQUENCE) if mode == "run" else 120.0
+    repos = [run_dir / "repo"]
+    _launch(sandbox, env, task, run_dir, repos, [result_path], calls, cfg, call_timeout_s, wall_seconds, hash_seed)
     if not result_path.is_file():
         return None
     if mode == "derive":
         with open(result_path, "rb") as fh:
             return pickle.load(fh)
+    return _results(result_path)
+
+
+def run_variants(
+    sandbox: Sandbox,
+    env: TestEnv,
+    task: FeatdelTask,
+    run_dir: Path,
+    trees: int,
+    calls: list[dict],
+    *,
+    seed: int,
+    sequence: bool,
+    call_timeout_s: float = CALL_TIMEOUT_S,
+    strict: bool = True,
+) -> list[object]:
+    """Replay ``calls`` on each of the trees ``run_dir/v{i}/repo`` (built, tests stripped) in ONE box: the driver
+    starts once and forks a child per tree that imports that tree alone (mutation testing grades many gold mutants
+    of one task). Each tree's output as :func:`run_driver` returns it, in order."""
+    repos = [run_dir / f"v{i}" / "repo" for i in range(trees)]
+    wall = _run_wall(call_timeout_s, len(calls), sequence) + 10.0
+    outs = [run_dir / "out" / f"v{i}.json" for i in range(trees)]
+    cfg = {
+        "mode": "run",
+        "variants": [
+            {"paths": _tree_paths(task, env, repo), "out": str(out), "wall_s": wall}
+            for repo, out in zip(repos, outs, strict=True)
+        ],
+        "seed": seed,
+        "stop_on_timeout": True,
+        "strict": strict,
+        "sequence": sequence,
+    }
+    _launch(sandbox, env, task, run_dir, repos, outs, calls, cfg, call_timeout_s, 30.0 + wall * trees, seed)
+    return [_results(out) if out.is_file() else None for out in outs]
+
+
+def _launch(
+    sandbox: Sandbox,
+    env: TestEnv,
+    task: FeatdelTask,
+    run_dir: Path,
+    repos: list[Path],
+    outputs: list[Path],
+    calls: list[dict],
+    cfg: dict,
+    call_timeout_s: float,
+    wall_seconds: float,
+    hash_seed: int,
+) -> None:
+    """Write the box's inputs under ``run_dir`` and run the driver there with ``repos`` and its inputs read-only
+    (``outputs``: the files the driver writes, removed first so that a stale one never reads as a result)."""
+    lib = lib_dir(run_dir / "lib")
+    inputs, out = run_dir / "in", run_dir / "out"
+    inputs.mkdir(exist_ok=True)
+    out.mkdir(exist_ok=True)
+    for p in outputs:
+        p.unlink(missing_ok=True)
+    with open(inputs / "calls.pkl", "wb") as fh:
+        pickle.dump(calls, fh, protocol=4)
+    cfg = {**cfg, "targets": targets_of(task), "calls": str(inputs / "calls.pkl"), "timeout_s": call_timeout_s}
+    (inputs / "config.json").write_text(json.dumps(cfg))
+    sandbox.with_limits(wall_seconds=wall_seconds).run(
+        [str(interpreter(env)), "-S", "-E", "-s", str(lib / "replay_box.py"), str(inputs / "config.json")],
+        workdir=run_dir,
+        cwd=repos[0],
+        ro_binds=[env.venv] if needs_site(task) else [],
+        protected=[*repos, lib, inputs],
+        env={"PYTHONHASHSEED": str(hash_seed), "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+
+
+def _results(path: Path) -> object:
     try:
-        return json.loads(result_path.read_text())
+        return json.loads(path.read_text())
     except ValueError:
         return None
 
@@ -349,6 +411,15 @@ def _kind(outcome: object) -> str:
     return next((k for k in sorted(outcome) if k not in ("args_after", LENIENT, TYPE_LOOSE)), "missing")
 
 
+def _served(task: FeatdelTask, task_dir: Path, *, generated: bool) -> tuple[list[dict], dict[str, object]]:
+    """The calls to replay and gold's outcomes (``generated=False``: only the calls the tests made)."""
+    calls, expected = load_replay(task, task_dir)
+    if not generated:
+        calls = [c for c in calls if not c.get("derived")]
+        expected = {i: expected[i] for c in calls for i in (c["id"], c["id"] + SEQ) if i in expected}
+    return calls, expected
+
+
 def replay_tree(
     sandbox: Sandbox,
     env: TestEnv,
@@ -364,10 +435,7 @@ def replay_tree(
     tree a test run could have written into), tests stripped, and compare with gold's outcomes here on the host.
     ``strict=False`` turns the box's steering-proof canonical reads off, ``generated=False`` replays only the calls
     the tests made (hack suites only)."""
-    calls, expected = load_replay(task, task_dir)
-    if not generated:
-        calls = [c for c in calls if not c.get("derived")]
-        expected = {i: expected[i] for c in calls for i in (c["id"], c["id"] + SEQ) if i in expected}
+    calls, expected = _served(task, task_dir, generated=generated)
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-replay-"))
     try:
         build(run_dir / "repo")
@@ -382,6 +450,55 @@ def replay_tree(
     return ReplayVerdict(calls=replayed_calls(expected), mismatches=bad, detail=detail)
 
 
+def replay_trees(
+    sandbox: Sandbox,
+    env: TestEnv,
+    task: FeatdelTask,
+    task_dir: Path,
+    builds: list[Callable[[Path], None]],
+    *,
+    sample: int | None = None,
+    call_timeout_s: float = CALL_TIMEOUT_S,
+    strict: bool = True,
+    generated: bool = True,
+) -> list[ReplayVerdict]:
+    """:func:`replay_tree` for many trees in one box (mutation testing: every mutant of a task's gold). ``sample``:
+    replay only that many of the calls (the same deterministic sample for every tree), each alone and not in
+    sequence: a screen whose every mismatch is one the whole replay would find too."""
+    calls, expected = _served(task, task_dir, generated=generated)
+    sequence = SEQUENCE and sample is None
+    if sample is not None and sample < len(calls):
+        calls = [calls[i] for i in sorted(random.Random(task.task_id).sample(range(len(calls)), sample))]
+    if sample is not None:
+        ids = {c["id"] for c in calls}
+        expected = {i: want for i, want in expected.items() if i in ids}
+    run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-replays-"))
+    try:
+        for i, build in enumerate(builds):
+            build(run_dir / f"v{i}" / "repo")
+            strip_tests(task, run_dir / f"v{i}" / "repo")
+        seed = int.from_bytes(os.urandom(4), "little")
+        outs = run_variants(
+            sandbox,
+            env,
+            task,
+            run_dir,
+            len(builds),
+            calls,
+            seed=seed,
+            sequence=sequence,
+            call_timeout_s=call_timeout_s,
+            strict=strict,
+        )
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    verdicts = []
+    for got in outs:
+        bad, detail = compare(expected, got)
+        verdicts.append(ReplayVerdict(calls=replayed_calls(expected), mismatches=bad, detail=detail))
+    return verdicts
+
+
 __all__ = [
     "CALL_TIMEOUT_S",
     "ReplayError",
@@ -391,8 +508,10 @@ __all__ = [
     "loosened",
     "module_of",
     "replay_tree",
+    "replay_trees",
     "replayed_calls",
     "run_driver",
+    "run_variants",
     "sequenced",
     "strip_tests",
 ]

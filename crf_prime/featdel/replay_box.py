@@ -15,6 +15,7 @@ inputs generated from the recorded ones by ``inputs.py``, pickled back for gold 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import math
@@ -452,18 +453,23 @@ def run_sequence(fns: dict, calls: list[dict], order: list[int], loads, timeout_
     return out
 
 
-def _forked(body, timeout_s: float, *, partial: bool = False) -> tuple[bytes | None, int]:
-    """Run ``body(write_fd)`` in a forked child; (what it wrote, wait status). At the deadline the child is killed:
-    the data is None, or with ``partial`` what it wrote so far."""
+def _forked(body, timeout_s: float, *, partial: bool = False, group: bool = False) -> tuple[bytes | None, int]:
+    """Run ``body(write_fd)`` in a forked child; (what it wrote, wait status). At the deadline the child is killed
+    (with ``group``, its own children too): the data is None, or with ``partial`` what it wrote so far."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
         os.close(r)
+        if group:
+            os.setpgid(0, 0)
         try:
             random.seed()
             body(w)
         finally:
             os._exit(0)
+    if group:
+        with contextlib.suppress(OSError):  # both sides set it (the usual idiom): no window where a kill misses
+            os.setpgid(pid, pid)
     os.close(w)
     chunks, deadline, timed_out = [], time.monotonic() + timeout_s, False
     while True:
@@ -480,7 +486,10 @@ def _forked(body, timeout_s: float, *, partial: bool = False) -> tuple[bytes | N
         chunks.append(chunk)
     os.close(r)
     if timed_out:
-        os.kill(pid, signal.SIGKILL)
+        if group:
+            os.killpg(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     if timed_out and not partial:
         return None, status
@@ -492,17 +501,44 @@ def main(config_path: str) -> int:
         cfg = json.load(fh)
     global STRICT
     STRICT = bool(cfg.get("strict", True))
-    for p in reversed(cfg["paths"]):
-        sys.path.insert(0, p)
-    import cloudpickle  # noqa: F401 - registers nothing; plain pickle.loads reads its output
+    variants = cfg.get("variants")
+    if variants is None:
+        _add_paths(cfg["paths"])
+    elif not any(_provides(p, "cloudpickle") for v in variants for p in v["paths"]):
+        import cloudpickle  # noqa: F401 - imported once here, before any project code, for every variant
 
     with open(cfg["calls"], "rb") as fh:
         calls = pickle.load(fh)
+    if cfg["mode"] == "derive":
+        return _derive_main(cfg, calls, cfg["out"])
+    if variants is None:
+        _run_calls(cfg, calls, cfg["out"])
+        return 0
+    for v in variants:  # one child per tree; the parent never imports project code
+        _forked(lambda _w, v=v: _variant(cfg, calls, v), v["wall_s"], group=True)
+    return 0
+
+
+def _add_paths(paths: list[str]) -> None:
+    for p in reversed(paths):
+        sys.path.insert(0, p)
+    import cloudpickle  # noqa: F401 - registers nothing; plain pickle.loads reads its output
+
+
+def _provides(path: str, name: str) -> bool:
+    return os.path.exists(os.path.join(path, name)) or os.path.exists(os.path.join(path, name + ".py"))
+
+
+def _variant(cfg: dict, calls: list[dict], variant: dict) -> None:
+    """One tree of a ``variants`` run (mutation testing: many trees, one box): its own paths, its own results."""
+    _add_paths(variant["paths"])
+    _run_calls(cfg, calls, variant["out"])
+
+
+def _run_calls(cfg: dict, calls: list[dict], out_path: str) -> None:
+    """Every call alone (one child each, shuffled), then in sequence when asked; the outcomes as JSON at ``out_path``."""
     loads = pickle.loads
     targets = cfg["targets"]
-    out_path = cfg["out"]
-    if cfg["mode"] == "derive":
-        return _derive_main(cfg, calls, out_path)
     fns: dict[int, object] = {}
     results: dict[str, dict] = {}
     order = list(range(len(calls)))
@@ -532,14 +568,13 @@ def main(config_path: str) -> int:
     with open(tmp, "w") as fh:
         json.dump(results, fh, sort_keys=True)
     os.replace(tmp, out_path)
-    return 0
 
 
 def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
     """Fresh calls generated from the recorded ones on gold's tree (inputs.py), pickled back with their parent's id."""
     import hashlib  # in the box: the driver imports from its own directory
 
-    import cloudpickle  # in the box: the driver imports from its own directory
+    import cloudpickle  # in the box: the driver imports from its own directory (after the project's paths)
     from inputs import followup_variations, generate  # in the box: the driver imports from its own directory
 
     targets = cfg["targets"]

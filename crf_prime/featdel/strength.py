@@ -3,8 +3,9 @@
 Mutation testing applied to the grader (EvalPlus, Liu et al. 2023, measured test insufficiency the same way): each
 mutant of gold's deleted code (crf_prime/featdel/mutants.py) is graded as the task is served — the replay of the
 task's recorded and generated calls and the target tests in a fresh grading tree, both through
-:class:`crf_prime.featdel.grader.Grader` — and the verdict is the grader's (1.0 only when both pass; the replay runs
-first because it is the cheaper of the two). A mutant the grader accepts
+:class:`crf_prime.featdel.grader.Grader` — and the verdict is the grader's (1.0 only when both pass). The replay runs
+first because it is the cheaper of the two, for all mutants of a task in one box: a screen on a sample of the calls,
+then the whole replay for the mutants the screen does not reject. A mutant the grader accepts
 is then replayed on **held-out calls**: inputs generated (crf_prime/featdel/inputs.py) from every served call,
 recorded or generated — a second step away from what the tests did — with another seed and more per target than
 the served replay, minus the served inputs themselves, kept where gold is deterministic. A mutant that differs from gold there is a
@@ -35,6 +36,8 @@ HELD_OUT_PER_TARGET = 200
 """Held-out calls generated per target (the served replay generates ``record.GENERATED_PER_TARGET``)."""
 MAX_HELD_OUT = 400
 """Held-out calls kept per task (a deterministic sample), so that one task's check stays within seconds."""
+SCREEN_CALLS = 16
+"""Calls of the replay's first pass over every mutant (crf_prime/featdel/replay.py ``replay_trees``)."""
 HELD_OUT_SEED = 7919
 """Added to the task's seed: the held-out variations are not the served ones."""
 
@@ -89,11 +92,24 @@ class HeldOut:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def replay_rejects(grader: Grader, mutants: list[Mutant]) -> list[bool]:
+    """Whether the replay rejects each mutant: every mutant first on a sample of the calls, then those the sample
+    does not tell from gold on every call, each pass one box for all (a mismatch on the sample is one the whole replay
+    finds too; most mutants differ from gold on the first calls)."""
+    if grader.task.replay is None:
+        return [False] * len(mutants)
+    screen = grader.replay_many([{m.path: m.text} for m in mutants], sample=SCREEN_CALLS)
+    left = [i for i, v in enumerate(screen) if v.ok]
+    full = grader.replay_many([{mutants[i].path: mutants[i].text} for i in left])
+    rejects = [not v.ok for v in screen]
+    for i, v in zip(left, full, strict=True):
+        rejects[i] = not v.ok
+    return rejects
+
+
 def _verdict(grader: Grader, m: Mutant, held: HeldOut | None) -> str:
-    """The grader's verdict on one mutant and what it means: "rejected", "survived" or "equivalent"."""
+    """The grader's verdict on a mutant the replay accepts: "rejected", "survived" or "equivalent"."""
     changes: dict[str, str | None] = {m.path: m.text}
-    if grader.task.replay is not None and not grader.replay(changes).ok:
-        return "rejected"
     run = grader.run_tests(changes)  # the served wall limit: a shorter one would reject mutants of slow suites
     if grader.score_run(run, changes).score != 1.0:
         return "rejected"
@@ -122,7 +138,10 @@ def mutation_score(task: FeatdelTask, task_dir: Path, *, cap: int, sandbox: Sand
     measurable = task.replay is not None and not task.unreplayed_targets
     grader = Grader(task, task_dir, sandbox=sandbox, env=env, config=GraderConfig(scan=False))
     held = HeldOut(grader, original) if measurable else None
-    verdicts = [(m.label, _verdict(grader, m, held)) for m in mutants]
+    rejects = replay_rejects(grader, mutants)
+    verdicts = [
+        (m.label, "rejected" if r else _verdict(grader, m, held)) for m, r in zip(mutants, rejects, strict=True)
+    ]
     rejected = sum(1 for _, v in verdicts if v == "rejected")
     survivors = tuple(label for label, v in verdicts if v == "survived")
     changing = rejected + len(survivors)
@@ -136,4 +155,4 @@ def mutation_score(task: FeatdelTask, task_dir: Path, *, cap: int, sandbox: Sand
     )
 
 
-__all__ = ["HELD_OUT_PER_TARGET", "HeldOut", "mutation_score", "mutation_seed"]
+__all__ = ["HELD_OUT_PER_TARGET", "SCREEN_CALLS", "HeldOut", "mutation_score", "mutation_seed", "replay_rejects"]

@@ -4,18 +4,26 @@ grader rejects the behaviour-changing mutants (a branch only held-out inputs rea
 from __future__ import annotations
 
 import ast
+import os
+import re
+import select
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from corpus_support import write
+from featdel_support import TOOLZ, generated
 
 from crf_prime.featdel.corpus_build import CorpusSummary, PackageRow, mutation_card, mutation_tables
 from crf_prime.featdel.corpus_meta import TaskMeta
-from crf_prime.featdel.deletion import delete_bodies
+from crf_prime.featdel.deletion import apply_unified_diff, delete_bodies
 from crf_prime.featdel.generate import GenerateConfig, generate
-from crf_prime.featdel.models import MutationScore, RateStats
+from crf_prime.featdel.grader import Grader
+from crf_prime.featdel.models import FeatdelTask, GraderConfig, MutationScore, RateStats
 from crf_prime.featdel.mutants import OPERATORS, file_mutants, gold_mutants, restored_lines
+from crf_prime.featdel.replay_box import _forked
+from crf_prime.featdel.strength import SCREEN_CALLS, mutation_seed, replay_rejects
 
 SRC = textwrap.dedent(
     '''\
@@ -232,3 +240,59 @@ def test_generation_keeps_only_verifiable_tasks_with_a_strong_grader(tmp_path: P
     read = next(t for t in tasks if t.task_id == "src-local__reach.Meter.read")
     assert read.unreplayed_targets == ("Meter.read",) and read.mutation is None
     assert summary.mutation is None and "weak-grader" not in summary.rejected
+
+
+# -- many trees in one box: the verdicts of one box per tree ----------------------------------------------------------
+
+
+def _hanging(task: FeatdelTask) -> dict[str, str | None]:
+    """The snapshot with its first deleted body replaced by a loop that never ends."""
+    path = task.targets[0].path
+    text = task.broken_files[path]
+    indent = re.search(r"^( *)raise NotImplementedError$", text, re.M)
+    assert indent is not None
+    pad = indent.group(1)
+    return {path: text.replace(indent.group(0), f"{pad}while True:\n{pad}    pass", 1)}
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_one_box_for_many_trees_gives_each_tree_s_own_verdict() -> None:
+    task_dir, tasks, _ = generated(TOOLZ, 2)
+    task = tasks[0]
+    original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
+    broken = {p: task.broken_files[p] for p in original}
+    mutants = gold_mutants(broken, original, cap=4, seed=mutation_seed(task))
+    gold = dict(original)
+    attempts = [gold, {}, *({m.path: m.text} for m in mutants), _hanging(task), gold]
+    grader = Grader(task, task_dir, config=GraderConfig(scan=False, call_timeout_s=1.0))
+    alone = [grader.replay(a) for a in attempts]
+    together = grader.replay_many(attempts)
+    assert [v.ok for v in together] == [v.ok for v in alone]
+    assert [v.calls for v in together] == [v.calls for v in alone]
+    assert together[0].ok and together[-1].ok  # gold, also after a tree whose calls time out
+    assert not together[1].ok and not together[-2].ok  # the snapshot raises NotImplementedError; the loop times out
+    # the screen: a sample of the calls, each alone; whatever it rejects, the whole replay rejects too
+    screen = grader.replay_many(attempts, sample=SCREEN_CALLS)
+    assert all(v.calls == min(SCREEN_CALLS, task.replay.recorded + task.replay.derived) for v in screen)
+    assert screen[0].ok and screen[-1].ok and not screen[1].ok
+    assert all(set(s.mismatches) <= set(t.mismatches) for s, t in zip(screen, together, strict=True))
+    assert replay_rejects(grader, mutants) == [not v.ok for v in alone[2:-2]]
+
+
+def test_a_timed_out_child_is_killed_with_its_own_children() -> None:
+    """A tree's child that runs out of time takes the call children it forked with it (its process group)."""
+    r, w = os.pipe()  # held open by the grandchild alone once we close our end: EOF means it is gone
+
+    def body(_fd: int) -> None:
+        if os.fork() == 0:
+            time.sleep(600)  # a call that never returns
+            os._exit(0)
+        time.sleep(600)
+
+    data, status = _forked(body, 0.5, group=True)
+    os.close(w)
+    assert data is None and os.WIFSIGNALED(status)
+    ready, _, _ = select.select([r], [], [], 60)
+    assert ready and os.read(r, 1) == b"", "the grandchild outlived its parent's group kill"
+    os.close(r)
