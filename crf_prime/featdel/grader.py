@@ -9,6 +9,7 @@ here on the host (``replay.py`` / ``replay_box.py``). Reward 1.0 needs all three
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 from pathlib import Path
@@ -156,7 +157,7 @@ class Grader:
                 self.env,
                 self.task,
                 self.task_dir,
-                [lambda dest, changes=changes: overlay_tree(self.task, base, changes, dest) for changes in attempts],
+                [functools.partial(overlay_tree, self.task, base, changes) for changes in attempts],
                 sample=sample,
                 call_timeout_s=self.config.call_timeout_s,
                 strict=self.config.strict_canon,
