@@ -59,11 +59,12 @@ class LoadSampler(threading.Thread):
 def time_split(out: Path) -> dict[str, float]:
     """Package-seconds by stage, summed over the packages that ran: ``setup`` (download, setup loop: collection,
     plugin installs, the suite once or twice), then ``featdel generate``'s own stages (``source``, ``venv``,
-    ``coverage``: the coverage baseline, ``verify``: replay recording and mutation testing, ``validate``: grading
-    gold and the deletion), and ``refused`` (packages that failed: all their time). Cancelled packages record no
-    time."""
+    ``coverage``: the coverage baseline, ``grade``: grading gold and the deletion, ``record``: the replay recording,
+    ``verify``: mutation testing, ``validate``: the rest of validation), and ``refused`` (packages that failed: all
+    their time). Cancelled packages record no time."""
     summary = json.loads((out / "summary.json").read_text())
     split: Counter[str] = Counter()
+    stages = ("grade", "record", "verify")  # inside generate's "validate"
     for slug, row in summary["packages"].items():
         gen = out / "packages" / slug / "tasks" / "summary.json"
         if row["status"] != "done" or not gen.is_file():
@@ -71,9 +72,9 @@ def time_split(out: Path) -> dict[str, float]:
             continue
         secs = GenerateSummary.model_validate_json(gen.read_text()).seconds
         split["setup"] += max(0.0, row["seconds"] - secs.get("total", 0.0))
-        for stage in ("source", "venv", "coverage", "verify"):
+        for stage in ("source", "venv", "coverage", *stages):
             split[stage] += secs.get(stage, 0.0)
-        split["validate"] += secs.get("validate", 0.0) - secs.get("verify", 0.0)  # generate's "validate" holds verify
+        split["validate"] += secs.get("validate", 0.0) - sum(secs.get(s, 0.0) for s in stages)
     return {k: round(v, 1) for k, v in split.items()}
 
 

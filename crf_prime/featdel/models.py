@@ -351,7 +351,7 @@ class GenerateSummary(BaseModel):
     """Public functions left out before validation, by reason (trivial body, no covering test, too central)."""
     rejections: tuple[Rejection, ...] = ()
     seconds: dict[str, float] = Field(default_factory=dict)
-    """Wall time per phase (source, venv, coverage, validate, total)."""
+    """Wall time per phase (source, venv, coverage, validate, total; inside validate: grade, record, verify)."""
     replay_covered: int = 0
     """Valid tasks with at least one replayable call (the rest are graded by their tests alone)."""
     replay_checked: int = 0
