@@ -240,8 +240,9 @@ def _launch(
         pickle.dump(calls, fh, protocol=4)
     cfg = {**cfg, "targets": targets_of(task), "calls": str(inputs / "calls.pkl"), "timeout_s": call_timeout_s}
     (inputs / "config.json").write_text(json.dumps(cfg))
+    # no -E: the box's environment is only the one given here, and -E would ignore its PYTHONHASHSEED
     sandbox.with_limits(wall_seconds=wall_seconds).run(
-        [str(interpreter(env)), "-S", "-E", "-s", str(lib / "replay_box.py"), str(inputs / "config.json")],
+        [str(interpreter(env)), "-S", "-s", str(lib / "replay_box.py"), str(inputs / "config.json")],
         workdir=run_dir,
         cwd=repos[0],
         ro_binds=[env.venv] if needs_site(task) else [],

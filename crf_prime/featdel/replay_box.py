@@ -1,6 +1,6 @@
 """Feature Deletion replay driver: runs INSIDE the replay box, with only the standard library and cloudpickle.
 
-Copied into the box next to cloudpickle and run as ``python -S -E -s replay_box.py CONFIG.json``; it never imports
+Copied into the box next to cloudpickle and run as ``python -S -s replay_box.py CONFIG.json``; it never imports
 crf_prime, pytest or any test file. For every call input (pickled at generation from the gold run of the target tests,
 or derived from one) it forks a child, calls the target's underlying function with the recorded arguments (the
 receiver first, for methods), and writes the canonical outcome: return value or exception type, the arguments (and
