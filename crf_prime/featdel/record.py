@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import shutil
 import tempfile
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
 
@@ -139,27 +141,34 @@ def plain_calls(recorded: list[dict]) -> list[dict]:
 
 
 def gold_runs(sandbox: Sandbox, env: TestEnv, task: FeatdelTask, gold: Path, calls: list[dict]) -> tuple[dict, dict]:
-    """Gold's outcomes on ``calls`` from two separate boxes (hash seeds 1 and 2) on the tree at ``gold/repo``.
+    """Gold's outcomes on ``calls`` from two separate boxes (hash seeds 1 and 2) on the tree at ``gold/repo``, run
+    side by side (the second on a hard-linked copy of the tree: each box writes its own inputs and outputs).
 
     A timed-out call does not stop the others (a generated input may make gold hang; that input is dropped), and
     the box's wall limit grows with the number of calls."""
     limit = GOLD_CALL_TIMEOUT_S
     wall_seconds = 60.0 + 0.5 * len(calls) + 4 * limit + sequence_timeout(limit, len(calls))
-    first, second = (  # every call runs (a generated input may hang) under a wall limit that grows with them
-        run_driver(
-            sandbox,
-            env,
-            task,
-            gold,
-            calls,
-            seed=seed,
-            hash_seed=seed,
-            call_timeout_s=limit,
-            stop_on_timeout=False,
-            wall_seconds=wall_seconds,
-        )
-        for seed in (1, 2)
-    )
+    twin = Path(tempfile.mkdtemp(prefix="gold-", dir=gold.parent))
+    try:
+        shutil.copytree(gold / "repo", twin / "repo", symlinks=True, copy_function=os.link)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            first, second = pool.map(  # every call runs (a generated input may hang) under a wall limit that grows
+                lambda run: run_driver(
+                    sandbox,
+                    env,
+                    task,
+                    run[0],
+                    calls,
+                    seed=run[1],
+                    hash_seed=run[1],
+                    call_timeout_s=limit,
+                    stop_on_timeout=False,
+                    wall_seconds=wall_seconds,
+                ),
+                ((gold, 1), (twin, 2)),
+            )
+    finally:
+        shutil.rmtree(twin, ignore_errors=True)
     if not isinstance(first, dict) or not isinstance(second, dict):
         raise RuntimeError(f"task {task.task_id}: the gold replay produced no result")
     return first, second
