@@ -26,7 +26,7 @@ from crf_prime.extras import require
 from crf_prime.featdel.inputs import FLOAT_EXACT
 from crf_prime.featdel.models import FeatdelTask
 from crf_prime.featdel.replay_box import SEQUENCE_SUFFIX, sequence_timeout
-from crf_prime.featdel.source import is_test_path
+from crf_prime.featdel.source import is_metadata, is_test_path
 from crf_prime.featdel.testenv import TestEnv
 from crf_prime.sandbox import Sandbox
 
@@ -104,9 +104,11 @@ def lib_dir(dest: Path, *, plugin: bool = False) -> Path:
 
 
 def strip_tests(task: FeatdelTask, repo: Path) -> None:
-    """Remove every test file and test configuration from a tree (the replay box holds no tests)."""
+    """Remove every test file and test configuration from a tree (the replay box holds no tests). The project's
+    metadata stays: its import may read its own version (``importlib.metadata.version``)."""
     for rel in task.protected_files:
-        (repo / rel).unlink(missing_ok=True)
+        if not is_metadata(rel):
+            (repo / rel).unlink(missing_ok=True)
     for p in sorted(repo.rglob("*"), reverse=True):
         rel = p.relative_to(repo).as_posix()
         if p.is_file() and (is_test_path(rel) or rel.endswith(".pyc")):

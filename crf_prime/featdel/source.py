@@ -318,6 +318,11 @@ def source_files(root: Path, package_dirs: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
+def is_metadata(rel: str) -> bool:
+    """A file of the tree's ``.dist-info`` (:func:`_write_metadata`): protected, but not a test."""
+    return rel.split("/")[0].endswith(".dist-info")
+
+
 def protected_paths(root: Path) -> tuple[str, ...]:
     """Every test file and test-configuration file in the tree (to protect and re-materialise at grading)."""
     out: set[str] = set()
@@ -329,7 +334,7 @@ def protected_paths(root: Path) -> tuple[str, ...]:
             (p.suffix == ".py" and is_test_path(rel))
             or (rel in TEST_CONFIG_FILES)
             or p.name == "conftest.py"
-            or rel.split("/")[0].endswith(".dist-info")
+            or is_metadata(rel)
             or is_test_path(rel)
         ):
             out.add(rel)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import json
 import random
+import subprocess
 import textwrap
 from collections import OrderedDict
 from pathlib import Path
@@ -16,10 +17,11 @@ from featdel_support import INFLECTION, TOOLZ, agent_tree, generated
 
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import GenerateConfig, generate
+from crf_prime.featdel.grade import materialise
 from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.inputs import generate as generate_inputs
 from crf_prime.featdel.inputs import variations
-from crf_prime.featdel.replay import SEQ, compare, load_replay, module_of, replayed_calls
+from crf_prime.featdel.replay import SEQ, compare, load_replay, module_of, replayed_calls, strip_tests
 from crf_prime.featdel.replay_box import Opaque, canonical
 
 
@@ -241,6 +243,54 @@ def test_generation_drops_what_gold_cannot_reproduce_and_prefers_covered_tasks(m
     )
     assert [t.targets[0].qualname for t in one] == ["scale"] and summary1.replay_covered == 1
     assert len(list((tmp_path / "one" / "replay").iterdir())) == 2  # only the written task's files
+
+
+VERSIONED = {
+    "pyproject.toml": '[project]\nname = "versioned"\nversion = "0.1"\n',
+    "versioned/__init__.py": """
+        from importlib.metadata import version
+
+        RELEASE = version(__name__).split("-")[0]  # the import fails where the project's metadata is missing
+
+
+        def double(xs):
+            \"\"\"Each item twice.\"\"\"
+            out = []
+            for x in xs:
+                out.append(x * 2)
+            return out
+        """,
+    "tests/test_versioned.py": """
+        from versioned import double
+
+
+        def test_double():
+            assert double([1, 2]) == [2, 4]
+        """,
+}
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_the_replay_box_keeps_the_project_metadata_its_import_reads(tmp_path: Path) -> None:
+    """A project that reads its own version at import (munch: ``__version__.split``) imports in the replay box too:
+    the box's tree keeps the ``.dist-info`` the generator writes (it used to go with the tests, and every call was
+    unresolvable: no task)."""
+    repo = tmp_path / "versioned"
+    for rel, text in VERSIONED.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(textwrap.dedent(text).lstrip())
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "one"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env=env)
+    cfg = GenerateConfig(source=f"git:{repo}@main", out=tmp_path / "out", max_tasks=1, granularities=["function"], mutants_per_task=0)  # fmt: skip
+    (task,), summary = generate(cfg)
+    assert task.replay is not None and task.replay.recorded == 1 and summary.replay_covered == 1
+    (meta,) = [rel for rel in task.protected_files if ".dist-info/" in rel]
+    repo_copy = tmp_path / "box"
+    materialise(task, tmp_path / "out", repo_copy, hidden=True)
+    strip_tests(task, repo_copy)
+    assert (repo_copy / meta).is_file() and not (repo_copy / "tests" / "test_versioned.py").exists()
 
 
 # -- curated sources: gold scores 1.0 with the replay, the snapshot 0, and the replay covers every task ------------
