@@ -37,11 +37,18 @@ VF_VALIDATE = v1_script("verifiers.v1.cli.validate:main")
 
 
 def vf_eval(
-    env_id: str, base_url: str, out: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float
+    env_id: str,
+    base_url: str,
+    out: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float,
+    examples: int = 1,
 ) -> Path:
-    """``vf-eval ENV_ID -n 1 -m scripted`` against the OpenAI server at ``base_url`` (key in ``CRF_LOOPBACK_KEY``),
-    extra ``args`` after the common ones, ``env`` over os.environ; returns the one ``traces.jsonl`` under ``out``."""
-    cmd = [str(VF_EVAL), env_id, "-n", "1", "-m", "scripted", "--client.base-url", base_url]
+    """``vf-eval ENV_ID -n EXAMPLES -m scripted`` against the OpenAI server at ``base_url`` (key in
+    ``CRF_LOOPBACK_KEY``), extra ``args`` after the common ones, ``env`` over os.environ; returns the one
+    ``traces.jsonl`` under ``out``."""
+    cmd = [str(VF_EVAL), env_id, "-n", str(examples), "-m", "scripted", "--client.base-url", base_url]
     cmd += ["--client.api-key-var", "CRF_LOOPBACK_KEY", "--env.agent.runtime.type", "subprocess"]
     cmd += ["--no-push", "--no-rich", "-o", str(out), *args]
     full_env = {**os.environ, "CRF_LOOPBACK_KEY": "test", **(env or {})}
@@ -55,6 +62,20 @@ def only_episode(traces: Path) -> dict:
     """The single episode record of a ``-n 1`` run's traces.jsonl."""
     (line,) = traces.read_text().splitlines()
     return json.loads(line)
+
+
+def traces_by_task(traces: Path) -> dict[str, dict]:
+    """The trace records of a run's traces.jsonl (one rollout per example), keyed by their task's key."""
+    records = [t for line in traces.read_text().splitlines() for t in json.loads(line)["traces"]]
+    by_key = {t["task"]["key"]: t for t in records}
+    assert len(by_key) == len(records), sorted(by_key)
+    return by_key
+
+
+def first_user_text(body: Mapping) -> str:
+    """The text of the first user message of a chat-completion request body (the task's prompt)."""
+    content = next(m for m in body["messages"] if m["role"] == "user")["content"]
+    return content if isinstance(content, str) else "".join(part.get("text", "") for part in content)
 
 
 def tool_messages(trace: dict) -> list[str]:

@@ -92,8 +92,11 @@ def _unreadable_file() -> Path:
 
 
 @functools.lru_cache(maxsize=1)
-def system_args() -> tuple[str, ...]:
-    """The host-independent part of the command: namespaces, system dirs, /etc minus secrets, /proc, /dev."""
+def system_args(hidden: Path) -> tuple[str, ...]:
+    """The host-independent part of the command: namespaces, system dirs, /etc minus secrets, /proc, /dev.
+
+    ``hidden`` is :func:`_unreadable_file`'s path, bound over the secrets: a parameter, so that the cached command
+    follows it when the temporary directory changes (the file under the old one may be gone with its directory)."""
     args = [
         "--unshare-all",
         "--die-with-parent",
@@ -120,7 +123,7 @@ def system_args() -> tuple[str, ...]:
             # an empty tmpfs owned by root with mode 0000: uid 0 without CAP_DAC_OVERRIDE cannot list it
             args += ["--perms", "0000", "--tmpfs", str(host), "--remount-ro", str(host)]
         else:
-            args += ["--ro-bind", str(_unreadable_file()), str(host)]
+            args += ["--ro-bind", str(hidden), str(host)]
     args += ["--proc", "/proc", "--dev", "/dev"]
     for prefix in python_prefixes():
         args += ["--ro-bind", str(prefix), str(prefix)]
@@ -144,8 +147,8 @@ def build_argv(
     """Full ``bwrap ... -- argv`` command line (paths must be absolute).
 
     ``writable``: when given, the task directory is bound read-only and only these paths inside it are writable."""
-    _unreadable_file()  # (re)create it if a tmp cleaner removed it; system_args() refers to it
-    args = [bwrap, *system_args(), "--size", str(tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+    hidden = _unreadable_file()  # (re)created if a tmp cleaner removed it
+    args = [bwrap, *system_args(hidden), "--size", str(tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     args += ["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
     outer = [p for p in ro_binds if not _under(p, workdir)]
     inner = [p for p in ro_binds if _under(p, workdir)]

@@ -12,7 +12,7 @@ import pytest
 import verifiers.v1 as vf
 from featdel_support import INFLECTION, generated
 from verifiers.v1.runtimes import provision_runtime
-from vf_cli_support import VALIDATE_HAS_NOOP, only_episode, tool_messages, vf_eval, vf_validate
+from vf_cli_support import VALIDATE_HAS_NOOP, first_user_text, tool_messages, traces_by_task, vf_eval, vf_validate
 
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.models import FeatdelTask
@@ -141,44 +141,52 @@ def _gold_edits(row: FeatdelTask) -> list[dict]:
     return calls
 
 
-def _vf_eval(task_dir: Path, tmp_path: Path, replies: list[Reply]) -> dict:
-    script = list(replies)
-    with LoopbackOpenAI(lambda body: script.pop(0)) as server:
-        out = tmp_path / "outputs"
-        traces = vf_eval("feature-deletion", server.base_url, out, "--env.taskset.tasks", str(task_dir), timeout=400)
-        requests = list(server.requests)
-    (trace,) = only_episode(traces)["traces"]
-    assert trace["ok"], trace["errors"]
-    assert trace["agent"]["config"]["harness"]["id"] == "feature-deletion"  # the taskset's bundled SandboxHarness
-    assert [t["function"]["name"] for t in requests[0]["tools"]] == ["bash", "view", "edit", "submit"]
-    assert len(requests) == len(replies)
-    return trace
-
-
-def test_vf_eval_scripted_agent_writing_gold_scores_one(task_dir: Path, tmp_path: Path) -> None:
-    row = _taskset(task_dir).load()[0].data.featdel
-    replies = [Reply(tool_calls=[c]) for c in _gold_edits(row)]
-    replies += [
+def test_vf_eval_scripted_agents_gold_scores_one_and_doing_nothing_scores_zero(task_dir: Path, tmp_path: Path) -> None:
+    """One vf-eval run of both tasks (``-n 2``; the model replies by task): on the first the scripted agent writes gold
+    (1.0, no hint), on the second it submits without a change (0, a hint)."""
+    gold_row, idle_row = (t.data.featdel for t in _taskset(task_dir).load())
+    gold_replies = [Reply(tool_calls=[c]) for c in _gold_edits(gold_row)]
+    gold_replies += [
         Reply(tool_calls=[_call("bash", command="ls")]),
         Reply(content="done", tool_calls=[_call("submit", summary="re-implemented")]),
     ]
-    trace = _vf_eval(task_dir, tmp_path, replies)
-    tools = tool_messages(trace)
-    edits = tools[: len(replies) - 2]
-    assert len(edits) == len(row.targets) and all(
-        t.endswith(f"edited {r.path}") for t, r in zip(edits, row.targets, strict=True)
+    idle_replies = [Reply(content="done", tool_calls=[_call("submit", summary="nothing")])]
+    scripts = {row.prompt.split("\n", 1)[0]: list(replies) for row, replies in ((gold_row, gold_replies), (idle_row, idle_replies))}  # fmt: skip
+    assert len(scripts) == 2  # each task's first line names its target
+
+    def reply(body: dict) -> Reply:
+        (script,) = [s for first_line, s in scripts.items() if first_line in first_user_text(body)]
+        return script.pop(0)
+
+    with LoopbackOpenAI(reply) as server:
+        out = tmp_path / "outputs"
+        found = vf_eval(
+            "feature-deletion", server.base_url, out, "--env.taskset.tasks", str(task_dir), timeout=400, examples=2
+        )
+        requests = list(server.requests)
+    traces = traces_by_task(found)
+    assert sorted(traces) == sorted([gold_row.task_id, idle_row.task_id])
+    for trace in traces.values():
+        assert trace["ok"], trace["errors"]
+        assert trace["agent"]["config"]["harness"]["id"] == "feature-deletion"  # the taskset's bundled SandboxHarness
+    assert all([t["function"]["name"] for t in r["tools"]] == ["bash", "view", "edit", "submit"] for r in requests)
+    assert len(requests) == len(gold_replies) + len(idle_replies) and not any(scripts.values())
+
+    gold = traces[gold_row.task_id]
+    tools = tool_messages(gold)
+    edits = tools[: len(gold_replies) - 2]
+    assert len(edits) == len(gold_row.targets) and all(
+        t.endswith(f"edited {r.path}") for t, r in zip(edits, gold_row.targets, strict=True)
     )
-    assert "inflection" in tools[len(replies) - 2].split()  # `ls` in the box lists the snapshot
-    assert trace["rewards"]["tests_pass"]["score"] == 1.0
-    assert trace["metrics"]["passed_fraction"] == 1.0
-    assert trace["info"]["hint"] == ""
+    assert "inflection" in tools[len(gold_replies) - 2].split()  # `ls` in the box lists the snapshot
+    assert gold["rewards"]["tests_pass"]["score"] == 1.0
+    assert gold["metrics"]["passed_fraction"] == 1.0
+    assert gold["info"]["hint"] == ""
 
-
-def test_vf_eval_scripted_agent_doing_nothing_scores_zero(task_dir: Path, tmp_path: Path) -> None:
-    trace = _vf_eval(task_dir, tmp_path, [Reply(content="done", tool_calls=[_call("submit", summary="nothing")])])
-    assert trace["rewards"]["tests_pass"]["score"] == 0.0
-    assert trace["metrics"]["passed_fraction"] < 1.0
-    assert trace["info"]["hint"] != ""
+    idle = traces[idle_row.task_id]
+    assert idle["rewards"]["tests_pass"]["score"] == 0.0
+    assert idle["metrics"]["passed_fraction"] < 1.0
+    assert idle["info"]["hint"] != ""
 
 
 class _RemoteView:

@@ -9,11 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from featdel_support import generated_once
 
 import crf_prime.featdel.generate as gen
 import crf_prime.featdel.shared as shared
 from crf_prime.featdel.deletion import apply_unified_diff, unified_diff
-from crf_prime.featdel.generate import GenerateConfig, generate, validate_batch
+from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks, validate_batch
 from crf_prime.featdel.runner import node_id
 from crf_prime.featdel.testenv import ensure_test_env
 from crf_prime.placement import GradingSandbox
@@ -71,20 +72,23 @@ def test_writes_into_its_tree():
 
 
 @pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("src") / "minishare"
-    files = {
-        "pyproject.toml": '[project]\nname = "minishare"\nversion = "0.1"\n',
-        "minishare/__init__.py": LIB,
-        "tests/test_minishare.py": TESTS,
-    }
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    out = tmp_path_factory.mktemp("out") / "tasks"
-    tasks, _ = generate(
-        GenerateConfig(source=str(root), out=out, max_tasks=3, workers=1, granularities=["function"], replay=False)
-    )
+def generated():
+    def generate_into(out: Path) -> None:
+        root = out.parents[1] / "src-minishare"  # in the run directory, outside generated/ (hidden from the box)
+        files = {
+            "pyproject.toml": '[project]\nname = "minishare"\nversion = "0.1"\n',
+            "minishare/__init__.py": LIB,
+            "tests/test_minishare.py": TESTS,
+        }
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        generate(
+            GenerateConfig(source=str(root), out=out, max_tasks=3, workers=1, granularities=["function"], replay=False)
+        )
+
+    out = generated_once("minishare", generate_into)  # one generation for both xdist workers
+    tasks = load_tasks(out)
     assert sorted(t.targets[0].qualname for t in tasks) == ["clamp", "slugify", "total"]
     return out, {t.targets[0].qualname: t for t in tasks}
 

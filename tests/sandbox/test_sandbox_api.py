@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import stat
+import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from crf_prime.sandbox import BWRAP_ENV, Sandbox, SandboxConfig, SandboxLimits, SandboxUnavailable, probe
+from crf_prime.sandbox import BWRAP_ENV, Sandbox, SandboxConfig, SandboxLimits, SandboxUnavailable, bwrap, probe
 
 LIMITS = SandboxLimits(wall_seconds=10, memory_mb=256, pids=64, output_bytes=10_000, tmp_size_mb=16)
 
@@ -99,6 +101,23 @@ def test_workdir_is_writable_at_same_path_and_protected_is_not(tmp_path: Path) -
     assert (tmp_path / "out.txt").read_text() == "hi\n"
     assert (tmp_path / "tests" / "t.py").read_text() == "orig"
     assert "Read-only file system" in r.stderr
+
+
+@pytest.mark.bwrap
+def test_a_box_runs_after_the_temporary_directory_it_first_ran_under_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file bound over /etc's secrets lives in the temporary directory: when that changes (a corpus's own root, a
+    test's), later boxes bind the file under the new one, never the one removed with the old directory."""
+    box = Sandbox(SandboxConfig(limits=LIMITS))
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / name))
+        if name == "first":
+            bwrap.system_args.cache_clear()  # as in a process whose first box runs under this directory
+        r = box.run(["sh", "-c", "echo ok"], workdir=tmp_path)
+        assert (r.exit_code, r.stdout) == (0, "ok\n"), r.stderr
+        shutil.rmtree(tmp_path / name)
 
 
 @pytest.mark.bwrap
