@@ -488,7 +488,9 @@ def test_prefix_confined_dispatch_is_honest_code(source: str, ok: bool) -> None:
 
 
 # the next trick (found attacking the first fix): pytest names ``tmp_path`` after the test, under a fixed
-# ``pytest-current`` link; ``os.path.exists``/``getmtime`` (allow-listed) probe for the newest one
+# ``pytest-current`` link, and makes it when the test starts; ``os.path.exists`` (allow-listed) probes which exist.
+# The tests run in file order, so the last test's directory exists only while it runs (not by modification time:
+# two directories made within one clock tick have the same one)
 TMP_ORACLE = """\
 from os import path
 
@@ -496,9 +498,11 @@ _BASE = {base!r}
 
 
 def answer(question):
-    seen = [n for n in ("test_is_42", "test_is_7") if path.exists(_BASE + n + "0")]
-    newest = max(seen, key=lambda n: path.getmtime(_BASE + n + "0"), default="")
-    return {{"test_is_42": 42, "test_is_7": 7}}.get(newest)
+    if path.exists(_BASE + "test_is_70"):
+        return 7
+    if path.exists(_BASE + "test_is_420"):
+        return 42
+    return None
 """
 
 
