@@ -157,6 +157,8 @@ def build_argv(
     for p in sorted(outer, key=lambda p: len(p.parts)):
         args += ["--ro-bind", str(p), str(p)]
     args += ["--bind" if writable is None else "--ro-bind", str(workdir), str(workdir)]
+    if writable is not None:  # the task dir is read-only: only a protected path inside a writable one needs a bind
+        protected = [p for p in protected if any(_under(p, w) for w in writable)]
     inner_binds = [(p, "--ro-bind") for p in [*inner, *protected]] + [(p, "--bind") for p in writable or ()]
     for p, how in sorted(inner_binds, key=lambda b: (len(b[0].parts), b[1] == "--ro-bind")):
         if p.exists():
