@@ -277,8 +277,13 @@ def build_grading_tree(task: FeatdelTask, task_dir: Path, changes: dict[str, str
     """Fresh copy at ``repo``: pristine base + snapshot edits + allow-listed agent changes, caches stripped."""
     materialise(task, task_dir, repo, hidden=True)
     _apply_changes(task, changes, repo)
-    for rel, digest in task.protected_files.items():  # the copy must hold the pristine tests and config
-        if hashlib.sha256((repo / rel).read_bytes()).hexdigest() != digest:
+    _check_protected(task, repo, list(task.protected_files))
+
+
+def _check_protected(task: FeatdelTask, repo: Path, paths: list[str]) -> None:
+    """The copy must hold the pristine tests and config."""
+    for rel in paths:
+        if hashlib.sha256((repo / rel).read_bytes()).hexdigest() != task.protected_files[rel]:
             raise GradingError(f"task {task.task_id}: protected file {rel} does not match its recorded hash")
 
 
@@ -288,6 +293,7 @@ def overlay_tree(task: FeatdelTask, base: Path, changes: dict[str, str | None], 
     task (mutation testing)."""
     shutil.copytree(base, repo, symlinks=True, copy_function=os.link)
     _apply_changes(task, changes, repo)
+    _check_protected(task, repo, [rel for rel in changes if rel in task.protected_files])
 
 
 def _apply_changes(task: FeatdelTask, changes: dict[str, str | None], repo: Path) -> None:
@@ -340,13 +346,20 @@ def grading_run(
     env: TestEnv,
     read_only_tree: bool = True,
     wall_seconds: float | None = None,
+    base: Path | None = None,
 ) -> PytestRun:
     """The target tests run in a fresh grading tree (pristine base + snapshot + allow-listed ``changes``); the
     tree is removed afterwards. No policy scan here: callers judge ``changes`` first. ``wall_seconds`` replaces the
-    sandbox's wall limit."""
+    sandbox's wall limit. ``base``: the tree with no changes, to make this one from by hard links (a read-only tree
+    only: code under test must not write through a shared inode)."""
+    if base is not None and not read_only_tree:
+        raise ValueError("grading_run: a shared base needs read_only_tree")
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-grade-"))
     try:
-        build_grading_tree(task, task_dir, changes, run_dir / "repo")
+        if base is None:
+            build_grading_tree(task, task_dir, changes, run_dir / "repo")
+        else:
+            overlay_tree(task, base, changes, run_dir / "repo")
         return run_pytest(
             sandbox,
             env,

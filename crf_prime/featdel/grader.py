@@ -9,9 +9,11 @@ here on the host (``replay.py`` / ``replay_box.py``). Reward 1.0 needs all three
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from crf_prime.featdel.grade import (
@@ -106,12 +108,28 @@ class Grader:
         hack = self.policy(changes)
         return hack_result(self.task, changes, hack) if hack else None
 
-    def build_tree(self, changes: Changes, dest: Path) -> None:
-        """Write the grading tree at ``dest``: pristine base + snapshot edits + the allow-listed ``changes``."""
-        build_grading_tree(self.task, self.task_dir, changes, dest)
+    def build_tree(self, changes: Changes, dest: Path, *, base: Path | None = None) -> None:
+        """Write the grading tree at ``dest``: pristine base + snapshot edits + the allow-listed ``changes``
+        (from ``base``, a tree of :meth:`shared_base`, by hard links when given)."""
+        if base is None:
+            build_grading_tree(self.task, self.task_dir, changes, dest)
+        else:
+            overlay_tree(self.task, base, changes, dest)
 
-    def run_tests(self, changes: Changes, *, wall_seconds: float | None = None) -> PytestRun:
-        """The target tests on a fresh grading tree in the sandbox (no policy scan: call :meth:`policy` first)."""
+    @contextlib.contextmanager
+    def shared_base(self) -> Iterator[Path]:
+        """The grading tree with no changes, built once for many attempts at this task (mutation testing): each
+        attempt's tree is made from it by hard links. It is never exposed writable to code under test."""
+        work = Path(tempfile.mkdtemp(prefix="crf-featdel-base-"))
+        try:
+            self.build_tree({}, work / "repo")
+            yield work / "repo"
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def run_tests(self, changes: Changes, *, wall_seconds: float | None = None, base: Path | None = None) -> PytestRun:
+        """The target tests on a fresh grading tree in the sandbox (no policy scan: call :meth:`policy` first).
+        ``base``: a tree from :meth:`shared_base` to make it from by hard links (only a read-only tree uses it)."""
         return grading_run(
             self.task,
             self.task_dir,
@@ -120,6 +138,7 @@ class Grader:
             env=self.env,
             read_only_tree=self.config.read_only_tree,
             wall_seconds=wall_seconds,
+            base=base if self.config.read_only_tree else None,
         )
 
     def score_run(self, run: PytestRun, changes: Changes) -> GradeResult:
@@ -141,30 +160,30 @@ class Grader:
             generated=self.config.generated_calls,
         )
 
-    def replay_many(self, attempts: list[Changes], *, sample: int | None = None) -> list[ReplayVerdict]:
+    def replay_many(
+        self, attempts: list[Changes], *, sample: int | None = None, base: Path | None = None
+    ) -> list[ReplayVerdict]:
         """:meth:`replay` for many attempts in one box (mutation testing); ``sample``: a screen on that many calls,
-        each alone (crf_prime/featdel/replay.py ``replay_trees``). The trees share one built base by hard links."""
+        each alone (crf_prime/featdel/replay.py ``replay_trees``). The trees share one built base by hard links
+        (``base``, else one built for this call)."""
         if self.task.replay is None:
             return [ReplayVerdict(calls=0, mismatches=()) for _ in attempts]
         if not attempts:
             return []
-        work = Path(tempfile.mkdtemp(prefix="crf-featdel-base-"))
-        try:
-            base = work / "repo"
-            self.build_tree({}, base)
-            return replay_trees(
-                self.sandbox,
-                self.env,
-                self.task,
-                self.task_dir,
-                [functools.partial(overlay_tree, self.task, base, changes) for changes in attempts],
-                sample=sample,
-                call_timeout_s=self.config.call_timeout_s,
-                strict=self.config.strict_canon,
-                generated=self.config.generated_calls,
-            )
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        if base is None:
+            with self.shared_base() as built:
+                return self.replay_many(attempts, sample=sample, base=built)
+        return replay_trees(
+            self.sandbox,
+            self.env,
+            self.task,
+            self.task_dir,
+            [functools.partial(overlay_tree, self.task, base, changes) for changes in attempts],
+            sample=sample,
+            call_timeout_s=self.config.call_timeout_s,
+            strict=self.config.strict_canon,
+            generated=self.config.generated_calls,
+        )
 
     def replay_data(self) -> ReplayData | None:
         """The task's replay inputs (recorded and generated, each with the target it hits) and gold's outcomes."""

@@ -92,25 +92,25 @@ class HeldOut:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def replay_rejects(grader: Grader, mutants: list[Mutant]) -> list[bool]:
+def replay_rejects(grader: Grader, mutants: list[Mutant], *, base: Path | None = None) -> list[bool]:
     """Whether the replay rejects each mutant: every mutant first on a sample of the calls, then those the sample
     does not tell from gold on every call, each pass one box for all (a mismatch on the sample is one the whole replay
-    finds too; most mutants differ from gold on the first calls)."""
+    finds too; most mutants differ from gold on the first calls). ``base``: :meth:`Grader.shared_base`'s tree."""
     if grader.task.replay is None:
         return [False] * len(mutants)
-    screen = grader.replay_many([{m.path: m.text} for m in mutants], sample=SCREEN_CALLS)
+    screen = grader.replay_many([{m.path: m.text} for m in mutants], sample=SCREEN_CALLS, base=base)
     left = [i for i, v in enumerate(screen) if v.ok]
-    full = grader.replay_many([{mutants[i].path: mutants[i].text} for i in left])
+    full = grader.replay_many([{mutants[i].path: mutants[i].text} for i in left], base=base)
     rejects = [not v.ok for v in screen]
     for i, v in zip(left, full, strict=True):
         rejects[i] = not v.ok
     return rejects
 
 
-def _verdict(grader: Grader, m: Mutant, held: HeldOut | None) -> str:
+def _verdict(grader: Grader, m: Mutant, held: HeldOut | None, base: Path) -> str:
     """The grader's verdict on a mutant the replay accepts: "rejected", "survived" or "equivalent"."""
     changes: dict[str, str | None] = {m.path: m.text}
-    run = grader.run_tests(changes)  # the served wall limit: a shorter one would reject mutants of slow suites
+    run = grader.run_tests(changes, base=base)  # the served wall limit: a shorter one would reject slow suites' mutants
     if grader.score_run(run, changes).score != 1.0:
         return "rejected"
     if held is None:
@@ -120,7 +120,7 @@ def _verdict(grader: Grader, m: Mutant, held: HeldOut | None) -> str:
         return "equivalent"
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-mutant-"))
     try:
-        grader.build_tree(changes, run_dir / "repo")
+        grader.build_tree(changes, run_dir / "repo", base=base)
         strip_tests(grader.task, run_dir / "repo")
         got = run_driver(grader.sandbox, grader.env, grader.task, run_dir, calls, seed=3, hash_seed=3)
     finally:
@@ -138,10 +138,12 @@ def mutation_score(task: FeatdelTask, task_dir: Path, *, cap: int, sandbox: Sand
     measurable = task.replay is not None and not task.unreplayed_targets
     grader = Grader(task, task_dir, sandbox=sandbox, env=env, config=GraderConfig(scan=False))
     held = HeldOut(grader, original) if measurable else None
-    rejects = replay_rejects(grader, mutants)
-    verdicts = [
-        (m.label, "rejected" if r else _verdict(grader, m, held)) for m, r in zip(mutants, rejects, strict=True)
-    ]
+    with grader.shared_base() as base:  # one grading tree for every mutant, each made from it by hard links
+        rejects = replay_rejects(grader, mutants, base=base)
+        verdicts = [
+            (m.label, "rejected" if r else _verdict(grader, m, held, base))
+            for m, r in zip(mutants, rejects, strict=True)
+        ]
     rejected = sum(1 for _, v in verdicts if v == "rejected")
     survivors = tuple(label for label, v in verdicts if v == "survived")
     changing = rejected + len(survivors)

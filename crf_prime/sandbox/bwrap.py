@@ -132,6 +132,14 @@ def system_args(hidden: Path) -> tuple[str, ...]:
     return tuple(args)
 
 
+def bound_protected(protected: Sequence[Path], writable: Sequence[Path] | None) -> list[Path]:
+    """The protected paths that need a read-only bind: with ``writable`` the task dir is read-only already, so only
+    those inside a writable path (a grading run protects every test file: a thousand binds cost bubblewrap seconds)."""
+    if writable is None:
+        return list(protected)
+    return [p for p in protected if any(_under(p, w) for w in writable)]
+
+
 def build_argv(
     bwrap: str,
     argv: Sequence[str],
@@ -157,6 +165,7 @@ def build_argv(
     for p in sorted(outer, key=lambda p: len(p.parts)):
         args += ["--ro-bind", str(p), str(p)]
     args += ["--bind" if writable is None else "--ro-bind", str(workdir), str(workdir)]
+    protected = bound_protected(protected, writable)
     inner_binds = [(p, "--ro-bind") for p in [*inner, *protected]] + [(p, "--bind") for p in writable or ()]
     for p, how in sorted(inner_binds, key=lambda b: (len(b[0].parts), b[1] == "--ro-bind")):
         if p.exists():

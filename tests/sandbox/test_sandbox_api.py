@@ -139,6 +139,42 @@ def test_writable_makes_the_rest_of_workdir_read_only(tmp_path: Path) -> None:
 
 
 @pytest.mark.bwrap
+def test_with_writable_only_protected_paths_inside_it_are_bound(tmp_path: Path) -> None:
+    """A read-only task dir needs no bind per protected file outside the writable paths (a grading run protects
+    every test file: a thousand binds cost bubblewrap seconds); those files stay read-only all the same."""
+    (tmp_path / "repo" / "tests").mkdir(parents=True)
+    (tmp_path / "out" / "keep").mkdir(parents=True)
+    files = [tmp_path / "repo" / "tests" / f"t{i}.py" for i in range(3)]
+    for f in files:
+        f.write_text("orig")
+    argv = bwrap.build_argv(
+        "bwrap",
+        ["true"],
+        workdir=tmp_path,
+        ro_binds=[],
+        protected=[*files, tmp_path / "out" / "keep"],
+        env={},
+        cwd=tmp_path,
+        tmp_size_mb=16,
+        writable=[tmp_path / "out"],
+    )
+    binds = [
+        argv[i + 1]
+        for i, a in enumerate(argv)
+        if a in ("--ro-bind", "--bind") and argv[i + 1].startswith(str(tmp_path))
+    ]
+    assert binds == [str(tmp_path), str(tmp_path / "out"), str(tmp_path / "out" / "keep")]
+    r = Sandbox(SandboxConfig(limits=LIMITS)).run(
+        ["sh", "-c", "echo x >> repo/tests/t0.py; echo y > out/keep/z"],
+        workdir=tmp_path,
+        writable=[Path("out")],
+        protected=[Path("repo/tests/t0.py"), Path("out/keep")],
+    )
+    assert files[0].read_text() == "orig" and not (tmp_path / "out" / "keep" / "z").exists()
+    assert r.stderr.count("Read-only file system") == 2
+
+
+@pytest.mark.bwrap
 def test_ro_bind_is_visible_read_only(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
