@@ -184,7 +184,7 @@ async def test_container_placement_resists_the_git_and_workspace_attacks(
     dir; a symlinked ``tests/`` is reset, not an infrastructure error."""
     local = _task(shared_fixture)
     checkout = Path(runtime.workdir) / "testbed"  # type: ignore[attr-defined]
-    subprocess.run(["git", "clone", "-q", local.data.mirror or "", str(checkout)], check=True)
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", local.data.mirror or "", str(checkout)], check=True)
     data = local.data.model_copy(update={"mirror": None, "workdir": str(checkout)})
     task = SweTask(data, SweTaskConfig(hints=False))
     on_path = with_venv_on_path(runtime, monkeypatch)
@@ -216,7 +216,7 @@ async def test_patch_that_does_not_apply_is_unresolved_not_an_infra_error(
 
     local = _task(shared_fixture)
     checkout = Path(runtime.workdir) / "testbed"  # type: ignore[attr-defined]
-    subprocess.run(["git", "clone", "-q", local.data.mirror or "", str(checkout)], check=True)
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", local.data.mirror or "", str(checkout)], check=True)
     runner = SweRunner(local.data.instance, repo_dir=str(checkout), reinstall=False)
     await runner.prepare(runtime)
     stats = checkout / "ministats" / "stats.py"
@@ -233,7 +233,7 @@ async def test_container_placement_keeps_setup_build_outputs_and_removes_the_age
     ones the agent adds or changes are captured, filtered out and removed."""
     local = _task(shared_fixture)
     checkout = Path(runtime.workdir) / "testbed"  # type: ignore[attr-defined]
-    subprocess.run(["git", "clone", "-q", local.data.mirror or "", str(checkout)], check=True)
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", local.data.mirror or "", str(checkout)], check=True)
     (checkout / ".git" / "info" / "exclude").write_text("*.so\nbuild/\n")
     (checkout / "ministats" / "_fast.so").write_bytes(b"\x7fELF built at image time")
     (checkout / "build").mkdir()
