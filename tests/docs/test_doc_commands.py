@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from vf_cli_support import VALIDATE_HAS_NOOP
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -141,6 +144,44 @@ def block_env() -> dict[str, str]:
     return env
 
 
+def _swebench_offline_claims(cwd: Path) -> None:
+    """docs/swebench.md's offline block: vf-validate finds gold valid (and, on verifiers 0.4.0, the untouched repo
+    scoring 0: "noop valid"); the scripted no-change rollout scores 0 with a hint naming the failing test. The
+    suite's only vf-validate run on the mini fixture (tests/swe rely on it)."""
+    (summary_path,) = cwd.glob("outputs/*validate*/summary.json")
+    summary = json.loads(summary_path.read_text())
+    assert summary["outcomes"]["valid"] == 1 and summary["total"] == 1
+    assert summary["checks"]["gold"]["valid"] == 1
+    (row,) = [json.loads(line) for line in (summary_path.parent / "results.jsonl").read_text().splitlines()]
+    assert row["gold"]["valid"] is True
+    if VALIDATE_HAS_NOOP:  # verifiers 0.4.0 also scores the untouched repo
+        assert summary["checks"]["noop"]["valid"] == 1
+        assert row["noop"]["reward"] == 0.0 and row["noop"]["rewards"] == {"resolved": 0.0}
+    (traces,) = [p for p in cwd.glob("outputs/*/traces.jsonl") if "validate" not in p.parent.name]
+    (line,) = traces.read_text().splitlines()
+    (trace,) = json.loads(line)["traces"]
+    assert trace["ok"], trace["errors"]
+    assert trace["rewards"]["resolved"]["score"] == 0.0 and trace["metrics"]["f2p_pass"] == 0.0
+    assert "tests/test_stats.py::test_median_even" in trace["info"]["hint"]
+
+
+CLAIMS: dict[tuple[str, str], Callable[[Path], None]] = {
+    ("docs/swebench.md", "vf-validate swebench-lite"): _swebench_offline_claims,
+}
+"""What a block's comments promise, checked on what it left in its directory: (page, text in the block) -> check."""
+
+
+def _claims_of(block: Block) -> list[Callable[[Path], None]]:
+    return [
+        check for (page, text), check in CLAIMS.items() if block.where.startswith(f"{page}:") and text in block.code
+    ]
+
+
+def test_every_claim_check_has_one_block() -> None:
+    for page, text in CLAIMS:
+        assert len([b for b in BLOCKS if b.kind != "skip" and b.where.startswith(f"{page}:") and text in b.code]) == 1
+
+
 @pytest.mark.parametrize("block", RUNNABLE)
 def test_block_runs(block: Block, tmp_path: Path) -> None:
     cwd = workdir(tmp_path / "work")
@@ -162,6 +203,8 @@ def test_block_runs(block: Block, tmp_path: Path) -> None:
                 os.killpg(proc.pid, signal.SIGKILL)  # whatever the block started and left running
             proc.wait()
     assert code == 0, f"{block.where} exited {code}\n{block.code}\n{log.read_text()}"
+    for check in _claims_of(block):
+        check(cwd)
 
 
 LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s#]+)(?:#[^)\s]*)?\)")

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from vf_cli_support import only_episode, tool_messages, vf_eval
+from vf_cli_support import tool_messages, vf_eval
 
 from crf_prime.loopback import LoopbackOpenAI, Reply
 from crf_prime.swe.fixture import build_mini_swebench
@@ -39,43 +39,63 @@ FIX = [
 GIVE_UP = [Reply(content="cannot reproduce", tool_calls=[_call("submit", summary="no change")])]
 
 
-def _vf_eval(tmp_path: Path, script: list[Reply]) -> tuple[dict, list[dict]]:
+class _Rollouts:
+    """The scripted model for rollouts of one task in one run: a rollout's first request (no assistant turn yet) takes
+    the next script of ``scripts``; a later one continues the script its first assistant turn came from."""
+
+    def __init__(self, scripts: list[list[Reply]]) -> None:
+        self.waiting = list(scripts)
+        self.started: dict[str, list[Reply]] = {}
+        self.served: list[tuple[str, dict]] = []
+        """(script key, request body) in arrival order."""
+
+    def __call__(self, body: dict) -> Reply:
+        turns = [m for m in body["messages"] if m["role"] == "assistant"]
+        if not turns:
+            script = self.waiting.pop(0)
+            key = script[0].tool_calls[0]["name"]  # scripts start with different tools
+            self.started[key] = script
+        else:
+            key = turns[0]["tool_calls"][0]["function"]["name"]
+            script = self.started[key]
+        self.served.append((key, body))
+        return script[len(turns)]
+
+
+def test_vf_eval_agent_fix_is_resolved_and_no_change_scores_zero_with_a_hint(tmp_path: Path) -> None:
+    """One vf-eval run, two rollouts of the task (``-r 2``): one agent fixes the bug (resolved), the other submits
+    without a change (0, a hint naming the failing test)."""
     mini = tmp_path / "mini"
     build_mini_swebench(mini)
-    replies = list(script)
-    with LoopbackOpenAI(lambda body: replies.pop(0)) as server:
+    model = _Rollouts([FIX, GIVE_UP])
+    with LoopbackOpenAI(model) as server:
         dataset = [
             "--env.taskset.dataset",
             str(mini / "instances.jsonl"),
             "--env.taskset.repos-dir",
             str(mini / "repos"),
         ]
-        traces = vf_eval("swebench-lite", server.base_url, tmp_path / "outputs", *dataset, timeout=300)
-        requests = list(server.requests)
-    (trace,) = only_episode(traces)["traces"]
-    return trace, requests
+        found = vf_eval("swebench-lite", server.base_url, tmp_path / "outputs", *dataset, "-r", "2", timeout=300)
+    traces = [t for line in found.read_text().splitlines() for t in json.loads(line)["traces"]]
+    assert not model.waiting and sorted(key for key, _ in model.served) == ["submit"] + ["view"] * len(FIX)
+    fixed, idle = sorted(traces, key=lambda t: -len(tool_messages(t)))
 
-
-def test_vf_eval_agent_fix_is_resolved(tmp_path: Path) -> None:
-    trace, requests = _vf_eval(tmp_path, FIX)
-    assert trace["ok"], trace["errors"]
-    assert trace["agent"]["config"]["harness"]["id"] == "swebench-lite"  # the taskset's exported default harness
-    assert len(requests) == 4
+    assert fixed["ok"], fixed["errors"]
+    assert fixed["agent"]["config"]["harness"]["id"] == "swebench-lite"  # the taskset's exported default harness
+    requests = [body for key, body in model.served if key == "view"]
     first_user = next(m for m in requests[0]["messages"] if m["role"] == "user")
     assert "median() is wrong for lists with an even number of elements" in first_user["content"]
-    view, edit, pytest_run = tool_messages(trace)
+    view, edit, pytest_run = tool_messages(fixed)
     assert "return s[len(s) // 2]" in view
     assert "edited ministats/stats.py" in edit
     assert "3 passed" in pytest_run  # the agent sees the base tests only: the test patch is withheld
-    assert trace["rewards"]["resolved"]["score"] == 1.0
-    assert trace["metrics"]["f2p_pass"] == 1.0 and trace["metrics"]["p2p_pass"] == 1.0
-    assert trace["info"]["swebench"]["resolution"] == "RESOLVED_FULL"
-    assert "diff --git a/ministats/stats.py" in trace["info"]["swebench"]["model_patch"]
+    assert fixed["rewards"]["resolved"]["score"] == 1.0
+    assert fixed["metrics"]["f2p_pass"] == 1.0 and fixed["metrics"]["p2p_pass"] == 1.0
+    assert fixed["info"]["swebench"]["resolution"] == "RESOLVED_FULL"
+    assert "diff --git a/ministats/stats.py" in fixed["info"]["swebench"]["model_patch"]
 
-
-def test_vf_eval_no_change_scores_zero_and_writes_hint(tmp_path: Path) -> None:
-    trace, _ = _vf_eval(tmp_path, GIVE_UP)
-    assert trace["ok"], trace["errors"]
-    assert trace["rewards"]["resolved"]["score"] == 0.0
-    assert trace["metrics"]["f2p_pass"] == 0.0
-    assert "tests/test_stats.py::test_median_even" in trace["info"]["hint"]
+    assert idle["ok"], idle["errors"]
+    assert tool_messages(idle) == []
+    assert idle["rewards"]["resolved"]["score"] == 0.0
+    assert idle["metrics"]["f2p_pass"] == 0.0
+    assert "tests/test_stats.py::test_median_even" in idle["info"]["hint"]
