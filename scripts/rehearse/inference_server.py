@@ -32,7 +32,7 @@ import torch
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
-from policy import FeatdelScript, ReplayScript, Turn, messages_of
+from policy import FeatdelScript, ReplayScript, SweScript, Turn, messages_of
 from sampling import sample
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from vllm.entrypoints.scale_out.token_in_token_out.protocol import GenerateRequest, GenerateResponse
@@ -48,6 +48,7 @@ class Engine:
         self.max_model_len = args.max_model_len
         self.featdel = FeatdelScript(Path(args.tasks)) if args.tasks else None
         self.replay = ReplayScript(Path(args.states), Path(args.journal)) if args.states else None
+        self.swe = SweScript(Path(args.swe_instances)) if args.swe_instances else None
         self.rng = random.Random(args.seed)
         self.policy = args.policy
         self.generator = torch.Generator().manual_seed(args.seed)
@@ -69,6 +70,10 @@ class Engine:
     def script(self, prompt_text: str) -> Turn:
         history = messages_of(prompt_text)
         with self.lock:
+            if self.swe is not None:
+                swe_row = self.swe.row_for(prompt_text)
+                if swe_row is not None:
+                    return self.swe.next_turn(swe_row, history, self.rng)
             if self.featdel is not None:
                 row = self.featdel.row_for(prompt_text)
                 if row is not None:
@@ -90,6 +95,17 @@ class Engine:
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected or [m for m in missing if m != "lm_head.weight"]:
             raise ValueError(f"weights in {weight_dir} do not fit the model: {missing=} {unexpected=}")
+
+
+def weights_digest(weight_dir: Path) -> str:
+    """sha256 over the step's safetensors files (names and bytes, in name order)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for f in sorted(weight_dir.glob("*.safetensors")):
+        digest.update(f.name.encode())
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
 
 
 def build_app(engine: Engine) -> FastAPI:
@@ -138,6 +154,10 @@ def build_app(engine: Engine) -> FastAPI:
                 engine.load_weights(weight_dir)
                 engine.weight_dir = weight_dir
                 engine.version += 1
+            # what was loaded, so a relayed run can show it is the trainer's step, byte for byte
+            record = {"time": time.time(), "update": weight_dir, "version": engine.version}
+            record["sha256"] = weights_digest(Path(weight_dir))
+            engine.log.write(json.dumps(record) + "\n")
         return {}
 
     @app.post("/v1/chat/completions")
@@ -281,6 +301,7 @@ def main() -> None:
     parser.add_argument("--tasks", help="Feature Deletion tasks.jsonl the policy solves")
     parser.add_argument("--states", help="trace-replay states.jsonl")
     parser.add_argument("--journal", help="trace-replay journal.jsonl")
+    parser.add_argument("--swe-instances", help="SWE-bench instances.jsonl the policy solves (the mini fixture)")
     parser.add_argument(
         "--policy",
         choices=("sample", "script"),

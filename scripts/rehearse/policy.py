@@ -10,6 +10,10 @@ turn and read back from the history at later turns:
 - ``unknown_tool``: call a tool that does not exist (error turn; the renderer drops the call, the episode ends);
 - ``bad_json``: a tool call whose arguments are not JSON (error turn; dropped, the episode ends).
 
+SWE-bench-lite episodes (the mini fixture) follow one plan each too: ``solve`` (the gold patch's hunks as edit calls,
+then submit: resolved), ``test_then_solve`` (run the tests first: a failing command, then solve), ``give_up`` (submit
+the untouched repo: unresolved).
+
 Trace-replay episodes answer with one teacher's recorded action for the state (or an unrelated command), so the
 replay reward (share of agreeing teachers) varies. Every completion is logged with whether it is an error turn, so
 the trainer stand-in can measure where the distillation signal lands (issue 12).
@@ -121,6 +125,63 @@ class FeatdelScript:
         else:
             plan = "solve"
         return Turn(tool_call("submit", {"summary": "done"}), plan, None)
+
+
+SWE_PLANS = ("solve", "test_then_solve", "give_up")
+SWE_PLAN_WEIGHTS = (0.4, 0.3, 0.3)
+SWE_TEST_COMMAND = "python -m pytest -q -p no:cacheprovider"
+
+
+def hunk_edits(patch: str) -> list[tuple[str, str, str]]:
+    """(path, old text, new text) of every hunk of a unified diff: what an ``edit`` call must replace to apply it."""
+    edits: list[tuple[str, str, str]] = []
+    path, old, new = "", [], []
+
+    def flush() -> None:
+        if old or new:
+            edits.append((path, "\n".join(old), "\n".join(new)))
+        old.clear()
+        new.clear()
+
+    for line in patch.splitlines():
+        if line.startswith("+++ "):
+            flush()
+            path = line[4:].removeprefix("b/")
+        elif line.startswith(("--- ", "diff ", "index ", "@@")):
+            flush()
+        elif line.startswith((" ", "-", "+")) and path:
+            if line[0] != "+":
+                old.append(line[1:])
+            if line[0] != "-":
+                new.append(line[1:])
+    flush()
+    return edits
+
+
+class SweScript:
+    """Plans over SWE-bench rows (``instances.jsonl``, e.g. the mini fixture): the gold patch as edit calls, or not."""
+
+    def __init__(self, instances_jsonl: Path) -> None:
+        self.rows = [json.loads(line) for line in instances_jsonl.read_text().splitlines() if line]
+
+    def row_for(self, text: str) -> dict | None:
+        return next((r for r in self.rows if r["problem_statement"].strip()[:200] in text), None)
+
+    def next_turn(self, row: dict, history: list[tuple[str, str]], rng: random.Random) -> Turn:
+        said = [content for role, content in history if role == "assistant"]
+        solve = "\n".join(
+            tool_call("edit", {"path": p, "old_str": o, "new_str": n}) for p, o, n in hunk_edits(row["patch"])
+        )
+        if not said:
+            plan = rng.choices(SWE_PLANS, SWE_PLAN_WEIGHTS)[0]
+            if plan == "solve":
+                return Turn("I will fix it.\n" + solve, plan, None)
+            if plan == "test_then_solve":
+                return Turn("First the tests.\n" + tool_call("bash", {"command": SWE_TEST_COMMAND}), plan, None)
+            return Turn(tool_call("submit", {"summary": "nothing to change"}), plan, None)
+        if SWE_TEST_COMMAND in said[0] and len(said) == 1:
+            return Turn("Now the fix.\n" + solve, "test_then_solve", None)
+        return Turn(tool_call("submit", {"summary": "done"}), "swe_submit", None)
 
 
 class ReplayScript:

@@ -42,6 +42,11 @@ class Arm:
     model: str = "model"
     loss: str | None = None
     """loss_fns.policy objective set as prime-rl's custom loss (learning arms; None: the files' loss)."""
+    swe: bool = False
+    """The scripted policy also answers SWE-bench tasks (the mini fixture under ``<work>/swe-mini``)."""
+    relay: bool = False
+    """Decentralized on one machine: weights reach the inference stand-in only through crf-prime's relay (see
+    start_relay)."""
     min_steps: int = 1
     """Fewest steps the arm runs whatever --steps says (A4: prime-rl's seeded source draw first reaches the replay
     source at step 6-8 at this batch size, so 5 steps would fail the every-source-trained check)."""
@@ -59,6 +64,10 @@ ARMS: dict[str, Arm] = {
     "a2": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a2_hints.toml")),
     "a3": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a3_replay.toml")),
     "a4": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a4_all.toml"), min_steps=8),
+    # A1 on the swebench-lite environment over the offline mini SWE-bench (scripted: gold patch or give up)
+    "swe": Arm((*_ladder("a0_rlvr.toml", "a1_dr_grpo.toml"), HERE / "swebench.toml"), swe=True),
+    # A0 decentralized on one machine: broadcasts relayed by `crf-prime relay serve` / `relay pull` to a node dir
+    "relay": Arm(_ladder("a0_rlvr.toml"), relay=True),
     # learning arms: the sampling policy on the echo taskset, prime-rl's default loss and each objective
     "learn-a0": Arm(_LEARN, policy="sample", model="echo_model"),
     **{f"learn-{o}": Arm(_LEARN, policy="sample", model="echo_model", loss=o) for o in OBJECTIVES},
@@ -111,6 +120,12 @@ def prepare(work: Path, arms: list[str]) -> dict[str, Path]:
     inputs: dict[str, Path] = {}
     if any(ARMS[a].policy == "script" for a in arms):
         inputs.update(prepare_featdel(work))
+    if any(ARMS[a].swe for a in arms):
+        swe = work / "swe-mini"
+        if not (swe / "instances.jsonl").is_file():
+            shutil.rmtree(swe, ignore_errors=True)
+            run([str(Path(sys.executable).parent / "crf-prime"), "swe", "mini-fixture", "--out", str(swe)])
+        inputs["swe_instances"] = swe / "instances.jsonl"
     if any(ARMS[a].model == "echo_model" for a in arms):
         echo_model = work / f"tiny-qwen2-echo-sft{ECHO_SFT_TARGET}-x{ECHO_LOGIT_SCALE}"
         if not (echo_model / "SFT_DONE").is_file():
@@ -267,6 +282,8 @@ class Launched:
     t0: float
     ports: tuple[int, int] = (0, 0)
     """The inference stand-in's router and admin ports."""
+    relay_ports: tuple[int, int] = (0, 0)
+    """Relayed arms: the node's admin gate and the relay server."""
     status: str = "running"
     wall: float = 0.0
     compose_s: float = 0.0
@@ -308,7 +325,12 @@ def start_env_servers(procs: Procs, cfg_dir: Path, work: Path) -> None:
 
 
 def start_inference(
-    procs: Procs, first: Launched, inputs: dict[str, Path], work: Path, name: str = "inference"
+    procs: Procs,
+    first: Launched,
+    inputs: dict[str, Path],
+    work: Path,
+    name: str = "inference",
+    wrap: tuple[str, ...] = (),
 ) -> None:
     """The run's inference stand-in process (one per arm: one process serving several arms' engines from threads
     dropped model calls with connection errors on a loaded 2-core box)."""
@@ -317,7 +339,9 @@ def start_inference(
     if spec.policy == "script":
         scripted = ["--tasks", str(inputs["tasks"]), "--states", str(inputs["states"]),
                     "--journal", str(inputs["journal"])]  # fmt: skip
-    procs.start(name, [sys.executable, str(HERE / "inference_server.py"), "--model", str(inputs[spec.model]),
+    if spec.swe:
+        scripted += ["--swe-instances", str(inputs["swe_instances"])]
+    procs.start(name, [*wrap, sys.executable, str(HERE / "inference_server.py"), "--model", str(inputs[spec.model]),
                               "--policy", spec.policy, "--served-model-name", first.orch["model"]["name"],
                               "--ports", *map(str, first.ports), *scripted, "--log", str(first.completions)],
                cwd=work)  # fmt: skip
@@ -330,8 +354,8 @@ def compose_arm(
     processes with, the orchestrator's env servers at ``env_base``. Starts nothing."""
     run_name = f"rehearsal-{arm}"
     out_root = work / "outputs"
-    base = free_port_block(4)
-    router, backend, zmq_port = base, base + 1, base + 2
+    base = free_port_block(6)
+    router, backend, zmq_port, gate, relay_server = base, base + 1, base + 2, base + 4, base + 5
     bin_dir = Path(sys.executable).parent
     spec = ARMS[arm]
     steps = max(steps, spec.min_steps)
@@ -339,6 +363,8 @@ def compose_arm(
     compose = [str(bin_dir / "rl")]
     for f in files:
         compose += ["@", str(f)]
+    if spec.relay:  # admin calls (pause / update_weights / resume) go to the node's relay gate, not the engine
+        compose += ["--orchestrator.model.client.admin-base-url", f"http://localhost:{gate}/v1"]
     if spec.policy == "sample":  # the eval pass: at v0 and once more before the end
         compose += ["--orchestrator.eval.interval", str(max(1, steps - 1))]
     compose += ["--model.name", str(inputs[spec.model]), "--output-dir", str(out_root),
@@ -357,6 +383,7 @@ def compose_arm(
     log_dir = run_dir / "rehearsal-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     launched = Launched(arm, steps, run_dir, orch, hint_sources, Procs(log_dir, env), marker, t0, (router, backend))
+    launched.relay_ports = (gate, relay_server)
     launched.compose_s = compose_s
     return launched
 
@@ -373,12 +400,43 @@ def start_arm(run: Launched, work: Path) -> None:
                                 "--hint-sources", *run.hint_sources], cwd=work)  # fmt: skip
 
 
+def node_dir(run: Launched) -> Path:
+    """The relayed arm's inference "node": its own broadcast directory, which only `relay pull` writes."""
+    return run.run_dir.parent / f"{run.run_dir.name}-node" / "broadcasts"
+
+
+def start_relay(run: Launched, work: Path) -> tuple[str, ...]:
+    """Decentralized on one machine: `crf-prime relay serve` publishes the trainer's broadcast directory, and a node
+    (`relay pull` with its admin gate, and the inference stand-in) sees its own directory mounted at that same absolute
+    path (bubblewrap bind mount), as configs/multinode/decentralized.toml requires of every inference node. The
+    orchestrator's admin calls go to the gate, which holds each update until the relay has the step in the node's
+    directory, then forwards it to the stand-in. Returns the command prefix that puts a process on the node."""
+    bin_dir = Path(sys.executable).parent
+    broadcasts, node = run.run_dir / "broadcasts", node_dir(run)
+    data = node.parent.parent / f"{run.run_dir.name}-relay-data"
+    for d in (node.parent, data):
+        shutil.rmtree(d, ignore_errors=True)
+    for d in (broadcasts, node, data):
+        d.mkdir(parents=True, exist_ok=True)
+    gate, server = run.relay_ports
+    run.procs.start("relay-serve", [str(bin_dir / "crf-prime"), "relay", "serve", "--broadcast-dir", str(broadcasts),
+                                    "--data-dir", str(data), "--port", str(server), "--poll", "0.2"], cwd=work)  # fmt: skip
+    wrap = ("bwrap", "--dev-bind", "/", "/", "--bind", str(node), str(broadcasts), "--die-with-parent", "--")
+    run.procs.start("relay-pull", [*wrap, str(bin_dir / "crf-prime"), "relay", "pull",
+                                   "--server", f"http://127.0.0.1:{server}", "--broadcast-dir", str(broadcasts),
+                                   "--gate.upstream", f"http://127.0.0.1:{run.ports[1]}", "--gate.port", str(gate),
+                                   "--poll", "1"], cwd=work)  # fmt: skip
+    return wrap
+
+
 def launch_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, *, extra: tuple[str, ...] = ()) -> Launched:
-    """One arm with its own processes: inference stand-in, env servers, orchestrator, trainer stand-in."""
+    """One arm with its own processes: inference stand-in, env servers, orchestrator, trainer stand-in (and, relayed,
+    the relay's server and node)."""
     env_base = free_port_block(8)
     run = compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base)
     try:
-        start_inference(run.procs, run, inputs, work)
+        wrap = start_relay(run, work) if ARMS[arm].relay else ()
+        start_inference(run.procs, run, inputs, work, wrap=wrap)
         start_env_servers(run.procs, run.run_dir / "configs", work)
         start_arm(run, work)
     except BaseException:
@@ -420,6 +478,10 @@ def arm_result(run: Launched, inputs: dict[str, Path]) -> dict:
     report.update(arm=run.arm, status=run.status, wall_s=round(run.wall, 1), leftover_processes=leftovers)
     report.update(compose_s=round(run.compose_s, 1), started_at=run.started_at, cpu_s=run.cpu.by_role())
     report["policy"] = ARMS[run.arm].policy
+    if ARMS[run.arm].relay:
+        from report import relay_report
+
+        report["relay"] = relay_report(run.run_dir, node_dir(run))
     return report
 
 
