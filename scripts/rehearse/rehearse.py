@@ -44,6 +44,10 @@ class Arm:
     """loss_fns.policy objective set as prime-rl's custom loss (learning arms; None: the files' loss)."""
     swe: bool = False
     """The scripted policy also answers SWE-bench tasks (the mini fixture under ``<work>/swe-mini``)."""
+    live: bool = False
+    """Channel 3 and the hint writer live: the replay source asks crf-prime's live (Ray) teacher pool at scoring time,
+    the hint source's hints are written by an LLM through a live pool, both against loopback teachers under a budget
+    that binds (see start_live)."""
     relay: bool = False
     """Decentralized on one machine: weights reach the inference stand-in only through crf-prime's relay (see
     start_relay)."""
@@ -64,6 +68,10 @@ ARMS: dict[str, Arm] = {
     "a2": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a2_hints.toml")),
     "a3": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a3_replay.toml")),
     "a4": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a4_all.toml"), min_steps=8),
+    # the same arms with the live teacher pool (A3/A4) and the LLM hint writer (A2/A4), loopback teachers
+    "a2-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a2_hints.toml"), live=True),
+    "a3-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a3_replay.toml"), live=True),
+    "a4-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a4_all.toml"), live=True, min_steps=8),
     # A1 on the swebench-lite environment over the offline mini SWE-bench (scripted: gold patch or give up)
     "swe": Arm((*_ladder("a0_rlvr.toml", "a1_dr_grpo.toml"), HERE / "swebench.toml"), swe=True),
     # A0 decentralized on one machine: broadcasts relayed by `crf-prime relay serve` / `relay pull` to a node dir
@@ -360,6 +368,8 @@ def compose_arm(
     spec = ARMS[arm]
     steps = max(steps, spec.min_steps)
     files = [*spec.files, *([loss_overlay(work, spec.loss)] if spec.loss else [])]
+    if spec.live:
+        files.append(live_overlay(spec.files, live_dir(work, arm)))
     compose = [str(bin_dir / "rl")]
     for f in files:
         compose += ["@", str(f)]
@@ -400,6 +410,119 @@ def start_arm(run: Launched, work: Path) -> None:
                                 "--hint-sources", *run.hint_sources], cwd=work)  # fmt: skip
 
 
+LIVE_POOL = "crf-rehearsal"
+"""Name of the live teacher pool the replay source asks (task.live_pool)."""
+HINT_POOL = "crf-rehearsal-hints"
+"""Name of the live pool the hint writer serves from the first env-server process that writes a hint."""
+LIVE_HINT = "Restore the deleted function from its docstring and its callers; run the tests before you submit."
+"""What the loopback hint writer answers (found in trace.info["hint"] when the LLM wrote the hint)."""
+LIVE_ACTION = {"name": "bash", "arguments": json.dumps({"command": "echo unrelated"})}
+"""What every loopback replay teacher answers: the consensus, which the scripted policy's ``replay_other`` plan
+matches (reward 1) and its recorded-teacher plans do not."""
+LIVE_TEACHERS = (("loop-qwen", "qwen"), ("loop-deepseek", "deepseek"), ("loop-openai", "openai"))
+"""Replay teachers (name, model family): none of the fixture traces' own family (anthropic), so all three vote."""
+LIVE_PRICE_PER_MTOK = 1.0
+"""USD per 1M tokens in and out, for the loopback servers' bills and the pool's worst-case reservations."""
+LIVE_REPLAY_BUDGET_USD = 0.0015
+"""The replay pool's job cap: a few calls' worth (a call reserves its prompt plus max_tokens at the price above), so
+it binds within the first replay tasks: later asks are refused and the state scores without votes."""
+LIVE_HINT_BUDGET_USD = 0.004
+"""The hint writer's cap: a few hints, then episodes keep the templated hint (trace.info["hint_error"] says why)."""
+LIVE_MAX_TOKENS = 256
+
+
+def live_dir(work: Path, arm: str) -> Path:
+    """The live arm's teachers file, loopback replies, pool journals and Ray address (kept out of the run dir, which
+    the launcher's --clean empties)."""
+    return work / "live" / arm
+
+
+def live_overlay(files: tuple[Path, ...], where: Path) -> Path:
+    """A JSON overlay (prime-rl's launcher reads JSON like TOML) restating the arm's train sources with the replay
+    source asking the live pool instead of the journal, and the hint sources' hints written by the LLM hint writer
+    through its own live pool. Lists replace wholesale under ``@``, hence the restated list."""
+    import copy
+    import tomllib
+
+    sources = None
+    for f in files:
+        doc = tomllib.loads(f.read_text())
+        sources = (doc.get("orchestrator", {}).get("train") or {}).get("source", sources)
+    if sources is None:
+        raise ValueError(f"no [[orchestrator.train.source]] in {[f.name for f in files]}")
+    sources = copy.deepcopy(sources)
+    for src in sources:
+        taskset = src["env"]["taskset"]
+        if taskset["id"] == "trace-replay":
+            taskset.pop("journal", None)
+            taskset.setdefault("task", {})["live_pool"] = LIVE_POOL
+        if (src.get("algo") or {}).get("type") == "opsd":
+            taskset.setdefault("task", {})["hint_writer"] = {
+                "teachers": str(where / "hint-teachers.toml"),
+                "name": "loop-hints",
+                "journal": str(where / "hints-journal.jsonl"),
+                "live": HINT_POOL,
+                "budget_usd": LIVE_HINT_BUDGET_USD,
+                "per_episode_usd": LIVE_HINT_BUDGET_USD,
+                "max_tokens": LIVE_MAX_TOKENS,
+            }
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / "overlay.json"
+    path.write_text(json.dumps({"orchestrator": {"train": {"source": sources}}}, indent=1))
+    return path
+
+
+def teachers_toml(teachers: list[tuple[str, str]], url: str, budget_usd: float) -> str:
+    """A teachers file: ``teachers`` (name, model family) served by one loopback server billing at
+    LIVE_PRICE_PER_MTOK, under a job cap of ``budget_usd``."""
+    out = [f"[budget]\njob_usd = {budget_usd}\n"]
+    for name, family in teachers:
+        out.append(
+            f'[[teachers]]\nname = "{name}"\nmodel = "{name}"\nbase_url = "{url}/v1"\napi_key_var = ""\n'
+            f'model_family = "{family}"\nprice_in_per_mtok = {LIVE_PRICE_PER_MTOK}\n'
+            f"price_out_per_mtok = {LIVE_PRICE_PER_MTOK}\nmax_concurrency = 2\ntimeout_s = 60\nmax_attempts = 2\n"
+            f"[teachers.sampling]\nmax_tokens = {LIVE_MAX_TOKENS}\n"
+        )
+    return "\n".join(out)
+
+
+def _wait_file(path: Path, proc: subprocess.Popen, what: str, timeout_s: float = 180.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while not (path.is_file() and path.read_text().strip()):
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited ({proc.returncode}) before it was ready")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready after {timeout_s:.0f} s")
+        time.sleep(0.2)
+    return path.read_text().strip()
+
+
+def start_live(run: Launched, work: Path) -> None:
+    """Loopback teachers (one server for the replay teachers, one for the hint writer, both billing), the live teacher
+    pool on a Ray cluster of its own (teacher_pool.py), and RAY_ADDRESS for the env servers that attach to it."""
+    bin_dir = Path(sys.executable).parent
+    where = live_dir(work, run.arm)
+    for stale in ("pool-journal.jsonl", "hints-journal.jsonl", "replay.url", "hints.url", "ray.address"):
+        (where / stale).unlink(missing_ok=True)
+    (where / "replay-replies.jsonl").write_text(json.dumps({"tool_calls": [LIVE_ACTION]}) + "\n")
+    (where / "hint-replies.jsonl").write_text(json.dumps({"content": LIVE_HINT}) + "\n")
+    urls = {}
+    for kind in ("replay", "hints"):
+        proc = run.procs.start(f"teacher-{kind}", [str(bin_dir / "crf-prime"), "loopback", "serve",
+                               "--replies", str(where / f"{kind.removesuffix('s')}-replies.jsonl"), "--cycle",
+                               "--ready-file", str(where / f"{kind}.url"),
+                               "--billing.price-in-per-mtok", str(LIVE_PRICE_PER_MTOK),
+                               "--billing.price-out-per-mtok", str(LIVE_PRICE_PER_MTOK)], cwd=work)  # fmt: skip
+        urls[kind] = _wait_file(where / f"{kind}.url", proc, f"loopback {kind} teacher").removesuffix("/v1")
+    (where / "teachers.toml").write_text(teachers_toml(list(LIVE_TEACHERS), urls["replay"], LIVE_REPLAY_BUDGET_USD))
+    hint_teacher = [("loop-hints", "mistral")]
+    (where / "hint-teachers.toml").write_text(teachers_toml(hint_teacher, urls["hints"], LIVE_HINT_BUDGET_USD))
+    pool = run.procs.start("teacher-pool", [sys.executable, str(HERE / "teacher_pool.py"),
+                           "--teachers", str(where / "teachers.toml"), "--journal", str(where / "pool-journal.jsonl"),
+                           "--name", LIVE_POOL, "--address-file", str(where / "ray.address")], cwd=work)  # fmt: skip
+    run.procs.env["RAY_ADDRESS"] = _wait_file(where / "ray.address", pool, "the live teacher pool")
+
+
 def node_dir(run: Launched) -> Path:
     """The relayed arm's inference "node": its own broadcast directory, which only `relay pull` writes."""
     return run.run_dir.parent / f"{run.run_dir.name}-node" / "broadcasts"
@@ -436,6 +559,8 @@ def launch_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, *, ext
     run = compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base)
     try:
         wrap = start_relay(run, work) if ARMS[arm].relay else ()
+        if ARMS[arm].live:
+            start_live(run, work)
         start_inference(run.procs, run, inputs, work, wrap=wrap)
         start_env_servers(run.procs, run.run_dir / "configs", work)
         start_arm(run, work)
@@ -478,6 +603,10 @@ def arm_result(run: Launched, inputs: dict[str, Path]) -> dict:
     report.update(arm=run.arm, status=run.status, wall_s=round(run.wall, 1), leftover_processes=leftovers)
     report.update(compose_s=round(run.compose_s, 1), started_at=run.started_at, cpu_s=run.cpu.by_role())
     report["policy"] = ARMS[run.arm].policy
+    if ARMS[run.arm].live:
+        from report import live_report
+
+        report["live"] = live_report(run.run_dir, live_dir(run.run_dir.parent.parent, run.arm), run.steps)
     if ARMS[run.arm].relay:
         from report import relay_report
 

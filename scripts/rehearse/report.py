@@ -315,6 +315,81 @@ def relay_report(run_dir: Path, node: Path) -> dict:
     }
 
 
+def _journal(path: Path) -> dict:
+    """Paid calls of a teacher journal: rows, answered rows, their cost."""
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    rows = [r for r in rows if "cost_usd" in r]
+    return {
+        "calls": len(rows),
+        "ok": sum(bool(r.get("ok")) for r in rows),
+        "cost_usd": round(sum(r.get("cost_usd") or 0.0 for r in rows), 6),
+    }
+
+
+def live_report(run_dir: Path, where: Path, steps: int) -> dict:
+    """The live arm: what the live replay pool and the LLM hint writer were paid for against their caps, how many
+    replay states were asked (each asks every teacher), and how many hint-source samples carry the LLM's hint."""
+    import tomllib
+
+    out: dict = {"dir": str(where)}
+    overlay = json.loads((where / "overlay.json").read_text())["orchestrator"]["train"]["source"]
+    replay = [s["name"] for s in overlay if s["env"]["taskset"]["id"] == "trace-replay"]
+    hinted = [s["name"] for s in overlay if (s.get("algo") or {}).get("type") == "opsd"]
+    if replay:
+        pool = tomllib.loads((where / "teachers.toml").read_text())
+        states = set()
+        for step in range(1, steps + 1):
+            for episode in _episodes(run_dir, step, "all"):
+                if episode["env"]["name"] in replay:
+                    states |= {t["task"]["data"]["state_id"] for t in episode["traces"]}
+        out["replay"] = {
+            **_journal(where / "pool-journal.jsonl"),
+            "cap_usd": pool["budget"]["job_usd"],
+            "states_asked": len(states),
+            "calls_without_cap": len(states) * len(pool["teachers"]),
+        }
+    if hinted:
+        writer = json.loads((where / "overlay.json").read_text())
+        cap = next(s for s in writer["orchestrator"]["train"]["source"] if s["name"] in hinted)
+        samples = llm = templated_after_cap = 0
+        for step in range(1, steps + 1):
+            for episode in _episodes(run_dir, step):
+                if episode["env"]["name"] not in hinted:
+                    continue
+                for trace in episode["traces"]:
+                    info = trace.get("info") or {}
+                    samples += 1
+                    llm += "Restore the deleted function" in (info.get("hint") or "")
+                    templated_after_cap += "budget" in str(info.get("hint_error") or "").lower()
+        out["hints"] = {
+            **_journal(where / "hints-journal.jsonl"),
+            "cap_usd": cap["env"]["taskset"]["task"]["hint_writer"]["budget_usd"],
+            "samples": samples,
+            "llm_hints": llm,
+            "templated_after_cap": templated_after_cap,
+        }
+    return out
+
+
+def _live_checks(live: dict) -> list[str]:
+    failed = []
+    if r := live.get("replay"):
+        if not r["ok"]:
+            failed.append("live replay: the live teacher pool answered no call (env servers never asked it)")
+        if r["cost_usd"] > r["cap_usd"] + 1e-9:
+            failed.append(f"live replay: spent {r['cost_usd']} USD over the cap {r['cap_usd']}")
+        if r["calls"] >= r["calls_without_cap"]:
+            failed.append(
+                f"live replay: the budget did not bind ({r['calls']} paid calls for {r['states_asked']} states asked)"
+            )
+    if h := live.get("hints"):
+        if not h["ok"]:
+            failed.append("live hints: the LLM hint writer answered no call")
+        if h["cost_usd"] > h["cap_usd"] + 1e-9:
+            failed.append(f"live hints: spent {h['cost_usd']} USD over the cap {h['cap_usd']}")
+    return failed
+
+
 def _relay_checks(relay: dict, steps: int) -> list[str]:
     failed = []
     loaded = [u for u in relay["updates"] if u["step"] != "step_0"]
@@ -336,6 +411,8 @@ def _checks(report: dict) -> list[str]:
         failed.append(report["status"])
     if report["leftover_processes"]:
         failed.append(f"processes left behind: {report['leftover_processes']}")
+    if "live" in report:
+        failed += _live_checks(report["live"])
     if "relay" in report:
         failed += _relay_checks(report["relay"], len(report["steps"]))
     if report["hint_sources"] and not report["scoring_calls_with_hint_block"]:
@@ -505,6 +582,18 @@ def print_report(reports: list[dict], total_s: float) -> bool:
                 prec = sc["tp"] / (sc["tp"] + sc["fp"]) if sc["tp"] + sc["fp"] else float("nan")
                 rec = sc["tp"] / (sc["tp"] + sc["fn"]) if sc["tp"] + sc["fn"] else float("nan")
                 print(f"  {kind}: precision {prec:.2f} recall {rec:.2f} (tp {sc['tp']}, fp {sc['fp']}, fn {sc['fn']})")
+        if r := (report.get("live") or {}).get("replay"):
+            print(
+                f"live teacher pool: {r['states_asked']} replay states asked, every teacher at each "
+                f"({r['calls_without_cap']} calls without a cap); paid calls {r['calls']} ({r['ok']} answered), "
+                f"{r['cost_usd']:.4f} USD of the {r['cap_usd']} USD cap"
+            )
+        if h := (report.get("live") or {}).get("hints"):
+            print(
+                f"LLM hint writer: {h['calls']} paid calls ({h['ok']} answered), {h['cost_usd']:.4f} USD of the "
+                f"{h['cap_usd']} USD cap; hint-source samples {h['samples']}: {h['llm_hints']} with the LLM's hint, "
+                f"{h['templated_after_cap']} templated after the cap"
+            )
         if "relay" in report:
             r = report["relay"]
             equal = sum(u["equal"] is True for u in r["updates"])
