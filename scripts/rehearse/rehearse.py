@@ -423,12 +423,16 @@ LIVE_TEACHERS = (("loop-qwen", "qwen"), ("loop-deepseek", "deepseek"), ("loop-op
 """Replay teachers (name, model family): none of the fixture traces' own family (anthropic), so all three vote."""
 LIVE_PRICE_PER_MTOK = 1.0
 """USD per 1M tokens in and out, for the loopback servers' bills and the pool's worst-case reservations."""
-LIVE_REPLAY_BUDGET_USD = 0.0015
-"""The replay pool's job cap: a few calls' worth (a call reserves its prompt plus max_tokens at the price above), so
-it binds within the first replay tasks: later asks are refused and the state scores without votes."""
-LIVE_HINT_BUDGET_USD = 0.004
-"""The hint writer's cap: a few hints, then episodes keep the templated hint (trace.info["hint_error"] says why)."""
-LIVE_MAX_TOKENS = 256
+LIVE_REPLAY_BUDGET_USD = 0.006
+"""The replay pool's job cap. A call is sent only when its worst case (request bytes as tokens plus max_tokens, at the
+price above: 0.0016-0.0026 USD at the fixture's states) fits beside what is spent and reserved; the loopback server
+bills about a quarter of it. So the first state asked can get every teacher's vote, and from the second on the cap
+binds: fewer teachers are asked, in the end none."""
+LIVE_HINT_BUDGET_USD = 0.015
+"""The hint writer's cap (job and per episode): a few hints (each reserves ~0.007 USD, is billed ~0.002), then
+episodes keep the templated hint (trace.info["hint_error"] says why)."""
+LIVE_MAX_TOKENS = {"replay": 64, "hints": 256}
+"""max_tokens per call: a replay teacher answers one tool call, the hint writer a few sentences."""
 
 
 def live_dir(work: Path, arm: str) -> Path:
@@ -464,7 +468,7 @@ def live_overlay(files: tuple[Path, ...], where: Path) -> Path:
                 "live": HINT_POOL,
                 "budget_usd": LIVE_HINT_BUDGET_USD,
                 "per_episode_usd": LIVE_HINT_BUDGET_USD,
-                "max_tokens": LIVE_MAX_TOKENS,
+                "max_tokens": LIVE_MAX_TOKENS["hints"],
             }
     where.mkdir(parents=True, exist_ok=True)
     path = where / "overlay.json"
@@ -472,16 +476,17 @@ def live_overlay(files: tuple[Path, ...], where: Path) -> Path:
     return path
 
 
-def teachers_toml(teachers: list[tuple[str, str]], url: str, budget_usd: float) -> str:
+def teachers_toml(teachers: list[tuple[str, str]], url: str, budget_usd: float, max_tokens: int) -> str:
     """A teachers file: ``teachers`` (name, model family) served by one loopback server billing at
-    LIVE_PRICE_PER_MTOK, under a job cap of ``budget_usd``."""
+    LIVE_PRICE_PER_MTOK, under a job cap of ``budget_usd``. No reserved chat-template overhead: the loopback server
+    bills the request's characters, not a template's tokens."""
     out = [f"[budget]\njob_usd = {budget_usd}\n"]
     for name, family in teachers:
         out.append(
             f'[[teachers]]\nname = "{name}"\nmodel = "{name}"\nbase_url = "{url}/v1"\napi_key_var = ""\n'
             f'model_family = "{family}"\nprice_in_per_mtok = {LIVE_PRICE_PER_MTOK}\n'
             f"price_out_per_mtok = {LIVE_PRICE_PER_MTOK}\nmax_concurrency = 2\ntimeout_s = 60\nmax_attempts = 2\n"
-            f"[teachers.sampling]\nmax_tokens = {LIVE_MAX_TOKENS}\n"
+            f"reserve_prompt_overhead_tokens = 0\n[teachers.sampling]\nmax_tokens = {max_tokens}\n"
         )
     return "\n".join(out)
 
@@ -514,13 +519,15 @@ def start_live(run: Launched, work: Path) -> None:
                                "--billing.price-in-per-mtok", str(LIVE_PRICE_PER_MTOK),
                                "--billing.price-out-per-mtok", str(LIVE_PRICE_PER_MTOK)], cwd=work)  # fmt: skip
         urls[kind] = _wait_file(where / f"{kind}.url", proc, f"loopback {kind} teacher").removesuffix("/v1")
-    (where / "teachers.toml").write_text(teachers_toml(list(LIVE_TEACHERS), urls["replay"], LIVE_REPLAY_BUDGET_USD))
-    hint_teacher = [("loop-hints", "mistral")]
-    (where / "hint-teachers.toml").write_text(teachers_toml(hint_teacher, urls["hints"], LIVE_HINT_BUDGET_USD))
+    replay = teachers_toml(list(LIVE_TEACHERS), urls["replay"], LIVE_REPLAY_BUDGET_USD, LIVE_MAX_TOKENS["replay"])
+    (where / "teachers.toml").write_text(replay)
+    hints = teachers_toml([("loop-hints", "mistral")], urls["hints"], LIVE_HINT_BUDGET_USD, LIVE_MAX_TOKENS["hints"])
+    (where / "hint-teachers.toml").write_text(hints)
     pool = run.procs.start("teacher-pool", [sys.executable, str(HERE / "teacher_pool.py"),
                            "--teachers", str(where / "teachers.toml"), "--journal", str(where / "pool-journal.jsonl"),
                            "--name", LIVE_POOL, "--address-file", str(where / "ray.address")], cwd=work)  # fmt: skip
     run.procs.env["RAY_ADDRESS"] = _wait_file(where / "ray.address", pool, "the live teacher pool")
+    run.procs.env["RAY_AUTH_MODE"] = "token"  # the cluster's token auth (ray >= 2.5x): clients read ~/.ray/auth_token
 
 
 def node_dir(run: Launched) -> Path:

@@ -13,6 +13,7 @@ The env servers' trace-replay taskset attaches to the pool by name (``task.live_
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 from pathlib import Path
@@ -31,13 +32,22 @@ def main() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
 
+    # The raylet waits for the dashboard agent's port file (10 s by default) and aborts after it; on a loaded 2-core
+    # box the agent's imports alone take longer (43 s at load 7 without a bytecode cache).
+    os.environ.setdefault("RAY_agent_register_timeout_ms", "300000")
     import ray
 
     from crf_prime.teachers.config import load_pool_config
     from crf_prime.teachers.live import DEFAULT_NAMESPACE, serve, shutdown
 
     config = load_pool_config(args.teachers)
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, namespace=DEFAULT_NAMESPACE, log_to_driver=False)
+    ray.init(
+        num_cpus=args.num_cpus,
+        include_dashboard=False,
+        namespace=DEFAULT_NAMESPACE,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",  # loopback only
+    )
     for sig in (signal.SIGTERM, signal.SIGINT):  # ray.init installs its own handlers
         signal.signal(sig, lambda *_: stop.set())
     try:

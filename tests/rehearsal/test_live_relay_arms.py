@@ -54,21 +54,40 @@ def test_a2_and_a3_live_overlays_touch_only_their_channel(tmp_path: Path, arm: s
 
 def test_teachers_files_parse_price_every_teacher_and_cap_the_budget(tmp_path: Path) -> None:
     path = tmp_path / "teachers.toml"
-    path.write_text(rehearse.teachers_toml(list(rehearse.LIVE_TEACHERS), "http://127.0.0.1:1", 0.003))
+    path.write_text(rehearse.teachers_toml(list(rehearse.LIVE_TEACHERS), "http://127.0.0.1:1", 0.009, 64))
     pool = load_pool_config(path)
     assert [t.name for t in pool.teachers] == [n for n, _ in rehearse.LIVE_TEACHERS]
-    assert pool.budget.job_usd == 0.003
+    assert pool.budget.job_usd == 0.009
     assert all(t.base_url == "http://127.0.0.1:1/v1" and t.price_out_per_mtok > 0 for t in pool.teachers)
+    assert {t.sampling.max_tokens for t in pool.teachers} == {64}
     # no teacher of the fixture traces' own family: every teacher votes, so the cap is what limits the calls
     assert "anthropic" not in {t.model_family for t in pool.teachers}
 
 
-def test_a_single_call_fits_the_caps_but_not_a_state_of_every_teacher() -> None:
-    """The caps bind by construction: one call's worst case (a ~700-token prompt plus max_tokens) fits, three (one
-    replay state asked of every teacher) twice over do not."""
-    worst = (700 + rehearse.LIVE_MAX_TOKENS) * rehearse.LIVE_PRICE_PER_MTOK / 1e6
-    assert worst < rehearse.LIVE_REPLAY_BUDGET_USD < 2 * len(rehearse.LIVE_TEACHERS) * worst
-    assert worst < rehearse.LIVE_HINT_BUDGET_USD
+def test_the_replay_cap_fits_every_vote_at_one_state_but_not_at_two(tmp_path: Path) -> None:
+    """On the fixture's states, priced as the pool prices a call (its worst case): every teacher's call at the
+    cheapest state fits the cap together, every teacher's calls at any two states do not."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "traces"))
+    from replay_support import fixture_states
+
+    from crf_prime.teachers.money import Content, worst_case_usd
+
+    path = tmp_path / "teachers.toml"
+    path.write_text(
+        rehearse.teachers_toml(
+            list(rehearse.LIVE_TEACHERS),
+            "http://127.0.0.1:1",
+            rehearse.LIVE_REPLAY_BUDGET_USD,
+            rehearse.LIVE_MAX_TOKENS["replay"],
+        )
+    )
+    teacher = load_pool_config(path).teachers[0]
+    worst = []
+    for state in fixture_states():
+        worst.append(worst_case_usd(teacher, b"{}", Content.of(list(state.messages), list(state.tools))))
+    n, ordered = len(rehearse.LIVE_TEACHERS), sorted(worst)
+    assert n * ordered[0] <= rehearse.LIVE_REPLAY_BUDGET_USD
+    assert n * (ordered[0] + ordered[1]) > rehearse.LIVE_REPLAY_BUDGET_USD
 
 
 def test_relay_node_dir_is_outside_the_run_dir_and_the_arm_routes_admin_calls_to_the_gate() -> None:
