@@ -81,6 +81,14 @@ ARMS: dict[str, Arm] = {
     **{f"learn-{o}": Arm(_LEARN, policy="sample", model="echo_model", loss=o) for o in OBJECTIVES},
 }
 LEARN_ARMS = [name for name in ARMS if name.startswith("learn-")]
+GROUPS: dict[str, list[str]] = {
+    "ladder": ["a0", "a1", "a2", "a3", "a4"],
+    "live": ["a2-live", "a3-live", "a4-live"],
+    "learn": LEARN_ARMS,
+}
+GROUPS["all"] = [*GROUPS["ladder"], "swe", "relay", *GROUPS["live"]]
+"""Names --arms expands: ``all`` (the default) is every plumbing arm: the ladder, swebench-lite, the relayed arm and
+the live arms; the learning arms run on their own (benchmarks/rehearsal_learning.py)."""
 COMPOSE_AT_ONCE = 2
 """Learning arms composed (``rl ... --dry-run``) at the same time: one per core of the 2-core box it is sized for."""
 PYCACHE = Path(sys.prefix) / "rehearsal-pycache"
@@ -688,14 +696,23 @@ def rehearse_together(
     return reports
 
 
+def expand_arms(names: list[str]) -> list[str]:
+    """--arms with the groups expanded, each arm once, in the order given."""
+    out: list[str] = []
+    for name in names:
+        out += [a for a in GROUPS.get(name, [name]) if a not in out]
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--arms",
         nargs="+",
-        default=["a0", "a1", "a2", "a3", "a4"],
-        choices=[*ARMS, "learn"],
-        help="arms to rehearse; 'learn' = every learning arm (learn-a0 and learn-<objective>)",
+        default=["all"],
+        choices=[*ARMS, *GROUPS],
+        help="arms to rehearse, or groups: 'all' (default: ladder, swe, relay, live), 'ladder' (a0-a4), 'live' "
+        "(a2-live, a3-live, a4-live), 'learn' (learn-a0 and learn-<objective>)",
     )
     parser.add_argument(
         "--steps", type=int, default=5, help="training steps per arm (the hint source of A2 first ships around step 3)"
@@ -731,7 +748,7 @@ def main() -> int:
 
     args.work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    arms = [a for name in args.arms for a in (LEARN_ARMS if name == "learn" else [name])]
+    arms = expand_arms(args.arms)
     inputs = prepare(args.work, arms)
     reports = rehearse_arms(arms, inputs, args.work, args.steps, args.timeout, tuple(args.rl_arg))
     total = time.monotonic() - t0
