@@ -9,7 +9,8 @@ renderers/client.py at prime-rl 559b447):
   plumbing checks) with its logprobs under the *current* weights. ``prompt_logprobs`` requests (opsd's teacher
   scoring) return the model's logprob of every prompt token;
 - ``POST /v1/chat/completions`` -- what prime-rl's eval client calls (plain chat completions, no renderer): the
-  messages through the tokenizer's ChatML template, then the sampling policy (text replies; ``--policy sample`` only);
+  messages through the tokenizer's ChatML template, then the sampling policy (text replies); with ``--policy script``
+  the scripted policy's turn, its tool calls as OpenAI tool calls;
 - ``GET /health``, ``GET /v1/models`` (with ``max_model_len``), ``GET /metrics`` (Prometheus text);
 - admin: ``POST /pause``, ``POST /resume``, ``POST /update_weights`` (loads the trainer's broadcast safetensors).
 
@@ -32,7 +33,7 @@ import torch
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
-from policy import FeatdelScript, ReplayScript, SweScript, Turn, messages_of
+from policy import FeatdelScript, ReplayScript, SweScript, Turn, chatml, messages_of, split_tool_calls
 from sampling import sample
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from vllm.entrypoints.scale_out.token_in_token_out.protocol import GenerateRequest, GenerateResponse
@@ -163,13 +164,11 @@ def build_app(engine: Engine) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> JSONResponse:
         body = await request.json()
-        if engine.policy != "sample":
-            return JSONResponse({"error": "chat completions need --policy sample"}, status_code=400)
         if engine.paused:
             return JSONResponse({"error": "engine paused"}, status_code=503)
         engine.running += 1
         try:
-            return JSONResponse(_chat(engine, body))
+            return JSONResponse(_chat(engine, body) if engine.policy == "sample" else _chat_script(engine, body))
         finally:
             engine.running -= 1
 
@@ -250,6 +249,29 @@ def _generate(engine: Engine, req: GenerateRequest) -> dict:
     content = [{"token": f"token_id:{t}", "logprob": lp} for t, lp in zip(completion, lps, strict=True)]
     choice = {"index": 0, "token_ids": completion, "logprobs": {"content": content}, "finish_reason": finish}
     return {"request_id": rid, "model": engine.model_name, "choices": [choice]}
+
+
+def _chat_script(engine: Engine, body: dict) -> dict:
+    """One chat completion from the scripted policy (prime-rl's eval client: no renderer, tools as OpenAI tool calls)."""
+    turn = engine.script(chatml(body["messages"]))
+    content, calls = split_tool_calls(turn.text)
+    record = {"time": time.time(), "version": engine.version, "chat": True, "plan": turn.plan, "error": turn.error}
+    engine.log.write(json.dumps(record) + "\n")
+    tool_calls = [
+        {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function", "function": {"name": n, "arguments": a}}
+        for n, a in calls
+    ]
+    message = {"role": "assistant", "content": content or None, **({"tool_calls": tool_calls} if tool_calls else {})}
+    choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop", "logprobs": None}
+    tokens = len(engine.tokenizer.encode(turn.text, add_special_tokens=False))
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": engine.model_name,
+        "choices": [choice],
+        "usage": {"prompt_tokens": 0, "completion_tokens": tokens, "total_tokens": tokens},
+    }
 
 
 def _chat(engine: Engine, body: dict) -> dict:

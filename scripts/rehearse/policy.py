@@ -51,6 +51,28 @@ def messages_of(prompt_text: str) -> list[tuple[str, str]]:
     return [(m.group(1), m.group(2)) for m in _MESSAGE.finditer(prompt_text)]
 
 
+def chatml(messages: list[dict]) -> str:
+    """OpenAI chat messages as the ChatML text the scripted policy reads (tool calls in Qwen's ``<tool_call>`` form,
+    as the qwen3 renderer writes them): what prime-rl's eval client sends, with no renderer, on /v1/chat/completions."""
+    parts = []
+    for m in messages:
+        content = m.get("content") or ""
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        calls = [tool_call(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
+        parts.append(f"<|im_start|>{m['role']}\n" + "\n".join([content, *calls]).strip() + "<|im_end|>")
+    return "\n".join(parts)
+
+
+_CALL = re.compile(r'<tool_call>\n\{"name": "([^"]*)", "arguments": (.*?)\}\n</tool_call>', re.S)
+
+
+def split_tool_calls(text: str) -> tuple[str, list[tuple[str, str]]]:
+    """A scripted turn as chat-completions fields: the text outside the tool calls, and each call's (name, raw
+    arguments); the arguments are passed on as written, broken JSON included."""
+    return _CALL.sub("", text).strip(), [(m.group(1), m.group(2)) for m in _CALL.finditer(text)]
+
+
 def tool_call(name: str, arguments: dict | str) -> str:
     args = arguments if isinstance(arguments, str) else json.dumps(arguments)
     return f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'

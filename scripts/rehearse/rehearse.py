@@ -48,6 +48,8 @@ class Arm:
     """Channel 3 and the hint writer live: the replay source asks crf-prime's live (Ray) teacher pool at scoring time,
     the hint source's hints are written by an LLM through a live pool, both against loopback teachers under a budget
     that binds (see start_live)."""
+    eval: bool = False
+    """Run the eval pass (eval.toml: v0 and once more before the end) and build `crf-prime report` from the run dir."""
     relay: bool = False
     """Decentralized on one machine: weights reach the inference stand-in only through crf-prime's relay (see
     start_relay)."""
@@ -63,7 +65,7 @@ def _ladder(*names: str) -> tuple[Path, ...]:
 _LEARN = (LADDER / "a0_rlvr.toml", HERE / "cpu.toml", HERE / "learn.toml")
 ARMS: dict[str, Arm] = {
     # the ladder on Feature Deletion (+ replay), scripted policy: the plumbing checks need its known plans
-    "a0": Arm(_ladder("a0_rlvr.toml")),
+    "a0": Arm((*_ladder("a0_rlvr.toml"), HERE / "eval.toml"), eval=True),
     "a1": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml")),
     "a2": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a2_hints.toml")),
     "a3": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a3_replay.toml")),
@@ -383,7 +385,7 @@ def compose_arm(
         compose += ["@", str(f)]
     if spec.relay:  # admin calls (pause / update_weights / resume) go to the node's relay gate, not the engine
         compose += ["--orchestrator.model.client.admin-base-url", f"http://localhost:{gate}/v1"]
-    if spec.policy == "sample":  # the eval pass: at v0 and once more before the end
+    if spec.policy == "sample" or spec.eval:  # the eval pass: at v0 and once more before the end
         compose += ["--orchestrator.eval.interval", str(max(1, steps - 1))]
     compose += ["--model.name", str(inputs[spec.model]), "--output-dir", str(out_root),
                 "--run.name", run_name, "--max-steps", str(steps), "--no-monitors.wandb",
@@ -618,6 +620,10 @@ def arm_result(run: Launched, inputs: dict[str, Path]) -> dict:
     report.update(arm=run.arm, status=run.status, wall_s=round(run.wall, 1), leftover_processes=leftovers)
     report.update(compose_s=round(run.compose_s, 1), started_at=run.started_at, cpu_s=run.cpu.by_role())
     report["policy"] = ARMS[run.arm].policy
+    if ARMS[run.arm].eval:
+        from report import eval_report
+
+        report["eval"] = eval_report(run.run_dir, run.arm)
     if ARMS[run.arm].live:
         from report import live_report
 

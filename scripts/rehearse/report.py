@@ -315,6 +315,28 @@ def relay_report(run_dir: Path, node: Path) -> dict:
     }
 
 
+def eval_report(run_dir: Path, arm: str) -> dict:
+    """The eval pass: which steps prime-rl evaluated, and `crf-prime report` over the run directory (v0's eval as the
+    baseline, the run's last eval as the arm) into ``<run_dir>/report``."""
+    import subprocess
+    import sys
+
+    steps = sorted(
+        int(d.name.removeprefix("step_"))
+        for d in (run_dir / "rollouts").glob("step_*")
+        if (d / "eval" / "all" / "traces.jsonl").is_file()
+    )
+    out: dict = {"steps": steps, "dir": str(run_dir / "report")}
+    if not steps:
+        return out
+    v0 = run_dir / "rollouts" / f"step_{steps[0]}" / "eval" / "all" / "traces.jsonl"
+    cmd = [str(Path(sys.executable).parent / "crf-prime"), "report", "--out", out["dir"], "--threshold", "1.0"]
+    cmd += ["--runs", f"v0={v0}", f"{arm}={run_dir}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    out.update(command=" ".join(cmd), exit=proc.returncode, text=(proc.stdout + proc.stderr).strip()[-3000:])
+    return out
+
+
 def _journal(path: Path) -> dict:
     """Paid calls of a teacher journal: rows, answered rows, their cost."""
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
@@ -413,6 +435,12 @@ def _checks(report: dict) -> list[str]:
         failed.append(f"processes left behind: {report['leftover_processes']}")
     if "live" in report:
         failed += _live_checks(report["live"])
+    if "eval" in report:
+        e = report["eval"]
+        if len(e["steps"]) < 2:
+            failed.append(f"eval: prime-rl evaluated at steps {e['steps']}, expected v0 and a later step")
+        elif e["exit"] != 0 or not (Path(e["dir"]) / "report.md").is_file():
+            failed.append(f"eval: crf-prime report failed (exit {e['exit']}): {e['text'][-500:]}")
     if "relay" in report:
         failed += _relay_checks(report["relay"], len(report["steps"]))
     if report["hint_sources"] and not report["scoring_calls_with_hint_block"]:
@@ -582,6 +610,9 @@ def print_report(reports: list[dict], total_s: float) -> bool:
                 prec = sc["tp"] / (sc["tp"] + sc["fp"]) if sc["tp"] + sc["fp"] else float("nan")
                 rec = sc["tp"] / (sc["tp"] + sc["fn"]) if sc["tp"] + sc["fn"] else float("nan")
                 print(f"  {kind}: precision {prec:.2f} recall {rec:.2f} (tp {sc['tp']}, fp {sc['fp']}, fn {sc['fn']})")
+        if e := report.get("eval"):
+            print(f"eval pass at steps {e['steps']}; crf-prime report from the run directory ({e['dir']}):")
+            print(e.get("text", "(none)"))
         if r := (report.get("live") or {}).get("replay"):
             print(
                 f"live teacher pool: {r['states_asked']} replay states asked, every teacher at each "

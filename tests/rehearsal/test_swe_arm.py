@@ -113,3 +113,29 @@ def test_swe_arm_composes_a1_with_the_overlay_and_feeds_the_policy() -> None:
     (source,) = overlay["orchestrator"]["train"]["source"]
     assert source["env"]["taskset"]["id"] == "swebench-lite"
     assert source["env"]["taskset"]["dataset"] == "swe-mini/instances.jsonl"  # where prepare() writes the fixture
+
+
+def test_chat_completions_round_trip_the_scripted_turns() -> None:
+    """prime-rl's eval client has no renderer: the scripted turn goes out as OpenAI tool calls (broken JSON passed on
+    as written) and comes back in the next request's history as the ChatML text the policy reads its plan from."""
+    text = "Let me check.\n" + policy.tool_call("bash", {"command": "python3 -c 'import x'"})
+    text += "\n" + policy.tool_call("edit", '{"path": "a.py", "old_str": ')
+    content, calls = policy.split_tool_calls(text)
+    assert content == "Let me check."
+    assert calls == [
+        ("bash", json.dumps({"command": "python3 -c 'import x'"})),
+        ("edit", '{"path": "a.py", "old_str": '),
+    ]
+    wire = [
+        {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}} for i, (n, a) in enumerate(calls)
+    ]
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": [{"type": "text", "text": "task"}]},
+        {"role": "assistant", "content": content, "tool_calls": wire},
+        {"role": "tool", "tool_call_id": "c0", "content": "Traceback"},
+    ]
+    history = policy.messages_of(policy.chatml(messages))
+    assert [role for role, _ in history] == ["system", "user", "assistant", "tool"]
+    assert history[1][1] == "task"
+    assert history[2][1] == text  # the same text the renderer path shows the policy
