@@ -86,7 +86,7 @@ def test_swebench_lite_rewards_are_the_gold_trees_and_both_outcomes_occur(rehear
 @pytest.mark.timeout(9000)
 def test_a0_eval_pass_runs_and_crf_prime_report_reads_the_run_dir(rehearsal: dict) -> None:
     e = _arm(rehearsal, "a0")["eval"]
-    assert e["steps"][0] == 0 and len(e["steps"]) >= 2
+    assert len(e["steps"]) >= 2  # v0 and a later policy
     assert e["exit"] == 0 and (Path(e["dir"]) / "report.md").is_file()
 
 
