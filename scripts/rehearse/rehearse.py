@@ -223,18 +223,30 @@ class Procs:
 def marked_processes(marker: str, sessions: frozenset[int] = frozenset()) -> list[str]:
     """Live processes carrying this run's marker in their environment (bwrap keeps its caller's environment) or in one
     of ``sessions`` (each started process leads its own): prime-rl retitles its orchestrator and env servers
-    (``PRIME-RL::Orchestrator``), which blanks their environment in /proc, so the marker alone misses them."""
+    (``PRIME-RL::Orchestrator``), which blanks their environment in /proc, so the marker alone misses them. A zombie
+    (exited, not yet reaped by its new parent: in a container's init that can take a while) is not alive."""
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
-            session = int((d / "stat").read_text().rsplit(")", 1)[1].split()[3])
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] in ("Z", "X"):
+                continue
+            session = int(fields[3])
             if session in sessions or marker.encode() in (d / "environ").read_bytes():
                 cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 found.append(f"{d.name} {cmdline[:120]}")
         except OSError:
             continue
+    return found
+
+
+def leftover_processes(marker: str, sessions: frozenset[int], grace_s: float = 15.0) -> list[str]:
+    """marked_processes, given ``grace_s`` to exit: a process whose parent was just killed may still be exiting."""
+    deadline = time.monotonic() + grace_s
+    while (found := marked_processes(marker, sessions)) and time.monotonic() < deadline:
+        time.sleep(0.5)
     return found
 
 
@@ -614,7 +626,7 @@ def arm_result(run: Launched, inputs: dict[str, Path]) -> dict:
     """The arm's report (report.arm_report) with its status, wall time and leftover processes."""
     from report import arm_report
 
-    leftovers = marked_processes(run.marker, frozenset(p.pid for p in run.procs.procs.values()))
+    leftovers = leftover_processes(run.marker, frozenset(p.pid for p in run.procs.procs.values()))
     sources = [s["name"] for s in run.orch["train"]["source"]]
     report = arm_report(run.run_dir, run.steps, sources, run.hint_sources, inputs)
     report.update(arm=run.arm, status=run.status, wall_s=round(run.wall, 1), leftover_processes=leftovers)
@@ -694,7 +706,7 @@ def rehearse_together(
             r.procs.stop()
         shared.stop()
     time.sleep(1)
-    shared_left = marked_processes(env["CRF_REHEARSAL_RUN"], frozenset(p.pid for p in shared.procs.values()))
+    shared_left = leftover_processes(env["CRF_REHEARSAL_RUN"], frozenset(p.pid for p in shared.procs.values()))
     reports = [arm_result(r, inputs) for r in runs]
     for rep in reports:
         rep["leftover_processes"] += shared_left
