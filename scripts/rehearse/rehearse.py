@@ -445,11 +445,12 @@ LIVE_TEACHERS = (("loop-qwen", "qwen"), ("loop-deepseek", "deepseek"), ("loop-op
 """Replay teachers (name, model family): none of the fixture traces' own family (anthropic), so all three vote."""
 LIVE_PRICE_PER_MTOK = 1.0
 """USD per 1M tokens in and out, for the loopback servers' bills and the pool's worst-case reservations."""
-LIVE_REPLAY_BUDGET_USD = 0.006
-"""The replay pool's job cap. A call is sent only when its worst case (request bytes as tokens plus max_tokens, at the
-price above: 0.0016-0.0026 USD at the fixture's states) fits beside what is spent and reserved; the loopback server
-bills about a quarter of it. So the first state asked can get every teacher's vote, and from the second on the cap
-binds: fewer teachers are asked, in the end none."""
+LIVE_REPLAY_BUDGET_USD = 0.003
+"""The replay pool's job cap. The ledger refuses a call once what was spent plus the call's worst case (request bytes
+as tokens plus max_tokens, at the price above: 0.0016-0.0026 USD at the fixture's states) exceeds the cap, and holds
+it while reservations in flight would. The loopback server bills ~0.00025 USD a call, so the first calls go through
+(one or two at a time) and after about six the cap refuses every state. 0.006 did not bind: A3-live's 5 steps asked
+3 states, 9 calls, 0.0023 USD."""
 LIVE_HINT_BUDGET_USD = 0.015
 """The hint writer's cap (job and per episode): a few hints (each reserves ~0.007 USD, is billed ~0.002), then
 episodes keep the templated hint (trace.info["hint_error"] says why)."""

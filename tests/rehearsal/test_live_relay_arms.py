@@ -64,9 +64,9 @@ def test_teachers_files_parse_price_every_teacher_and_cap_the_budget(tmp_path: P
     assert "anthropic" not in {t.model_family for t in pool.teachers}
 
 
-def test_the_replay_cap_fits_every_vote_at_one_state_but_not_at_two(tmp_path: Path) -> None:
-    """On the fixture's states, priced as the pool prices a call (its worst case): every teacher's call at the
-    cheapest state fits the cap together, every teacher's calls at any two states do not."""
+def test_the_replay_cap_admits_a_first_call_anywhere_and_about_one_call_at_a_time(tmp_path: Path) -> None:
+    """On the fixture's states, priced as the pool prices a call (its worst case): a first call at any state fits the
+    empty budget, two calls' worst cases never fit together, so the spend of a few calls makes the cap refuse."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "traces"))
     from replay_support import fixture_states
 
@@ -85,9 +85,7 @@ def test_the_replay_cap_fits_every_vote_at_one_state_but_not_at_two(tmp_path: Pa
     worst = []
     for state in fixture_states():
         worst.append(worst_case_usd(teacher, b"{}", Content.of(list(state.messages), list(state.tools))))
-    n, ordered = len(rehearse.LIVE_TEACHERS), sorted(worst)
-    assert n * ordered[0] <= rehearse.LIVE_REPLAY_BUDGET_USD
-    assert n * (ordered[0] + ordered[1]) > rehearse.LIVE_REPLAY_BUDGET_USD
+    assert max(worst) <= rehearse.LIVE_REPLAY_BUDGET_USD < 2 * min(worst)
 
 
 def test_relay_node_dir_is_outside_the_run_dir_and_the_arm_routes_admin_calls_to_the_gate() -> None:
