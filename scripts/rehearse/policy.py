@@ -14,9 +14,9 @@ SWE-bench-lite episodes (the mini fixture) follow one plan each too: ``solve`` (
 then submit: resolved), ``test_then_solve`` (run the tests first: a failing command, then solve), ``give_up`` (submit
 the untouched repo: unresolved).
 
-Trace-replay episodes answer with one teacher's recorded action for the state (or an unrelated command), so the
-replay reward (share of agreeing teachers) varies. Every completion is logged with whether it is an error turn, so
-the trainer stand-in can measure where the distillation signal lands (issue 12).
+Trace-replay episodes answer with one teacher's recorded action for the state (every third answer at a state: an unrelated
+command), so the replay reward (share of agreeing teachers) varies within a group. Every completion is logged with
+whether it is an error turn, so the trainer stand-in can measure where the distillation signal lands (issue 12).
 """
 
 from __future__ import annotations
@@ -206,12 +206,17 @@ class SweScript:
         return Turn(tool_call("submit", {"summary": "done"}), "swe_submit", None)
 
 
+UNRELATED = "echo unrelated"
+"""The replay policy's off-teacher command (and the live arms' loopback teachers' answer)."""
+
+
 class ReplayScript:
     """Answers a replayed state with one recorded teacher action (or an unrelated command)."""
 
     def __init__(self, states_jsonl: Path, journal_jsonl: Path) -> None:
         self.states = [json.loads(line) for line in states_jsonl.read_text().splitlines() if line]
         self.actions: dict[str, list[dict]] = {}
+        self.asked: dict[str, int] = {}
         for line in journal_jsonl.read_text().splitlines():
             rec = json.loads(line) if line else None
             if rec and rec.get("ok") and rec.get("action"):
@@ -229,8 +234,11 @@ class ReplayScript:
 
     def next_turn(self, state: dict, rng: random.Random) -> Turn:
         actions = self.actions.get(state["state_id"], [])
-        if not actions or rng.random() < 0.2:
-            return Turn(tool_call("bash", {"command": "echo unrelated"}), "replay_other", None)
+        # every third answer at a state is the unrelated command, so a group of rollouts at one state always holds
+        # both kinds of answer, whatever the teachers say (live arms: the loopback teachers all say exactly that)
+        self.asked[state["state_id"]] = turn = self.asked.get(state["state_id"], 0) + 1
+        if not actions or turn % 3 == 0:
+            return Turn(tool_call("bash", {"command": UNRELATED}), "replay_other", None)
         action = rng.choice(actions)
         parts = [action.get("text") or ""]
         parts += [tool_call(c["name"], c["arguments"] or "{}") for c in action.get("tool_calls") or []]

@@ -438,7 +438,7 @@ HINT_POOL = "crf-rehearsal-hints"
 """Name of the live pool the hint writer serves from the first env-server process that writes a hint."""
 LIVE_HINT = "Restore the deleted function from its docstring and its callers; run the tests before you submit."
 """What the loopback hint writer answers (found in trace.info["hint"] when the LLM wrote the hint)."""
-LIVE_ACTION = {"name": "bash", "arguments": json.dumps({"command": "echo unrelated"})}
+LIVE_ACTION = {"name": "bash", "arguments": json.dumps({"command": "echo unrelated"})}  # policy.UNRELATED
 """What every loopback replay teacher answers: the consensus, which the scripted policy's ``replay_other`` plan
 matches (reward 1) and its recorded-teacher plans do not."""
 LIVE_TEACHERS = (("loop-qwen", "qwen"), ("loop-deepseek", "deepseek"), ("loop-openai", "openai"))

@@ -139,3 +139,17 @@ def test_chat_completions_round_trip_the_scripted_turns() -> None:
     assert [role for role, _ in history] == ["system", "user", "assistant", "tool"]
     assert history[1][1] == "task"
     assert history[2][1] == text  # the same text the renderer path shows the policy
+
+
+def test_replay_groups_hold_both_kinds_of_answer(tmp_path: Path) -> None:
+    """Four answers at one state (a group) always include the unrelated command and a recorded teacher action, so
+    the live arms' teachers (who all answer the unrelated command) give a group rewards that differ."""
+    states = tmp_path / "states.jsonl"
+    states.write_text(json.dumps({"state_id": "s", "messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    journal = tmp_path / "journal.jsonl"
+    action = {"text": "", "tool_calls": [{"name": "bash", "arguments": '{"command": "ls"}'}]}
+    journal.write_text(json.dumps({"state_id": "s", "ok": True, "action": action}) + "\n")
+    script, rng = policy.ReplayScript(states, journal), random.Random(0)
+    for _ in range(3):
+        plans = {script.next_turn({"state_id": "s"}, rng).plan for _ in range(4)}
+        assert plans == {"replay_other", "replay_teacher"}
