@@ -21,7 +21,7 @@ if [[ -z "$PY" ]]; then  # prime-rl requires ~=3.12; a pyenv shim may exist with
 fi
 [[ -n "$PY" ]] || { echo "no Python 3.12 found: set CRF_REHEARSAL_PYTHON" >&2; exit 1; }
 # The stamp names the prime-rl commit and this script's recipe revision (bump it when the recipe adds a package).
-STAMP="$VENV/.crf-rehearsal-$(git -C "$CRF_PRIME_RL_SRC" rev-parse --short HEAD)-r2"
+STAMP="$VENV/.crf-rehearsal-$(git -C "$CRF_PRIME_RL_SRC" rev-parse --short HEAD)-r3"
 
 # The dev group is kept: Feature Deletion task generation needs pytest (prime-rl locks it there).
 # Dropped from the lock: CUDA-only builds and packages served from a non-PyPI URL (git/GitHub releases). None of
@@ -98,5 +98,8 @@ LOCK_ALL="$VENV/lock-all-packages.txt"
 (cd "$CRF_PRIME_RL_SRC" && "$UV" export --frozen --no-hashes --no-emit-workspace --no-header --all-extras --all-packages) \
   | grep -Ev '^\s*(#|-e |$)' | sed -E 's/ ;.*$//' | grep -Ev '^(nvidia-|cuda-|triton==|torch==)' > "$LOCK_ALL"
 "$UV" pip install --python "$VENV/bin/python" -c "$LOCK_ALL" "$(grep -E '^matplotlib==' "$LOCK_ALL")"
+# crf-prime[ray] (the live teacher pool the A3/A4 live arms and the A2 hint writer share across env-server processes):
+# prime-rl does not lock ray; it is added with its dependencies under the whole lock (nothing locked is replaced).
+"$UV" pip install --python "$VENV/bin/python" -c "$LOCK_ALL" "ray>=2.50"
 touch "$STAMP"
 echo "rehearsal venv ready: $VENV"

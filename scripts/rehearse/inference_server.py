@@ -9,7 +9,8 @@ renderers/client.py at prime-rl 559b447):
   plumbing checks) with its logprobs under the *current* weights. ``prompt_logprobs`` requests (opsd's teacher
   scoring) return the model's logprob of every prompt token;
 - ``POST /v1/chat/completions`` -- what prime-rl's eval client calls (plain chat completions, no renderer): the
-  messages through the tokenizer's ChatML template, then the sampling policy (text replies; ``--policy sample`` only);
+  messages through the tokenizer's ChatML template, then the sampling policy (text replies); with ``--policy script``
+  the scripted policy's turn, its tool calls as OpenAI tool calls;
 - ``GET /health``, ``GET /v1/models`` (with ``max_model_len``), ``GET /metrics`` (Prometheus text);
 - admin: ``POST /pause``, ``POST /resume``, ``POST /update_weights`` (loads the trainer's broadcast safetensors).
 
@@ -32,7 +33,7 @@ import torch
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
-from policy import FeatdelScript, ReplayScript, Turn, messages_of
+from policy import FeatdelScript, ReplayScript, SweScript, Turn, chatml, messages_of, split_tool_calls
 from sampling import sample
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from vllm.entrypoints.scale_out.token_in_token_out.protocol import GenerateRequest, GenerateResponse
@@ -48,6 +49,7 @@ class Engine:
         self.max_model_len = args.max_model_len
         self.featdel = FeatdelScript(Path(args.tasks)) if args.tasks else None
         self.replay = ReplayScript(Path(args.states), Path(args.journal)) if args.states else None
+        self.swe = SweScript(Path(args.swe_instances)) if args.swe_instances else None
         self.rng = random.Random(args.seed)
         self.policy = args.policy
         self.generator = torch.Generator().manual_seed(args.seed)
@@ -69,6 +71,10 @@ class Engine:
     def script(self, prompt_text: str) -> Turn:
         history = messages_of(prompt_text)
         with self.lock:
+            if self.swe is not None:
+                swe_row = self.swe.row_for(prompt_text)
+                if swe_row is not None:
+                    return self.swe.next_turn(swe_row, history, self.rng)
             if self.featdel is not None:
                 row = self.featdel.row_for(prompt_text)
                 if row is not None:
@@ -90,6 +96,17 @@ class Engine:
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected or [m for m in missing if m != "lm_head.weight"]:
             raise ValueError(f"weights in {weight_dir} do not fit the model: {missing=} {unexpected=}")
+
+
+def weights_digest(weight_dir: Path) -> str:
+    """sha256 over the step's safetensors files (names and bytes, in name order)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for f in sorted(weight_dir.glob("*.safetensors")):
+        digest.update(f.name.encode())
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
 
 
 def build_app(engine: Engine) -> FastAPI:
@@ -138,18 +155,20 @@ def build_app(engine: Engine) -> FastAPI:
                 engine.load_weights(weight_dir)
                 engine.weight_dir = weight_dir
                 engine.version += 1
+            # what was loaded, so a relayed run can show it is the trainer's step, byte for byte
+            record = {"time": time.time(), "update": weight_dir, "version": engine.version}
+            record["sha256"] = weights_digest(Path(weight_dir))
+            engine.log.write(json.dumps(record) + "\n")
         return {}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> JSONResponse:
         body = await request.json()
-        if engine.policy != "sample":
-            return JSONResponse({"error": "chat completions need --policy sample"}, status_code=400)
         if engine.paused:
             return JSONResponse({"error": "engine paused"}, status_code=503)
         engine.running += 1
         try:
-            return JSONResponse(_chat(engine, body))
+            return JSONResponse(_chat(engine, body) if engine.policy == "sample" else _chat_script(engine, body))
         finally:
             engine.running -= 1
 
@@ -232,6 +251,29 @@ def _generate(engine: Engine, req: GenerateRequest) -> dict:
     return {"request_id": rid, "model": engine.model_name, "choices": [choice]}
 
 
+def _chat_script(engine: Engine, body: dict) -> dict:
+    """One chat completion from the scripted policy (prime-rl's eval client: no renderer, tools as OpenAI tool calls)."""
+    turn = engine.script(chatml(body["messages"]))
+    content, calls = split_tool_calls(turn.text)
+    record = {"time": time.time(), "version": engine.version, "chat": True, "plan": turn.plan, "error": turn.error}
+    engine.log.write(json.dumps(record) + "\n")
+    tool_calls = [
+        {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function", "function": {"name": n, "arguments": a}}
+        for n, a in calls
+    ]
+    message = {"role": "assistant", "content": content or None, **({"tool_calls": tool_calls} if tool_calls else {})}
+    choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop", "logprobs": None}
+    tokens = len(engine.tokenizer.encode(turn.text, add_special_tokens=False))
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": engine.model_name,
+        "choices": [choice],
+        "usage": {"prompt_tokens": 0, "completion_tokens": tokens, "total_tokens": tokens},
+    }
+
+
 def _chat(engine: Engine, body: dict) -> dict:
     """One OpenAI chat completion sampled from the tiny model (text only; no tools)."""
     messages = [{"role": m["role"], "content": m.get("content") or ""} for m in body["messages"]]
@@ -281,6 +323,7 @@ def main() -> None:
     parser.add_argument("--tasks", help="Feature Deletion tasks.jsonl the policy solves")
     parser.add_argument("--states", help="trace-replay states.jsonl")
     parser.add_argument("--journal", help="trace-replay journal.jsonl")
+    parser.add_argument("--swe-instances", help="SWE-bench instances.jsonl the policy solves (the mini fixture)")
     parser.add_argument(
         "--policy",
         choices=("sample", "script"),

@@ -42,6 +42,17 @@ class Arm:
     model: str = "model"
     loss: str | None = None
     """loss_fns.policy objective set as prime-rl's custom loss (learning arms; None: the files' loss)."""
+    swe: bool = False
+    """The scripted policy also answers SWE-bench tasks (the mini fixture under ``<work>/swe-mini``)."""
+    live: bool = False
+    """Channel 3 and the hint writer live: the replay source asks crf-prime's live (Ray) teacher pool at scoring time,
+    the hint source's hints are written by an LLM through a live pool, both against loopback teachers under a budget
+    that binds (see start_live)."""
+    eval: bool = False
+    """Run the eval pass (eval.toml: v0 and once more before the end) and build `crf-prime report` from the run dir."""
+    relay: bool = False
+    """Decentralized on one machine: weights reach the inference stand-in only through crf-prime's relay (see
+    start_relay)."""
     min_steps: int = 1
     """Fewest steps the arm runs whatever --steps says (A4: prime-rl's seeded source draw first reaches the replay
     source at step 6-8 at this batch size, so 5 steps would fail the every-source-trained check)."""
@@ -54,16 +65,32 @@ def _ladder(*names: str) -> tuple[Path, ...]:
 _LEARN = (LADDER / "a0_rlvr.toml", HERE / "cpu.toml", HERE / "learn.toml")
 ARMS: dict[str, Arm] = {
     # the ladder on Feature Deletion (+ replay), scripted policy: the plumbing checks need its known plans
-    "a0": Arm(_ladder("a0_rlvr.toml")),
+    "a0": Arm((*_ladder("a0_rlvr.toml"), HERE / "eval.toml"), eval=True),
     "a1": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml")),
     "a2": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a2_hints.toml")),
     "a3": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a3_replay.toml")),
     "a4": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a4_all.toml"), min_steps=8),
+    # the same arms with the live teacher pool (A3/A4) and the LLM hint writer (A2/A4), loopback teachers
+    "a2-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a2_hints.toml"), live=True),
+    "a3-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a3_replay.toml"), live=True),
+    "a4-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a4_all.toml"), live=True, min_steps=8),
+    # A1 on the swebench-lite environment over the offline mini SWE-bench (scripted: gold patch or give up)
+    "swe": Arm((*_ladder("a0_rlvr.toml", "a1_dr_grpo.toml"), HERE / "swebench.toml"), swe=True),
+    # A0 decentralized on one machine: broadcasts relayed by `crf-prime relay serve` / `relay pull` to a node dir
+    "relay": Arm(_ladder("a0_rlvr.toml"), relay=True),
     # learning arms: the sampling policy on the echo taskset, prime-rl's default loss and each objective
     "learn-a0": Arm(_LEARN, policy="sample", model="echo_model"),
     **{f"learn-{o}": Arm(_LEARN, policy="sample", model="echo_model", loss=o) for o in OBJECTIVES},
 }
 LEARN_ARMS = [name for name in ARMS if name.startswith("learn-")]
+GROUPS: dict[str, list[str]] = {
+    "ladder": ["a0", "a1", "a2", "a3", "a4"],
+    "live": ["a2-live", "a3-live", "a4-live"],
+    "learn": LEARN_ARMS,
+}
+GROUPS["all"] = [*GROUPS["ladder"], "swe", "relay", *GROUPS["live"]]
+"""Names --arms expands: ``all`` (the default) is every plumbing arm: the ladder, swebench-lite, the relayed arm and
+the live arms; the learning arms run on their own (benchmarks/rehearsal_learning.py)."""
 COMPOSE_AT_ONCE = 2
 """Learning arms composed (``rl ... --dry-run``) at the same time: one per core of the 2-core box it is sized for."""
 PYCACHE = Path(sys.prefix) / "rehearsal-pycache"
@@ -111,6 +138,12 @@ def prepare(work: Path, arms: list[str]) -> dict[str, Path]:
     inputs: dict[str, Path] = {}
     if any(ARMS[a].policy == "script" for a in arms):
         inputs.update(prepare_featdel(work))
+    if any(ARMS[a].swe for a in arms):
+        swe = work / "swe-mini"
+        if not (swe / "instances.jsonl").is_file():
+            shutil.rmtree(swe, ignore_errors=True)
+            run([str(Path(sys.executable).parent / "crf-prime"), "swe", "mini-fixture", "--out", str(swe)])
+        inputs["swe_instances"] = swe / "instances.jsonl"
     if any(ARMS[a].model == "echo_model" for a in arms):
         echo_model = work / f"tiny-qwen2-echo-sft{ECHO_SFT_TARGET}-x{ECHO_LOGIT_SCALE}"
         if not (echo_model / "SFT_DONE").is_file():
@@ -190,18 +223,30 @@ class Procs:
 def marked_processes(marker: str, sessions: frozenset[int] = frozenset()) -> list[str]:
     """Live processes carrying this run's marker in their environment (bwrap keeps its caller's environment) or in one
     of ``sessions`` (each started process leads its own): prime-rl retitles its orchestrator and env servers
-    (``PRIME-RL::Orchestrator``), which blanks their environment in /proc, so the marker alone misses them."""
+    (``PRIME-RL::Orchestrator``), which blanks their environment in /proc, so the marker alone misses them. A zombie
+    (exited, not yet reaped by its new parent: in a container's init that can take a while) is not alive."""
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
-            session = int((d / "stat").read_text().rsplit(")", 1)[1].split()[3])
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] in ("Z", "X"):
+                continue
+            session = int(fields[3])
             if session in sessions or marker.encode() in (d / "environ").read_bytes():
                 cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 found.append(f"{d.name} {cmdline[:120]}")
         except OSError:
             continue
+    return found
+
+
+def leftover_processes(marker: str, sessions: frozenset[int], grace_s: float = 15.0) -> list[str]:
+    """marked_processes, given ``grace_s`` to exit: a process whose parent was just killed may still be exiting."""
+    deadline = time.monotonic() + grace_s
+    while (found := marked_processes(marker, sessions)) and time.monotonic() < deadline:
+        time.sleep(0.5)
     return found
 
 
@@ -267,6 +312,8 @@ class Launched:
     t0: float
     ports: tuple[int, int] = (0, 0)
     """The inference stand-in's router and admin ports."""
+    relay_ports: tuple[int, int] = (0, 0)
+    """Relayed arms: the node's admin gate and the relay server."""
     status: str = "running"
     wall: float = 0.0
     compose_s: float = 0.0
@@ -308,7 +355,12 @@ def start_env_servers(procs: Procs, cfg_dir: Path, work: Path) -> None:
 
 
 def start_inference(
-    procs: Procs, first: Launched, inputs: dict[str, Path], work: Path, name: str = "inference"
+    procs: Procs,
+    first: Launched,
+    inputs: dict[str, Path],
+    work: Path,
+    name: str = "inference",
+    wrap: tuple[str, ...] = (),
 ) -> None:
     """The run's inference stand-in process (one per arm: one process serving several arms' engines from threads
     dropped model calls with connection errors on a loaded 2-core box)."""
@@ -317,7 +369,9 @@ def start_inference(
     if spec.policy == "script":
         scripted = ["--tasks", str(inputs["tasks"]), "--states", str(inputs["states"]),
                     "--journal", str(inputs["journal"])]  # fmt: skip
-    procs.start(name, [sys.executable, str(HERE / "inference_server.py"), "--model", str(inputs[spec.model]),
+    if spec.swe:
+        scripted += ["--swe-instances", str(inputs["swe_instances"])]
+    procs.start(name, [*wrap, sys.executable, str(HERE / "inference_server.py"), "--model", str(inputs[spec.model]),
                               "--policy", spec.policy, "--served-model-name", first.orch["model"]["name"],
                               "--ports", *map(str, first.ports), *scripted, "--log", str(first.completions)],
                cwd=work)  # fmt: skip
@@ -330,16 +384,20 @@ def compose_arm(
     processes with, the orchestrator's env servers at ``env_base``. Starts nothing."""
     run_name = f"rehearsal-{arm}"
     out_root = work / "outputs"
-    base = free_port_block(4)
-    router, backend, zmq_port = base, base + 1, base + 2
+    base = free_port_block(6)
+    router, backend, zmq_port, gate, relay_server = base, base + 1, base + 2, base + 4, base + 5
     bin_dir = Path(sys.executable).parent
     spec = ARMS[arm]
     steps = max(steps, spec.min_steps)
     files = [*spec.files, *([loss_overlay(work, spec.loss)] if spec.loss else [])]
+    if spec.live:
+        files.append(live_overlay(spec.files, live_dir(work, arm)))
     compose = [str(bin_dir / "rl")]
     for f in files:
         compose += ["@", str(f)]
-    if spec.policy == "sample":  # the eval pass: at v0 and once more before the end
+    if spec.relay:  # admin calls (pause / update_weights / resume) go to the node's relay gate, not the engine
+        compose += ["--orchestrator.model.client.admin-base-url", f"http://localhost:{gate}/v1"]
+    if spec.policy == "sample" or spec.eval:  # the eval pass: at v0 and once more before the end
         compose += ["--orchestrator.eval.interval", str(max(1, steps - 1))]
     compose += ["--model.name", str(inputs[spec.model]), "--output-dir", str(out_root),
                 "--run.name", run_name, "--max-steps", str(steps), "--no-monitors.wandb",
@@ -357,6 +415,7 @@ def compose_arm(
     log_dir = run_dir / "rehearsal-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     launched = Launched(arm, steps, run_dir, orch, hint_sources, Procs(log_dir, env), marker, t0, (router, backend))
+    launched.relay_ports = (gate, relay_server)
     launched.compose_s = compose_s
     return launched
 
@@ -373,12 +432,166 @@ def start_arm(run: Launched, work: Path) -> None:
                                 "--hint-sources", *run.hint_sources], cwd=work)  # fmt: skip
 
 
+LIVE_POOL = "crf-rehearsal"
+"""Name of the live teacher pool the replay source asks (task.live_pool)."""
+HINT_POOL = "crf-rehearsal-hints"
+"""Name of the live pool the hint writer serves from the first env-server process that writes a hint."""
+LIVE_HINT = "Restore the deleted function from its docstring and its callers; run the tests before you submit."
+"""What the loopback hint writer answers (found in trace.info["hint"] when the LLM wrote the hint)."""
+LIVE_ACTION = {"name": "bash", "arguments": json.dumps({"command": "echo unrelated"})}  # policy.UNRELATED
+"""What every loopback replay teacher answers: the consensus, which the scripted policy's ``replay_other`` plan
+matches (reward 1) and its recorded-teacher plans do not."""
+LIVE_TEACHERS = (("loop-qwen", "qwen"), ("loop-deepseek", "deepseek"), ("loop-openai", "openai"))
+"""Replay teachers (name, model family): none of the fixture traces' own family (anthropic), so all three vote."""
+LIVE_PRICE_PER_MTOK = 1.0
+"""USD per 1M tokens in and out, for the loopback servers' bills and the pool's worst-case reservations."""
+LIVE_REPLAY_BUDGET_USD = 0.003
+"""The replay pool's job cap. The ledger refuses a call once what was spent plus the call's worst case (request bytes
+as tokens plus max_tokens, at the price above: 0.0016-0.0026 USD at the fixture's states) exceeds the cap, and holds
+it while reservations in flight would. The loopback server bills ~0.00025 USD a call, so the first calls go through
+(one or two at a time) and after about six the cap refuses every state. 0.006 did not bind: A3-live's 5 steps asked
+3 states, 9 calls, 0.0023 USD."""
+LIVE_HINT_BUDGET_USD = 0.015
+"""The hint writer's cap (job and per episode): a few hints (each reserves ~0.007 USD, is billed ~0.002), then
+episodes keep the templated hint (trace.info["hint_error"] says why)."""
+LIVE_MAX_TOKENS = {"replay": 64, "hints": 256}
+"""max_tokens per call: a replay teacher answers one tool call, the hint writer a few sentences."""
+
+
+def live_dir(work: Path, arm: str) -> Path:
+    """The live arm's teachers file, loopback replies, pool journals and Ray address (kept out of the run dir, which
+    the launcher's --clean empties)."""
+    return work / "live" / arm
+
+
+def live_overlay(files: tuple[Path, ...], where: Path) -> Path:
+    """A JSON overlay (prime-rl's launcher reads JSON like TOML) restating the arm's train sources with the replay
+    source asking the live pool instead of the journal, and the hint sources' hints written by the LLM hint writer
+    through its own live pool. Lists replace wholesale under ``@``, hence the restated list."""
+    import copy
+    import tomllib
+
+    sources = None
+    for f in files:
+        doc = tomllib.loads(f.read_text())
+        sources = (doc.get("orchestrator", {}).get("train") or {}).get("source", sources)
+    if sources is None:
+        raise ValueError(f"no [[orchestrator.train.source]] in {[f.name for f in files]}")
+    sources = copy.deepcopy(sources)
+    for src in sources:
+        taskset = src["env"]["taskset"]
+        if taskset["id"] == "trace-replay":
+            taskset.pop("journal", None)
+            taskset.setdefault("task", {})["live_pool"] = LIVE_POOL
+        if (src.get("algo") or {}).get("type") == "opsd":
+            taskset.setdefault("task", {})["hint_writer"] = {
+                "teachers": str(where / "hint-teachers.toml"),
+                "name": "loop-hints",
+                "journal": str(where / "hints-journal.jsonl"),
+                "live": HINT_POOL,
+                "budget_usd": LIVE_HINT_BUDGET_USD,
+                "per_episode_usd": LIVE_HINT_BUDGET_USD,
+                "max_tokens": LIVE_MAX_TOKENS["hints"],
+            }
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / "overlay.json"
+    path.write_text(json.dumps({"orchestrator": {"train": {"source": sources}}}, indent=1))
+    return path
+
+
+def teachers_toml(teachers: list[tuple[str, str]], url: str, budget_usd: float, max_tokens: int) -> str:
+    """A teachers file: ``teachers`` (name, model family) served by one loopback server billing at
+    LIVE_PRICE_PER_MTOK, under a job cap of ``budget_usd``. No reserved chat-template overhead: the loopback server
+    bills the request's characters, not a template's tokens."""
+    out = [f"[budget]\njob_usd = {budget_usd}\n"]
+    for name, family in teachers:
+        out.append(
+            f'[[teachers]]\nname = "{name}"\nmodel = "{name}"\nbase_url = "{url}/v1"\napi_key_var = ""\n'
+            f'model_family = "{family}"\nprice_in_per_mtok = {LIVE_PRICE_PER_MTOK}\n'
+            f"price_out_per_mtok = {LIVE_PRICE_PER_MTOK}\nmax_concurrency = 2\ntimeout_s = 60\nmax_attempts = 2\n"
+            f"reserve_prompt_overhead_tokens = 0\n[teachers.sampling]\nmax_tokens = {max_tokens}\n"
+        )
+    return "\n".join(out)
+
+
+def _wait_file(path: Path, proc: subprocess.Popen, what: str, timeout_s: float = 180.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while not (path.is_file() and path.read_text().strip()):
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited ({proc.returncode}) before it was ready")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready after {timeout_s:.0f} s")
+        time.sleep(0.2)
+    return path.read_text().strip()
+
+
+def start_live(run: Launched, work: Path) -> None:
+    """Loopback teachers (one server for the replay teachers, one for the hint writer, both billing), the live teacher
+    pool on a Ray cluster of its own (teacher_pool.py), and RAY_ADDRESS for the env servers that attach to it."""
+    bin_dir = Path(sys.executable).parent
+    where = live_dir(work, run.arm)
+    for stale in ("pool-journal.jsonl", "hints-journal.jsonl", "replay.url", "hints.url", "ray.address"):
+        (where / stale).unlink(missing_ok=True)
+    (where / "replay-replies.jsonl").write_text(json.dumps({"tool_calls": [LIVE_ACTION]}) + "\n")
+    (where / "hint-replies.jsonl").write_text(json.dumps({"content": LIVE_HINT}) + "\n")
+    urls = {}
+    for kind in ("replay", "hints"):
+        proc = run.procs.start(f"teacher-{kind}", [str(bin_dir / "crf-prime"), "loopback", "serve",
+                               "--replies", str(where / f"{kind.removesuffix('s')}-replies.jsonl"), "--cycle",
+                               "--ready-file", str(where / f"{kind}.url"),
+                               "--billing.price-in-per-mtok", str(LIVE_PRICE_PER_MTOK),
+                               "--billing.price-out-per-mtok", str(LIVE_PRICE_PER_MTOK)], cwd=work)  # fmt: skip
+        urls[kind] = _wait_file(where / f"{kind}.url", proc, f"loopback {kind} teacher").removesuffix("/v1")
+    replay = teachers_toml(list(LIVE_TEACHERS), urls["replay"], LIVE_REPLAY_BUDGET_USD, LIVE_MAX_TOKENS["replay"])
+    (where / "teachers.toml").write_text(replay)
+    hints = teachers_toml([("loop-hints", "mistral")], urls["hints"], LIVE_HINT_BUDGET_USD, LIVE_MAX_TOKENS["hints"])
+    (where / "hint-teachers.toml").write_text(hints)
+    pool = run.procs.start("teacher-pool", [sys.executable, str(HERE / "teacher_pool.py"),
+                           "--teachers", str(where / "teachers.toml"), "--journal", str(where / "pool-journal.jsonl"),
+                           "--name", LIVE_POOL, "--address-file", str(where / "ray.address")], cwd=work)  # fmt: skip
+    run.procs.env["RAY_ADDRESS"] = _wait_file(where / "ray.address", pool, "the live teacher pool")
+    run.procs.env["RAY_AUTH_MODE"] = "token"  # the cluster's token auth (ray >= 2.5x): clients read ~/.ray/auth_token
+
+
+def node_dir(run: Launched) -> Path:
+    """The relayed arm's inference "node": its own broadcast directory, which only `relay pull` writes."""
+    return run.run_dir.parent / f"{run.run_dir.name}-node" / "broadcasts"
+
+
+def start_relay(run: Launched, work: Path) -> tuple[str, ...]:
+    """Decentralized on one machine: `crf-prime relay serve` publishes the trainer's broadcast directory, and a node
+    (`relay pull` with its admin gate, and the inference stand-in) sees its own directory mounted at that same absolute
+    path (bubblewrap bind mount), as configs/multinode/decentralized.toml requires of every inference node. The
+    orchestrator's admin calls go to the gate, which holds each update until the relay has the step in the node's
+    directory, then forwards it to the stand-in. Returns the command prefix that puts a process on the node."""
+    bin_dir = Path(sys.executable).parent
+    broadcasts, node = run.run_dir / "broadcasts", node_dir(run)
+    data = node.parent.parent / f"{run.run_dir.name}-relay-data"
+    for d in (node.parent, data):
+        shutil.rmtree(d, ignore_errors=True)
+    for d in (broadcasts, node, data):
+        d.mkdir(parents=True, exist_ok=True)
+    gate, server = run.relay_ports
+    run.procs.start("relay-serve", [str(bin_dir / "crf-prime"), "relay", "serve", "--broadcast-dir", str(broadcasts),
+                                    "--data-dir", str(data), "--port", str(server), "--poll", "0.2"], cwd=work)  # fmt: skip
+    wrap = ("bwrap", "--dev-bind", "/", "/", "--bind", str(node), str(broadcasts), "--die-with-parent", "--")
+    run.procs.start("relay-pull", [*wrap, str(bin_dir / "crf-prime"), "relay", "pull",
+                                   "--server", f"http://127.0.0.1:{server}", "--broadcast-dir", str(broadcasts),
+                                   "--gate.upstream", f"http://127.0.0.1:{run.ports[1]}", "--gate.port", str(gate),
+                                   "--poll", "1"], cwd=work)  # fmt: skip
+    return wrap
+
+
 def launch_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, *, extra: tuple[str, ...] = ()) -> Launched:
-    """One arm with its own processes: inference stand-in, env servers, orchestrator, trainer stand-in."""
+    """One arm with its own processes: inference stand-in, env servers, orchestrator, trainer stand-in (and, relayed,
+    the relay's server and node)."""
     env_base = free_port_block(8)
     run = compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base)
     try:
-        start_inference(run.procs, run, inputs, work)
+        wrap = start_relay(run, work) if ARMS[arm].relay else ()
+        if ARMS[arm].live:
+            start_live(run, work)
+        start_inference(run.procs, run, inputs, work, wrap=wrap)
         start_env_servers(run.procs, run.run_dir / "configs", work)
         start_arm(run, work)
     except BaseException:
@@ -414,12 +627,24 @@ def arm_result(run: Launched, inputs: dict[str, Path]) -> dict:
     """The arm's report (report.arm_report) with its status, wall time and leftover processes."""
     from report import arm_report
 
-    leftovers = marked_processes(run.marker, frozenset(p.pid for p in run.procs.procs.values()))
+    leftovers = leftover_processes(run.marker, frozenset(p.pid for p in run.procs.procs.values()))
     sources = [s["name"] for s in run.orch["train"]["source"]]
     report = arm_report(run.run_dir, run.steps, sources, run.hint_sources, inputs)
     report.update(arm=run.arm, status=run.status, wall_s=round(run.wall, 1), leftover_processes=leftovers)
     report.update(compose_s=round(run.compose_s, 1), started_at=run.started_at, cpu_s=run.cpu.by_role())
     report["policy"] = ARMS[run.arm].policy
+    if ARMS[run.arm].eval:
+        from report import eval_report
+
+        report["eval"] = eval_report(run.run_dir, run.arm)
+    if ARMS[run.arm].live:
+        from report import live_report
+
+        report["live"] = live_report(run.run_dir, live_dir(run.run_dir.parent.parent, run.arm), run.steps)
+    if ARMS[run.arm].relay:
+        from report import relay_report
+
+        report["relay"] = relay_report(run.run_dir, node_dir(run))
     return report
 
 
@@ -482,7 +707,7 @@ def rehearse_together(
             r.procs.stop()
         shared.stop()
     time.sleep(1)
-    shared_left = marked_processes(env["CRF_REHEARSAL_RUN"], frozenset(p.pid for p in shared.procs.values()))
+    shared_left = leftover_processes(env["CRF_REHEARSAL_RUN"], frozenset(p.pid for p in shared.procs.values()))
     reports = [arm_result(r, inputs) for r in runs]
     for rep in reports:
         rep["leftover_processes"] += shared_left
@@ -490,14 +715,23 @@ def rehearse_together(
     return reports
 
 
+def expand_arms(names: list[str]) -> list[str]:
+    """--arms with the groups expanded, each arm once, in the order given."""
+    out: list[str] = []
+    for name in names:
+        out += [a for a in GROUPS.get(name, [name]) if a not in out]
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--arms",
         nargs="+",
-        default=["a0", "a1", "a2", "a3", "a4"],
-        choices=[*ARMS, "learn"],
-        help="arms to rehearse; 'learn' = every learning arm (learn-a0 and learn-<objective>)",
+        default=["all"],
+        choices=[*ARMS, *GROUPS],
+        help="arms to rehearse, or groups: 'all' (default: ladder, swe, relay, live), 'ladder' (a0-a4), 'live' "
+        "(a2-live, a3-live, a4-live), 'learn' (learn-a0 and learn-<objective>)",
     )
     parser.add_argument(
         "--steps", type=int, default=5, help="training steps per arm (the hint source of A2 first ships around step 3)"
@@ -533,7 +767,7 @@ def main() -> int:
 
     args.work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    arms = [a for name in args.arms for a in (LEARN_ARMS if name == "learn" else [name])]
+    arms = expand_arms(args.arms)
     inputs = prepare(args.work, arms)
     reports = rehearse_arms(arms, inputs, args.work, args.steps, args.timeout, tuple(args.rl_arg))
     total = time.monotonic() - t0

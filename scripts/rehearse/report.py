@@ -7,7 +7,9 @@ Checks per arm and step: every source has rollouts in the batch; each Feature De
 loss and loss metrics are finite; the step ran. A2: hint-source samples carry reference logprobs that differ from the
 sampling logprobs (computed with the hint); reported, not asserted (issue 12 measures them): the share of
 hint-distilled samples, the fraction of distilled tokens inside error turns, distilled samples with an empty hint.
-A3: replay rewards. After the arm: no process of the run (sandboxes included) is left.
+A3: replay rewards. swebench-lite (the mini fixture): each reward is 1 exactly when the workspace rebuilt from the
+episode's edit calls equals the base commit with the gold patch applied (the scripted policy applies it or changes
+nothing), so the graded hidden tests decide as they must. After the arm: no process of the run (sandboxes included) is left.
 """
 
 from __future__ import annotations
@@ -124,7 +126,12 @@ def _reward(trace: dict) -> float:
 def _rebuilt_changes(row, trace: dict) -> dict[str, str | None]:
     """The agent's workspace edits, replayed from its successful ``edit`` calls (the scripted policy's bash commands
     do not write files)."""
-    files = dict(row.broken_files)
+    return _replay_edits(dict(row.broken_files), trace)
+
+
+def _replay_edits(files: dict[str, str], trace: dict) -> dict[str, str]:
+    """``files`` after the episode's successful ``edit`` calls; only the files that changed."""
+    start = dict(files)
     nodes = [n["message"] for n in trace["nodes"] if "message" in n]
     results = {m.get("tool_call_id"): m.get("content") or "" for m in nodes if m.get("role") == "tool"}
     for m in nodes:
@@ -139,7 +146,30 @@ def _rebuilt_changes(row, trace: dict) -> dict[str, str | None]:
 
                 raise ValueError(f"edit outside the snapshot's files: {PurePosixPath(path)}")
             files[path] = new if old == "" else text.replace(old, new, 1)
-    return {p: t for p, t in files.items() if t != row.broken_files[p]}
+    return {p: t for p, t in files.items() if t != start[p]}
+
+
+def swe_expected(instance: dict, repos_dir: Path, trace: dict) -> float:
+    """1.0 when the episode's edits turn the base commit into the gold patch's tree (over the files the gold patch
+    touches), else 0.0: what the graded hidden tests must say of the scripted policy's two outcomes."""
+    import subprocess
+
+    from crf_prime.featdel.deletion import apply_unified_diff
+
+    mirror = repos_dir / instance["repo"].replace("/", "__")
+    paths = [line[6:].strip() for line in instance["patch"].splitlines() if line.startswith("+++ b/")]
+    base = {
+        p: subprocess.run(
+            ["git", "-C", str(mirror), "show", f"{instance['base_commit']}:{p}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        for p in paths
+    }
+    gold = apply_unified_diff(base, instance["patch"])
+    edited = {**base, **_replay_edits(base, trace)}
+    return 1.0 if edited == gold else 0.0
 
 
 def _regrade(rows: dict, task_dir: Path, trace: dict) -> float:
@@ -161,6 +191,11 @@ def arm_report(run_dir: Path, steps: int, sources: list[str], hint_sources: list
     from crf_prime.featdel.models import FeatdelTask
 
     tasks = inputs.get("tasks")
+    swe_path = inputs.get("swe_instances")
+    swe_rows = {}
+    for line in swe_path.read_text().splitlines() if swe_path else []:
+        instance = json.loads(line)
+        swe_rows[instance["instance_id"]] = instance
     rows = {}
     for line in tasks.read_text().splitlines() if tasks else []:
         row = FeatdelTask.model_validate_json(line)
@@ -186,6 +221,16 @@ def arm_report(run_dir: Path, steps: int, sources: list[str], hint_sources: list
                     else:
                         regrade["mismatches"].append(
                             {"episode": episode["id"], "reward": _reward(trace), "grader": again}
+                        )
+                if episode["env"]["id"] == "swebench-lite":
+                    regrade["checked"] += 1
+                    instance = swe_rows[trace["task"]["data"]["instance"]["instance_id"]]
+                    again = swe_expected(instance, swe_path.parent / "repos", trace)
+                    if abs(again - _reward(trace)) < 1e-9:
+                        regrade["equal"] += 1
+                    else:
+                        regrade["mismatches"].append(
+                            {"episode": episode["id"], "reward": _reward(trace), "gold": again}
                         )
                 if source in hint_sources:
                     hints["samples"] += 1
@@ -225,6 +270,164 @@ def arm_report(run_dir: Path, steps: int, sources: list[str], hint_sources: list
     }
 
 
+def _digest(step_dir: Path) -> str:
+    """sha256 over a step's safetensors files (names and bytes, in name order), as the inference stand-in logs it."""
+    digest = hashlib.sha256()
+    for f in sorted(step_dir.glob("*.safetensors")):
+        digest.update(f.name.encode())
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+def relay_report(run_dir: Path, node: Path) -> dict:
+    """The relayed arm: each weight update the inference stand-in loaded (path, digest) against the trainer's step,
+    the steps the node holds (its own copies: other inodes), and how long the gate held updates for the relay."""
+    import re
+
+    log = run_dir / "rehearsal-logs" / "completions.jsonl"
+    updates = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    updates = [u for u in updates if "update" in u]
+    broadcasts = run_dir / "broadcasts"
+    rows = []
+    for u in updates:
+        step = Path(u["update"]).name
+        trainer_step = broadcasts / step
+        rows.append({"step": step, "equal": u["sha256"] == _digest(trainer_step) if trainer_step.is_dir() else None})
+    node_steps = sorted(p.name for p in node.glob("step_*") if (p / "STABLE").exists())
+    separate = all(
+        (node / s / f.name).stat().st_ino != f.stat().st_ino
+        for s in node_steps
+        for f in (broadcasts / s).glob("*.safetensors")
+    )
+    pull_log = run_dir / "rehearsal-logs" / "relay-pull.log"
+    waits = (
+        [float(m) for m in re.findall(r"waited ([0-9.]+) s for the relay", pull_log.read_text())]
+        if pull_log.exists()
+        else []
+    )
+    return {
+        "updates": rows,
+        "node_steps": node_steps,
+        "node_copies_separate": separate,
+        "relay_waits_s": waits,
+        "in_trainer_dir": str(broadcasts),
+        "node_dir": str(node),
+    }
+
+
+def eval_report(run_dir: Path, arm: str) -> dict:
+    """The eval pass: which steps prime-rl evaluated, and `crf-prime report` over the run directory (v0's eval as the
+    baseline, the run's last eval as the arm) into ``<run_dir>/report``."""
+    import subprocess
+    import sys
+
+    steps = sorted(
+        int(d.name.removeprefix("step_"))
+        for d in (run_dir / "rollouts").glob("step_*")
+        if (d / "eval" / "all" / "traces.jsonl").is_file()
+    )
+    out: dict = {"steps": steps, "dir": str(run_dir / "report")}
+    if not steps:
+        return out
+    v0 = run_dir / "rollouts" / f"step_{steps[0]}" / "eval" / "all" / "traces.jsonl"
+    cmd = [str(Path(sys.executable).parent / "crf-prime"), "report", "--out", out["dir"], "--threshold", "1.0"]
+    cmd += ["--runs", f"v0={v0}", f"{arm}={run_dir}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    out.update(command=" ".join(cmd), exit=proc.returncode, text=(proc.stdout + proc.stderr).strip()[-3000:])
+    return out
+
+
+def _journal(path: Path) -> dict:
+    """Paid calls of a teacher journal: rows, answered rows, their cost."""
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    rows = [r for r in rows if "cost_usd" in r]
+    return {
+        "calls": len(rows),
+        "ok": sum(bool(r.get("ok")) for r in rows),
+        "cost_usd": round(sum(r.get("cost_usd") or 0.0 for r in rows), 6),
+    }
+
+
+def live_report(run_dir: Path, where: Path, steps: int) -> dict:
+    """The live arm: what the live replay pool and the LLM hint writer were paid for against their caps, how many
+    replay states were asked (each asks every teacher), and how many hint-source samples carry the LLM's hint."""
+    import tomllib
+
+    out: dict = {"dir": str(where)}
+    overlay = json.loads((where / "overlay.json").read_text())["orchestrator"]["train"]["source"]
+    replay = [s["name"] for s in overlay if s["env"]["taskset"]["id"] == "trace-replay"]
+    hinted = [s["name"] for s in overlay if (s.get("algo") or {}).get("type") == "opsd"]
+    if replay:
+        pool = tomllib.loads((where / "teachers.toml").read_text())
+        states = set()
+        for step in range(1, steps + 1):
+            for episode in _episodes(run_dir, step, "all"):
+                if episode["env"]["name"] in replay:
+                    states |= {t["task"]["data"]["state_id"] for t in episode["traces"]}
+        out["replay"] = {
+            **_journal(where / "pool-journal.jsonl"),
+            "cap_usd": pool["budget"]["job_usd"],
+            "states_asked": len(states),
+            "calls_without_cap": len(states) * len(pool["teachers"]),
+        }
+    if hinted:
+        writer = json.loads((where / "overlay.json").read_text())
+        cap = next(s for s in writer["orchestrator"]["train"]["source"] if s["name"] in hinted)
+        samples = llm = templated_after_cap = 0
+        for step in range(1, steps + 1):
+            for episode in _episodes(run_dir, step):
+                if episode["env"]["name"] not in hinted:
+                    continue
+                for trace in episode["traces"]:
+                    info = trace.get("info") or {}
+                    samples += 1
+                    llm += "Restore the deleted function" in (info.get("hint") or "")
+                    templated_after_cap += "budget" in str(info.get("hint_error") or "").lower()
+        out["hints"] = {
+            **_journal(where / "hints-journal.jsonl"),
+            "cap_usd": cap["env"]["taskset"]["task"]["hint_writer"]["budget_usd"],
+            "samples": samples,
+            "llm_hints": llm,
+            "templated_after_cap": templated_after_cap,
+        }
+    return out
+
+
+def _live_checks(live: dict) -> list[str]:
+    failed = []
+    if r := live.get("replay"):
+        if not r["ok"]:
+            failed.append("live replay: the live teacher pool answered no call (env servers never asked it)")
+        if r["cost_usd"] > r["cap_usd"] + 1e-9:
+            failed.append(f"live replay: spent {r['cost_usd']} USD over the cap {r['cap_usd']}")
+        if r["calls"] >= r["calls_without_cap"]:
+            failed.append(
+                f"live replay: the budget did not bind ({r['calls']} paid calls for {r['states_asked']} states asked)"
+            )
+    if h := live.get("hints"):
+        if not h["ok"]:
+            failed.append("live hints: the LLM hint writer answered no call")
+        if h["cost_usd"] > h["cap_usd"] + 1e-9:
+            failed.append(f"live hints: spent {h['cost_usd']} USD over the cap {h['cap_usd']}")
+    return failed
+
+
+def _relay_checks(relay: dict, steps: int) -> list[str]:
+    failed = []
+    # the orchestrator samples step N's batch from weights no older than N - 2 (one step of lag), so a run of `steps`
+    # steps loads at least steps 1 .. steps - 2 after the startup weights (step_0)
+    loaded = [u for u in relay["updates"] if u["step"] != "step_0"]
+    if len(loaded) < max(1, steps - 2):
+        failed.append(f"relay: the inference node loaded {len(loaded)} trainer steps, expected at least {steps - 2}")
+    if bad := [u["step"] for u in relay["updates"] if u["equal"] is False]:
+        failed.append(f"relay: the node loaded weights that differ from the trainer's for {bad}")
+    if not relay["node_steps"]:
+        failed.append("relay: the node's broadcast directory holds no complete step")
+    if not relay["node_copies_separate"]:
+        failed.append("relay: the node's step files are the trainer's own (same inode), not relayed copies")
+    return failed
+
+
 def _checks(report: dict) -> list[str]:
     """Failed checks of one arm (empty: all passed)."""
     failed = []
@@ -232,6 +435,16 @@ def _checks(report: dict) -> list[str]:
         failed.append(report["status"])
     if report["leftover_processes"]:
         failed.append(f"processes left behind: {report['leftover_processes']}")
+    if "live" in report:
+        failed += _live_checks(report["live"])
+    if "eval" in report:
+        e = report["eval"]
+        if len(e["steps"]) < 2:
+            failed.append(f"eval: prime-rl evaluated at steps {e['steps']}, expected v0 and a later step")
+        elif e["exit"] != 0 or not (Path(e["dir"]) / "report.md").is_file():
+            failed.append(f"eval: crf-prime report failed (exit {e['exit']}): {e['text'][-500:]}")
+    if "relay" in report:
+        failed += _relay_checks(report["relay"], len(report["steps"]))
     if report["hint_sources"] and not report["scoring_calls_with_hint_block"]:
         failed.append("no opsd scoring call carried the hint template (reference logprobs not computed with the hint)")
     trained = {s for row in report["steps"] for s in ((row["trainer"] or {}).get("samples_per_source") or {})}
@@ -399,6 +612,31 @@ def print_report(reports: list[dict], total_s: float) -> bool:
                 prec = sc["tp"] / (sc["tp"] + sc["fp"]) if sc["tp"] + sc["fp"] else float("nan")
                 rec = sc["tp"] / (sc["tp"] + sc["fn"]) if sc["tp"] + sc["fn"] else float("nan")
                 print(f"  {kind}: precision {prec:.2f} recall {rec:.2f} (tp {sc['tp']}, fp {sc['fp']}, fn {sc['fn']})")
+        if e := report.get("eval"):
+            print(f"eval pass at steps {e['steps']}; crf-prime report from the run directory ({e['dir']}):")
+            print(e.get("text", "(none)"))
+        if r := (report.get("live") or {}).get("replay"):
+            print(
+                f"live teacher pool: {r['states_asked']} replay states asked, every teacher at each "
+                f"({r['calls_without_cap']} calls without a cap); paid calls {r['calls']} ({r['ok']} answered), "
+                f"{r['cost_usd']:.4f} USD of the {r['cap_usd']} USD cap"
+            )
+        if h := (report.get("live") or {}).get("hints"):
+            print(
+                f"LLM hint writer: {h['calls']} paid calls ({h['ok']} answered), {h['cost_usd']:.4f} USD of the "
+                f"{h['cap_usd']} USD cap; hint-source samples {h['samples']}: {h['llm_hints']} with the LLM's hint, "
+                f"{h['templated_after_cap']} templated after the cap"
+            )
+        if "relay" in report:
+            r = report["relay"]
+            equal = sum(u["equal"] is True for u in r["updates"])
+            waits = r["relay_waits_s"]
+            print(
+                f"relay: the inference node loaded {len(r['updates'])} weight updates ({equal} checked byte-equal to "
+                f"the trainer's step; the rest already pruned), node dir {r['node_dir']} holds {r['node_steps']} "
+                f"(own copies: {r['node_copies_separate']}); the gate held {len(waits)} update(s) for the relay"
+                + (f", longest {max(waits):.2f} s" if waits else "")
+            )
         failed = _checks(report)
         for f in failed:
             print(f"FAILED: {f}")

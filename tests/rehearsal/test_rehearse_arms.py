@@ -122,3 +122,45 @@ def test_leftover_check_finds_an_unmarked_process_by_its_session(tmp_path: Path)
     finally:
         procs.stop()
     assert rehearse.marked_processes(marker, sessions) == []
+
+
+def test_the_default_rehearses_every_plumbing_arm_once() -> None:
+    """run.sh without --arms: the five ladder arms, swebench-lite, the relayed arm and the three live arms; groups
+    expand in order and an arm named twice runs once."""
+    assert rehearse.expand_arms(["all"]) == [
+        "a0", "a1", "a2", "a3", "a4", "swe", "relay", "a2-live", "a3-live", "a4-live",
+    ]  # fmt: skip
+    assert rehearse.expand_arms(["a3", "ladder"]) == ["a3", "a0", "a1", "a2", "a4"]
+    assert set(rehearse.expand_arms(["learn"])) == set(rehearse.LEARN_ARMS)
+    assert all(a in rehearse.ARMS for group in rehearse.GROUPS.values() for a in group)
+
+
+def test_a4_runs_long_enough_for_its_replay_source() -> None:
+    """A4 (and its live twin) run at least 8 steps whatever --steps says: prime-rl's seeded source draw first puts
+    the replay source in a training batch at step 6-8 at the rehearsal's batch size."""
+    assert rehearse.ARMS["a4"].min_steps == rehearse.ARMS["a4-live"].min_steps == 8
+    assert {a for a, spec in rehearse.ARMS.items() if spec.min_steps > 1} == {"a4", "a4-live"}
+
+
+def test_leftover_check_ignores_a_zombie(tmp_path: Path) -> None:
+    """An exited child its parent has not reaped yet (a zombie: what a container's init leaves for a while) is not a
+    process left behind; the same child alive is."""
+    import subprocess
+
+    marker = uuid.uuid4().hex
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        env={**os.environ, "CRF_REHEARSAL_RUN": marker},
+        stdin=subprocess.PIPE,
+    )
+    try:
+        assert [line.split()[0] for line in rehearse.marked_processes(marker)] == [str(child.pid)]
+        child.stdin.close()  # it exits; not waited for, it stays a zombie of this process
+        deadline = time.monotonic() + 30
+        while (Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z":
+            assert time.monotonic() < deadline, "child never exited"
+            time.sleep(0.05)
+        assert rehearse.marked_processes(marker) == []
+    finally:
+        child.kill()
+        child.wait()
