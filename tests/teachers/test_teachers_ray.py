@@ -81,14 +81,20 @@ async def test_faults_become_records_across_ray_processes_and_the_ledger_matches
         ledger.close()
     recs = {o.state_id: o.records[0] for o in outcomes}
     got = {sid: (r.ok, r.error_type, r.attempt, r.possibly_paid) for sid, r in recs.items()}
+    # the provider's view: a request it received is never sent again (the hang and the stall were bought once)
+    assert {sid: n for (_, sid), n in router.calls.items()} == {
+        "s0000": 1, "s0001": 2, "s0002": 2, "s0003": 1, "s0004": 1, "s0005": 1, "s0006": 1,
+    }  # fmt: skip
+    # the client's view: an attempt that timed out before reaching the wire (a loaded box) is retried by design, so
+    # the hang's and the stall's attempt counts are 1, or 2 when the first never left; everything else is exact
+    timed_out = {sid: got.pop(sid) for sid in ("s0003", "s0006")}
+    assert all(v in {(False, "timeout", 1, True), (False, "timeout", 2, True)} for v in timed_out.values()), timed_out
     assert got == {
         "s0000": (True, "", 1, False),
         "s0001": (True, "", 2, False),
         "s0002": (False, "server_error", 2, False),
-        "s0003": (False, "timeout", 1, True),
         "s0004": (False, "provider_error", 1, False),
         "s0005": (False, "malformed", 1, True),
-        "s0006": (False, "timeout", 1, True),
     }
     assert len(server.requests) == 9
     rows = list(read_journal(tmp_path / "journal.jsonl"))
