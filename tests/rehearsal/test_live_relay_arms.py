@@ -3,29 +3,17 @@ pool, hint sources with the LLM hint writer), the teachers files they run agains
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from rehearse_support import REHEARSE, load_script
 
 from crf_prime.hints.models import HintWriterConfig
 from crf_prime.teachers.config import load_pool_config
 
-REHEARSE = Path(__file__).resolve().parents[2] / "scripts" / "rehearse"
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-rehearse = _load("rehearsal_rehearse_live", REHEARSE / "rehearse.py")
+rehearse = load_script("rehearsal_rehearse_live", REHEARSE / "rehearse.py")
 
 
 def _sources(arm: str, tmp_path: Path) -> dict[str, dict]:

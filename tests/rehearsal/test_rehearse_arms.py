@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import time
@@ -10,20 +9,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from rehearse_support import REHEARSE, load_script
 
-REHEARSE = Path(__file__).resolve().parents[2] / "scripts" / "rehearse"
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-rehearse = _load("rehearsal_rehearse", REHEARSE / "rehearse.py")
+rehearse = load_script("rehearsal_rehearse", REHEARSE / "rehearse.py")
 
 
 class FakeProc:

@@ -3,7 +3,6 @@ stand-in's off-policy figures: fast, no prime-rl needed."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -11,20 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from rehearse_support import REHEARSE, load_script
 
-REHEARSE = Path(__file__).resolve().parents[2] / "scripts" / "rehearse"
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-sampling = _load("rehearsal_sampling", REHEARSE / "sampling.py")
+sampling = load_script("rehearsal_sampling", REHEARSE / "sampling.py")
 
 
 class FixedLogits(torch.nn.Module):
@@ -103,7 +91,7 @@ def test_echo_reward_is_one_only_for_the_exact_string() -> None:
 
 
 def test_off_policy_figures() -> None:
-    trainer = _load("rehearsal_trainer", REHEARSE / "trainer.py")
+    trainer = load_script("rehearsal_trainer", REHEARSE / "trainer.py")
     log_ratios = [0.0, math.log(1.5), math.log(0.5)]
     metrics = {"dapo/clip_frac_low": [0.0, 0.5], "dapo/clip_frac_high": [0.25, 0.25], "is_masked": [0.1, 0.3]}
     figs = trainer.off_policy_figures(metrics, log_ratios)
@@ -125,7 +113,7 @@ def test_flatten_logits_scales_every_logit(tmp_path: Path) -> None:
     """The learning arms' start point: scaling the final norm by f scales every logit by f (temperature T on the
     flattened model = T / f on the tuned one); a factor outside (0, 1] is refused."""
     transformers = pytest.importorskip("transformers")
-    tiny_model = _load("rehearsal_tiny_model", REHEARSE / "tiny_model.py")
+    tiny_model = load_script("rehearsal_tiny_model", REHEARSE / "tiny_model.py")
     tiny_model.build_tiny_model(tmp_path)
     ids = torch.tensor([[5, 17, 40, 3, 99]])
     load = transformers.AutoModelForCausalLM.from_pretrained

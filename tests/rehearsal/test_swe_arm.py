@@ -3,31 +3,18 @@ check that the arm's rewards are judged by (a reward of 1 exactly when the edits
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
+from rehearse_support import REHEARSE, load_script
 
 from crf_prime.swe.fixture import build_mini_swebench
 
-REHEARSE = Path(__file__).resolve().parents[2] / "scripts" / "rehearse"
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-policy = _load("policy", REHEARSE / "policy.py")  # report.py and inference_server.py import it by this name
-report = _load("rehearsal_report", REHEARSE / "report.py")
-rehearse = _load("rehearsal_rehearse_swe", REHEARSE / "rehearse.py")
+policy = load_script("policy", REHEARSE / "policy.py")  # report.py and inference_server.py import it by this name
+report = load_script("rehearsal_report", REHEARSE / "report.py")
+rehearse = load_script("rehearsal_rehearse_swe", REHEARSE / "rehearse.py")
 
 
 @pytest.fixture(scope="module")
