@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from crf_prime.featdel import baseline, suite_cache
 from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
 from crf_prime.featdel.grade import materialise
 from crf_prime.featdel.models import FeatdelTask, GenerateSummary
@@ -55,6 +56,33 @@ def generated_once(name: str, generate_into: Callable[[Path], object]) -> Path:
     return out
 
 
+COLD_SETS = frozenset({(INFLECTION, 2, 0)})
+"""Shared sets generated from an empty suite cache of their own, kept beside the set with the number of coverage
+baselines that run made (:func:`cold_suite_cache`): test_featdel_generate checks a cold and a warm generation
+against the set instead of generating it twice more."""
+
+
+def cold_suite_cache(source: str, max_tasks: int, seed: int) -> tuple[Path, int]:
+    """For a set of :data:`COLD_SETS`: (the suite cache its generation filled, starting empty; the coverage
+    baselines it ran)."""
+    assert (source, max_tasks, seed) in COLD_SETS, "only the COLD_SETS are generated from an empty suite cache"
+    out = _generated(source, max_tasks, seed)[0]
+    return out.with_name(f"{out.name}.suites"), json.loads(out.with_name(f"{out.name}.baseline-runs").read_text())
+
+
+def _generate_cold(cfg: GenerateConfig) -> tuple[list[FeatdelTask], GenerateSummary]:
+    """``generate(cfg)`` from an empty suite cache beside ``cfg.out``, counting the coverage baselines it runs."""
+    suites = cfg.out.with_name(f"{cfg.out.name}.suites")
+    runs: list[bool] = []
+    real = baseline.run_pytest
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(suite_cache, "cache_dir", lambda: suites)
+        mp.setattr(baseline, "run_pytest", lambda *a, **k: runs.append(True) or real(*a, **k))
+        result = generate(cfg)
+    cfg.out.with_name(f"{cfg.out.name}.baseline-runs").write_text(json.dumps(len(runs)))
+    return result
+
+
 @functools.cache
 def _generated(source: str, max_tasks: int, seed: int) -> tuple[Path, tuple[FeatdelTask, ...], GenerateSummary]:
     name = source.split(":", 1)[1].replace("==", "-")
@@ -65,7 +93,8 @@ def _generated(source: str, max_tasks: int, seed: int) -> tuple[Path, tuple[Feat
         if (out / "summary.json").is_file():  # generate publishes the directory whole (staging, then rename)
             summary = GenerateSummary.model_validate_json((out / "summary.json").read_text())
             return out, tuple(load_tasks(out)), summary
-        tasks, summary = generate(GenerateConfig(source=source, out=out, max_tasks=max_tasks, seed=seed))
+        cfg = GenerateConfig(source=source, out=out, max_tasks=max_tasks, seed=seed)
+        tasks, summary = (_generate_cold if (source, max_tasks, seed) in COLD_SETS else generate)(cfg)
     return out, tuple(tasks), summary
 
 

@@ -20,6 +20,17 @@ from crf_prime.featdel.corpus_meta import TaskMeta
 from crf_prime.featdel.generate import load_tasks
 from crf_prime.featdel.models import FeatdelTask
 
+SUITE_SLEEPING = "suite-sleeping"
+"""Marker the force-cancel tests' conftest leaves in its tree before sleeping through the time limit."""
+
+
+def _holds(tree: Path, name: str) -> bool:
+    """Whether a file ``name`` is somewhere under ``tree`` (a tree removed while it is read holds nothing)."""
+    try:
+        return next(tree.rglob(name), None) is not None
+    except OSError:
+        return False
+
 
 def _sources(tmp_path: Path) -> Path:
     project(tmp_path / "src" / "alpha", "alpha")
@@ -168,33 +179,49 @@ def test_a_force_cancelled_package_leaves_no_temporary_tree(
 ) -> None:
     """A package still in its setup loop or still generating at the time limit is force-cancelled (its worker
     killed, so its own ``finally`` never runs); the corpus's temporary root, where its trees were, is removed by the
-    driver."""
-    pytest.importorskip("ray")
+    driver.
+
+    The time limit is reached by an event, not by the clock: the driver's ``ray.wait`` returns nothing ready once the
+    package's suite has started sleeping in the stage's tree (its conftest leaves a marker), as it would at the
+    limit; the limit itself only bounds a test that never gets there."""
+    ray = pytest.importorskip("ray")
     tmpdir = Path(tempfile.mkdtemp(prefix="crf-t-", dir="/tmp"))  # short: Ray puts its sockets under $TMPDIR too
     monkeypatch.setenv("TMPDIR", str(tmpdir))
     monkeypatch.setattr(tempfile, "tempdir", None)
     slow = project(tmp_path / "src" / "slow", "slow")
-    write(slow, {"tests/conftest.py": "import time\n\ntime.sleep(300)  # the suite's run outlives the time limit\n"})
+    conftest = "import pathlib, time\n\npathlib.Path(__file__).with_name(MARK).touch()\ntime.sleep(300)\n"
+    write(slow, {"tests/conftest.py": conftest.replace("MARK", repr(SUITE_SLEEPING))})  # outlives any time limit
     (tmp_path / "sources.txt").write_text("src/slow\n")
     seen: set[str] = set()
-    stop = threading.Event()
+    stop, sleeping = threading.Event(), threading.Event()
 
     def watch() -> None:  # the package's trees really were made under the corpus's root while it ran
         while not stop.is_set():
             made = [*tmpdir.glob("crf-featdel-*"), *tmpdir.glob("crf-corpus-tmp-*/crf-featdel-*")]
             seen.update(p.name.split("-", 3)[2] for p in made)
+            if any(_holds(p, SUITE_SLEEPING) for p in made if p.name.split("-", 3)[2] == stage):
+                sleeping.set()
             stop.wait(0.2)
+
+    real_wait = ray.wait
+
+    def wait_until_the_suite_sleeps(refs: list, *, num_returns: int = 1, timeout: float | None = None) -> tuple:
+        sleeping.wait(timeout)
+        return real_wait(refs, num_returns=num_returns, timeout=0)
+
+    monkeypatch.setattr(ray, "wait", wait_until_the_suite_sleeps)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
         args = ["featdel", "corpus", "--sources", str(tmp_path / "sources.txt"), "--out", str(tmp_path / "corpus")]
-        code = main([*args, "--num-cpus", "1", "--time-limit-s", "30", setup_flag])
+        code = main([*args, "--num-cpus", "1", "--time-limit-s", "300", setup_flag])
     finally:
         stop.set()
         watcher.join()
         leftovers = sorted(p.name for p in tmpdir.iterdir() if p.name.startswith(("crf-featdel-", "crf-corpus-")))
         shutil.rmtree(tmpdir, ignore_errors=True)
+    assert sleeping.is_set(), f"the {stage} stage's suite never started under the corpus's root (seen: {seen})"
     assert code == 5 and stage in seen  # nothing produced; the stage's workspace was under the root
     summary = json.loads((tmp_path / "corpus" / "summary.json").read_text())
     assert [r["status"] for r in summary["packages"].values()] == ["cancelled"]

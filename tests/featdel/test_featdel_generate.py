@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import textwrap
 from pathlib import Path
 
 import pytest
-from featdel_support import INFLECTION, TOOLZ, agent_tree, generated, generated_in_private_tmp
+from featdel_support import (
+    INFLECTION,
+    TOOLZ,
+    agent_tree,
+    cold_suite_cache,
+    generated,
+    generated_in_private_tmp,
+)
 
 from crf_prime.cli import main
 from crf_prime.featdel import baseline, suite_cache
@@ -47,23 +55,23 @@ def test_real_package_gold_passes_deleted_fails(source: str, tmp_path: Path) -> 
 
 
 def test_deterministic_for_a_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the shared set ran from an empty suite cache (the coverage baseline ran once); again with the entries that run
+    # stored (it does not run), with another worker count: the same rows in the same order, the same base archive
     a, _, _ = generated(INFLECTION, 2, seed=0)
-    # again with an empty suite cache (the coverage baseline runs), then with the entry that run stored (it does
-    # not): the same rows in the same order every time
+    suites, baseline_runs = cold_suite_cache(INFLECTION, 2, seed=0)
+    assert baseline_runs == 1
+    shutil.copytree(suites, tmp_path / "suites")
     monkeypatch.setattr(suite_cache, "cache_dir", lambda: tmp_path / "suites")
     runs: list[bool] = []
     real = baseline.run_pytest
     monkeypatch.setattr(baseline, "run_pytest", lambda *a, **k: runs.append(True) or real(*a, **k))
-    b_dir, warm_dir = tmp_path / "again", tmp_path / "warm"
-    generate(GenerateConfig(source=INFLECTION, out=b_dir, max_tasks=2, seed=0, workers=1))
-    assert runs == [True]
+    warm_dir = tmp_path / "warm"
     generate(GenerateConfig(source=INFLECTION, out=warm_dir, max_tasks=2, seed=0, workers=1))
-    assert runs == [True]
-    assert (a / "tasks.jsonl").read_bytes() == (b_dir / "tasks.jsonl").read_bytes()
-    assert (warm_dir / "tasks.jsonl").read_bytes() == (b_dir / "tasks.jsonl").read_bytes()
+    assert runs == []
+    assert (warm_dir / "tasks.jsonl").read_bytes() == (a / "tasks.jsonl").read_bytes()
     assert (a / "bases").exists() and sorted(p.name for p in (a / "bases").iterdir()) == ["inflection-0.5.1.tar.gz"]
     assert (a / "bases" / "inflection-0.5.1.tar.gz").read_bytes() == (
-        b_dir / "bases" / "inflection-0.5.1.tar.gz"
+        warm_dir / "bases" / "inflection-0.5.1.tar.gz"
     ).read_bytes()
     # seed 7's set is generated once per run and shared with test_featdel_cleanup, which checks its temporary trees
     c_dir = generated_in_private_tmp(INFLECTION, 2, seed=7)[0]
