@@ -14,7 +14,7 @@ from corpus_support import write
 from crf_prime.featdel import generate as generate_module
 from crf_prime.featdel import record
 from crf_prime.featdel.generate import GenerateConfig, generate, verifiable
-from crf_prime.featdel.grader import Grader
+from crf_prime.featdel.grader import Grader, grade_changes
 from crf_prime.featdel.models import Rejection
 from crf_prime.featdel.record import deleted_lines, split_reached, with_reach
 from crf_prime.featdel.replay_box import REACH, reaching
@@ -149,6 +149,12 @@ def test_a_block_is_covered_only_by_calls_that_run_it(
     if path == "defence-off":
         assert render.unreplayed_targets == () and verdict == render  # served as if its block were checked
         assert all(c.reaches for c in render_calls.calls)
+        # ... and an agent that answers the one loud input the hidden test uses, instead of writing the block, scores
+        # 1.0: the tests pass and no replayed call enters the block (with the defence on, the task is not generated)
+        table = GATE.replace('text = text.upper() + "!"\n        text = "<" + text + ">"', 'return "<3!>"')
+        assert table != GATE
+        assert grade_changes(render, out, {"gate.py": table}).score == 1.0
+        assert grade_changes(render, out, {"gate.py": GATE}).score == 1.0
         return
     assert render.unreplayed_targets == ("render",)
     assert all(not c.reaches for c in render_calls.calls)
