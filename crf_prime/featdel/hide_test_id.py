@@ -95,10 +95,14 @@ def guard(root: str, files: Collection[str]) -> None:
     sys.addaudithook(hook)
 
 
+def guard_settings(root: str, files: Collection[str]) -> str:
+    """The guard's settings file (:data:`GUARD`, beside the plugin): ``root`` as the test process sees the tree."""
+    return json.dumps({"root": root, "files": sorted(files)})
+
+
 def guard_into(directory: Path, root: Path, files: Collection[str]) -> None:
     """Write the guard's settings beside the plugin in ``directory`` (see :func:`install_into`)."""
-    data = {"root": str(root.resolve()), "files": sorted(files)}
-    (directory / GUARD).write_text(json.dumps(data))
+    (directory / GUARD).write_text(guard_settings(str(root.resolve()), files))
 
 
 def install_into(directory: Path) -> Path:
