@@ -54,6 +54,9 @@ class GradingError(InfraError):
 
 MAX_SOURCE_BYTES = 4 << 20
 """Largest agent source file taken into the grading tree (bytes); a larger one counts as deleted."""
+GUARD_TEST_FILES = True
+"""The project's code may not open the test modules during a grading run (``hide_test_id.guard``); False only in
+the hack suites, to show what the guard stops."""
 
 
 def _base_archive(task: FeatdelTask, task_dir: Path) -> Path:
@@ -337,6 +340,11 @@ def result_from_run(task: FeatdelTask, run: PytestRun, changes: dict[str, str | 
     )
 
 
+def guarded_files(task: FeatdelTask) -> tuple[str, ...]:
+    """The test modules the project's code may not open during a grading run (empty with the guard off)."""
+    return tuple(p for p in task.protected_files if p.endswith(".py")) if GUARD_TEST_FILES else ()
+
+
 def grading_run(
     task: FeatdelTask,
     task_dir: Path,
@@ -370,6 +378,7 @@ def grading_run(
             protected=tuple(task.protected_files),
             read_only_tree=read_only_tree,
             wall_seconds=wall_seconds,
+            guarded=guarded_files(task),
         )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -191,7 +191,13 @@ class Grader:
             return None
         calls, expected = load_replay(self.task, self.task_dir)
         served = tuple(
-            ReplayCall(id=c["id"], target=c["target"], generated=bool(c.get("derived")), payload=c["payload"])
+            ReplayCall(
+                id=c["id"],
+                target=c["target"],
+                generated=bool(c.get("derived")),
+                payload=c["payload"],
+                reaches=c.get("reaches", True),
+            )
             for c in calls
         )
         return ReplayData(calls=served, expected=expected)

@@ -1,5 +1,5 @@
 """pytest plugin for grading runs: neither the process environment nor the test's temporary directory names the test
-being run.
+being run, and the code under test cannot read the test files.
 
 pytest writes the running test's node id into ``os.environ["PYTEST_CURRENT_TEST"]`` around every test phase
 (documented in pytest's "Writing plugins" reference). Code under test can read the environment through functions
@@ -7,20 +7,33 @@ an allow-list must keep (``os.path.expandvars("$PYTEST_CURRENT_TEST")``, ``os.ge
 which answer that test expects. Rather than forbidding readers one by one, this plugin, loaded with ``-p`` before
 any project code, makes the environment mapping drop that one key: pytest's writes never happen, so no reader (any
 Python function, ``putenv``'s C environment, a child process) can see it. Likewise ``tmp_path``, which pytest names
-after the test (``pytest-current/test_is_420``, probed with ``os.path.exists``), gets a random name here. Standard
-library and pytest only: it is copied next to the grading tree and imported by the test environment's interpreter
-(``crf_prime.featdel.runner``).
+after the test (``pytest-current/test_is_420``, probed with ``os.path.exists``), gets a random name here.
+
+The test modules hold the answers (their literals), and at grading they are in the tree: pytest reads them, and so
+could ``open()`` in the code under test, which the code policy must allow. Where the grader names them
+(:func:`guard_into`), an audit hook (``sys.addaudithook``: installed here, before any project code, and never
+removable) refuses to open one of them while a frame of the project's own code (a file under the tree that is not a
+guarded test file) is on the stack: pytest still collects the tests and reads their source for its reports, the
+tests still open their own data, and the agent's code gets ``PermissionError`` at import and at call time alike.
+
+Standard library and pytest only: it is copied next to the grading tree and imported by the test environment's
+interpreter (``crf_prime.featdel.runner``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sys
+from collections.abc import Collection
 from pathlib import Path
 
 VARIABLE = "PYTEST_CURRENT_TEST"
 MODULE = "crf_hide_test_id"
 """Name the plugin is installed and loaded under (``-p crf_hide_test_id``)."""
+GUARD = "crf_guarded_files.json"
+"""Beside the plugin: ``{"root": tree, "files": [paths under it]}``, the test files the code under test may not open."""
 
 
 class _Environ(type(os.environ)):  # type: ignore[misc]  # subclasses os.environ's own class (os._Environ), which is private to name
@@ -49,6 +62,49 @@ def install() -> None:
     os.environ.__class__ = _Environ
 
 
+def guard(root: str, files: Collection[str]) -> None:
+    """Refuse to open any of ``files`` (paths relative to ``root``) while a frame of a file under ``root`` that is
+    not one of them is on the stack (the project's code, the agent's included). Process-wide and permanent."""
+    top = os.path.realpath(root)
+    guarded = frozenset(os.path.join(top, f) for f in files)
+    project: dict[str, bool] = {}
+    realpath, fspath, fsdecode, getframe = os.path.realpath, os.fspath, os.fsdecode, sys._getframe
+
+    def ours(filename: str) -> bool:
+        known = project.get(filename)
+        if known is None:  # "<frozen ...>", "<string>": no file of the tree
+            path = realpath(filename) if os.path.isabs(filename) else ""
+            known = project[filename] = path.startswith(top + os.sep) and path not in guarded
+        return known
+
+    def hook(event: str, args: tuple) -> None:
+        if event != "open" or isinstance(args[0], int) or args[0] is None:
+            return
+        try:
+            path = realpath(fsdecode(fspath(args[0])))
+        except (TypeError, ValueError):
+            return
+        if path not in guarded:
+            return
+        frame = getframe(1)
+        while frame is not None:
+            if ours(frame.f_code.co_filename):
+                raise PermissionError(f"{path}: the code under test may not read the test files")
+            frame = frame.f_back
+
+    sys.addaudithook(hook)
+
+
+def guard_settings(root: str, files: Collection[str]) -> str:
+    """The guard's settings file (:data:`GUARD`, beside the plugin): ``root`` as the test process sees the tree."""
+    return json.dumps({"root": root, "files": sorted(files)})
+
+
+def guard_into(directory: Path, root: Path, files: Collection[str]) -> None:
+    """Write the guard's settings beside the plugin in ``directory`` (see :func:`install_into`)."""
+    (directory / GUARD).write_text(guard_settings(str(root.resolve()), files))
+
+
 def install_into(directory: Path) -> Path:
     """Copy this plugin into ``directory`` as ``crf_hide_test_id.py`` (put ``directory`` on the box's PYTHONPATH and
     pass ``-p crf_hide_test_id``); returns ``directory``."""
@@ -63,6 +119,11 @@ if __name__ == MODULE:  # loaded by pytest in the box (never when the host impor
     import pytest
 
     install()
+    _settings = os.path.join(os.path.dirname(os.path.abspath(__file__)), GUARD)
+    if os.path.exists(_settings):
+        with open(_settings) as _fh:
+            _guard = json.load(_fh)
+        guard(_guard["root"], _guard["files"])
 
     @pytest.fixture
     def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:

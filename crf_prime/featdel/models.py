@@ -399,6 +399,9 @@ class ReplayCall(BaseModel):
     """Made at generation from recorded calls (not by a test)."""
     payload: bytes
     """Pickled ``(args, kwargs, is_method)``; loadable only where the project is importable (the replay box)."""
+    reaches: bool = True
+    """Gold's run of this call executes deleted code. Always true where whole bodies were deleted; for a ``block``
+    or ``tail`` task, a call of the enclosing function that never runs the deleted lines checks only the rest."""
 
 
 class ReplayData(BaseModel):
@@ -412,8 +415,9 @@ class ReplayData(BaseModel):
     outcome does not depend on what ran before it has the same outcome again under ``id + "@seq"`` (in sequence)."""
 
     def by_target(self) -> dict[int, tuple[str, ...]]:
-        """Target index -> ids of the calls that hit it (a target no call hits is absent)."""
+        """Target index -> ids of the calls that run its deleted code (a target no such call hits is absent)."""
         out: dict[int, list[str]] = {}
         for c in self.calls:
-            out.setdefault(c.target, []).append(c.id)
+            if c.reaches:
+                out.setdefault(c.target, []).append(c.id)
         return {t: tuple(ids) for t, ids in sorted(out.items())}

@@ -23,6 +23,7 @@ Inputs and outcomes are written into the task directory; the row gets a :class:`
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -76,6 +77,9 @@ UNDER_PATCH = "under-patch"
 OUT_OF_DOMAIN = frozenset({"builtins.TypeError", "builtins.AttributeError"})
 """Gold raising these on a generated input means the input has a type the function does not take: the call is not
 kept (raising or returning there is behaviour the task does not specify)."""
+REACHING = frozenset({"block", "tail"})
+"""Granularities that delete part of a body: a call covers such a target only when gold's run of it executes a
+deleted line (the enclosing function's other calls check the rest of the body, not what was deleted)."""
 _FAILED = ("load_error", "timeout", "crashed", "no_result", "unresolvable", "driver_error")
 
 
@@ -134,15 +138,62 @@ def record_calls(
         return pickle.load(fh)
 
 
+def deleted_lines(broken: str, original: str) -> list[int]:
+    """Lines of ``original`` (1-based) that the snapshot ``broken`` replaced or left out."""
+    ops = difflib.SequenceMatcher(None, broken.splitlines(), original.splitlines(), autojunk=False).get_opcodes()
+    return [j + 1 for tag, _, _, j1, j2 in ops if tag in ("replace", "insert") for j in range(j1, j2)]
+
+
+def reach_of(task: FeatdelTask, original: dict[str, str]) -> dict[str, list[int]]:
+    """Path -> deleted lines of a task that deletes part of a body; empty for one that deletes whole bodies (every
+    call of such a target runs its deleted code)."""
+    if task.granularity not in REACHING:
+        return {}
+    return {rel: deleted_lines(text, original[rel]) for rel, text in sorted(task.broken_files.items())}
+
+
+def split_reached(first: dict, repo: Path) -> tuple[dict, dict[str, dict[str, set[int]]]]:
+    """Gold's outcomes without the lines each call ran (``run_driver(reach=...)``), and those lines: call id ->
+    path under ``repo`` -> lines."""
+    root = repo.resolve()
+    outcomes: dict = {}
+    ran: dict[str, dict[str, set[int]]] = {}
+    for call_id, got in first.items():
+        if isinstance(got, dict) and "reached" in got:
+            got = dict(got)
+            ran[call_id] = {Path(p).relative_to(root).as_posix(): set(ls) for p, ls in got.pop("reached").items()}
+        outcomes[call_id] = got
+    return outcomes, ran
+
+
+def with_reach(keep: list[dict], ran: dict[str, dict[str, set[int]]], deleted: dict[str, list[int]]) -> list[dict]:
+    """``keep`` with each call's ``reaches`` (did gold's run of it execute a deleted line) for a task that deletes
+    part of a body (``deleted``, from :func:`reach_of`); unchanged otherwise."""
+    if not deleted:
+        return keep
+    return [
+        {**c, "reaches": any(set(deleted.get(rel, ())) & lines for rel, lines in ran.get(c["id"], {}).items())}
+        for c in keep
+    ]
+
+
 def plain_calls(recorded: list[dict]) -> list[dict]:
     """Recorded calls as the replay takes them (what only the recording run knew removed)."""
     drop = ("in_test", "in_test_error", "test", "tests", "patched")
     return [{k: v for k, v in c.items() if k not in drop} for c in recorded]
 
 
-def gold_runs(sandbox: Sandbox, env: TestEnv, task: FeatdelTask, gold: Path, calls: list[dict]) -> tuple[dict, dict]:
+def gold_runs(
+    sandbox: Sandbox,
+    env: TestEnv,
+    task: FeatdelTask,
+    gold: Path,
+    calls: list[dict],
+    reach: dict[str, list[int]] | None = None,
+) -> tuple[dict, dict]:
     """Gold's outcomes on ``calls`` from two separate boxes (hash seeds 1 and 2) on the tree at ``gold/repo``, run
     side by side (the second on a hard-linked copy of the tree: each box writes its own inputs and outputs).
+    ``reach``: the first box also says which of these lines each call ran (:func:`split_reached` takes them out).
 
     A timed-out call does not stop the others (a generated input may make gold hang; that input is dropped), and
     the box's wall limit grows with the number of calls."""
@@ -164,8 +215,9 @@ def gold_runs(sandbox: Sandbox, env: TestEnv, task: FeatdelTask, gold: Path, cal
                     call_timeout_s=limit,
                     stop_on_timeout=False,
                     wall_seconds=wall_seconds,
+                    reach=run[2],
                 ),
-                ((gold, 1), (twin, 2)),
+                ((gold, 1, reach), (twin, 2, None)),
             )
     finally:
         shutil.rmtree(twin, ignore_errors=True)
@@ -317,8 +369,11 @@ def record_replay(
             followups=GENERATED_FOLLOWUPS,
         )
         calls = plain + list(cast("list[dict] | None", derived) or [])  # derive mode returns the derived calls
-        first, second = gold_runs(sandbox, env, task, gold, calls)
+        reach = reach_of(task, original)
+        first, second = gold_runs(sandbox, env, task, gold, calls, reach)
+        first, ran = split_reached(first, gold / "repo")
         keep, expected, lost = reproduced(calls, first, second, recorded)
+        keep = with_reach(keep, ran, reach)
         dropped += lost
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -155,10 +155,12 @@ def run_driver(
     stop_on_timeout: bool = True,
     wall_seconds: float | None = None,
     strict: bool = True,
+    reach: dict[str, list[int]] | None = None,
 ) -> object:
     """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none.
     ``stop_on_timeout=False`` runs every call even after one timed out; ``wall_seconds`` replaces the box's wall limit;
-    ``strict=False`` lets the box read values through methods their class may override (hack suites only)."""
+    ``strict=False`` lets the box read values through methods their class may override (hack suites only);
+    ``reach`` (file path under ``run_dir/repo`` -> lines): each call alone also says which of these lines it ran."""
     result_path = run_dir / "out" / ("derived.pkl" if mode == "derive" else "results.json")
     cfg = {
         "mode": mode,
@@ -170,6 +172,7 @@ def run_driver(
         "stop_on_timeout": stop_on_timeout,
         "strict": strict,
         "sequence": SEQUENCE,
+        "reach": {str((run_dir / "repo" / rel).resolve()): lines for rel, lines in (reach or {}).items()},
     }
     if wall_seconds is None:
         wall_seconds = 30.0 + _run_wall(call_timeout_s, len(calls), SEQUENCE) if mode == "run" else 120.0

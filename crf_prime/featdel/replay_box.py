@@ -27,6 +27,8 @@ import signal
 import sys
 import time
 import types
+from collections.abc import Callable
+from typing import TypeVar
 
 MAX_NODES = 5000
 """Canonical trees are cut (with a marker) beyond this many nodes; both sides are cut the same way."""
@@ -42,6 +44,7 @@ def sequence_timeout(call_timeout_s: float, n_calls: int) -> float:
     return call_timeout_s + 0.5 * n_calls
 
 
+_R = TypeVar("_R")
 _PRIMITIVES = (type(None), bool, int, str, bytes)
 _HEAPTYPE = 1 << 9
 """``Py_TPFLAGS_HEAPTYPE``: a class made by a ``class`` statement (one the agent could have written)."""
@@ -60,6 +63,9 @@ _MEMBER_GET = types.MemberDescriptorType.__get__
 _MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__  # type: ignore[index]  # typeshed declares ModuleType.__dict__ as the instance attribute; on the class it is the type's mapping
 STRICT = True
 """False only when the hack suites turn the defence off: reads go through the value's own (overridable) methods."""
+REACH: dict[str, frozenset[int]] = {}
+"""File (as the box sees it) -> lines deleted from it, in gold's first run at generation of a task that deletes part
+of a body: each call's outcome then says which of them it executed (``reached``). Empty everywhere else."""
 
 
 class Opaque(Exception):
@@ -398,9 +404,47 @@ def _safe(value):
         return ["uninspectable", type_name(type(e))]
 
 
-def _run_child(fn, call: dict, loads, write_fd: int) -> None:
+def reaching(body: Callable[[], _R]) -> tuple[_R, dict[str, list[int]]]:
+    """``body()`` under a line tracer: its result, and the ``REACH`` lines it executed (file -> sorted lines).
+    The whole outcome is traced: a deleted line may run only when a returned iterator is consumed."""
+    hit: dict[str, set[int]] = {}
+    watched: dict[types.CodeType, tuple[str, frozenset[int]] | None] = {}
+
+    def tracer(frame, _event, _arg):
+        code = frame.f_code
+        if code not in watched:
+            path = os.path.realpath(code.co_filename)
+            watched[code] = (path, REACH[path]) if path in REACH else None
+        if watched[code] is None:
+            return None
+        path, lines = watched[code]
+
+        def local(frame, event, _arg):
+            if event == "line" and frame.f_lineno in lines:
+                hit.setdefault(path, set()).add(frame.f_lineno)
+            return local
+
+        return local
+
+    sys.settrace(tracer)
     try:
-        data = json.dumps(outcome(fn, call["payload"], call.get("followups", []), loads), sort_keys=True)
+        result = body()
+    finally:
+        sys.settrace(None)
+    return result, {path: sorted(lines) for path, lines in sorted(hit.items())}
+
+
+def _run_child(fn, call: dict, loads, write_fd: int) -> None:
+    def run() -> dict:
+        return outcome(fn, call["payload"], call.get("followups", []), loads)
+
+    try:
+        if REACH:
+            got, reached = reaching(run)
+            got["reached"] = reached
+        else:
+            got = run()
+        data = json.dumps(got, sort_keys=True)
     except BaseException as e:
         data = json.dumps({"driver_error": type_name(type(e))})
     view = memoryview(data.encode())
@@ -499,8 +543,9 @@ def _forked(body, timeout_s: float, *, partial: bool = False, group: bool = Fals
 def main(config_path: str) -> int:
     with open(config_path) as fh:
         cfg = json.load(fh)
-    global STRICT
+    global STRICT, REACH
     STRICT = bool(cfg.get("strict", True))
+    REACH = {path: frozenset(lines) for path, lines in cfg.get("reach", {}).items()}
     variants = cfg.get("variants")
     if variants is None:
         _add_paths(cfg["paths"])

@@ -108,13 +108,15 @@ def run_pytest(
     with_coverage: Sequence[str] = (),
     wall_seconds: float | None = None,
     read_only_tree: bool = False,
+    guarded: Sequence[str] = (),
 ) -> PytestRun:
     """Run pytest on ``run_dir/repo``; ``with_coverage`` = source dirs to measure with per-test contexts.
 
     ``read_only_tree``: the whole of ``run_dir`` is read-only in the box except ``run_dir/out`` (junit, coverage),
     so code under test cannot write a module it later imports. The interpreter runs with ``-P`` (no cwd/script dir
     on ``sys.path``), ``-B`` and ``-s``: the only import roots are the read-only tree, the read-only venv and the
-    stdlib; ``/tmp`` and ``out`` are writable but never on ``sys.path``.
+    stdlib; ``/tmp`` and ``out`` are writable but never on ``sys.path``. ``guarded``: test files (paths under the
+    tree) the project's code may not open (``hide_test_id.guard``).
     """
     repo, out = run_dir / "repo", run_dir / "out"
     out.mkdir(parents=True, exist_ok=True)
@@ -122,6 +124,8 @@ def run_pytest(
     junit.unlink(missing_ok=True)
     argv: list[str] = [str(env.python), "-s", "-P", "-B"]
     extra_paths: list[Path] = [hide_test_id.install_into(run_dir / "grader")]  # read-only in the box, beside the repo
+    if guarded:
+        hide_test_id.guard_into(extra_paths[0], repo, guarded)
     if with_coverage:
         rc = out / "coveragerc"
         rc.write_text("[run]\n")  # ignore the project's own coverage config (plugins, omit lists)

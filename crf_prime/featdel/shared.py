@@ -29,9 +29,12 @@ from crf_prime.featdel.record import (
     MAX_CALLS_PER_TARGET,
     gold_runs,
     plain_calls,
+    reach_of,
     record_calls,
     reproduced,
     servable,
+    split_reached,
+    with_reach,
     write_replay,
 )
 from crf_prime.featdel.replay import SEQ, run_driver, strip_tests, targets_of
@@ -119,6 +122,12 @@ def shared_replay(
     uses = Counter(index[(x.path, x.qualname)] for t in group for x in t.targets)
     tests = tuple(dict.fromkeys(n for t in group for n in t.target_tests))
     probe = _union(group[0], tests, targets=targets)
+    reach = {t.task_id: reach_of(t, cast("dict[str, str]", original_gold(t, task_dir))) for t in group}
+    lines: dict[str, set[int]] = {}
+    for deleted in reach.values():
+        for rel, ls in deleted.items():
+            lines.setdefault(rel, set()).update(ls)
+    ran: dict[str, dict[str, set[int]]] = {}
     work = Path(tempfile.mkdtemp(prefix="crf-featdel-record-"))
     try:
         report = record_calls(
@@ -152,7 +161,9 @@ def shared_replay(
                 followups=record.GENERATED_FOLLOWUPS,
             )
             derived = list(cast("list[dict] | None", made) or [])  # derive mode returns the derived calls
-            first, second = gold_runs(sandbox, env, probe, gold, plain + derived)
+            union = {rel: sorted(ls) for rel, ls in sorted(lines.items())}
+            first, second = gold_runs(sandbox, env, probe, gold, plain + derived, union)
+            first, ran = split_reached(first, gold / "repo")
     except Exception as e:  # each task is then recorded on its own
         logger.warning(
             "featdel: the shared replay recording failed (%s: %s); recording task by task", type(e).__name__, e
@@ -181,6 +192,7 @@ def shared_replay(
         for reason in ("unpicklable", "too_large"):
             dropped[reason.replace("_", "-")] += sum(report[f"{reason}_by_target"].get(i, 0) for i in mine)
         keep, expected, lost = reproduced(calls, first, second, rec)
+        keep = with_reach(keep, ran, reach[t.task_id])
         dropped = +(dropped + lost)
         # the task's own numbering of targets and calls, as a recording of the task alone gives them
         renum = {c["id"]: f"c{i}" for i, c in enumerate(rec)}

@@ -14,6 +14,7 @@ from featdel_support import INFLECTION, generated
 from verifiers.v1.runtimes import provision_runtime
 from vf_cli_support import VALIDATE_HAS_NOOP, first_user_text, tool_messages, traces_by_task, vf_eval, vf_validate
 
+from crf_prime.featdel import grade
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.models import FeatdelTask
 from crf_prime.loopback import LoopbackOpenAI, Reply
@@ -205,7 +206,9 @@ class _RemoteView:
         await self._inner.write(path, data)
 
 
-async def test_grading_through_the_runtime_api(task_dir: Path, runtime: vf.Runtime) -> None:
+async def test_grading_through_the_runtime_api(
+    task_dir: Path, runtime: vf.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The container code path: snapshot written, edits read back and tests run via runtime.write/read/run."""
     from feature_deletion.taskset import FeatureDeletionConfig, FeatureDeletionTaskConfig, FeatureDeletionTaskset
 
@@ -237,3 +240,15 @@ async def test_grading_through_the_runtime_api(task_dir: Path, runtime: vf.Runti
     assert solved.info["featdel_grade"]["replay_calls"] > 0  # the replay verdict ran on this host
     assert solved.info["featdel_grade"]["changed_files"] == list(row.broken_files)
     assert not list(Path("/tmp").glob("crf-featdel-grade-*/junit.xml"))  # the grading directory was removed
+    # the grader's pytest plugin runs in the runtime too: the project's code cannot open a test module there (the
+    # replay box has no tests: a missing file is fine; the guard's PermissionError is not)
+    target = workdir / row.targets[0].path
+    gold = target.read_text()
+    peek = f"\n\ntry:\n    with open({row.hidden_tests[0]!r}) as _fh:\n        _fh.read()\nexcept FileNotFoundError:\n    pass\n"
+    target.write_text(gold + peek)
+    for guard, score in ((True, 0.0), (False, 1.0)):
+        monkeypatch.setattr(grade, "GUARD_TEST_FILES", guard)
+        peeking = _trace(task)
+        await task.score(peeking, remote)  # type: ignore[arg-type]
+        assert peeking.rewards["tests_pass"].score == score
+    target.write_text(gold)

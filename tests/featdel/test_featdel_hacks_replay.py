@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from featdel_support import INFLECTION, agent_tree, generated_in_private_tmp, set_body
 
-from crf_prime.featdel import replay
+from crf_prime.featdel import grade, replay
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.grade import collect_changes
 from crf_prime.featdel.grader import Grader, grade_tree
@@ -96,9 +96,15 @@ def test_hack_class1_always_equal_value(case, tree: Path) -> None:
     _defended(task, task_dir, tree)
 
 
-def test_hack_class2_reads_hidden_tests_at_call_time(case, tree: Path) -> None:
+def test_hack_class2_reads_hidden_tests_at_call_time(case, tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     task_dir, task = case
     set_body(tree, task, reads_hidden_tests(task))
+    # the grader's plugin refuses the read in the test process: the tests alone score it 0 ...
+    guarded = grade_tree(task, task_dir, tree, scan=False, replay=False)
+    assert guarded.score == 0.0 and guarded.passed == ()
+    assert all("PermissionError" in f.message for f in guarded.failed)
+    # ... and so does the replay alone (the guard off: the tests pass)
+    monkeypatch.setattr(grade, "GUARD_TEST_FILES", False)
     _defended(task, task_dir, tree)
     # in the replay box the hidden test file does not exist: every call raises instead of answering, so every call
     # on which gold returns is a mismatch (a raise compares as "raised" only), except where a raise is accepted too

@@ -25,10 +25,18 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from crf_prime.errors import InfraError
+from crf_prime.featdel import hide_test_id
 from crf_prime.featdel.corpus_build import load_split
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate, load_tasks
-from crf_prime.featdel.grade import allowed_new_file, collect_changes, grader_test_files, materialise, snapshot_files
+from crf_prime.featdel.grade import (
+    allowed_new_file,
+    collect_changes,
+    grader_test_files,
+    guarded_files,
+    materialise,
+    snapshot_files,
+)
 from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import FeatdelTask, GradeResult
 from crf_prime.featdel.runner import PytestRun, parse_junit
@@ -167,10 +175,17 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
         unpacked = await runtime.run(["sh", "-c", unpack], {})
         if unpacked.exit_code != 0:
             raise InfraError(f"grading in the runtime: unpacking the grading tree failed: {unpacked.stderr[-500:]}")
-        pytest = [python, "-s", "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--rootdir={remote}/repo"]
-        pytest += [f"--junitxml={remote}/junit.xml", *args]
+        # the grader's plugin, as in the sandbox: no test id in the environment, no test module readable by the code
+        await runtime.write(f"{remote}/grader/{hide_test_id.MODULE}.py", Path(hide_test_id.__file__).read_bytes())
+        guarded = guarded_files(self.row)
+        if guarded:
+            settings = hide_test_id.guard_settings(f"{remote}/repo", guarded)
+            await runtime.write(f"{remote}/grader/{hide_test_id.GUARD}", settings.encode())
+        pytest = [python, "-s", "-m", "pytest", "-p", "no:cacheprovider", "-p", hide_test_id.MODULE, "-q"]
+        pytest += [f"--rootdir={remote}/repo", f"--junitxml={remote}/junit.xml", *args]
+        paths = [os.path.normpath(f"{remote}/repo/{p}") for p in self.row.pythonpath] + [f"{remote}/grader"]
         env = {
-            "PYTHONPATH": ":".join(os.path.normpath(f"{remote}/repo/{p}") for p in self.row.pythonpath),
+            "PYTHONPATH": ":".join(paths),
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONNOUSERSITE": "1",
         }

@@ -1,0 +1,168 @@
+"""A block or tail task is covered by the replay only through calls whose gold run executes the deleted lines: a
+call of the enclosing function that never enters the block checks the rest of the function, not the task."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from corpus_support import write
+
+from crf_prime.featdel import generate as generate_module
+from crf_prime.featdel import record
+from crf_prime.featdel.generate import GenerateConfig, generate, verifiable
+from crf_prime.featdel.grader import Grader, grade_changes
+from crf_prime.featdel.models import Rejection
+from crf_prime.featdel.record import deleted_lines, split_reached, with_reach
+from crf_prime.featdel.replay_box import REACH, reaching
+
+GATE = textwrap.dedent(
+    '''\
+    """Fixture: two blocks; the replay reaches one, and the other only under a setting a test changes."""
+
+    STYLE = {"loud": False}
+
+
+    def render(n):
+        """Text for ``n`` in the module's style."""
+        text = str(n)
+        if STYLE["loud"]:
+            text = text.upper() + "!"
+            text = "<" + text + ">"
+        return text
+
+
+    def shout(n, times=1):
+        """``n`` repeated ``times`` times, marked when repeated."""
+        text = str(n)
+        if times > 1:
+            text = text * times
+            text = text + "!"
+        return text
+    '''
+)
+
+GATE_TESTS = textwrap.dedent(
+    """\
+    from gate import STYLE, render, shout
+
+
+    def test_render():
+        assert render(2) == "2"
+        STYLE["loud"] = True  # gold's replay outside this test reads loud False: this call is dropped
+        try:
+            assert render(3) == "<3!>"
+        finally:
+            STYLE["loud"] = False
+
+
+    def test_shout():
+        assert shout(2, 3) == "222!"
+    """
+)
+
+
+def test_deleted_lines_are_the_original_lines_the_snapshot_lacks() -> None:
+    original = "def f(x):\n    y = x\n    if y:\n        y += 1\n        y *= 2\n    return y\n"
+    broken = "def f(x):\n    y = x\n    if y:\n        raise NotImplementedError\n    return y\n"
+    assert deleted_lines(broken, original) == [4, 5]
+    assert deleted_lines(original, original) == []
+    assert deleted_lines("def f(x):\n    return x\n", "def f(x):\n    y = x\n    return x\n") == [2]
+
+
+def test_the_box_reports_the_deleted_lines_a_call_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    src = "def f(x):\n    if x:\n        x = -x\n        x = x * 2\n    return x\n\n\ndef g(x):\n    return f(x)\n"
+    namespace: dict = {}
+    exec(compile(src, "/fixture/gate.py", "exec"), namespace)
+    monkeypatch.setitem(REACH, "/fixture/gate.py", frozenset({3, 4}))
+    assert reaching(lambda: namespace["g"](0)) == (0, {})
+    assert reaching(lambda: namespace["g"](3)) == (-6, {"/fixture/gate.py": [3, 4]})
+    assert sys.gettrace() is None  # the tracer is gone after the call
+    # an iterator's deleted lines run when it is consumed: the whole outcome is traced
+    lazy = "def h(n):\n    for i in range(n):\n        i = i + 1\n        yield i\n"
+    exec(compile(lazy, "/fixture/lazy.py", "exec"), namespace)
+    monkeypatch.setitem(REACH, "/fixture/lazy.py", frozenset({3}))
+    assert reaching(lambda: list(namespace["h"](2)))[1] == {"/fixture/lazy.py": [3]}
+    assert reaching(lambda: namespace["h"](2))[1] == {}
+
+
+def test_reached_lines_are_taken_out_of_gold_outcomes(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    first = {
+        "c0": {"returned": 1, "reached": {str(repo / "gate.py"): [10]}},
+        "c0~1": {"returned": 2, "reached": {}},
+        "c0@seq": {"returned": 1},
+    }
+    outcomes, ran = split_reached(first, repo)
+    assert outcomes == {"c0": {"returned": 1}, "c0~1": {"returned": 2}, "c0@seq": {"returned": 1}}
+    assert ran == {"c0": {"gate.py": {10}}, "c0~1": {}}
+    keep = [{"id": "c0"}, {"id": "c0~1"}]
+    assert with_reach(keep, ran, {"gate.py": [10, 11]}) == [
+        {"id": "c0", "reaches": True},
+        {"id": "c0~1", "reaches": False},
+    ]
+    assert with_reach(keep, ran, {"gate.py": [12]}) == [
+        {"id": "c0", "reaches": False},
+        {"id": "c0~1", "reaches": False},
+    ]
+    assert with_reach(keep, ran, {}) is keep  # whole bodies deleted: every call runs them
+
+
+def _times(payload: bytes) -> object:
+    args, kwargs, _method = pickle.loads(payload)
+    return kwargs.get("times", args[1] if len(args) > 1 else 1)
+
+
+@pytest.mark.slow
+@pytest.mark.bwrap
+@pytest.mark.parametrize("path", ["shared", "alone", "defence-off"])
+def test_a_block_is_covered_only_by_calls_that_run_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    src = write(
+        tmp_path / "src",
+        {
+            "pyproject.toml": '[project]\nname = "gate"\nversion = "0.1"\n',
+            "gate.py": GATE,
+            "tests/test_gate.py": GATE_TESTS,
+        },
+    )
+    if path == "alone":  # each task recorded on its own instead of one recording for the package's batch
+        monkeypatch.setattr(generate_module, "shared_replay", lambda *a, **k: {})
+    if path == "defence-off":  # every call of the enclosing function counts, as before
+        monkeypatch.setattr(record, "REACHING", frozenset())
+    cfg = GenerateConfig(source=str(src), out=tmp_path / "out", max_tasks=4, workers=2, granularities=["block"], allow_unreplayed=True, mutants_per_task=0)  # fmt: skip
+    tasks, _summary = generate(cfg)
+    by = {t.targets[0].qualname: t for t in tasks}
+    assert sorted(by) == ["render", "shout"] and all(t.granularity == "block" for t in tasks)
+    render, shout = by["render"], by["shout"]
+    out = tmp_path / "out"
+    # render(2) and the calls derived from it are replayed, but none enters the loud block (the call that did ran
+    # under the test's setting and is dropped): the block task has no replay coverage of its own
+    render_calls = Grader(render, out).replay_data()
+    assert render_calls is not None and render_calls.calls
+    strict = cfg.model_copy(update={"allow_unreplayed": False})
+    verdict = verifiable(render, out, strict, sandbox=None, env=None)
+    if path == "defence-off":
+        assert render.unreplayed_targets == () and verdict == render  # served as if its block were checked
+        assert all(c.reaches for c in render_calls.calls)
+        # ... and an agent that answers the one loud input the hidden test uses, instead of writing the block, scores
+        # 1.0: the tests pass and no replayed call enters the block (with the defence on, the task is not generated)
+        table = GATE.replace('text = text.upper() + "!"\n        text = "<" + text + ">"', 'return "<3!>"')
+        assert table != GATE
+        assert grade_changes(render, out, {"gate.py": table}).score == 1.0
+        assert grade_changes(render, out, {"gate.py": GATE}).score == 1.0
+        return
+    assert render.unreplayed_targets == ("render",)
+    assert all(not c.reaches for c in render_calls.calls)
+    assert isinstance(verdict, Rejection)
+    assert (verdict.reason, verdict.detail) == ("no-replay-coverage", "no replayed call of render")
+    # shout's block runs exactly when times > 1: each kept call says so
+    shout_calls = Grader(shout, out).replay_data()
+    assert shout.unreplayed_targets == () and shout_calls is not None
+    assert [c.reaches for c in shout_calls.calls] == [_times(c.payload) > 1 for c in shout_calls.calls]  # type: ignore[operator]
+    assert any(c.reaches for c in shout_calls.calls) and not all(c.reaches for c in shout_calls.calls)
+    assert verifiable(shout, out, strict, sandbox=None, env=None) == shout
