@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from corpus_support import write
 
-from crf_prime.featdel import generate as generate_module
 from crf_prime.featdel import record
-from crf_prime.featdel.generate import GenerateConfig, generate, verifiable
+from crf_prime.featdel.deletion import apply_unified_diff
+from crf_prime.featdel.generate import GenerateConfig, generate, unreplayed, verifiable
 from crf_prime.featdel.grader import Grader, grade_changes
-from crf_prime.featdel.models import Rejection
-from crf_prime.featdel.record import deleted_lines, split_reached, with_reach
+from crf_prime.featdel.models import FeatdelTask, Rejection
+from crf_prime.featdel.record import deleted_lines, record_replay, split_reached, with_reach
 from crf_prime.featdel.replay_box import REACH, reaching
 
 GATE = textwrap.dedent(
@@ -116,12 +116,35 @@ def _times(payload: bytes) -> object:
     return kwargs.get("times", args[1] if len(args) > 1 else 1)
 
 
+def _check(render: FeatdelTask, shout: FeatdelTask, out: Path, cfg: GenerateConfig) -> None:
+    """render(2) and the calls derived from it are replayed, but none enters the loud block (the call that did ran
+    under the test's setting and is dropped): the block task has no replay coverage of its own. shout's block runs
+    exactly when times > 1, and each kept call says so."""
+    strict = cfg.model_copy(update={"allow_unreplayed": False})
+    render_calls = Grader(render, out).replay_data()
+    assert render_calls is not None and render_calls.calls and all(not c.reaches for c in render_calls.calls)
+    assert unreplayed(render, out) == ("render",)
+    verdict = verifiable(render, out, strict, sandbox=None, env=None)
+    assert isinstance(verdict, Rejection)
+    assert (verdict.reason, verdict.detail) == ("no-replay-coverage", "no replayed call of render")
+    shout_calls = Grader(shout, out).replay_data()
+    assert shout_calls is not None and unreplayed(shout, out) == ()
+    assert [c.reaches for c in shout_calls.calls] == [_times(c.payload) > 1 for c in shout_calls.calls]  # type: ignore[operator]
+    assert any(c.reaches for c in shout_calls.calls) and not all(c.reaches for c in shout_calls.calls)
+    assert verifiable(shout, out, strict, sandbox=None, env=None) == shout
+
+
+def _recorded_alone(task: FeatdelTask, out: Path) -> FeatdelTask:
+    """``task`` with its replay recorded on its own (generation recorded the package's batch in one run)."""
+    grader = Grader(task, out)
+    original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
+    info, _dropped = record_replay(task, out, original, sandbox=grader.sandbox, env=grader.env)
+    return task.model_copy(update={"replay": info})
+
+
 @pytest.mark.slow
 @pytest.mark.bwrap
-@pytest.mark.parametrize("path", ["shared", "alone", "defence-off"])
-def test_a_block_is_covered_only_by_calls_that_run_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
-) -> None:
+def test_a_block_is_covered_only_by_calls_that_run_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = write(
         tmp_path / "src",
         {
@@ -130,39 +153,25 @@ def test_a_block_is_covered_only_by_calls_that_run_it(
             "tests/test_gate.py": GATE_TESTS,
         },
     )
-    if path == "alone":  # each task recorded on its own instead of one recording for the package's batch
-        monkeypatch.setattr(generate_module, "shared_replay", lambda *a, **k: {})
-    if path == "defence-off":  # every call of the enclosing function counts, as before
-        monkeypatch.setattr(record, "REACHING", frozenset())
-    cfg = GenerateConfig(source=str(src), out=tmp_path / "out", max_tasks=4, workers=2, granularities=["block"], allow_unreplayed=True, mutants_per_task=0)  # fmt: skip
+    out = tmp_path / "out"
+    cfg = GenerateConfig(source=str(src), out=out, max_tasks=4, workers=2, granularities=["block"], allow_unreplayed=True, mutants_per_task=0)  # fmt: skip
     tasks, _summary = generate(cfg)
     by = {t.targets[0].qualname: t for t in tasks}
     assert sorted(by) == ["render", "shout"] and all(t.granularity == "block" for t in tasks)
-    render, shout = by["render"], by["shout"]
-    out = tmp_path / "out"
-    # render(2) and the calls derived from it are replayed, but none enters the loud block (the call that did ran
-    # under the test's setting and is dropped): the block task has no replay coverage of its own
-    render_calls = Grader(render, out).replay_data()
-    assert render_calls is not None and render_calls.calls
-    strict = cfg.model_copy(update={"allow_unreplayed": False})
-    verdict = verifiable(render, out, strict, sandbox=None, env=None)
-    if path == "defence-off":
-        assert render.unreplayed_targets == () and verdict == render  # served as if its block were checked
-        assert all(c.reaches for c in render_calls.calls)
-        # ... and an agent that answers the one loud input the hidden test uses, instead of writing the block, scores
-        # 1.0: the tests pass and no replayed call enters the block (with the defence on, the task is not generated)
-        table = GATE.replace('text = text.upper() + "!"\n        text = "<" + text + ">"', 'return "<3!>"')
-        assert table != GATE
-        assert grade_changes(render, out, {"gate.py": table}).score == 1.0
-        assert grade_changes(render, out, {"gate.py": GATE}).score == 1.0
-        return
-    assert render.unreplayed_targets == ("render",)
-    assert all(not c.reaches for c in render_calls.calls)
-    assert isinstance(verdict, Rejection)
-    assert (verdict.reason, verdict.detail) == ("no-replay-coverage", "no replayed call of render")
-    # shout's block runs exactly when times > 1: each kept call says so
-    shout_calls = Grader(shout, out).replay_data()
-    assert shout.unreplayed_targets == () and shout_calls is not None
-    assert [c.reaches for c in shout_calls.calls] == [_times(c.payload) > 1 for c in shout_calls.calls]  # type: ignore[operator]
-    assert any(c.reaches for c in shout_calls.calls) and not all(c.reaches for c in shout_calls.calls)
-    assert verifiable(shout, out, strict, sandbox=None, env=None) == shout
+    assert by["render"].unreplayed_targets == ("render",) and by["shout"].unreplayed_targets == ()
+    _check(by["render"], by["shout"], out, cfg)  # one recording for the package's batch
+    render, shout = _recorded_alone(by["render"], out), _recorded_alone(by["shout"], out)
+    _check(render, shout, out, cfg)  # each task recorded on its own
+
+    # the defence off (every call of the enclosing function counts, as before): render's block task is served as if
+    # its block were checked, and an agent that answers the one loud input the hidden test uses, instead of writing
+    # the block, scores 1.0: the tests pass and no replayed call enters the block
+    monkeypatch.setattr(record, "REACHING", frozenset())
+    render = _recorded_alone(render, out)
+    assert unreplayed(render, out) == ()
+    served = verifiable(render, out, cfg.model_copy(update={"allow_unreplayed": False}), sandbox=None, env=None)
+    assert served == render.model_copy(update={"unreplayed_targets": ()})
+    table = GATE.replace('text = text.upper() + "!"\n        text = "<" + text + ">"', 'return "<3!>"')
+    assert table != GATE
+    assert grade_changes(render, out, {"gate.py": table}).score == 1.0
+    assert grade_changes(render, out, {"gate.py": GATE}).score == 1.0
