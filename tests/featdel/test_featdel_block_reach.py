@@ -145,14 +145,8 @@ def _recorded_alone(task: FeatdelTask, out: Path) -> FeatdelTask:
 @pytest.mark.slow
 @pytest.mark.bwrap
 def test_a_block_is_covered_only_by_calls_that_run_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    src = write(
-        tmp_path / "src",
-        {
-            "pyproject.toml": '[project]\nname = "gate"\nversion = "0.1"\n',
-            "gate.py": GATE,
-            "tests/test_gate.py": GATE_TESTS,
-        },
-    )
+    project = {"pyproject.toml": '[project]\nname = "gate"\nversion = "0.1"\n', "gate.py": GATE}
+    src = write(tmp_path / "src", {**project, "tests/test_gate.py": GATE_TESTS})
     out = tmp_path / "out"
     cfg = GenerateConfig(source=str(src), out=out, max_tasks=4, workers=2, granularities=["block"], allow_unreplayed=True, mutants_per_task=0)  # fmt: skip
     tasks, _summary = generate(cfg)
