@@ -152,3 +152,12 @@ def test_leftover_check_ignores_a_zombie(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_loss_overlays_set_the_objective_and_only_cispo_departs_from_its_defaults(tmp_path: Path) -> None:
+    import tomllib
+
+    cispo = tomllib.loads(rehearse.loss_overlay(tmp_path, "cispo").read_text())["trainer"]["loss"]
+    assert cispo == {"type": "custom", "import_path": "loss_fns.policy.cispo", "kwargs": {"ratio_max": 1.28}}
+    dapo = tomllib.loads(rehearse.loss_overlay(tmp_path, "dapo").read_text())["trainer"]["loss"]
+    assert dapo == {"type": "custom", "import_path": "loss_fns.policy.dapo"}
