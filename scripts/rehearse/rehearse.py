@@ -57,6 +57,12 @@ class Arm:
     source at step 6-8 at this batch size, so 5 steps would fail the every-source-trained check)."""
 
 
+A4_LIVE_STEPS = 12
+"""A4-live's fewest steps: the live replay cap binds from the third state asked on (two states' calls fit it), and
+prime-rl's seeded source draw (``random.Random(42)`` over A4's ratios) reaches its third replay group after ~93
+rollouts, ~12 batches of 8; at 8 steps a run asked 2 states and the cap did not bind."""
+
+
 def _ladder(*names: str) -> tuple[Path, ...]:
     return (*(LADDER / n for n in names), HERE / "cpu.toml")
 
@@ -72,7 +78,7 @@ ARMS: dict[str, Arm] = {
     # the same arms with the live teacher pool (A3/A4) and the LLM hint writer (A2/A4), loopback teachers
     "a2-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a2_hints.toml"), live=True),
     "a3-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a3_replay.toml"), live=True),
-    "a4-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a4_all.toml"), live=True, min_steps=8),
+    "a4-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a4_all.toml"), live=True, min_steps=A4_LIVE_STEPS),
     # A1 on the swebench-lite environment over the offline mini SWE-bench (scripted: gold patch or give up)
     "swe": Arm((*_ladder("a0_rlvr.toml", "a1_dr_grpo.toml"), HERE / "swebench.toml"), swe=True),
     # A0 decentralized on one machine: broadcasts relayed by `crf-prime relay serve` / `relay pull` to a node dir
