@@ -576,7 +576,13 @@ def start_live(run: Launched, work: Path) -> None:
     pool on a Ray cluster of its own (teacher_pool.py), and RAY_ADDRESS for the env servers that attach to it."""
     bin_dir = Path(sys.executable).parent
     where = live_dir(work, run.arm)
-    for stale in ("pool-journal.jsonl", "hints-journal.jsonl", "replay.url", "hints.url", "ray.address"):
+    # the journals' write-ahead intents too: a call still in flight when the last run's pool stopped stays there, and
+    # the next pool books it as "possibly paid, answer lost" at its reservation (so a rerun in the same --work started
+    # over its caps and answered nothing)
+    journals = [
+        f"{name}{suffix}" for name in ("pool-journal", "hints-journal") for suffix in (".jsonl", ".intents.jsonl")
+    ]
+    for stale in (*journals, "replay.url", "hints.url", "ray.address"):
         (where / stale).unlink(missing_ok=True)
     (where / "replay-replies.jsonl").write_text(json.dumps({"tool_calls": [LIVE_ACTION]}) + "\n")
     (where / "hint-replies.jsonl").write_text(json.dumps({"content": LIVE_HINT}) + "\n")
