@@ -37,6 +37,7 @@ from policy import FeatdelScript, ReplayScript, SweScript, Turn, chatml, message
 from sampling import sample
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from vllm.entrypoints.scale_out.token_in_token_out.protocol import GenerateRequest, GenerateResponse
+from weights import weights_digest
 
 
 class Engine:
@@ -96,17 +97,6 @@ class Engine:
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected or [m for m in missing if m != "lm_head.weight"]:
             raise ValueError(f"weights in {weight_dir} do not fit the model: {missing=} {unexpected=}")
-
-
-def weights_digest(weight_dir: Path) -> str:
-    """sha256 over the step's safetensors files (names and bytes, in name order)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for f in sorted(weight_dir.glob("*.safetensors")):
-        digest.update(f.name.encode())
-        digest.update(f.read_bytes())
-    return digest.hexdigest()
 
 
 def build_app(engine: Engine) -> FastAPI:
@@ -264,14 +254,7 @@ def _chat_script(engine: Engine, body: dict) -> dict:
     message = {"role": "assistant", "content": content or None, **({"tool_calls": tool_calls} if tool_calls else {})}
     choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop", "logprobs": None}
     tokens = len(engine.tokenizer.encode(turn.text, add_special_tokens=False))
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": engine.model_name,
-        "choices": [choice],
-        "usage": {"prompt_tokens": 0, "completion_tokens": tokens, "total_tokens": tokens},
-    }
+    return _completion(engine, choice, prompt_tokens=0, completion_tokens=tokens)
 
 
 def _chat(engine: Engine, body: dict) -> dict:
@@ -302,15 +285,22 @@ def _chat(engine: Engine, body: dict) -> dict:
         "finish_reason": drawn.finish_reason,
         "logprobs": None,
     }
-    usage = {"prompt_tokens": len(prompt), "completion_tokens": len(drawn.token_ids)}
-    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return _completion(engine, choice, prompt_tokens=len(prompt), completion_tokens=len(drawn.token_ids))
+
+
+def _completion(engine: Engine, choice: dict, *, prompt_tokens: int, completion_tokens: int) -> dict:
+    """An OpenAI ``chat.completion`` object around one choice, with its token usage."""
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": engine.model_name,
         "choices": [choice],
-        "usage": usage,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 

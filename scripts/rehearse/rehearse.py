@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +57,12 @@ class Arm:
     source at step 6-8 at this batch size, so 5 steps would fail the every-source-trained check)."""
 
 
+A4_LIVE_STEPS = 12
+"""A4-live's fewest steps: the live replay cap binds from the third state asked on (two states' calls fit it), and
+prime-rl's seeded source draw (``random.Random(42)`` over A4's ratios) reaches its third replay group after ~93
+rollouts, ~12 batches of 8; at 8 steps a run asked 2 states and the cap did not bind."""
+
+
 def _ladder(*names: str) -> tuple[Path, ...]:
     return (*(LADDER / n for n in names), HERE / "cpu.toml")
 
@@ -73,7 +78,7 @@ ARMS: dict[str, Arm] = {
     # the same arms with the live teacher pool (A3/A4) and the LLM hint writer (A2/A4), loopback teachers
     "a2-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a2_hints.toml"), live=True),
     "a3-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a3_replay.toml"), live=True),
-    "a4-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a4_all.toml"), live=True, min_steps=8),
+    "a4-live": Arm(_ladder("a0_rlvr.toml", "a1_dr_grpo.toml", "a4_all.toml"), live=True, min_steps=A4_LIVE_STEPS),
     # A1 on the swebench-lite environment over the offline mini SWE-bench (scripted: gold patch or give up)
     "swe": Arm((*_ladder("a0_rlvr.toml", "a1_dr_grpo.toml"), HERE / "swebench.toml"), swe=True),
     # A0 decentralized on one machine: broadcasts relayed by `crf-prime relay serve` / `relay pull` to a node dir
@@ -91,8 +96,6 @@ GROUPS: dict[str, list[str]] = {
 GROUPS["all"] = [*GROUPS["ladder"], "swe", "relay", *GROUPS["live"]]
 """Names --arms expands: ``all`` (the default) is every plumbing arm: the ladder, swebench-lite, the relayed arm and
 the live arms; the learning arms run on their own (benchmarks/rehearsal_learning.py)."""
-COMPOSE_AT_ONCE = 2
-"""Learning arms composed (``rl ... --dry-run``) at the same time: one per core of the 2-core box it is sized for."""
 PYCACHE = Path(sys.prefix) / "rehearsal-pycache"
 """Where the rehearsal's processes write and read bytecode (PYTHONPYCACHEPREFIX): inside the rehearsal venv."""
 FEATDEL_SOURCE = "pypi:inflection==0.5.1"
@@ -185,11 +188,24 @@ def prepare_featdel(work: Path) -> dict[str, Path]:
     return {"tasks": tasks / "tasks.jsonl", "states": states, "journal": journal, "model": model}
 
 
+CISPO_RATIO_MAX = 1.28
+"""CISPO's weight bound in the learning arm (``ratio_max``; its default is 5.0, ScaleRL's): at lr 1e-3 and one step of
+lag a token's ratio passed 5 on one step of one of two 15-step runs, so the clip ran in one run of two. 1.28 is DAPO's
+clip-higher bound (1 + 0.28); in the same runs ppo_clip's 1 ± 0.2 clipped up to 8-11 % of a step's tokens."""
+LOSS_KWARGS = {"cispo": {"ratio_max": CISPO_RATIO_MAX}}
+"""``[trainer.loss.kwargs]`` of a learning arm's objective, where the rehearsal departs from the defaults."""
+
+
 def loss_overlay(work: Path, objective: str) -> Path:
-    """A TOML overlay setting loss_fns.policy.<objective> (its default kwargs) as prime-rl's custom rl loss."""
+    """A TOML overlay setting loss_fns.policy.<objective> as prime-rl's custom rl loss (its default kwargs, except
+    LOSS_KWARGS)."""
     path = work / "overlays" / f"loss-{objective}.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f'[trainer.loss]\ntype = "custom"\nimport_path = "loss_fns.policy.{objective}"\n')
+    text = f'[trainer.loss]\ntype = "custom"\nimport_path = "loss_fns.policy.{objective}"\n'
+    kwargs = LOSS_KWARGS.get(objective, {})
+    if kwargs:
+        text += "\n[trainer.loss.kwargs]\n" + "".join(f"{k} = {v!r}\n" for k, v in kwargs.items())
+    path.write_text(text)
     return path
 
 
@@ -377,47 +393,77 @@ def start_inference(
                cwd=work)  # fmt: skip
 
 
-def compose_arm(
-    arm: str, inputs: dict[str, Path], work: Path, steps: int, *, extra: tuple[str, ...] = (), env_base: int
-) -> Launched:
-    """Compose the arm with prime-rl's launcher (``rl ... --dry-run``): the sub-configs ``uv run rl`` would start its
-    processes with, the orchestrator's env servers at ``env_base``. Starts nothing."""
-    run_name = f"rehearsal-{arm}"
-    out_root = work / "outputs"
-    base = free_port_block(6)
-    router, backend, zmq_port, gate, relay_server = base, base + 1, base + 2, base + 4, base + 5
-    bin_dir = Path(sys.executable).parent
+def _compose_args(
+    arm: str,
+    inputs: dict[str, Path],
+    work: Path,
+    steps: int,
+    ports: tuple[int, ...],
+    extra: tuple[str, ...],
+    env_base: int,
+) -> list[str]:
+    """The launcher's arguments for the arm (``rl <these>``): its files, then the rehearsal's command-line settings
+    (``ports``: router, backend, rollout transport, the relay gate)."""
+    router, backend, zmq_port, gate = ports
     spec = ARMS[arm]
-    steps = max(steps, spec.min_steps)
     files = [*spec.files, *([loss_overlay(work, spec.loss)] if spec.loss else [])]
     if spec.live:
         files.append(live_overlay(spec.files, live_dir(work, arm)))
-    compose = [str(bin_dir / "rl")]
+    args: list[str] = []
     for f in files:
-        compose += ["@", str(f)]
+        args += ["@", str(f)]
     if spec.relay:  # admin calls (pause / update_weights / resume) go to the node's relay gate, not the engine
-        compose += ["--orchestrator.model.client.admin-base-url", f"http://localhost:{gate}/v1"]
+        args += ["--orchestrator.model.client.admin-base-url", f"http://localhost:{gate}/v1"]
     if spec.policy == "sample" or spec.eval:  # the eval pass: at v0 and once more before the end
-        compose += ["--orchestrator.eval.interval", str(max(1, steps - 1))]
-    compose += ["--model.name", str(inputs[spec.model]), "--output-dir", str(out_root),
-                "--run.name", run_name, "--max-steps", str(steps), "--no-monitors.wandb",
-                "--inference.server.port", str(router), "--inference.backend-port", str(backend),
-                "--orchestrator.model.client.base-url", f"http://localhost:{router}/v1",
-                "--rollout-transport.port", str(zmq_port), "--orchestrator.env-server-base-port", str(env_base),
-                "--clean", "--dry-run", *extra]  # fmt: skip
-    env, marker = _env(run_name)
+        args += ["--orchestrator.eval.interval", str(max(1, steps - 1))]
+    args += ["--model.name", str(inputs[spec.model]), "--output-dir", str(work / "outputs"),
+             "--run.name", f"rehearsal-{arm}", "--max-steps", str(steps), "--no-monitors.wandb",
+             "--inference.server.port", str(router), "--inference.backend-port", str(backend),
+             "--orchestrator.model.client.base-url", f"http://localhost:{router}/v1",
+             "--rollout-transport.port", str(zmq_port), "--orchestrator.env-server-base-port", str(env_base),
+             "--clean", "--dry-run", *extra]  # fmt: skip
+    return args
+
+
+def compose_arms(
+    arms: list[str], inputs: dict[str, Path], work: Path, steps: int, *, extra: tuple[str, ...] = (), env_base: int
+) -> list[Launched]:
+    """Compose the arms with prime-rl's launcher (``rl ... --dry-run``: the sub-configs ``uv run rl`` would start its
+    processes with), the orchestrators' env servers at ``env_base``, all in one process (compose.py: the launcher's
+    imports once, not per arm). Starts nothing."""
+    plans = []
+    for arm in arms:
+        base = free_port_block(6)
+        ports = (base, base + 1, base + 2, base + 4, base + 5)  # router, backend, zmq, relay gate, relay server
+        arm_steps = max(steps, ARMS[arm].min_steps)
+        env, marker = _env(f"rehearsal-{arm}")
+        args = _compose_args(arm, inputs, work, arm_steps, ports[:4], extra, env_base)
+        plans.append((arm, arm_steps, ports, env, marker, args))
+    jobs = [{"args": args, "env": {k: env[k] for k in ("PRL_RUN_ID", "PRL_RUN_NAME")}} for *_, env, _, args in plans]
+    jobs_file = work / "overlays" / f"compose-{uuid.uuid4().hex[:8]}.json"
+    jobs_file.parent.mkdir(parents=True, exist_ok=True)
+    jobs_file.write_text(json.dumps(jobs, indent=1))
     t0 = time.monotonic()
-    run(compose, cwd=work, env=env)
-    compose_s = time.monotonic() - t0
-    run_dir = out_root / run_name
-    orch = json.loads((run_dir / "configs" / "orchestrator.json").read_text())
-    hint_sources = [s["name"] for s in orch["train"]["source"] if s["algo"]["type"] == "opsd"]
-    log_dir = run_dir / "rehearsal-logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    launched = Launched(arm, steps, run_dir, orch, hint_sources, Procs(log_dir, env), marker, t0, (router, backend))
-    launched.relay_ports = (gate, relay_server)
-    launched.compose_s = compose_s
-    return launched
+    proc = subprocess.run([sys.executable, str(HERE / "compose.py"), str(jobs_file)], capture_output=True, text=True,
+                          cwd=work, env=plans[0][3])  # fmt: skip
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"composing {', '.join(arms)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                           f"{proc.stderr[-3000:]}")  # fmt: skip
+    seconds = [json.loads(line)["seconds"] for line in proc.stdout.splitlines() if line.startswith('{"job"')]
+    seconds[0] += wall - sum(seconds)  # the first arm carries the process's start-up and imports
+    out = []
+    for (arm, arm_steps, ports, env, marker, _), compose_s in zip(plans, seconds, strict=True):
+        run_dir = work / "outputs" / f"rehearsal-{arm}"
+        orch = json.loads((run_dir / "configs" / "orchestrator.json").read_text())
+        hint_sources = [s["name"] for s in orch["train"]["source"] if s["algo"]["type"] == "opsd"]
+        log_dir = run_dir / "rehearsal-logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        launched = Launched(arm, arm_steps, run_dir, orch, hint_sources, Procs(log_dir, env), marker, t0, ports[:2])
+        launched.relay_ports = ports[3:5]
+        launched.compose_s = round(compose_s, 1)
+        out.append(launched)
+    return out
 
 
 def start_arm(run: Launched, work: Path) -> None:
@@ -530,7 +576,13 @@ def start_live(run: Launched, work: Path) -> None:
     pool on a Ray cluster of its own (teacher_pool.py), and RAY_ADDRESS for the env servers that attach to it."""
     bin_dir = Path(sys.executable).parent
     where = live_dir(work, run.arm)
-    for stale in ("pool-journal.jsonl", "hints-journal.jsonl", "replay.url", "hints.url", "ray.address"):
+    # the journals' write-ahead intents too: a call still in flight when the last run's pool stopped stays there, and
+    # the next pool books it as "possibly paid, answer lost" at its reservation (so a rerun in the same --work started
+    # over its caps and answered nothing)
+    journals = [
+        f"{name}{suffix}" for name in ("pool-journal", "hints-journal") for suffix in (".jsonl", ".intents.jsonl")
+    ]
+    for stale in (*journals, "replay.url", "hints.url", "ray.address"):
         (where / stale).unlink(missing_ok=True)
     (where / "replay-replies.jsonl").write_text(json.dumps({"tool_calls": [LIVE_ACTION]}) + "\n")
     (where / "hint-replies.jsonl").write_text(json.dumps({"content": LIVE_HINT}) + "\n")
@@ -586,7 +638,7 @@ def launch_arm(arm: str, inputs: dict[str, Path], work: Path, steps: int, *, ext
     """One arm with its own processes: inference stand-in, env servers, orchestrator, trainer stand-in (and, relayed,
     the relay's server and node)."""
     env_base = free_port_block(8)
-    run = compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base)
+    (run,) = compose_arms([arm], inputs, work, steps, extra=extra, env_base=env_base)
     try:
         wrap = start_relay(run, work) if ARMS[arm].relay else ()
         if ARMS[arm].live:
@@ -673,8 +725,7 @@ def rehearse_together(
     """The arms side by side: composed first, then an inference stand-in per arm and one set of env servers (the
     first arm's composed configs) serving them all, then each arm's orchestrator and trainer start."""
     env_base = free_port_block(8)
-    with ThreadPoolExecutor(max_workers=COMPOSE_AT_ONCE) as pool:  # each compose is one CPU-bound process
-        runs = list(pool.map(lambda arm: compose_arm(arm, inputs, work, steps, extra=extra, env_base=env_base), arms))
+    runs = compose_arms(arms, inputs, work, steps, extra=extra, env_base=env_base)
     env, _ = _env("rehearsal-shared")
     log_dir = work / "outputs" / "rehearsal-shared"
     log_dir.mkdir(parents=True, exist_ok=True)

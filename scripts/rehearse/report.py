@@ -18,6 +18,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from weights import weights_digest
+
 from crf_prime.check.mix import distilled_share
 
 _GRADES: dict[str, float] = {}
@@ -270,15 +272,6 @@ def arm_report(run_dir: Path, steps: int, sources: list[str], hint_sources: list
     }
 
 
-def _digest(step_dir: Path) -> str:
-    """sha256 over a step's safetensors files (names and bytes, in name order), as the inference stand-in logs it."""
-    digest = hashlib.sha256()
-    for f in sorted(step_dir.glob("*.safetensors")):
-        digest.update(f.name.encode())
-        digest.update(f.read_bytes())
-    return digest.hexdigest()
-
-
 def relay_report(run_dir: Path, node: Path) -> dict:
     """The relayed arm: each weight update the inference stand-in loaded (path, digest) against the trainer's step,
     the steps the node holds (its own copies: other inodes), and how long the gate held updates for the relay."""
@@ -292,7 +285,9 @@ def relay_report(run_dir: Path, node: Path) -> dict:
     for u in updates:
         step = Path(u["update"]).name
         trainer_step = broadcasts / step
-        rows.append({"step": step, "equal": u["sha256"] == _digest(trainer_step) if trainer_step.is_dir() else None})
+        rows.append(
+            {"step": step, "equal": u["sha256"] == weights_digest(trainer_step) if trainer_step.is_dir() else None}
+        )
     node_steps = sorted(p.name for p in node.glob("step_*") if (p / "STABLE").exists())
     separate = all(
         (node / s / f.name).stat().st_ino != f.stat().st_ino

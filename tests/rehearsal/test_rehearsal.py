@@ -183,5 +183,5 @@ def test_learning_arms_run_off_policy_and_clip(learning: dict) -> None:
     for arm, row in learning["arms"].items():
         assert row["off_policy"]["mismatch_kl_max"] > 0, arm  # stale rollouts: ratios differ from 1
         assert row["objective_losses_distinct_max"] > 1, arm  # the objectives differ on one batch
-    for objective in ("ppo_clip", "dr_grpo", "dapo", "gspo"):
+    for objective in ("ppo_clip", "dr_grpo", "dapo", "gspo", "cispo"):
         assert learning["arms"][f"learn-{objective}"]["off_policy"]["clip_frac_max"] > 0, objective

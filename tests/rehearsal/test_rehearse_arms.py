@@ -126,8 +126,29 @@ def test_the_default_rehearses_every_plumbing_arm_once() -> None:
 def test_a4_runs_long_enough_for_its_replay_source() -> None:
     """A4 (and its live twin) run at least 8 steps whatever --steps says: prime-rl's seeded source draw first puts
     the replay source in a training batch at step 6-8 at the rehearsal's batch size."""
-    assert rehearse.ARMS["a4"].min_steps == rehearse.ARMS["a4-live"].min_steps == 8
+    assert rehearse.ARMS["a4"].min_steps == 8
+    assert rehearse.ARMS["a4-live"].min_steps >= 8
     assert {a for a, spec in rehearse.ARMS.items() if spec.min_steps > 1} == {"a4", "a4-live"}
+
+
+def test_a4_live_runs_until_a_third_replay_state_is_drawn() -> None:
+    """The live replay cap binds from the third state asked on; prime-rl draws each group's source with
+    ``random.Random(42).choices`` weighted by the sources' ratios (orchestrator/train_source.py), so the rollouts
+    drawn before the third replay group are fixed: A4-live's steps at batch 8 must cover them."""
+    import random
+    import tomllib
+
+    sources = tomllib.loads((rehearse.LADDER / "a4_all.toml").read_text())["orchestrator"]["train"]["source"]
+    cpu = tomllib.loads((rehearse.HERE / "cpu.toml").read_text())["orchestrator"]
+    names = [s["name"] for s in sources]
+    ratios = [float(s.get("ratio", 1.0)) for s in sources]
+    size = {s["name"]: s.get("group_size", cpu["group_size"]) for s in sources}
+    rng, rollouts, replays = random.Random(42), 0, 0
+    while replays < 3:
+        name = rng.choices(names, weights=ratios, k=1)[0]
+        rollouts += size[name]
+        replays += name == "replay"
+    assert rehearse.ARMS["a4-live"].min_steps * cpu["batch_size"] >= rollouts
 
 
 def test_leftover_check_ignores_a_zombie(tmp_path: Path) -> None:
@@ -152,3 +173,12 @@ def test_leftover_check_ignores_a_zombie(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_loss_overlays_set_the_objective_and_only_cispo_departs_from_its_defaults(tmp_path: Path) -> None:
+    import tomllib
+
+    cispo = tomllib.loads(rehearse.loss_overlay(tmp_path, "cispo").read_text())["trainer"]["loss"]
+    assert cispo == {"type": "custom", "import_path": "loss_fns.policy.cispo", "kwargs": {"ratio_max": 1.28}}
+    dapo = tomllib.loads(rehearse.loss_overlay(tmp_path, "dapo").read_text())["trainer"]["loss"]
+    assert dapo == {"type": "custom", "import_path": "loss_fns.policy.dapo"}

@@ -13,6 +13,7 @@ from rehearse_support import REHEARSE, load_script
 from crf_prime.swe.fixture import build_mini_swebench
 
 policy = load_script("policy", REHEARSE / "policy.py")  # report.py and inference_server.py import it by this name
+load_script("weights", REHEARSE / "weights.py")  # report.py imports it by this name
 report = load_script("rehearsal_report", REHEARSE / "report.py")
 rehearse = load_script("rehearsal_rehearse_swe", REHEARSE / "rehearse.py")
 
