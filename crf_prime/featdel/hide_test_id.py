@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import sys
+import types
 from collections.abc import Collection
 from pathlib import Path
 
@@ -86,7 +87,7 @@ def guard(root: str, files: Collection[str]) -> None:
             return
         if path not in guarded:
             return
-        frame = getframe(1)
+        frame: types.FrameType | None = getframe(1)
         while frame is not None:
             if ours(frame.f_code.co_filename):
                 raise PermissionError(f"{path}: the code under test may not read the test files")
