@@ -6,7 +6,8 @@ pytest writes the running test's node id into ``os.environ["PYTEST_CURRENT_TEST"
 an allow-list must keep (``os.path.expandvars("$PYTEST_CURRENT_TEST")``, ``os.getenv``), and a test id spells
 which answer that test expects. Rather than forbidding readers one by one, this plugin, loaded with ``-p`` before
 any project code, makes the environment mapping drop that one key: pytest's writes never happen, so no reader (any
-Python function, ``putenv``'s C environment, a child process) can see it. Likewise ``tmp_path``, which pytest names
+Python function, ``putenv``'s C environment, a child process) can see it. It does so again at the start of every test
+phase, right before pytest's write, so nothing the code under test did to the mapping meanwhile catches it. Likewise ``tmp_path``, which pytest names
 after the test (``pytest-current/test_is_420``, probed with ``os.path.exists``), gets a random name here.
 
 The test modules hold the answers (their literals), and at grading they are in the tree: pytest reads them, and so
@@ -22,6 +23,7 @@ interpreter (``crf_prime.featdel.runner``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -37,30 +39,41 @@ GUARD = "crf_guarded_files.json"
 """Beside the plugin: ``{"root": tree, "files": [paths under it]}``, the test files the code under test may not open."""
 
 
-class _Environ(type(os.environ)):  # type: ignore[misc]  # subclasses os.environ's own class (os._Environ), which is private to name
-    """``os.environ`` that never holds :data:`VARIABLE`: setting it does nothing, removing it is never an error
-    (pytest pops it after each test)."""
+_ENVIRON = os.environ
+"""The process's one environment mapping, as it was before any project code ran."""
+_CLASS = type(os.environ)
+_SETITEM, _DELITEM, _POP = _CLASS.__setitem__, _CLASS.__delitem__, _CLASS.pop
+"""Its class's own methods, taken before any project code ran (the code under test may patch the class later)."""
 
-    def __setitem__(self, key, value):
-        if key != VARIABLE:
-            super().__setitem__(key, value)
 
-    def __delitem__(self, key):
-        if key != VARIABLE:
-            super().__delitem__(key)
+def _set(self, key, value):
+    if key != VARIABLE:
+        _SETITEM(self, key, value)
 
-    def pop(self, key, *default):
-        if key == VARIABLE:
-            return default[0] if default else None
-        return super().pop(key, *default)
+
+def _delete(self, key):
+    if key != VARIABLE:
+        _DELITEM(self, key)
+
+
+def _pop(self, key, *default):
+    if key == VARIABLE:
+        return default[0] if default else None
+    return _POP(self, key, *default)
 
 
 def install() -> None:
-    """Drop the variable and make the one ``os.environ`` object (every earlier reference included) refuse it.
-    Added code cannot undo this: ``os.environ`` itself is outside the code policy (``crf_prime.featdel.policy``)."""
-    os.environ.pop(VARIABLE, None)
+    """Make ``os.environ`` the original mapping again, without :data:`VARIABLE`, of a new class that never holds it:
+    setting it does nothing, removing it is never an error (pytest pops it after each test).
+
+    Called at load and again at the start of every test phase, right before pytest writes the variable: the code
+    under test may have rebound ``os.environ``, swapped its ``__class__`` or patched a class's methods since, and
+    none of that survives to the write (only pytest's own code runs between this call and it)."""
+    os.environ = _ENVIRON  # noqa: B003  # rebinds the module attribute back to the one mapping, on purpose
+    with contextlib.suppress(KeyError):
+        _DELITEM(_ENVIRON, VARIABLE)
     os.unsetenv(VARIABLE)
-    os.environ.__class__ = _Environ
+    _ENVIRON.__class__ = type("_Environ", (_CLASS,), {"__setitem__": _set, "__delitem__": _delete, "pop": _pop})
 
 
 def guard(root: str, files: Collection[str]) -> None:
@@ -125,6 +138,18 @@ if __name__ == MODULE:  # loaded by pytest in the box (never when the host impor
         with open(_settings) as _fh:
             _guard = json.load(_fh)
         guard(_guard["root"], _guard["files"])
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(item: pytest.Item) -> None:
+        install()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(item: pytest.Item) -> None:
+        install()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(item: pytest.Item) -> None:
+        install()
 
     @pytest.fixture
     def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:

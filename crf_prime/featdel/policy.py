@@ -52,13 +52,15 @@ SAFE_STDLIB = frozenset(
         "zlib",
     }
 )  # fmt: skip
-# members that import, evaluate or look up by name, forbidden even where the original project uses them
+# members that import, evaluate or look up by name, forbidden even where the original project uses them. Not here:
+# ``sys.exit`` (``raise SystemExit`` is allowed anyway, and pytest reports either as a failing test) and
+# ``os.environ`` (the grading plugin keeps the test id out of it whatever the code under test does to it:
+# crf_prime/featdel/hide_test_id.py), both ordinary in a project's own code and judged like any other member.
 HARD_DENIED_MEMBERS = frozenset(
     {
         "string.Formatter", "pickle.loads", "pickle.load", "pickle.Unpickler", "_pickle.loads", "_pickle.load",
         "_pickle.Unpickler", "marshal.loads", "marshal.load", "shelve.open", "types.CodeType", "types.FunctionType",
-        "types.FrameType", "types.TracebackType", "sys.path", "sys.path_hooks", "sys.exit", "os.environ",
-        "os.putenv", "copyreg.constructor",
+        "types.FrameType", "types.TracebackType", "sys.path", "sys.path_hooks", "os.putenv", "copyreg.constructor",
     }
 )  # fmt: skip
 # builtins added code may name: everything except evaluation, namespaces, by-name lookup as a value, interpreter exit
@@ -140,6 +142,11 @@ _NEVER_DUNDERS = frozenset(
         "__file__", "__cached__", "__package__", "__objclass__", "__class_getitem__", "__type_params__",
     }
 )  # fmt: skip
+TYPING_DUNDERS = frozenset(
+    {"__args__", "__origin__", "__parameters__", "__bound__", "__constraints__", "__covariant__",
+     "__contravariant__", "__supertype__", "__metadata__", "__required_keys__", "__optional_keys__", "__total__"}
+)  # fmt: skip
+"""What a generic alias, type variable or typed dict says of its parts: data (types and flags), no way to code."""
 ALLOWED_DUNDERS = (
     frozenset(n for t in _PROTOCOL_TYPES for n in dir(t) if n.startswith("__") and n.endswith("__"))
     | {"__name__", "__qualname__", "__doc__", "__module__", "__enter__", "__exit__", "__aenter__", "__aexit__",
@@ -147,6 +154,7 @@ ALLOWED_DUNDERS = (
        "__set_name__", "__slots__", "__all__", "__version__", "__debug__", "__match_args__", "__fspath__",
        "__index__", "__length_hint__", "__missing__", "__copy__", "__deepcopy__", "__instancecheck__",
        "__subclasscheck__", "__signature__", "__dataclass_fields__", "__func__", "__wrapped__"}
+    | TYPING_DUNDERS
 ) - _NEVER_DUNDERS  # fmt: skip
 
 

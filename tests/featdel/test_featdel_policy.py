@@ -200,7 +200,7 @@ def test_dunders_the_interpreter_never_defines_are_ordinary_names() -> None:
         ("f = lambda: 0\nf.__globals__\n", "forbidden dunder attribute '__globals__'"),
         ("x = type.__subclasses__\n", "forbidden dunder attribute '__subclasses__'"),
         ("x = getattr(int, '__mro__')\n", "getattr() of forbidden dunder attribute '__mro__'"),
-        ("x = list[int].__origin__\n", "forbidden dunder attribute '__origin__'"),
+        ("x = (lambda: 0).__closure__\n", "forbidden dunder attribute '__closure__'"),
         ("x = __loader__\n", "forbidden dunder name '__loader__'"),
         ("class C:\n    pass\n\n\nx = C.__static_attributes__\n", "forbidden dunder attribute"),
     ):
@@ -368,9 +368,23 @@ def test_imports_inside_function_bodies_are_resolved(name: str, monkeypatch: pyt
     assert _rules(optional, project_modules({"m.py": optional}, (".",))) == []
 
 
-def test_os_environ_is_refused_wherever_it_is_imported() -> None:
-    for source in ("def f():\n    import os\n    return os.environ\n", "def f():\n    from os import environ\n"):
-        assert any("'environ'" in r for r in _rules(source, frozenset({"os", "os.environ"}))), source
+def test_os_environ_and_sys_exit_are_members_like_any_other() -> None:
+    """Allowed where the original project uses them (the test id never reaches ``os.environ``: see the tests below;
+    ``sys.exit`` is ``raise SystemExit``, which pytest reports as a failure), refused where it does not."""
+    for source, member in (
+        ("def f():\n    import os\n    return os.environ\n", "os.environ"),
+        ("def f():\n    from os import environ\n", "os.environ"),
+        ("import sys\n\n\ndef f():\n    sys.exit(2)\n", "sys.exit"),
+    ):
+        top = member.split(".")[0]
+        assert _rules(source, frozenset({top, member})) == [], source
+        assert any(repr(member.split(".")[1]) in r for r in _rules(source, frozenset({top}))), source
+
+
+def test_typing_introspection_dunders_are_allowed() -> None:
+    source = "def f(t):\n    return t.__origin__, t.__args__, t.__parameters__, t.__metadata__\n"
+    assert _rules(source, ALLOWED) == []
+    assert _rules("def f(t):\n    return t.__globals__\n", ALLOWED) != []
 
 
 def _grading_pytest(tmp_path: Path, test_source: str, module_source: str, temproot: Path | None = None) -> int:
@@ -466,6 +480,59 @@ def test_readers(tmp_path):
     assert os.environ.pop("CRF_X") == "1" and "CRF_X" not in os.environ
 """
     assert _grading_pytest(tmp_path, tests, "", temproot=tmp_path) == 0
+
+
+# code under test that takes os.environ over at import, every way it can, to catch pytest's write of the test id
+ENV_TAKEOVER = """\
+import os
+
+seen = []
+
+
+def _spying(setitem):
+    def spy(self, key, value):
+        seen.append(value)
+        setitem(self, key, value)
+
+    return spy
+
+
+for _klass in type(os.environ).mro():  # the mapping's classes that define the write, the stdlib's own included
+    if "__setitem__" in vars(_klass) and _klass.__module__ != "collections.abc":
+        _klass.__setitem__ = _spying(vars(_klass)["__setitem__"])
+
+
+class Spy(type(os.environ)):
+    __setitem__ = _spying(type(os.environ).__setitem__)
+
+
+os.environ.__class__ = Spy
+os.environ = Spy(os.environ._data, os.environ.encodekey, os.environ.decodekey, os.environ.encodevalue,
+                 os.environ.decodevalue)
+
+
+def answer(question):
+    test = (seen[-1] if seen else "") + os.environ.get("PYTEST_CURRENT_TEST", "")
+    return 42 if "test_is_42" in test else 7 if "test_is_7" in test else None
+"""
+
+
+def test_code_under_test_that_takes_os_environ_over_still_sees_no_test_id(tmp_path: Path) -> None:
+    """Re-classing, rebinding or patching the mapping's class at import: the plugin restores the mapping at the start
+    of every test phase, before pytest writes the id, so none of it catches the write."""
+    import subprocess
+    import sys
+
+    assert _grading_pytest(tmp_path / "graded", ENV_ORACLE_TESTS, ENV_TAKEOVER) == 1
+    repo = tmp_path / "plain"  # the same takeover without the grader plugin catches the id: both tests pass
+    repo.mkdir()
+    (repo / "answer.py").write_text(ENV_TAKEOVER)
+    (repo / "test_answer.py").write_text(ENV_ORACLE_TESTS)
+    plain = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_answer.py"],
+        cwd=repo, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stdout
 
 
 @pytest.mark.parametrize(
