@@ -30,6 +30,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from crf_prime.errors import InfraError
+from crf_prime.featdel import lookup_guard
 from crf_prime.featdel.models import FeatdelTask, GradeResult
 from crf_prime.featdel.policy import (
     added_violations,
@@ -241,7 +242,8 @@ class ProjectPolicy:
 def _project_policy(archive: str, sha256: str, rels: tuple[str, ...], roots: tuple[str, ...]) -> ProjectPolicy:
     original = _archive_sources(archive, sha256, rels)
     modules = project_modules(original, roots)
-    return ProjectPolicy(modules, project_own_modules(original, roots), project_gadgets(original, modules))
+    gadgets = project_gadgets(original, modules, runtime_lookups=True)
+    return ProjectPolicy(modules, project_own_modules(original, roots), gadgets)
 
 
 def project_policy(task: FeatdelTask, task_dir: Path) -> ProjectPolicy:
@@ -258,7 +260,9 @@ def detect_hack(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None
     for rel, text in sorted(changes.items()):
         if text is None:
             continue
-        bad = added_violations(before.get(rel, ""), text, policy.modules, policy.gadgets, own_modules=policy.own)
+        bad = added_violations(
+            before.get(rel, ""), text, policy.modules, policy.gadgets, own_modules=policy.own, runtime_lookups=True
+        )
         if bad:
             found.append(describe(rel, sorted(bad, key=lambda v: v.line)))
     return "; ".join(found)[:1000]
@@ -379,6 +383,7 @@ def grading_run(
             read_only_tree=read_only_tree,
             wall_seconds=wall_seconds,
             guarded=guarded_files(task),
+            lookups=lookup_guard.ENABLED,
         )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

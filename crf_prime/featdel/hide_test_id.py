@@ -35,6 +35,8 @@ from pathlib import Path
 VARIABLE = "PYTEST_CURRENT_TEST"
 MODULE = "crf_hide_test_id"
 """Name the plugin is installed and loaded under (``-p crf_hide_test_id``)."""
+LOOKUP_MODULE = "crf_lookup_guard"
+"""Name the lookup guard (crf_prime/featdel/lookup_guard.py) is installed under beside the plugin."""
 GUARD = "crf_guarded_files.json"
 """Beside the plugin: ``{"root": tree, "files": [paths under it]}``, the test files the code under test may not open."""
 
@@ -121,10 +123,22 @@ def guard_into(directory: Path, root: Path, files: Collection[str]) -> None:
 
 def install_into(directory: Path) -> Path:
     """Copy this plugin into ``directory`` as ``crf_hide_test_id.py`` (put ``directory`` on the box's PYTHONPATH and
-    pass ``-p crf_hide_test_id``); returns ``directory``."""
+    pass ``-p crf_hide_test_id``), with the lookup guard beside it (installed only where :func:`lookups_into` wrote
+    its settings); returns ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(__file__, directory / f"{MODULE}.py")
+    shutil.copyfile(Path(__file__).with_name("lookup_guard.py"), directory / f"{LOOKUP_MODULE}.py")
     return directory
+
+
+def lookups_into(directory: Path, root: Path, exclude: Collection[str]) -> None:
+    """Have the plugin in ``directory`` install the lookup guard (crf_prime/featdel/lookup_guard.py) for the project
+    files under ``root``, the test files ``exclude`` (paths under it) aside."""
+    from crf_prime.featdel import lookup_guard  # host only
+
+    top = root.resolve()
+    config = lookup_guard.settings([str(top)], [str(top / f) for f in exclude])
+    (directory / lookup_guard.RULES).write_text(json.dumps(config))
 
 
 if __name__ == MODULE:  # loaded by pytest in the box (never when the host imports crf_prime)
@@ -133,7 +147,12 @@ if __name__ == MODULE:  # loaded by pytest in the box (never when the host impor
     import pytest
 
     install()
-    _settings = os.path.join(os.path.dirname(os.path.abspath(__file__)), GUARD)
+    _here = os.path.dirname(os.path.abspath(__file__))
+    if os.path.exists(os.path.join(_here, f"{LOOKUP_MODULE}.py")):
+        import crf_lookup_guard  # type: ignore[import-not-found]  # beside this file; installs only with its settings
+
+        crf_lookup_guard.install_from(_here)
+    _settings = os.path.join(_here, GUARD)
     if os.path.exists(_settings):
         with open(_settings) as _fh:
             _guard = json.load(_fh)

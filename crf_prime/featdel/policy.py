@@ -226,6 +226,18 @@ _BY_NAME: dict[str, str] = {
     "getattr": "1", "setattr": "1", "delattr": "1", "attrgetter": "all", "methodcaller": "0",
     "__setattr__": "01", "__delattr__": "01",
 }  # fmt: skip
+RUNTIME_JUDGED = frozenset({"getattr", "setattr", "delattr"})
+"""By-name builtins the grader can judge when they run (crf_prime/featdel/lookup_guard.py)."""
+
+
+def lookup_rules() -> tuple[frozenset[str], frozenset[str]]:
+    """What :mod:`crf_prime.featdel.lookup_guard` refuses by a computed name: the names the attribute and name rules
+    refuse anywhere, and on a module the members never allowed (``pickle.loads`` -> ``loads``)."""
+    dunders = frozenset(d for d in INTERPRETER_DUNDERS if _forbidden_dunder(d, ALLOWED_DUNDERS))
+    names = DENIED_ATTRS | DENIED_NAMES | dunders  # DENIED_NAMES: ``compile`` of the builtins module, reached by name
+    return names, frozenset(m.rsplit(".", 1)[1] for m in HARD_DENIED_MEMBERS)
+
+
 # bare (imported) names of DENIED_ATTRS members that reach frames, imports or by-name lookup
 DENIED_BARE = frozenset(
     {
@@ -498,8 +510,10 @@ class _Checker(ast.NodeVisitor):
         own: frozenset[str] = frozenset(),
         bound: frozenset[str] | None = None,
         tree: ast.AST | None = None,
+        runtime_lookups: bool = False,
     ) -> None:
         self.source = source
+        self.runtime_lookups = runtime_lookups  # the grader judges computed getattr/setattr/delattr when they run
         self.segment = _Segments(source)
         self.gadgets = gadgets  # project functions that import or look up attributes by name
         self.contexts = contexts or {}
@@ -712,6 +726,8 @@ class _Checker(ast.NodeVisitor):
             computed = not lits or (which != "01" and len(lits) != len(picked)) or (which == "all" and not picked)
             if computed and not starred and which in ("0", "1") and picked and self.prefix_confined(node, picked[0]):
                 computed = False  # getattr(self, "visit_" + kind): no forbidden name can start that way
+            if (starred or computed) and self.judged_when_run(func):
+                starred = computed = False  # the builtin itself refuses what the literal rules refuse
             if starred or computed:
                 self.flag(f"{name}() with a computed attribute name", node)
             for part in (p for lit in lits for p in lit.split(".")):
@@ -721,6 +737,16 @@ class _Checker(ast.NodeVisitor):
         if any(k.arg == "eval_str" for k in node.keywords):  # inspect.signature/get_annotations evaluate strings
             self.flag("eval_str= evaluates annotation strings", node)
         self.generic_visit(node)
+
+    def judged_when_run(self, func: ast.expr) -> bool:
+        """A direct call of the builtin ``getattr``/``setattr``/``delattr`` (the name bound nowhere in the module)
+        where the grader replaces them with versions that judge the name when they run (lookup_guard.py)."""
+        return (
+            self.runtime_lookups
+            and isinstance(func, ast.Name)
+            and func.id in RUNTIME_JUDGED
+            and (self.bound is None or func.id not in self.bound)
+        )
 
     def prefix_confined(self, call: ast.Call, name: ast.expr) -> bool:
         """A computed attribute name that certainly starts with a literal no forbidden name starts with (not ``_``,
@@ -930,15 +956,18 @@ def violations(
     *,
     own_modules: frozenset[str] | None = None,
     known_names: frozenset[str] = frozenset(),
+    runtime_lookups: bool = False,
 ) -> list[Violation] | None:
     """Every construct in ``source`` outside the allow-list; None when it does not import (a failing solution).
 
     ``source`` is judged as the bytes the grader writes (text is encoded back with ``surrogateescape``).
     ``own_modules``: the project's own top-level modules (default: every non-stdlib top in ``allowed_modules``).
     ``known_names``: unbound names accepted anyway (those the original file already loads, e.g. via its star import).
+    ``runtime_lookups``: the code runs with :mod:`crf_prime.featdel.lookup_guard` installed, so a direct call of
+    ``getattr``/``setattr``/``delattr`` with a computed name is judged when it runs, not refused here.
     """
     try:
-        return _judge(source, allowed_modules, gadgets, own_modules, known_names)
+        return _judge(source, allowed_modules, gadgets, own_modules, known_names, runtime_lookups)
     except (RecursionError, MemoryError) as e:  # the file is too deep or too large to judge: never a crash
         return [Violation(f"{CHECKER_LIMIT} ({type(e).__name__})", "", 0)]
 
@@ -949,6 +978,7 @@ def _judge(
     gadgets: frozenset[str],
     own_modules: frozenset[str] | None,
     known_names: frozenset[str],
+    runtime_lookups: bool = False,
 ) -> list[Violation] | None:
     parsed = _text_and_tree(source)
     if parsed is None or isinstance(parsed, Violation):
@@ -971,6 +1001,7 @@ def _judge(
         own=frozenset(m for m in own if not is_test_module(m)),
         bound=_bound_names(tree) | known_names,
         tree=tree,
+        runtime_lookups=runtime_lookups,
     )
     return checker.run(tree)
 
@@ -982,6 +1013,7 @@ def added_violations(
     gadgets: frozenset[str] = frozenset(),
     *,
     own_modules: frozenset[str] | None = None,
+    runtime_lookups: bool = False,
 ) -> list[Violation]:
     """Violations in ``after`` beyond those ``before`` already had (same rule, context and source text, counted)."""
     try:
@@ -989,7 +1021,7 @@ def added_violations(
         known = _unbound_loads(parsed[1]) if isinstance(parsed, tuple) else frozenset()
     except (RecursionError, MemoryError):
         known = frozenset()
-    kw: dict[str, Any] = {"own_modules": own_modules, "known_names": known}
+    kw: dict[str, Any] = {"own_modules": own_modules, "known_names": known, "runtime_lookups": runtime_lookups}
     new = violations(after, allowed_modules, gadgets, **kw)
     if not new:
         return []
@@ -1048,7 +1080,11 @@ _GADGET_RULES = (
 
 
 def project_gadgets(
-    original: Mapping[str, str], allowed_modules: frozenset[str], names: Iterable[str] | None = None
+    original: Mapping[str, str],
+    allowed_modules: frozenset[str],
+    names: Iterable[str] | None = None,
+    *,
+    runtime_lookups: bool = False,
 ) -> frozenset[str]:
     """Names of original project functions whose bodies import or look up attributes by name (e.g. toolz's
     ``_restore_curry`` calls ``import_module`` on its argument, a helper calls ``getattr(module, name)`` or
@@ -1064,7 +1100,7 @@ def project_gadgets(
     for text in original.values():
         if pattern is not None and (not wanted or not pattern.search(text)):
             continue
-        found = violations(text, allowed_modules)
+        found = violations(text, allowed_modules, runtime_lookups=runtime_lookups)
         if not found:
             continue
         lines = [v.line for v in found if v.rule.startswith(_GADGET_RULES)]

@@ -190,10 +190,10 @@ def gold_runs(
     gold: Path,
     calls: list[dict],
     reach: dict[str, list[int]] | None = None,
-) -> tuple[dict, dict]:
+) -> tuple[dict, dict, dict[str, dict[str, set[int]]]]:
     """Gold's outcomes on ``calls`` from two separate boxes (hash seeds 1 and 2) on the tree at ``gold/repo``, run
-    side by side (the second on a hard-linked copy of the tree: each box writes its own inputs and outputs).
-    ``reach``: the first box also says which of these lines each call ran (:func:`split_reached` takes them out).
+    side by side (the second on a hard-linked copy of the tree: each box writes its own inputs and outputs), and
+    which of the ``reach`` lines the first box ran for each call (:func:`split_reached`; empty without ``reach``).
 
     A timed-out call does not stop the others (a generated input may make gold hang; that input is dropped), and
     the box's wall limit grows with the number of calls."""
@@ -223,7 +223,8 @@ def gold_runs(
         shutil.rmtree(twin, ignore_errors=True)
     if not isinstance(first, dict) or not isinstance(second, dict):
         raise RuntimeError(f"task {task.task_id}: the gold replay produced no result")
-    return first, second
+    first, ran = split_reached(first, gold / "repo")
+    return first, second, ran
 
 
 def reproduced(
@@ -370,8 +371,7 @@ def record_replay(
         )
         calls = plain + list(cast("list[dict] | None", derived) or [])  # derive mode returns the derived calls
         reach = reach_of(task, original)
-        first, second = gold_runs(sandbox, env, task, gold, calls, reach)
-        first, ran = split_reached(first, gold / "repo")
+        first, second, ran = gold_runs(sandbox, env, task, gold, calls, reach)
         keep, expected, lost = reproduced(calls, first, second, recorded)
         keep = with_reach(keep, ran, reach)
         dropped += lost

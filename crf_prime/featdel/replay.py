@@ -23,6 +23,8 @@ from pathlib import Path
 
 from crf_prime.errors import InfraError
 from crf_prime.extras import require
+from crf_prime.featdel import lookup_guard
+from crf_prime.featdel.hide_test_id import LOOKUP_MODULE
 from crf_prime.featdel.inputs import FLOAT_EXACT
 from crf_prime.featdel.models import FeatdelTask
 from crf_prime.featdel.replay_box import SEQUENCE_SUFFIX, sequence_timeout
@@ -92,6 +94,7 @@ def lib_dir(dest: Path, *, plugin: bool = False) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy2(_DRIVER, dest / "replay_box.py")
     shutil.copy2(_DRIVER.with_name("inputs.py"), dest / "inputs.py")
+    shutil.copy2(_DRIVER.with_name("lookup_guard.py"), dest / f"{LOOKUP_MODULE}.py")
     if plugin:
         shutil.copy2(_DRIVER.with_name("record_plugin.py"), dest / "crf_featdel_record.py")
     shutil.copytree(
@@ -133,6 +136,11 @@ def _tree_paths(task: FeatdelTask, env: TestEnv, repo: Path) -> list[str]:
     return paths
 
 
+def _lookups(repo: Path) -> dict | None:
+    """The lookup guard's settings for the box's tree (crf_prime/featdel/lookup_guard.py; None when switched off)."""
+    return lookup_guard.settings([str(repo.resolve())]) if lookup_guard.ENABLED else None
+
+
 def _run_wall(call_timeout_s: float, n_calls: int, sequence: bool) -> float:
     """Wall-clock allowance of one tree's replay of ``n_calls`` calls (beyond the box's start-up)."""
     wall = min(call_timeout_s + 0.5 * n_calls, 270.0)
@@ -165,6 +173,7 @@ def run_driver(
     cfg = {
         "mode": mode,
         "paths": _tree_paths(task, env, run_dir / "repo"),
+        "lookups": _lookups(run_dir / "repo"),
         "out": str(result_path),
         "seed": seed,
         "per_target": per_target,
@@ -208,7 +217,7 @@ def run_variants(
     cfg = {
         "mode": "run",
         "variants": [
-            {"paths": _tree_paths(task, env, repo), "out": str(out), "wall_s": wall}
+            {"paths": _tree_paths(task, env, repo), "lookups": _lookups(repo), "out": str(out), "wall_s": wall}
             for repo, out in zip(repos, outs, strict=True)
         ],
         "seed": seed,

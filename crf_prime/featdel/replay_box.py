@@ -548,7 +548,7 @@ def main(config_path: str) -> int:
     REACH = {path: frozenset(lines) for path, lines in cfg.get("reach", {}).items()}
     variants = cfg.get("variants")
     if variants is None:
-        _add_paths(cfg["paths"])
+        _add_paths(cfg["paths"], cfg.get("lookups"))
     elif not any(_provides(p, "cloudpickle") for v in variants for p in v["paths"]):
         import cloudpickle  # noqa: F401 - imported once here, before any project code, for every variant
 
@@ -564,10 +564,16 @@ def main(config_path: str) -> int:
     return 0
 
 
-def _add_paths(paths: list[str]) -> None:
+def _add_paths(paths: list[str], lookups: dict | None) -> None:
+    """The tree's import paths, and the lookup guard for its files (before any project code is imported)."""
     for p in reversed(paths):
         sys.path.insert(0, p)
     import cloudpickle  # noqa: F401 - registers nothing; plain pickle.loads reads its output
+
+    if lookups is not None:
+        import crf_lookup_guard  # type: ignore[import-not-found]  # beside this driver (featdel/lookup_guard.py)
+
+        crf_lookup_guard.install_settings(lookups)
 
 
 def _provides(path: str, name: str) -> bool:
@@ -576,7 +582,7 @@ def _provides(path: str, name: str) -> bool:
 
 def _variant(cfg: dict, calls: list[dict], variant: dict) -> None:
     """One tree of a ``variants`` run (mutation testing: many trees, one box): its own paths, its own results."""
-    _add_paths(variant["paths"])
+    _add_paths(variant["paths"], variant.get("lookups"))
     _run_calls(cfg, calls, variant["out"])
 
 

@@ -109,6 +109,7 @@ def run_pytest(
     wall_seconds: float | None = None,
     read_only_tree: bool = False,
     guarded: Sequence[str] = (),
+    lookups: bool = False,
 ) -> PytestRun:
     """Run pytest on ``run_dir/repo``; ``with_coverage`` = source dirs to measure with per-test contexts.
 
@@ -116,7 +117,8 @@ def run_pytest(
     so code under test cannot write a module it later imports. The interpreter runs with ``-P`` (no cwd/script dir
     on ``sys.path``), ``-B`` and ``-s``: the only import roots are the read-only tree, the read-only venv and the
     stdlib; ``/tmp`` and ``out`` are writable but never on ``sys.path``. ``guarded``: test files (paths under the
-    tree) the project's code may not open (``hide_test_id.guard``).
+    tree) the project's code may not open (``hide_test_id.guard``). ``lookups``: the project's code looks attributes up
+    by a computed name only as the code policy allows (``lookup_guard``; the ``protected`` files are not its code).
     """
     repo, out = run_dir / "repo", run_dir / "out"
     out.mkdir(parents=True, exist_ok=True)
@@ -126,6 +128,8 @@ def run_pytest(
     extra_paths: list[Path] = [hide_test_id.install_into(run_dir / "grader")]  # read-only in the box, beside the repo
     if guarded:
         hide_test_id.guard_into(extra_paths[0], repo, guarded)
+    if lookups:
+        hide_test_id.lookups_into(extra_paths[0], repo, protected)
     if with_coverage:
         rc = out / "coveragerc"
         rc.write_text("[run]\n")  # ignore the project's own coverage config (plugins, omit lists)

@@ -33,7 +33,6 @@ from crf_prime.featdel.record import (
     record_calls,
     reproduced,
     servable,
-    split_reached,
     with_reach,
     write_replay,
 )
@@ -162,8 +161,7 @@ def shared_replay(
             )
             derived = list(cast("list[dict] | None", made) or [])  # derive mode returns the derived calls
             union = {rel: sorted(ls) for rel, ls in sorted(lines.items())}
-            first, second = gold_runs(sandbox, env, probe, gold, plain + derived, union)
-            first, ran = split_reached(first, gold / "repo")
+            first, second, ran = gold_runs(sandbox, env, probe, gold, plain + derived, union)
     except Exception as e:  # each task is then recorded on its own
         logger.warning(
             "featdel: the shared replay recording failed (%s: %s); recording task by task", type(e).__name__, e

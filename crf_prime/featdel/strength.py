@@ -84,7 +84,7 @@ class HeldOut:
                 calls = [calls[i] for i in picked]
             if not calls:
                 return []
-            first, second = gold_runs(g.sandbox, g.env, task, gold, calls)
+            first, second, _ = gold_runs(g.sandbox, g.env, task, gold, calls)
             seeds = {f"h:{i}": want for i, want in served_expected.items()}  # a retyped call's seed is a served call
             keep, self.expected, _ = reproduced(calls, first, second, [], seeds)
             return keep

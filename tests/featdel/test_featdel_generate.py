@@ -215,15 +215,16 @@ def test_coverage_is_not_proof(tmp_path: Path) -> None:
 
 
 def test_gold_violating_the_code_policy_is_rejected(tmp_path: Path) -> None:
-    """slugify's original body uses eval: an agent writing it back would be scored as a hack, so no task."""
+    """slugify's original body uses eval: an agent writing it back would be scored as a hack, so no task. push
+    looks its method up by a computed name, judged when it runs (featdel/lookup_guard.py): a task, gold passes."""
     src = _project(tmp_path / "minilib", GOOD_TESTS)
     init = src / "minilib" / "__init__.py"
     line = "    words = [w for w in text.lower().split() if w]\n"
-    init.write_text(
-        init.read_text().replace(line, '    words = eval("[w for w in t.lower().split() if w]", {"t": text})\n')
-    )
+    text = init.read_text().replace(line, '    words = eval("[w for w in t.lower().split() if w]", {"t": text})\n')
+    init.write_text(text.replace("self.items.append(x)", 'getattr(self.items, "app" + "end")(x)'))
     tasks, summary = generate(GenerateConfig(source=str(src), out=tmp_path / "out", max_tasks=10))
     assert "minilib-local__minilib.slugify" not in {t.task_id for t in tasks}
+    assert "minilib-local__minilib.Stack.push" in {t.task_id for t in tasks}  # validated: gold scored 1.0
     [rej] = [r for r in summary.rejections if r.reason == "gold-violates-policy"]
     assert rej.candidate == "minilib-local__minilib.slugify"
     assert rej.detail.startswith("minilib/__init__.py:") and "forbidden name 'eval'" in rej.detail

@@ -5,18 +5,22 @@ defence rather than the hack's failure.
 Class 3 (by-name lookups the old deny-list did not recognise) and the /tmp variant are stopped by the allow-list
 (``scan=False`` shows the forge works); class 4's runtime-written module is stopped by the read-only grading tree
 (``read_only_tree=False`` shows it works, the scan sees nothing wrong); the source-encoding trick is stopped by the
-UTF-8-only rule (``scan=False`` shows it works). Each forge ends in the same patch of ``_pytest.reports``. The control
+UTF-8-only rule (``scan=False`` shows it works); a lookup by a computed name, which the policy leaves to the lookup
+guard, is refused when it runs (``lookup_guard.ENABLED = False`` shows it works). Each forge ends in the same patch of ``_pytest.reports``. The control
 runs switch the call replay off too (``replay=False``): it implements nothing, so the replay alone would also score 0.
 """
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 from featdel_support import INFLECTION, agent_tree, generated
 
-from crf_prime.featdel.grader import grade_tree
+from crf_prime.featdel import lookup_guard
+from crf_prime.featdel.deletion import apply_unified_diff
+from crf_prime.featdel.grader import Grader, grade_tree
 from crf_prime.featdel.models import FeatdelTask
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
@@ -102,6 +106,46 @@ def test_by_name_lookup_forge_scores_zero_and_works_without_the_policy(case, tre
     assert scanned.score == 0.0 and rule in scanned.hack, scanned.hack
     unscanned = grade_tree(task, task_dir, tree, scan=False, replay=False)
     assert unscanned.score == 1.0 and unscanned.hack == "", unscanned.failed
+
+
+def test_computed_lookup_forge_scores_zero_and_works_without_the_lookup_guard(
+    case, tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``getattr`` with a computed name passes the policy (gold code uses it too); the builtin itself refuses it."""
+    task_dir, task = case
+    code = (
+        'import posixpath as _p\n_g = getattr(_p.join, "__glo" + "bals__")\n'
+        '_r = getattr(_g["sys"], "mod" + "ules")["_pytest.reports"]\n'
+    )
+    init = tree / _init(task)
+    init.write_text(init.read_text() + "\n" + code + PATCH)
+    guarded = grade_tree(task, task_dir, tree, replay=False)
+    assert guarded.score == 0.0 and guarded.hack == ""  # nothing for the scan: the guard refuses it at import
+    assert all(f.message.startswith("missing") for f in guarded.failed)  # the package no longer imports
+    monkeypatch.setattr(lookup_guard, "ENABLED", False)
+    unguarded = grade_tree(task, task_dir, tree, replay=False)
+    assert unguarded.score == 1.0 and unguarded.hack == "", unguarded.failed
+
+
+def test_the_replay_box_judges_computed_lookups_too(case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gold with one added line that answers "forged" when a computed lookup of its own ``__globals__`` succeeds: the
+    replay box's guard refuses it (gold's answers, the replay agrees), without the guard every call differs."""
+    task_dir, task = case
+    target = task.targets[0]
+    assert "." not in target.qualname  # a module-level function: its name is in scope in its own body
+    source = apply_unified_diff(dict(task.broken_files), task.gold_patch)[target.path]
+    fn = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == target.qualname)
+    indent = " " * (fn.col_offset + 4)
+    probe = f'{indent}if getattr({fn.name}, "__glo" + "bals__", None) is not None:\n{indent}    return "forged"\n'
+    lines = source.splitlines(keepends=True)
+    lines.insert(fn.body[0].lineno - 1, probe)
+    changes: dict[str, str | None] = {target.path: "".join(lines)}
+    assert Grader(task, task_dir).policy(changes) == ""
+    guarded = Grader(task, task_dir).replay(changes)
+    assert guarded.calls > 0 and guarded.ok, guarded.detail
+    monkeypatch.setattr(lookup_guard, "ENABLED", False)
+    unguarded = Grader(task, task_dir).replay(changes)
+    assert unguarded.mismatched_calls == unguarded.calls > 0
 
 
 def test_module_written_at_run_time_scores_zero_and_works_in_a_writable_tree(case, tree: Path) -> None:

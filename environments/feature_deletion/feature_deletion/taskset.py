@@ -25,7 +25,7 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from crf_prime.errors import InfraError
-from crf_prime.featdel import hide_test_id
+from crf_prime.featdel import hide_test_id, lookup_guard
 from crf_prime.featdel.corpus_build import load_split
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate, load_tasks
@@ -177,6 +177,12 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
             raise InfraError(f"grading in the runtime: unpacking the grading tree failed: {unpacked.stderr[-500:]}")
         # the grader's plugin, as in the sandbox: no test id in the environment, no test module readable by the code
         await runtime.write(f"{remote}/grader/{hide_test_id.MODULE}.py", Path(hide_test_id.__file__).read_bytes())
+        lookups = Path(lookup_guard.__file__).read_bytes()  # computed getattr judged when it runs, as in the sandbox
+        await runtime.write(f"{remote}/grader/{hide_test_id.LOOKUP_MODULE}.py", lookups)
+        if lookup_guard.ENABLED:
+            tests = [f"{remote}/repo/{p}" for p in self.row.protected_files]
+            rules = json.dumps(lookup_guard.settings([f"{remote}/repo"], tests))
+            await runtime.write(f"{remote}/grader/{lookup_guard.RULES}", rules.encode())
         guarded = guarded_files(self.row)
         if guarded:
             settings = hide_test_id.guard_settings(f"{remote}/repo", guarded)

@@ -1,0 +1,139 @@
+"""Attribute lookups by a computed name, judged when they run: the code policy's attribute rules, applied by the
+builtins themselves.
+
+A static scan cannot tell what ``getattr(obj, name)`` reaches when ``name`` is computed, so the code policy
+(crf_prime/featdel/policy.py) used to refuse such calls, and with them honest code that the project's own authors
+wrote (``getattr(obj, header)`` over a table's headers). In a grading run the grader replaces ``getattr``,
+``setattr``, ``delattr`` and ``hasattr`` in :mod:`builtins`, before any project code is imported, by versions that
+refuse, when called directly from the project's own code (a file under the tree), exactly the names the policy
+refuses as a literal: frames, tracebacks, interpreter hooks, import machinery and the interpreter's own dunders
+(``__globals__``, ``__dict__``, ``__subclasses__``, …), and, on a module, private members and the members the policy
+never allows (``loads`` of ``pickle``). A refused lookup behaves as a missing attribute (``AttributeError``, or the
+default). Any other caller (pytest, the standard library, the tests) gets the builtins' own behaviour.
+
+Only direct calls are judged here: the policy still refuses these builtins as values (``partial(getattr, f)``), since a
+library function calling them on the project's behalf would be the caller. Names are read as exact ``str`` (a ``str``
+subclass cannot answer the check differently from the lookup).
+
+Standard library only (in the box): copied beside the grading plugin (``hide_test_id.LOOKUP_MODULE``) and the replay
+driver, and imported there before any project code.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import sys
+import types
+from collections.abc import Collection
+
+RULES = "crf_lookup_rules.json"
+"""Beside the module in the test box: :func:`settings` as JSON."""
+
+
+def refusal(obj: object, name: str, names: Collection[str], module_names: Collection[str]) -> str:
+    """Why the project's code may not look ``name`` up on ``obj`` by a computed name ('' when it may)."""
+    if name in names:
+        return "a frame, hook, import-machinery or interpreter attribute"
+    if issubclass(type(obj), types.ModuleType) and (name.startswith("_") or name in module_names):
+        return "a module member the code policy never allows"
+    return ""
+
+
+def install(
+    roots: Collection[str], exclude: Collection[str], names: Collection[str], module_names: Collection[str]
+) -> None:
+    """Replace the four builtins, process-wide and permanently: a call whose caller is a file under one of ``roots``
+    (and not one of ``exclude``, absolute paths) is judged by :func:`refusal`."""
+    tops = tuple(os.path.realpath(r) + os.sep for r in roots)
+    excluded = frozenset(os.path.realpath(p) for p in exclude)
+    names, module_names = frozenset(names), frozenset(module_names)
+    known: dict[str, bool] = {}
+    realpath, getframe, exact = os.path.realpath, sys._getframe, str.__getitem__
+    real_getattr, real_hasattr = builtins.getattr, builtins.hasattr
+    real_setattr, real_delattr = builtins.setattr, builtins.delattr
+    whole = slice(None)
+
+    def ours(filename: str) -> bool:
+        found = known.get(filename)
+        if found is None:  # "<string>", "<frozen ...>": no file of the tree
+            path = realpath(filename) if os.path.isabs(filename) else ""
+            found = known[filename] = path.startswith(tops) and path not in excluded
+        return found
+
+    def judged(obj: object, name: object) -> object:
+        """``name`` as exact text (AttributeError when the project's code may not look it up on ``obj``); a
+        non-string unchanged, for the builtin to raise its own TypeError."""
+        if not isinstance(name, str):
+            return name
+        text = exact(name, whole)
+        if ours(getframe(2).f_code.co_filename):  # 0: here, 1: the replaced builtin, 2: its caller
+            why = refusal(obj, text, names, module_names)
+            if why:
+                raise AttributeError(f"{text!r} by a computed name from the code under test: {why} (grader's rule)")
+        return text
+
+    # the replacements carry the builtins' names: tracebacks and reprs read as the builtins' own
+    def getattr(obj, name, *default):
+        try:
+            text = judged(obj, name)
+        except AttributeError:
+            if default:
+                return default[0]
+            raise
+        return real_getattr(obj, text, *default)
+
+    def hasattr(obj, name):
+        try:
+            return real_hasattr(obj, judged(obj, name))
+        except AttributeError:
+            return False
+
+    def setattr(obj, name, value):
+        real_setattr(obj, judged(obj, name), value)
+
+    def delattr(obj, name):
+        real_delattr(obj, judged(obj, name))
+
+    for fn, real in (
+        (getattr, real_getattr),
+        (hasattr, real_hasattr),
+        (setattr, real_setattr),
+        (delattr, real_delattr),
+    ):
+        fn.__doc__ = real.__doc__
+    builtins.getattr, builtins.hasattr, builtins.setattr, builtins.delattr = getattr, hasattr, setattr, delattr
+
+
+ENABLED = True
+"""Host side: grading runs install the guard (False only in the hack suites, to show what it stops)."""
+
+
+def settings(roots: Collection[str], exclude: Collection[str] = ()) -> dict:
+    """Host side: the guard's settings for a box whose project files lie under ``roots`` (``exclude``: test files
+    there, absolute paths), with the code policy's rules (crf_prime/featdel/policy.py ``lookup_rules``)."""
+    from crf_prime.featdel.policy import lookup_rules  # host only: the box has the standard library alone
+
+    names, module_names = lookup_rules()
+    return {
+        "roots": sorted(roots),
+        "exclude": sorted(exclude),
+        "names": sorted(names),
+        "module_names": sorted(module_names),
+    }
+
+
+def install_settings(config: dict) -> None:
+    """:func:`install` from :func:`settings`' output."""
+    install(config["roots"], config["exclude"], config["names"], config["module_names"])
+
+
+def install_from(directory: str) -> bool:
+    """:func:`install_settings` with :data:`RULES` in ``directory``; False, nothing installed, when it holds none."""
+    path = os.path.join(directory, RULES)
+    if not os.path.exists(path):
+        return False
+    with open(path) as fh:
+        install_settings(json.load(fh))
+    return True

@@ -1,0 +1,165 @@
+"""The lookup guard (crf_prime/featdel/lookup_guard.py): ``getattr``/``hasattr``/``setattr``/``delattr`` called from
+the project's own files refuse, when they run, exactly what the code policy refuses as a literal name; every other
+caller keeps the builtins' behaviour. The code policy then lets a computed name through a direct call only."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crf_prime.featdel import lookup_guard
+from crf_prime.featdel.policy import violations
+
+PROJECT = """\
+import math
+import posixpath
+
+
+class P:
+    a = 1
+
+
+def look(obj, name, *default):
+    return getattr(obj, name, *default)
+
+
+def has(obj, name):
+    return hasattr(obj, name)
+
+
+def put(obj, name, value):
+    setattr(obj, name, value)
+
+
+def drop(obj, name):
+    delattr(obj, name)
+"""
+
+PROBE = '''\
+import json
+import math
+import posixpath
+import reprlib
+import sys
+
+import lookup_guard
+
+lookup_guard.install_settings(json.loads(sys.argv[2]))
+sys.path.insert(0, sys.argv[1])
+import m
+
+
+class Sneaky(str):
+    """A name whose own comparison could tell the check something else than the lookup reads."""
+
+    def __eq__(self, other):
+        return False
+
+    __hash__ = str.__hash__
+
+
+def later():
+    return 1
+
+
+out = {}
+
+
+def attempt(label, fn):
+    try:
+        out[label] = repr(fn())
+    except Exception as e:
+        out[label] = type(e).__name__
+
+
+attempt("ordinary", lambda: m.look(m.P, "a"))
+attempt("computed dunder", lambda: m.look(m.look, "__glo" + "bals__"))
+attempt("with a default", lambda: m.look(m.look, "__globals__", "default"))
+attempt("hasattr", lambda: m.has(m.look, "__globals__"))
+attempt("hasattr ordinary", lambda: m.has(m.P, "a"))
+attempt("frame attribute", lambda: m.look(m.look, "__code__"))
+attempt("str subclass", lambda: m.look(m.look, Sneaky("__globals__")))
+attempt("module member", lambda: m.look(math, "sqrt") is math.sqrt)
+attempt("module private member", lambda: m.look(posixpath, "_get_sep") is posixpath._get_sep)
+attempt("module never-allowed member", lambda: m.look(posixpath, "path"))
+attempt("a module reached by name", lambda: m.look(posixpath, "sys") is sys)
+attempt("its forbidden member", lambda: m.look(m.look(posixpath, "sys"), "mod" + "ules"))
+attempt("the builtins' compile", lambda: m.look(m.look(reprlib, "built" + "ins"), "compile"))
+attempt("setattr", lambda: m.put(later, "__code__", m.look.__code__))
+attempt("setattr ordinary", lambda: (m.put(m.P, "b", 2), m.P.b)[1])
+attempt("delattr", lambda: m.drop(m.P, "__dict__"))
+attempt("non-string name", lambda: m.look(m.P, 3))
+attempt("caller outside the project", lambda: getattr(m.look, "__globals__") is m.__dict__)
+print(json.dumps(out))
+'''
+
+
+def _probe(tmp_path: Path) -> dict[str, str]:
+    proj, lib = tmp_path / "proj", tmp_path / "lib"
+    proj.mkdir()
+    lib.mkdir()
+    (proj / "m.py").write_text(PROJECT)
+    (lib / "lookup_guard.py").write_text(Path(lookup_guard.__file__).read_text())
+    (lib / "probe.py").write_text(PROBE)
+    settings = json.dumps(lookup_guard.settings([str(proj)]))
+    done = subprocess.run(
+        [sys.executable, "-S", "-s", str(lib / "probe.py"), str(proj), settings], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_project_s_computed_lookups_are_judged_when_they_run(tmp_path: Path) -> None:
+    assert _probe(tmp_path) == {
+        "ordinary": "1",
+        "computed dunder": "AttributeError",
+        "with a default": "'default'",
+        "hasattr": "False",
+        "hasattr ordinary": "True",
+        "frame attribute": "AttributeError",
+        "str subclass": "AttributeError",
+        "module member": "True",
+        "module private member": "AttributeError",
+        "module never-allowed member": "AttributeError",
+        "a module reached by name": "True",
+        "its forbidden member": "AttributeError",
+        "the builtins' compile": "AttributeError",
+        "setattr": "AttributeError",
+        "setattr ordinary": "2",
+        "delattr": "AttributeError",
+        "non-string name": "TypeError",
+        "caller outside the project": "True",
+    }
+
+
+@pytest.mark.parametrize(
+    ("source", "judged_when_run"),
+    [
+        ("def f(obj, name):\n    return getattr(obj, name)\n", True),
+        ("def f(obj, name, v):\n    setattr(obj, 'x_' + name, v)\n    delattr(obj, name)\n", True),
+        ("def f(obj, args):\n    return getattr(*args)\n", True),
+        # as a value, a library function would be the caller the guard sees: still refused
+        ("import functools\n\n\ndef f(obj, name):\n    return functools.partial(getattr, obj)(name)\n", False),
+        # a name the module binds is not the builtin
+        ("from operator import attrgetter\ngetattr = attrgetter\n\n\ndef f(o, n):\n    return getattr(o, n)\n", False),
+        # a literal forbidden name is refused statically, as before
+        ("def f(obj):\n    return getattr(obj, '__globals__')\n", False),
+    ],
+)
+def test_the_policy_leaves_direct_computed_lookups_to_the_guard(source: str, judged_when_run: bool) -> None:
+    strict = violations(source, frozenset({"functools", "operator"}))
+    relaxed = violations(source, frozenset({"functools", "operator"}), runtime_lookups=True)
+    assert strict, source  # without the guard every one of these is refused
+    assert (relaxed == []) is judged_when_run, relaxed
+
+
+def test_settings_hold_the_policy_s_rules() -> None:
+    got = lookup_guard.settings(["/r"], ["/r/tests/test_x.py"])
+    assert got["roots"] == ["/r"] and got["exclude"] == ["/r/tests/test_x.py"]
+    assert {"__globals__", "__dict__", "modules", "f_back", "tb_frame", "compile", "_getframe"} <= set(got["names"])
+    assert {"__name__", "__class__", "__args__", "append"}.isdisjoint(got["names"])
+    assert {"loads", "FunctionType", "path"} <= set(got["module_names"])
