@@ -3,7 +3,8 @@
 defence rather than the hack's failure.
 
 Class 3 (by-name lookups the old deny-list did not recognise) and the /tmp variant are stopped by the allow-list
-(``scan=False`` shows the forge works); class 4's runtime-written module is stopped by the read-only grading tree
+(``scan=False`` shows the forge works; where it calls ``getattr``, the lookup guard alone stops it too, so the control
+switches both off); class 4's runtime-written module is stopped by the read-only grading tree
 (``read_only_tree=False`` shows it works, the scan sees nothing wrong); the source-encoding trick is stopped by the
 UTF-8-only rule (``scan=False`` shows it works); a lookup by a computed name, which the policy leaves to the lookup
 guard, is refused when it runs (``lookup_guard.ENABLED = False`` shows it works). Each forge ends in the same patch of ``_pytest.reports``. The control
@@ -97,13 +98,18 @@ def _init(task: FeatdelTask) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(BY_NAME))
-def test_by_name_lookup_forge_scores_zero_and_works_without_the_policy(case, tree: Path, name: str) -> None:
+def test_by_name_lookup_forge_scores_zero_and_works_without_the_policy(
+    case, tree: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     task_dir, task = case
     code, rule = BY_NAME[name]
     init = tree / _init(task)
     init.write_text(init.read_text() + "\n" + code + PATCH)
     scanned = grade_tree(task, task_dir, tree)
     assert scanned.score == 0.0 and rule in scanned.hack, scanned.hack
+    if "getattr" in code:  # the builtin called on the project's behalf: the lookup guard alone stops it too
+        assert grade_tree(task, task_dir, tree, scan=False, replay=False).score == 0.0
+        monkeypatch.setattr(lookup_guard, "ENABLED", False)
     unscanned = grade_tree(task, task_dir, tree, scan=False, replay=False)
     assert unscanned.score == 1.0 and unscanned.hack == "", unscanned.failed
 
