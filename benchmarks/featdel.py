@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 import crf_prime.featdel.generate as gen
+from crf_prime.featdel import lookup_guard
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate, load_tasks
 from crf_prime.featdel.grader import Grader
@@ -62,14 +63,22 @@ def run(source: str, max_tasks: int, workers: int, out: Path, *, shared: bool = 
 
 
 def grading_cost(tasks: list[FeatdelTask], task_dir: Path, repeat: int = 2) -> dict[str, Any]:
-    """Median seconds to grade one rollout (gold's patch) tests-only and with the full verdict, and their ratio."""
-    tests_only, full, calls = [], [], []
+    """Median seconds to grade one rollout (gold's patch) tests-only and with the full verdict, and their ratio; and
+    tests-only without the lookup guard (crf_prime/featdel/lookup_guard.py), for the guard's own cost."""
+    tests_only, full, bare, calls = [], [], [], []
     for task in tasks:
         gold = dict(apply_unified_diff(dict(task.broken_files), task.gold_patch))
         base = Grader(task, task_dir, config=GraderConfig(replay=False))
         whole = Grader(task, task_dir, sandbox=base.sandbox, env=base.env)
-        a = b = float("inf")
+        a = b = c = float("inf")
         for _ in range(repeat):  # alternating, fastest of each: a shared machine's load otherwise decides
+            lookup_guard.ENABLED = False
+            try:
+                t0 = time.perf_counter()
+                assert base.grade(gold).score == 1.0
+                c = min(c, time.perf_counter() - t0)
+            finally:
+                lookup_guard.ENABLED = True
             t0 = time.perf_counter()
             assert base.grade(gold).score == 1.0
             a = min(a, time.perf_counter() - t0)
@@ -79,6 +88,7 @@ def grading_cost(tasks: list[FeatdelTask], task_dir: Path, repeat: int = 2) -> d
             assert result.score == 1.0, result.failed
         tests_only.append(a)
         full.append(b)
+        bare.append(c)
         calls.append(result.replay_calls)
     return {
         "tasks": len(tasks),
@@ -87,6 +97,8 @@ def grading_cost(tasks: list[FeatdelTask], task_dir: Path, repeat: int = 2) -> d
         "tests_s": statistics.median(tests_only),
         "full_s": statistics.median(full),
         "ratio": statistics.median(full) / statistics.median(tests_only),
+        "unguarded_s": statistics.median(bare),
+        "guard_ratio": statistics.median(tests_only) / statistics.median(bare),
     }
 
 
@@ -94,7 +106,8 @@ def print_grading(source: str, cost: dict[str, Any], console: Console) -> None:
     console.print(
         f"grading a rollout on {source}: {cost['tasks']} tasks, median {cost['calls']:.0f} replayed calls/task; "
         f"tests only {cost['tests_s']:.2f} s, full verdict {cost['full_s']:.2f} s (medians): "
-        f"{cost['ratio']:.2f}x (target <= 2x)"
+        f"{cost['ratio']:.2f}x (target <= 2x); tests only without the lookup guard {cost['unguarded_s']:.2f} s: "
+        f"the guard costs {cost['guard_ratio']:.2f}x"
     )
 
 
