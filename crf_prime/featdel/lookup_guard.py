@@ -7,8 +7,10 @@ wrote (``getattr(obj, header)`` over a table's headers). In a grading run the gr
 ``setattr``, ``delattr`` and ``hasattr`` in :mod:`builtins`, before any project code is imported, by versions that
 refuse, when called directly from the project's own code (a file under the tree), exactly the names the policy
 refuses as a literal: frames, tracebacks, interpreter hooks, import machinery and the interpreter's own dunders
-(``__globals__``, ``__dict__``, ``__subclasses__``, …), and, on a module, private members and the members the policy
-never allows (``loads`` of ``pickle``). A refused lookup behaves as a missing attribute (``AttributeError``, or the
+(``__globals__``, ``__dict__``, ``__subclasses__``, …), and, on a module, private members, the members the policy
+never allows (``loads`` of ``pickle``) and another package's module (``sys`` through ``posixpath``, as the policy's
+"module reached through a safe module's attribute"; a module counts as itself only while ``sys.modules`` holds it
+under its ``__name__``). A refused lookup behaves as a missing attribute (``AttributeError``, or the
 default). Any other caller (pytest, the standard library, the tests) gets the builtins' own behaviour.
 
 Only direct calls are judged here: the policy still refuses these builtins as values (``partial(getattr, f)``), since a
@@ -51,6 +53,7 @@ def install(
     names, module_names = frozenset(names), frozenset(module_names)
     known: dict[str, bool] = {}
     realpath, getframe, exact = os.path.realpath, sys._getframe, str.__getitem__
+    modules = sys.modules
     real_getattr, real_hasattr = builtins.getattr, builtins.hasattr
     real_setattr, real_delattr = builtins.setattr, builtins.delattr
     whole = slice(None)
@@ -74,6 +77,18 @@ def install(
                 raise AttributeError(f"{text!r} by a computed name from the code under test: {why} (grader's rule)")
         return text
 
+    def module_name(value: object) -> str:
+        """A module's name when it is the module imported under that name ('' otherwise: a renamed one)."""
+        name = real_getattr(value, "__name__", "")
+        return name if isinstance(name, str) and modules.get(name) is value else ""
+
+    def other_module(obj: object, value: object) -> bool:
+        """``value`` is a module of another top-level package than the module ``obj`` (``posixpath`` -> ``sys``)."""
+        if not (issubclass(type(obj), types.ModuleType) and issubclass(type(value), types.ModuleType)):
+            return False
+        a, b = module_name(obj), module_name(value)
+        return not (a and b) or a.partition(".")[0] != b.partition(".")[0]
+
     # the replacements carry the builtins' names: tracebacks and reprs read as the builtins' own
     def getattr(obj, name, *default):
         try:
@@ -82,7 +97,12 @@ def install(
             if default:
                 return default[0]
             raise
-        return real_getattr(obj, text, *default)
+        value = real_getattr(obj, text, *default)
+        if isinstance(text, str) and other_module(obj, value) and ours(getframe(1).f_code.co_filename):
+            if default:
+                return default[0]
+            raise AttributeError(f"{text!r} by a computed name from the code under test: another package's module")
+        return value
 
     def hasattr(obj, name):
         try:

@@ -41,6 +41,7 @@ def drop(obj, name):
 
 PROBE = '''\
 import json
+import json.decoder
 import math
 import posixpath
 import reprlib
@@ -86,9 +87,14 @@ attempt("str subclass", lambda: m.look(m.look, Sneaky("__globals__")))
 attempt("module member", lambda: m.look(math, "sqrt") is math.sqrt)
 attempt("module private member", lambda: m.look(posixpath, "_get_sep") is posixpath._get_sep)
 attempt("module never-allowed member", lambda: m.look(posixpath, "path"))
-attempt("a module reached by name", lambda: m.look(posixpath, "sys") is sys)
-attempt("its forbidden member", lambda: m.look(m.look(posixpath, "sys"), "mod" + "ules"))
-attempt("the builtins' compile", lambda: m.look(m.look(reprlib, "built" + "ins"), "compile"))
+attempt("another package's module", lambda: m.look(posixpath, "s" + "ys"))
+attempt("... with a default", lambda: m.look(posixpath, "sys", None))
+attempt("a forbidden member of a module at hand", lambda: m.look(sys, "mod" + "ules"))
+attempt("the builtins' compile", lambda: m.look(reprlib.builtins, "com" + "pile"))
+attempt("a package's own submodule", lambda: m.look(json, "dec" + "oder") is json.decoder)
+posixpath.__name__ = "sys"
+attempt("a renamed module", lambda: m.look(posixpath, "sys"))
+posixpath.__name__ = "posixpath"
 attempt("setattr", lambda: m.put(later, "__code__", m.look.__code__))
 attempt("setattr ordinary", lambda: (m.put(m.P, "b", 2), m.P.b)[1])
 attempt("delattr", lambda: m.drop(m.P, "__dict__"))
@@ -125,9 +131,12 @@ def test_the_project_s_computed_lookups_are_judged_when_they_run(tmp_path: Path)
         "module member": "True",
         "module private member": "AttributeError",
         "module never-allowed member": "AttributeError",
-        "a module reached by name": "True",
-        "its forbidden member": "AttributeError",
+        "another package's module": "AttributeError",
+        "... with a default": "None",
+        "a forbidden member of a module at hand": "AttributeError",
         "the builtins' compile": "AttributeError",
+        "a package's own submodule": "True",
+        "a renamed module": "AttributeError",
         "setattr": "AttributeError",
         "setattr ordinary": "2",
         "delattr": "AttributeError",
