@@ -514,6 +514,7 @@ class _Checker(ast.NodeVisitor):
     ) -> None:
         self.source = source
         self.runtime_lookups = runtime_lookups  # the grader judges computed getattr/setattr/delattr when they run
+        self.rebound = _bound_names(tree) if tree is not None else frozenset()  # what the module itself binds
         self.segment = _Segments(source)
         self.gadgets = gadgets  # project functions that import or look up attributes by name
         self.contexts = contexts or {}
@@ -745,7 +746,7 @@ class _Checker(ast.NodeVisitor):
             self.runtime_lookups
             and isinstance(func, ast.Name)
             and func.id in RUNTIME_JUDGED
-            and (self.bound is None or func.id not in self.bound)
+            and func.id not in self.rebound
         )
 
     def prefix_confined(self, call: ast.Call, name: ast.expr) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from crf_prime.featdel import lookup_guard
-from crf_prime.featdel.policy import violations
+from crf_prime.featdel.policy import added_violations, violations
 
 PROJECT = """\
 import math
@@ -172,3 +172,13 @@ def test_settings_hold_the_policy_s_rules() -> None:
     assert {"__globals__", "__dict__", "modules", "f_back", "tb_frame", "compile", "_getframe"} <= set(got["names"])
     assert {"__name__", "__class__", "__args__", "append"}.isdisjoint(got["names"])
     assert {"loads", "FunctionType", "path"} <= set(got["module_names"])
+
+
+def test_a_builtin_the_snapshot_already_uses_is_still_the_builtin() -> None:
+    """The snapshot's own unbound loads (``delattr`` elsewhere in the file) are accepted names, not rebindings."""
+    before = 'def g(o):\n    delattr(o, "x")\n\n\ndef f(o, n):\n    raise NotImplementedError\n'
+    after = before.replace("raise NotImplementedError", "delattr(o, n)")
+    assert added_violations(before, after, frozenset(), runtime_lookups=True) == []
+    assert [v.rule for v in added_violations(before, after, frozenset())] == [
+        "delattr() with a computed attribute name"
+    ]
