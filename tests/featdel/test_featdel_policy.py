@@ -57,7 +57,7 @@ ATTACKS = {
     ),
     "builtins-import": (
         '_imp = getattr(__builtins__, "__imp" + "ort__")\n',
-        "getattr() with a computed attribute name",
+        "forbidden name '__builtins__'",  # and the computed name would be refused when it runs (lookup guard)
     ),
     "subclasses-walk": (
         "_all = ().__class__.__base__.__subclasses__()\n",
