@@ -13,7 +13,8 @@ never allows (``loads`` of ``pickle``) and another package's module (``sys`` thr
 under its ``__name__``). A refused lookup behaves as a missing attribute (``AttributeError``, or the
 default). Any other caller (pytest, the standard library, the tests) gets the builtins' own behaviour.
 
-Only direct calls are judged here: the policy still refuses these builtins as values (``partial(getattr, f)``), since a
+``functools.update_wrapper`` (and so ``wraps``) refuses a module on either side, for any caller: it copies names
+and the ``__dict__`` of the wrapped object from the library's own frame. Only direct calls are judged here: the policy still refuses these builtins as values (``partial(getattr, f)``), since a
 library function calling them on the project's behalf would be the caller. Names are read as exact ``str`` (a ``str``
 subclass cannot answer the check differently from the lookup).
 
@@ -124,6 +125,24 @@ def install(
     ):
         fn.__doc__ = real.__doc__
     builtins.getattr, builtins.hasattr, builtins.setattr, builtins.delattr = getattr, hasattr, setattr, delattr
+    _guard_update_wrapper()
+
+
+def _guard_update_wrapper() -> None:
+    """``functools.update_wrapper`` (and ``wraps``, which calls it by its module-level name) never copies a module's
+    namespace: ``wraps(posixpath)(obj)`` would hand ``obj.sys`` to any caller, and ``assigned=("modules",)`` on
+    ``sys`` would read ``sys.modules`` from the library's own frame, where no caller check applies."""
+    import functools
+
+    real = functools.update_wrapper
+
+    def update_wrapper(wrapper, wrapped, assigned=functools.WRAPPER_ASSIGNMENTS, updated=functools.WRAPPER_UPDATES):
+        if issubclass(type(wrapped), types.ModuleType) or issubclass(type(wrapper), types.ModuleType):
+            raise TypeError("update_wrapper of a module: it would copy the module's namespace (grader's rule)")
+        return real(wrapper, wrapped, assigned, updated)
+
+    update_wrapper.__doc__ = real.__doc__
+    functools.update_wrapper = update_wrapper
 
 
 ENABLED = True

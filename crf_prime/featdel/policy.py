@@ -36,7 +36,7 @@ import types
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from crf_prime.featdel.syntax import parse
 
@@ -137,7 +137,7 @@ _NEVER_DUNDERS = frozenset(
     {
         "__dict__", "__globals__", "__code__", "__closure__", "__builtins__", "__base__", "__bases__", "__mro__",
         "__subclasses__", "__traceback__", "__loader__", "__spec__", "__getattribute__", "__getattr__",
-        "__reduce__", "__reduce_ex__", "__subclasshook__", "__init_subclass__", "__annotations__", "__annotate__",
+        "__reduce__", "__reduce_ex__", "__getstate__", "__subclasshook__", "__init_subclass__", "__annotations__", "__annotate__",
         "__import__", "__defaults__", "__kwdefaults__", "__path__", "__self__",
         "__file__", "__cached__", "__package__", "__objclass__", "__class_getitem__", "__type_params__",
     }
@@ -226,6 +226,12 @@ _BY_NAME: dict[str, str] = {
     "getattr": "1", "setattr": "1", "delattr": "1", "attrgetter": "all", "methodcaller": "0",
     "__setattr__": "01", "__delattr__": "01",
 }  # fmt: skip
+# library functions that look attributes up by names given as data, from their own frame (no lookup guard sees the
+# project as the caller): name -> (positions, keywords) of those names
+_NAMES_AS_DATA: dict[str, tuple[tuple[int, ...], frozenset[str]]] = {
+    "update_wrapper": ((2, 3), frozenset({"assigned", "updated"})),
+    "wraps": ((1, 2), frozenset({"assigned", "updated"})),
+}
 RUNTIME_JUDGED = frozenset({"getattr", "setattr", "delattr"})
 """By-name builtins the grader can judge when they run (crf_prime/featdel/lookup_guard.py)."""
 
@@ -735,6 +741,8 @@ class _Checker(ast.NodeVisitor):
                 problem = _attr_name_problem(part)
                 if problem:
                     self.flag(f"{name}() of {problem} {part!r}", node)
+        if name in _NAMES_AS_DATA:
+            self.check_names_as_data(node, name)
         if any(k.arg == "eval_str" for k in node.keywords):  # inspect.signature/get_annotations evaluate strings
             self.flag("eval_str= evaluates annotation strings", node)
         self.generic_visit(node)
@@ -748,6 +756,22 @@ class _Checker(ast.NodeVisitor):
             and func.id in RUNTIME_JUDGED
             and func.id not in self.rebound
         )
+
+    def check_names_as_data(self, node: ast.Call, name: str) -> None:
+        """``update_wrapper``/``wraps`` look up every name of ``assigned``/``updated`` on the wrapped object, from the
+        library's own frame: each must be a literal name the attribute rules allow."""
+        positions, keywords = _NAMES_AS_DATA[name]
+        given = [node.args[i] for i in positions if i < len(node.args)]
+        given += [k.value for k in node.keywords if k.arg in keywords or k.arg is None]
+        for value in given:
+            items = value.elts if isinstance(value, ast.Tuple | ast.List) else None
+            if items is None or not all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in items):
+                self.flag(f"{name}() with attribute names that are not literal", node)
+                continue
+            for e in items:
+                problem = _attr_name_problem(str(cast(ast.Constant, e).value))
+                if problem:
+                    self.flag(f"{name}() of {problem} {cast(ast.Constant, e).value!r}", node)
 
     def prefix_confined(self, call: ast.Call, name: ast.expr) -> bool:
         """A computed attribute name that certainly starts with a literal no forbidden name starts with (not ``_``,

@@ -68,6 +68,16 @@ BY_NAME = {
         '_F().format("{0.mod" + "ules[_pytest.reports]}", _s)\n_r = _box[0]\n',
         "member that imports, evaluates or looks up by name 'Formatter'",
     ),
+    # round 13: names given as data to a library function that looks them up from its own frame, and the instance
+    # dict read back through object.__getstate__
+    "update-wrapper-getstate": (
+        "import functools, posixpath\n\n\nclass _W:\n    pass\n\n\n_a, _b = _W(), _W()\n"
+        'functools.update_wrapper(_a, posixpath.join, assigned=("__globals__",), updated=())\n'
+        '_sys = _a.__getstate__()["__globals__"]["sys"]\n'
+        'functools.update_wrapper(_b, _sys, assigned=("modules",), updated=())\n'
+        '_r = _b.__getstate__()["modules"]["_pytest.reports"]\n',
+        "update_wrapper() of forbidden dunder attribute '__globals__'",
+    ),
     # our own: sys reached through a safe module's re-export, a module written to the writable /tmp made importable
     "tmp-module-via-posixpath-sys": (
         "import posixpath\n"
@@ -78,6 +88,10 @@ BY_NAME = {
         "module 'sys' reached through a safe module's attribute 'sys'",
     ),
 }
+
+
+STOPPED_AT_RUN_TIME_TOO = frozenset({"aliased-helper", "wrapper-partial-getattr", "update-wrapper-getstate"})
+"""Forges the lookup guard refuses when they run (a builtin called from the project's frame; a module wrapped)."""
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +121,7 @@ def test_by_name_lookup_forge_scores_zero_and_works_without_the_policy(
     init.write_text(init.read_text() + "\n" + code + PATCH)
     scanned = grade_tree(task, task_dir, tree)
     assert scanned.score == 0.0 and rule in scanned.hack, scanned.hack
-    if "getattr" in code:  # the builtin called on the project's behalf: the lookup guard alone stops it too
+    if name in STOPPED_AT_RUN_TIME_TOO:  # the lookup guard alone stops it too
         assert grade_tree(task, task_dir, tree, scan=False, replay=False).score == 0.0
         monkeypatch.setattr(lookup_guard, "ENABLED", False)
     unscanned = grade_tree(task, task_dir, tree, scan=False, replay=False)

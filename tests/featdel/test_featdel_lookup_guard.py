@@ -40,6 +40,7 @@ def drop(obj, name):
 """
 
 PROBE = '''\
+import functools
 import json
 import json.decoder
 import math
@@ -99,6 +100,9 @@ attempt("setattr", lambda: m.put(later, "__code__", m.look.__code__))
 attempt("setattr ordinary", lambda: (m.put(m.P, "b", 2), m.P.b)[1])
 attempt("delattr", lambda: m.drop(m.P, "__dict__"))
 attempt("non-string name", lambda: m.look(m.P, 3))
+attempt("wraps a module", lambda: functools.wraps(posixpath)(m.P()))
+attempt("update_wrapper onto a module", lambda: functools.update_wrapper(posixpath, m.look))
+attempt("wraps a function", lambda: functools.wraps(m.look)(lambda: 0).__wrapped__ is m.look)
 attempt("caller outside the project", lambda: getattr(m.look, "__globals__") is m.__dict__)
 print(json.dumps(out))
 '''
@@ -141,6 +145,9 @@ def test_the_project_s_computed_lookups_are_judged_when_they_run(tmp_path: Path)
         "setattr ordinary": "2",
         "delattr": "AttributeError",
         "non-string name": "TypeError",
+        "wraps a module": "TypeError",
+        "update_wrapper onto a module": "TypeError",
+        "wraps a function": "True",
         "caller outside the project": "True",
     }
 
