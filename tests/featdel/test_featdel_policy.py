@@ -594,3 +594,21 @@ def test_no_test_id_in_the_temporary_directory_names(tmp_path: Path) -> None:
         cwd=repo, env={**env, "PYTEST_DEBUG_TEMPROOT": str(root)}, capture_output=True, text=True,
     )  # fmt: skip
     assert plain.returncode == 0, plain.stdout  # pytest's own tmp_path: the test's name is on disk
+
+
+def test_update_wrapper_names_are_judged_like_getattr_s() -> None:
+    """``update_wrapper``/``wraps`` look ``assigned``/``updated`` up from the library's frame; ``__getstate__`` is the
+    instance dict those names were copied into."""
+    ok = (
+        "import functools\n\n\ndef d(f):\n    return functools.wraps(f, assigned=('__name__', '__doc__'), updated=())\n"
+    )
+    assert _rules(ok, frozenset({"functools"})) == []
+    assert _rules("import functools\n\n\ndef d(f):\n    return functools.wraps(f)\n", frozenset({"functools"})) == []
+    for source, rule in (
+        ("import functools\n\n\ndef d(w, f):\n    functools.update_wrapper(w, f, ('__globals__',))\n",
+         "update_wrapper() of forbidden dunder attribute '__globals__'"),
+        ("from functools import wraps\n\n\ndef d(f, names):\n    return wraps(f, updated=names)\n",
+         "wraps() with attribute names that are not literal"),
+        ("def d(o):\n    return o.__getstate__()\n", "forbidden dunder attribute '__getstate__'"),
+    ):  # fmt: skip
+        assert any(r.startswith(rule) for r in _rules(source, frozenset({"functools"}))), (source, rule)
