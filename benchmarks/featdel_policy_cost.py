@@ -3,7 +3,9 @@
 For every function and method of each package's non-test source (the candidates the generator deletes), the
 snapshot is the file with that body replaced by ``raise NotImplementedError`` and the "agent's answer" is the
 original file: a function whose own original body breaks the allow-list (``crf_prime/featdel/policy.py``) could
-never be a task (``gold-violates-policy``). Prints one row per package and the most frequent rules. Target: <= 5 %.
+never be a task (``gold-violates-policy``). Judged as grading judges (computed ``getattr``/``setattr``/``delattr``
+left to the lookup guard, crf_prime/featdel/lookup_guard.py) and, as the baseline in the same run, by the static
+rules alone. Prints one row per package and the most frequent rules. Target: <= 5 %.
 
     .venv/bin/python benchmarks/featdel_policy_cost.py [pypi:NAME==VERSION ...]
 """
@@ -38,20 +40,20 @@ PACKAGES = (
 )
 
 
-def cost(spec: str, workspace: Path) -> tuple[int, list[tuple[str, str]]]:
+def cost(spec: str, workspace: Path, runtime_lookups: bool = True) -> tuple[int, list[tuple[str, str]]]:
     """(functions judged, [(qualified function, first violated rule) for each rejected one])."""
     project = load_project(spec, workspace)
     files = {rel: (project.root / rel).read_text() for rel in source_files(project.root, project.package_dirs)}
     roots = (".", *project.pythonpath)
     allowed = project_modules(files, roots)
     own = project_own_modules(files, roots)
-    gadgets = project_gadgets(files, allowed)
+    gadgets = project_gadgets(files, allowed, runtime_lookups=runtime_lookups)
     total, rejected = 0, []
     for rel, text in sorted(files.items()):
         # judged once per file: a function is rejected when one of the file's violations lies in its span (from its
         # decorators to its last body line). Anything outside the span is in the snapshot too (same rule, same
         # context), so it is excused; anything inside is not (its body is deleted, or its source, the context, changed)
-        found = violations(text, allowed, gadgets, own_modules=own) or []
+        found = violations(text, allowed, gadgets, own_modules=own, runtime_lookups=runtime_lookups) or []
         for fn in iter_functions(rel, text):
             total += 1
             end = max(fn.body_lines, default=fn.lineno)
@@ -67,18 +69,21 @@ def main() -> None:
     parser.add_argument("--show", type=int, default=0, help="list this many rejected functions per package")
     args = parser.parse_args()
     table = Table(title="featdel code policy: own functions the allow-list rejects")
-    for col in ("package", "functions", "rejected", "share", "top rules"):
+    for col in ("package", "functions", "rejected", "share", "static rules alone", "top rules"):
         table.add_column(col)
     console = Console()
     for spec in args.sources:
         with tempfile.TemporaryDirectory(prefix="crf-featdel-cost-") as tmp:
             total, rejected = cost(spec, Path(tmp))
+        with tempfile.TemporaryDirectory(prefix="crf-featdel-cost-") as tmp:
+            _, static = cost(spec, Path(tmp), runtime_lookups=False)
         rules = Counter(rule.split(" '")[0] for _, rule in rejected).most_common(3)
         top = "; ".join(f"{n}× {r}" for r, n in rules)
-        table.add_row(spec, str(total), str(len(rejected)), f"{len(rejected) / max(total, 1):.1%}", top)
+        share, static_share = len(rejected) / max(total, 1), len(static) / max(total, 1)
+        table.add_row(spec, str(total), str(len(rejected)), f"{share:.1%}", f"{len(static)} ({static_share:.1%})", top)
         for name, rule in rejected[: args.show]:
             console.print(f"  {spec} {name}: {rule}")
-        console.print(f"ROW {spec} functions={total} rejected={len(rejected)}")  # one line per package as it ends
+        console.print(f"ROW {spec} functions={total} rejected={len(rejected)} static={len(static)}")  # as it ends
     console.print(table)
 
 
