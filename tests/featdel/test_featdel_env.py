@@ -14,7 +14,7 @@ from featdel_support import INFLECTION, generated
 from verifiers.v1.runtimes import provision_runtime
 from vf_cli_support import VALIDATE_HAS_NOOP, first_user_text, tool_messages, traces_by_task, vf_eval, vf_validate
 
-from crf_prime.featdel import grade
+from crf_prime.featdel import grade, lookup_guard
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.models import FeatdelTask
 from crf_prime.loopback import LoopbackOpenAI, Reply
@@ -251,4 +251,16 @@ async def test_grading_through_the_runtime_api(
         peeking = _trace(task)
         await task.score(peeking, remote)  # type: ignore[arg-type]
         assert peeking.rewards["tests_pass"].score == score
+    # and the lookup guard: a computed lookup of a function's globals gets the default there (the module imports),
+    # without the guard it succeeds and the module refuses to import
+    probe = (
+        "\n\ndef _crf_probe():\n    pass\n\n\n"
+        'if getattr(_crf_probe, "__glo" + "bals__", None) is not None:\n    raise ImportError("no lookup guard")\n'
+    )
+    target.write_text(gold + probe)
+    for on, score in ((True, 1.0), (False, 0.0)):
+        monkeypatch.setattr(lookup_guard, "ENABLED", on)
+        looking = _trace(task)
+        await task.score(looking, remote)  # type: ignore[arg-type]
+        assert looking.rewards["tests_pass"].score == score
     target.write_text(gold)
