@@ -134,6 +134,7 @@ _MISSING = re.compile(r"No module named '([\w.]+)'")
 _NO_FIXTURE = re.compile(r"fixture '(\w+)' not found")
 _NO_ASYNC = "async def functions are not natively supported"
 _NO_MARKER = re.compile(r"'(\w+)' not found in `markers` configuration option")
+_HOLLOW = re.compile(r"cannot import name '(\w+)' from '([\w.]+)' \(unknown location\)")  # a namespace package
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")  # addresses, timings, counters in a failure message
 _COUNT = re.compile(r"^(\S+\.py): (\d+)$")  # ``--collect-only -qq`` (a project's addopts may add a -q)
 _PYTEST_OWN = """
@@ -505,6 +506,10 @@ def _reason(message: str, given_up: dict[str, str]) -> str:
     if missing and missing.group(1).split(".")[0] in given_up:
         module = missing.group(1).split(".")[0]
         return f"imports {module!r}: {given_up[module]}"
+    if hollow := _HOLLOW.search(message):  # jmespath 1.1.0's sdist: ``from tests import OrderedDict``, no __init__
+        name, package = hollow.groups()
+        path = package.replace(".", "/")
+        return f"imports {name!r} from {package!r}, which the source ships without {path}/__init__.py"
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     return (lines[-1] if lines else "collection error")[:200]
 

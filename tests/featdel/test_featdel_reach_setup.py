@@ -1,0 +1,39 @@
+"""Reach refusals that say what a person would fix, and the corpus queue's order (local projects, no download)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import featdel_support  # noqa: F401  (one temporary cache per session)
+import pytest
+from corpus_support import project, write
+
+from crf_prime.featdel.corpus import smallest_first
+from crf_prime.featdel.generate import GenerateConfig
+from crf_prime.featdel.models import SourceLine
+from crf_prime.featdel.source import SourceError
+from crf_prime.featdel.suite_setup import prepare_suite
+
+
+def test_tests_importing_names_from_an_unshipped_package_init_are_refused_with_that_reason(tmp_path: Path) -> None:
+    """jmespath 1.1.0's sdist: ``from tests import OrderedDict`` where the sdist has no tests/__init__.py."""
+    src = project(tmp_path / "hollowlib", "hollowlib")
+    helper = "from tests import OrderedDict\n\n\ndef test_x():\n    assert OrderedDict\n"
+    write(src, {"tests/test_a.py": helper, "tests/test_b.py": helper})
+    with pytest.raises(SourceError) as err:
+        prepare_suite(GenerateConfig(source=str(src), unsandboxed=True))
+    assert "2 test modules cannot be collected and only 1 can" in str(err.value)
+    assert "tests/test_a.py: imports 'OrderedDict' from 'tests', which the source ships without tests/__init__.py" in (
+        str(err.value)
+    )
+
+
+def test_the_queue_starts_with_the_smallest_sdists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRF_PRIME_CACHE", str(tmp_path))
+    for name, size in (("big", 300), ("small", 10), ("mid", 100)):
+        dest = tmp_path / "featdel" / "sdists" / f"{name}-1.0"
+        dest.mkdir(parents=True)
+        (dest / f"{name}-1.0.tar.gz").write_bytes(b"x" * size)  # in the cache: nothing is downloaded
+    local = SourceLine(spec=str(tmp_path), slug="local", line=4)
+    lines = [SourceLine(spec=f"pypi:{n}==1.0", slug=n, line=i) for i, n in enumerate(("big", "small", "mid"), 1)]
+    assert [s.slug for s in smallest_first([*lines, local])] == ["local", "small", "mid", "big"]
