@@ -245,6 +245,10 @@ def _own_module(root: Path, module: str, pythonpath: tuple[str, ...] = (".",)) -
     return any((d / module).is_dir() or (d / f"{module}.py").is_file() for d in dirs)
 
 
+def _is_own(project: Project, module: str) -> bool:
+    return module in project.top_level or _own_module(project.root, module, project.pythonpath)
+
+
 def collected(run: PytestRun) -> dict[str, int]:
     """Test module -> tests a ``--collect-only`` run listed (``-q``: one node id a line; ``-qq``: ``path: N``)."""
     out: dict[str, int] = {}
@@ -380,7 +384,7 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         missing = [m for m in missing_modules(run) if m not in given_up]
         if missing:
             module = missing[0]
-            if _own_module(project.root, module, project.pythonpath) or module in project.top_level:
+            if _is_own(project, module):
                 given_up[module] = "the module is in the project's tree (an import-path problem)"
             else:
                 venv.add(module, candidates(module, venv.hints), still=None)
@@ -432,12 +436,15 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         return run_args, *run_once(venv.env, run_args, collect_only=False)
 
     run_args, first, repo = full_run()
-    for _ in range(MAX_ROUNDS):  # a fixture or async support a plugin provides: install it and run again
+    for _ in range(MAX_ROUNDS):  # what failing tests lack, installed before the suite runs again: a fixture or
+        # async support a plugin provides, or a module a test imports only when it runs (httpcore's `h2`)
         needs = [n for n in missing_plugins(first) if n not in given_up]
-        if not needs:
+        lazy = [m for m in missing_modules(first) if m not in given_up and not _is_own(project, m)]
+        if not needs and not lazy:
             break
         rounds += 1
-        if venv.add(needs[0], plugin_candidates(needs[0], venv.hints), still="still missing"):
+        need, cands = (needs[0], plugin_candidates(needs[0], venv.hints)) if needs else (lazy[0], [])
+        if venv.add(need, cands or candidates(need, venv.hints), still="still missing"):
             run_args, first, repo = full_run()
     failed = failures(first, repo)
     deselected: dict[str, str] = {}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import featdel_support  # noqa: F401  (one temporary cache per session)
 import pytest
 from corpus_support import project, write
+from test_featdel_reach_env import wheel
 
 from crf_prime.featdel.corpus import smallest_first
 from crf_prime.featdel.generate import GenerateConfig
@@ -37,3 +39,19 @@ def test_the_queue_starts_with_the_smallest_sdists(tmp_path: Path, monkeypatch: 
     local = SourceLine(spec=str(tmp_path), slug="local", line=4)
     lines = [SourceLine(spec=f"pypi:{n}==1.0", slug=n, line=i) for i, n in enumerate(("big", "small", "mid"), 1)]
     assert [s.slug for s in smallest_first([*lines, local])] == ["local", "small", "mid", "big"]
+
+
+@pytest.mark.slow
+def test_a_module_tests_import_only_when_they_run_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpcore's http2 tests import ``h2`` inside the test: collection passes, the run fails on the import."""
+    wheel(tmp_path / "wheels", "crflazy-dep", "999.0")  # a version no index serves: the resolver takes this one
+    monkeypatch.setenv("PIP_FIND_LINKS", f"{tmp_path / 'wheels'} {os.environ.get('PIP_FIND_LINKS', '')}".strip())
+    lazy = "".join(
+        f"def test_lazy{i}():\n    import crflazy_dep\n    assert crflazy_dep.VALUE == 1\n\n\n" for i in range(2)
+    )
+    src = project(tmp_path / "lazylib", "lazylib")
+    write(src, {"tests/test_lazy.py": lazy})
+    got = prepare_suite(GenerateConfig(source=str(src), unsandboxed=True))
+    assert got.installed == {"crflazy_dep": "crflazy-dep==999.0"}
+    assert got.deselected == {}
+    assert got.collected == 7
