@@ -289,7 +289,9 @@ class _Runner:
             env,
             run_dir,
             pythonpath=self.project.pythonpath,
-            pytest_args=args,
+            # a collection lists one node id a line whatever verbosity the project's addopts set (tqdm's ``-v``
+            # prints a tree :func:`collected` cannot read: 186 tests read as none, and discovery went astray)
+            pytest_args=(*args, "--verbosity=-1") if collect_only else args,
             protected=self.protected,
             collect_only=collect_only,
             # full runs are coverage runs, as generation's baseline is: a test that fails only under coverage's

@@ -55,3 +55,21 @@ def test_a_module_tests_import_only_when_they_run_is_installed(tmp_path: Path, m
     assert got.installed == {"crflazy_dep": "crflazy-dep==999.0"}
     assert got.deselected == {}
     assert got.collected == 7
+
+
+def test_a_verbose_addopts_does_not_hide_the_collected_tests(tmp_path: Path) -> None:
+    """tqdm's ``addopts = "-v ..."`` made collection print a tree: 186 tests were read as none collected."""
+    src = project(tmp_path / "verboselib", "verboselib")
+    write(src, {"pytest.ini": "[pytest]\naddopts = -vv\n"})
+    got = prepare_suite(GenerateConfig(source=str(src), unsandboxed=True))
+    assert (got.discovery, got.collected, got.ignored, got.pytest_args) == ("pytest defaults", 5, {}, ())
+
+
+def test_a_namespace_package_is_refused_naming_it(tmp_path: Path) -> None:
+    src = write(tmp_path / "nslib", {"pyproject.toml": '[project]\nname = "nslib"\nversion = "1"\n'})
+    write(
+        src,
+        {"google/api/annotations.py": "X = 1\n", "docs/conf.py": "", "tests/test_x.py": "def test_x():\n    pass\n"},
+    )
+    with pytest.raises(SourceError, match=r"namespace packages \(google/ without __init__.py\) are not supported$"):
+        prepare_suite(GenerateConfig(source=str(src), unsandboxed=True))
