@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shlex
 import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated
 
@@ -31,6 +33,7 @@ from crf_prime.featdel.models import Granularity, PackageStatus, SourceLine, Sui
 from crf_prime.featdel.source import (
     SourceError,
     _parse_pypi_spec,
+    download_sdist,
     extract_archive,
     is_git_spec,
     license_of,
@@ -73,6 +76,10 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """Retry packages that failed in an earlier run (finished ones are never redone)."""
     export_hf: bool = False
     """Also write ``OUT/hf`` as a ``datasets.DatasetDict`` (``train``/``eval``; needs the ``hf`` extra)."""
+    smallest_first: bool = True
+    """Start the packages in order of their sdist's size, smallest first (local and git sources first, in listed
+    order): under a time limit the packages left unstarted are then the large, slow ones, not whichever the list
+    happens to name last. False: the listed order."""
     auto_setup: bool = True
     """Before generating, get each suite running as a person would (crf_prime/featdel/suite_setup.py): install
     the distributions its tests import, find tests pytest's defaults miss, deselect tests that fail as shipped.
@@ -141,6 +148,24 @@ def _line_options(path: Path, line: int, tokens: list[str]) -> dict[str, tuple[s
             )
         out.setdefault(_LINE_OPTIONS[flag], []).append(value)
     return {k: tuple(v) for k, v in out.items()}
+
+
+def sdist_size(line: SourceLine) -> float:
+    """Bytes of a ``pypi:`` line's sdist (downloaded into the cache, where its package's run finds it), 0 for
+    other sources, infinity when it cannot be fetched (its package then reports why)."""
+    if not line.spec.startswith("pypi:"):
+        return 0
+    try:
+        return download_sdist(*_parse_pypi_spec(line.spec)).stat().st_size
+    except SourceError:
+        return math.inf
+
+
+def smallest_first(lines: list[SourceLine]) -> list[SourceLine]:
+    """``lines`` by :func:`sdist_size` (fetched eight at a time), the listed order among equals."""
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        sizes = dict(zip([s.slug for s in lines], pool.map(sdist_size, lines), strict=True))
+    return sorted(lines, key=lambda s: sizes[s.slug])
 
 
 def package_settings(config: CorpusConfig, line: SourceLine | None = None) -> dict:
@@ -362,6 +387,8 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                     log_to_driver=False,
                     object_store_memory=100 * 1024 * 1024,
                 )
+            if config.smallest_first:
+                todo = smallest_first(todo)
             tmp_root = tempfile.mkdtemp(prefix="crf-corpus-tmp-")
             try:
                 workers = max(1, int(-(-config.cpus_per_package // 1)))

@@ -129,9 +129,11 @@ class GenerateConfig(VerifyConfig, GradingSandbox, BaseConfig):
 
 def env_spec(project: Project, cfg: GenerateConfig) -> TestEnvSpec:
     """pytest + coverage + runtime deps + what the tests declare (+ ``extra_requirements``); resolved to exact
-    pins when anything beyond the host-pinned pytest/coverage is asked for."""
+    pins when anything beyond the host-pinned pytest/coverage is asked for, less the project itself when a test
+    dependency pulls it in (:func:`crf_prime.featdel.testenv.without`)."""
     spec = default_spec((*project.runtime_requirements, *project.test_requirements, *cfg.extra_requirements))
-    return pinned(spec) if project.test_requirements or project.runtime_requirements or cfg.extra_requirements else spec
+    needs_resolving = project.test_requirements or project.runtime_requirements or cfg.extra_requirements
+    return pinned(spec, exclude=(project.info.name,)) if needs_resolving else spec
 
 
 ProgressFn = Callable[[str, int, int], None]

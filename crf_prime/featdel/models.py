@@ -126,6 +126,10 @@ class TestEnvSpec(BaseModel):
     """Major.minor of the interpreter the venv was built with, e.g. "3.11"."""
     requirements: tuple[str, ...]
     """Pinned pip requirement strings installed into the venv."""
+    excluded: tuple[str, ...] = ()
+    """Distributions a requirement depends on that the venv leaves out: the project itself, pulled in by a test
+    dependency (its tree on ``PYTHONPATH`` serves the dependents; a copy in the venv would hand an agent the deleted
+    code). Non-empty: the pinned set is installed without dependencies."""
 
 
 class Target(BaseModel):

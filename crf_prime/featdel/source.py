@@ -254,6 +254,10 @@ def _requirements(root: Path) -> tuple[str, ...]:
     return tuple(sorted(set(out)))
 
 
+NOT_PACKAGES = frozenset({"docs", "doc", "examples", "benchmarks", "scripts"})
+"""Top-level directories that hold no part of the project's importable code, ``__init__.py`` or not."""
+
+
 def _layout(root: Path) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """Find importable packages/modules (src layout or flat) excluding tests, setup scripts, docs."""
     src = root / "src"
@@ -269,14 +273,7 @@ def _layout(root: Path) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ..
             p.is_dir()
             and (p / "__init__.py").is_file()
             and not is_test_path(rel + "/x.py")
-            and p.name
-            not in (
-                "docs",
-                "doc",
-                "examples",
-                "benchmarks",
-                "scripts",
-            )
+            and p.name not in NOT_PACKAGES
         ):
             pkgs.append(rel)
             top.append(p.name)
@@ -298,7 +295,16 @@ def _layout(root: Path) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ..
     if has_modules:
         pkgs.append(base_rel)
     if not pkgs:
-        raise SourceError(f"{root}: no importable package or module found (looked in {base_rel!r})")
+        spaces = [
+            p.name
+            for p in sorted(base.iterdir())
+            if p.is_dir() and p.name not in NOT_PACKAGES and not is_test_path(p.name + "/x.py")
+        ]
+        spaces = [n for n in spaces if any((base / n).rglob("*.py"))]
+        hint = f"; namespace packages ({', '.join(n + '/' for n in spaces)} without __init__.py) are not supported"
+        raise SourceError(
+            f"{root}: no importable package or module found (looked in {base_rel!r}){hint if spaces else ''}"
+        )
     return tuple(pkgs), (base_rel,), tuple(sorted(top))
 
 

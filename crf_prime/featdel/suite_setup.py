@@ -134,6 +134,7 @@ _MISSING = re.compile(r"No module named '([\w.]+)'")
 _NO_FIXTURE = re.compile(r"fixture '(\w+)' not found")
 _NO_ASYNC = "async def functions are not natively supported"
 _NO_MARKER = re.compile(r"'(\w+)' not found in `markers` configuration option")
+_HOLLOW = re.compile(r"cannot import name '(\w+)' from '([\w.]+)' \(unknown location\)")  # a namespace package
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")  # addresses, timings, counters in a failure message
 _COUNT = re.compile(r"^(\S+\.py): (\d+)$")  # ``--collect-only -qq`` (a project's addopts may add a -q)
 _PYTEST_OWN = """
@@ -244,6 +245,10 @@ def _own_module(root: Path, module: str, pythonpath: tuple[str, ...] = (".",)) -
     return any((d / module).is_dir() or (d / f"{module}.py").is_file() for d in dirs)
 
 
+def _is_own(project: Project, module: str) -> bool:
+    return module in project.top_level or _own_module(project.root, module, project.pythonpath)
+
+
 def collected(run: PytestRun) -> dict[str, int]:
     """Test module -> tests a ``--collect-only`` run listed (``-q``: one node id a line; ``-qq``: ``path: N``)."""
     out: dict[str, int] = {}
@@ -284,7 +289,9 @@ class _Runner:
             env,
             run_dir,
             pythonpath=self.project.pythonpath,
-            pytest_args=args,
+            # a collection lists one node id a line whatever verbosity the project's addopts set (tqdm's ``-v``
+            # prints a tree :func:`collected` cannot read: 186 tests read as none, and discovery went astray)
+            pytest_args=(*args, "--verbosity=-1") if collect_only else args,
             protected=self.protected,
             collect_only=collect_only,
             # full runs are coverage runs, as generation's baseline is: a test that fails only under coverage's
@@ -379,7 +386,7 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         missing = [m for m in missing_modules(run) if m not in given_up]
         if missing:
             module = missing[0]
-            if _own_module(project.root, module, project.pythonpath) or module in project.top_level:
+            if _is_own(project, module):
                 given_up[module] = "the module is in the project's tree (an import-path problem)"
             else:
                 venv.add(module, candidates(module, venv.hints), still=None)
@@ -431,12 +438,15 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         return run_args, *run_once(venv.env, run_args, collect_only=False)
 
     run_args, first, repo = full_run()
-    for _ in range(MAX_ROUNDS):  # a fixture or async support a plugin provides: install it and run again
+    for _ in range(MAX_ROUNDS):  # what failing tests lack, installed before the suite runs again: a fixture or
+        # async support a plugin provides, or a module a test imports only when it runs (httpcore's `h2`)
         needs = [n for n in missing_plugins(first) if n not in given_up]
-        if not needs:
+        lazy = [m for m in missing_modules(first) if m not in given_up and not _is_own(project, m)]
+        if not needs and not lazy:
             break
         rounds += 1
-        if venv.add(needs[0], plugin_candidates(needs[0], venv.hints), still="still missing"):
+        need, cands = (needs[0], plugin_candidates(needs[0], venv.hints)) if needs else (lazy[0], [])
+        if venv.add(need, cands or candidates(need, venv.hints), still="still missing"):
             run_args, first, repo = full_run()
     failed = failures(first, repo)
     deselected: dict[str, str] = {}
@@ -505,6 +515,10 @@ def _reason(message: str, given_up: dict[str, str]) -> str:
     if missing and missing.group(1).split(".")[0] in given_up:
         module = missing.group(1).split(".")[0]
         return f"imports {module!r}: {given_up[module]}"
+    if hollow := _HOLLOW.search(message):  # jmespath 1.1.0's sdist: ``from tests import OrderedDict``, no __init__
+        name, package = hollow.groups()
+        path = package.replace(".", "/")
+        return f"imports {name!r} from {package!r}, which the source ships without {path}/__init__.py"
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     return (lines[-1] if lines else "collection error")[:200]
 

@@ -66,21 +66,38 @@ def default_spec(runtime_requirements: tuple[str, ...]) -> TestEnvSpec:
     )
 
 
-def pinned(spec: TestEnvSpec, *, cache: Path | None = None) -> TestEnvSpec:
+def pinned(spec: TestEnvSpec, *, exclude: tuple[str, ...] = (), cache: Path | None = None) -> TestEnvSpec:
     """``spec`` with every requirement resolved to an exact ``name==version`` (uv's resolver, else pip's; cached per
-    spec).
+    spec), less the distributions named in ``exclude`` (the project itself, see :func:`without`).
 
     Test requirements read from an sdist are ranges; the task rows must name the venv they were validated in."""
     path = (cache or cache_root()) / "pins" / f"{spec_key(spec)}.json"
     if path.is_file():
-        return TestEnvSpec.model_validate_json(path.read_text())
+        return without(TestEnvSpec.model_validate_json(path.read_text()), exclude)
     path.parent.mkdir(parents=True, exist_ok=True)
     pins = _resolve_uv(spec, uv) if (uv := uv_bin()) else _resolve_pip(spec, path)
     out = spec.model_copy(update={"requirements": tuple(pins)})
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(out.model_dump_json())
     tmp.replace(path)
-    return out
+    return without(out, exclude)
+
+
+def without(spec: TestEnvSpec, names: tuple[str, ...]) -> TestEnvSpec:
+    """A resolved ``spec`` less the pins of ``names`` (recorded in ``excluded``: the venv is then installed without
+    dependencies, so nothing brings them back), or ``spec`` itself when it pins none of them. A test dependency
+    that depends on the project (pytest-perf -> keyring -> importlib-metadata) would otherwise put a copy of the
+    project in the venv; left out, its dependents import the task's tree from ``PYTHONPATH``, as the tests do."""
+    drop = {_canon(n) for n in names}
+    kept = tuple(r for r in spec.requirements if _canon(re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0]) not in drop)
+    if len(kept) == len(spec.requirements):
+        return spec
+    gone = sorted({*spec.excluded, *(r for r in spec.requirements if r not in kept)})
+    return spec.model_copy(update={"requirements": kept, "excluded": tuple(gone)})
+
+
+def _canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def uv_bin() -> str | None:
@@ -151,7 +168,8 @@ class TestEnv:
 
 
 def spec_key(spec: TestEnvSpec) -> str:
-    return hashlib.sha256(json.dumps(spec.model_dump(), sort_keys=True).encode()).hexdigest()[:16]
+    """The venv's cache name (fields left at their defaults do not count: older specs keep their venvs)."""
+    return hashlib.sha256(json.dumps(spec.model_dump(exclude_defaults=True), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def ensure_test_env(spec: TestEnvSpec, forbidden: tuple[str, ...] = (), *, cache: Path | None = None) -> TestEnv:
@@ -227,7 +245,8 @@ def _build(venv: Path, spec: TestEnvSpec) -> None:
     else:
         cmd = [sys.executable, "-m", "pip", "--python", str(tmp / "bin" / "python"), "install", "-q"]
         cmd += ["--disable-pip-version-check", "--no-input"]
-    cmd += list(spec.requirements)
+    # a spec that leaves a distribution out (``excluded``) is a closed, pinned set: its dependencies are not followed
+    cmd += [*(["--no-deps"] if spec.excluded else []), *spec.requirements]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
