@@ -243,7 +243,7 @@ def record_gold(
         followups=GENERATED_FOLLOWUPS,
     )
     calls = plain + (derived if isinstance(derived, list) else [])
-    first, second = gold_runs(sandbox, env, task, work / "gold", calls)  # type: ignore[arg-type]  # duck-typed adapter: it has every attribute the replay reads
+    first, second, _ = gold_runs(sandbox, env, task, work / "gold", calls)  # type: ignore[arg-type]  # duck-typed adapter: it has every attribute the replay reads
     keep, expected, dropped = reproduced(calls, first, second, recorded)
     if not keep:
         why = ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items()))
