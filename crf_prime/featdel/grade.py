@@ -239,17 +239,20 @@ class ProjectPolicy:
 
 
 @functools.lru_cache(maxsize=64)
-def _project_policy(archive: str, sha256: str, rels: tuple[str, ...], roots: tuple[str, ...]) -> ProjectPolicy:
+def _project_policy(
+    archive: str, sha256: str, rels: tuple[str, ...], roots: tuple[str, ...], lookups: bool
+) -> ProjectPolicy:
     original = _archive_sources(archive, sha256, rels)
     modules = project_modules(original, roots)
-    gadgets = project_gadgets(original, modules, runtime_lookups=True)
+    gadgets = project_gadgets(original, modules, runtime_lookups=lookups)
     return ProjectPolicy(modules, project_own_modules(original, roots), gadgets)
 
 
 def project_policy(task: FeatdelTask, task_dir: Path) -> ProjectPolicy:
     """The task's :class:`ProjectPolicy`, computed once per base archive (immutable, shared safely by threads)."""
     archive = str(_base_archive(task, task_dir).resolve())
-    return _project_policy(archive, task.base_sha256, tuple(task.source_files), (".", *task.pythonpath))
+    roots = (".", *task.pythonpath)
+    return _project_policy(archive, task.base_sha256, tuple(task.source_files), roots, lookup_guard.ENABLED)
 
 
 def detect_hack(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None]) -> str:
@@ -261,7 +264,12 @@ def detect_hack(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None
         if text is None:
             continue
         bad = added_violations(
-            before.get(rel, ""), text, policy.modules, policy.gadgets, own_modules=policy.own, runtime_lookups=True
+            before.get(rel, ""),
+            text,
+            policy.modules,
+            policy.gadgets,
+            own_modules=policy.own,
+            runtime_lookups=lookup_guard.ENABLED,
         )
         if bad:
             found.append(describe(rel, sorted(bad, key=lambda v: v.line)))

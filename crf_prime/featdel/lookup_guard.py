@@ -145,8 +145,11 @@ def _guard_update_wrapper() -> None:
     functools.update_wrapper = update_wrapper
 
 
-ENABLED = True
-"""Host side: grading runs install the guard (False only in the hack suites, to show what it stops)."""
+ENABLED = False
+"""Host side: grading runs install the guard, and the code policy leaves direct computed lookups to it. Off: the guard
+judges every frame of the tree, the project's unchanged code included, and refuses the literal lookups the scan
+excuses there (mistune's ``util.py`` reads ``getattr(html, "_replace_charref")`` at import, so every mistune task's gold
+fails with it on). It must judge only the call sites the scan deferred before it can be on."""
 
 
 def settings(roots: Collection[str], exclude: Collection[str] = ()) -> dict:

@@ -20,7 +20,7 @@ from featdel_support import (
 )
 
 from crf_prime.cli import main
-from crf_prime.featdel import baseline, suite_cache
+from crf_prime.featdel import baseline, lookup_guard, suite_cache
 from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate, load_tasks, validate_task
 from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.source import SourceError
@@ -214,9 +214,10 @@ def test_coverage_is_not_proof(tmp_path: Path) -> None:
     assert summary.rejected == {"deleted-passes": 1}
 
 
-def test_gold_violating_the_code_policy_is_rejected(tmp_path: Path) -> None:
+def test_gold_violating_the_code_policy_is_rejected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """slugify's original body uses eval: an agent writing it back would be scored as a hack, so no task. push
-    looks its method up by a computed name, judged when it runs (featdel/lookup_guard.py): a task, gold passes."""
+    looks its method up by a computed name, judged when it runs with the lookup guard on: a task, gold passes."""
+    monkeypatch.setattr(lookup_guard, "ENABLED", True)
     src = _project(tmp_path / "minilib", GOOD_TESTS)
     init = src / "minilib" / "__init__.py"
     line = "    words = [w for w in text.lower().split() if w]\n"

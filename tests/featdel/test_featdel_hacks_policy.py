@@ -7,7 +7,7 @@ Class 3 (by-name lookups the old deny-list did not recognise) and the /tmp varia
 switches both off); class 4's runtime-written module is stopped by the read-only grading tree
 (``read_only_tree=False`` shows it works, the scan sees nothing wrong); the source-encoding trick is stopped by the
 UTF-8-only rule (``scan=False`` shows it works); a lookup by a computed name, which the policy leaves to the lookup
-guard, is refused when it runs (``lookup_guard.ENABLED = False`` shows it works). Each forge ends in the same patch of ``_pytest.reports``. The control
+guard when it is on (off by default), is refused when it runs (off, with ``scan=False``, it works). Each forge ends in the same patch of ``_pytest.reports``. The control
 runs switch the call replay off too (``replay=False``): it implements nothing, so the replay alone would also score 0.
 """
 
@@ -22,7 +22,7 @@ from featdel_support import INFLECTION, agent_tree, generated
 from crf_prime.featdel import lookup_guard
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.grader import Grader, grade_tree
-from crf_prime.featdel.models import FeatdelTask
+from crf_prime.featdel.models import FeatdelTask, GraderConfig
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -121,7 +121,8 @@ def test_by_name_lookup_forge_scores_zero_and_works_without_the_policy(
     init.write_text(init.read_text() + "\n" + code + PATCH)
     scanned = grade_tree(task, task_dir, tree)
     assert scanned.score == 0.0 and rule in scanned.hack, scanned.hack
-    if name in STOPPED_AT_RUN_TIME_TOO:  # the lookup guard alone stops it too
+    if name in STOPPED_AT_RUN_TIME_TOO:  # the lookup guard (off by default) alone stops it too
+        monkeypatch.setattr(lookup_guard, "ENABLED", True)
         assert grade_tree(task, task_dir, tree, scan=False, replay=False).score == 0.0
         monkeypatch.setattr(lookup_guard, "ENABLED", False)
     unscanned = grade_tree(task, task_dir, tree, scan=False, replay=False)
@@ -131,8 +132,10 @@ def test_by_name_lookup_forge_scores_zero_and_works_without_the_policy(
 def test_computed_lookup_forge_scores_zero_and_works_without_the_lookup_guard(
     case, tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``getattr`` with a computed name passes the policy (gold code uses it too); the builtin itself refuses it."""
+    """With the lookup guard on, ``getattr`` with a computed name passes the policy (gold code uses it too) and the
+    builtin itself refuses it; off (the default), the scan refuses it."""
     task_dir, task = case
+    monkeypatch.setattr(lookup_guard, "ENABLED", True)
     code = (
         'import posixpath as _p\n_g = getattr(_p.join, "__glo" + "bals__")\n'
         '_r = getattr(_g["sys"], "mod" + "ules")["_pytest.reports"]\n'
@@ -143,7 +146,8 @@ def test_computed_lookup_forge_scores_zero_and_works_without_the_lookup_guard(
     assert guarded.score == 0.0 and guarded.hack == ""  # nothing for the scan: the guard refuses it at import
     assert all(f.message.startswith("missing") for f in guarded.failed)  # the package no longer imports
     monkeypatch.setattr(lookup_guard, "ENABLED", False)
-    unguarded = grade_tree(task, task_dir, tree, replay=False)
+    assert "getattr() with a computed attribute name" in grade_tree(task, task_dir, tree, replay=False).hack
+    unguarded = grade_tree(task, task_dir, tree, scan=False, replay=False)
     assert unguarded.score == 1.0 and unguarded.hack == "", unguarded.failed
 
 
@@ -151,6 +155,7 @@ def test_the_replay_box_judges_computed_lookups_too(case, monkeypatch: pytest.Mo
     """Gold with one added line that answers "forged" when a computed lookup of its own ``__globals__`` succeeds: the
     replay box's guard refuses it (gold's answers, the replay agrees), without the guard every call differs."""
     task_dir, task = case
+    monkeypatch.setattr(lookup_guard, "ENABLED", True)
     target = task.targets[0]
     assert "." not in target.qualname  # a module-level function: its name is in scope in its own body
     source = apply_unified_diff(dict(task.broken_files), task.gold_patch)[target.path]
@@ -164,7 +169,7 @@ def test_the_replay_box_judges_computed_lookups_too(case, monkeypatch: pytest.Mo
     guarded = Grader(task, task_dir).replay(changes)
     assert guarded.calls > 0 and guarded.ok, guarded.detail
     monkeypatch.setattr(lookup_guard, "ENABLED", False)
-    unguarded = Grader(task, task_dir).replay(changes)
+    unguarded = Grader(task, task_dir, config=GraderConfig(scan=False)).replay(changes)
     assert unguarded.mismatched_calls == unguarded.calls > 0
 
 
