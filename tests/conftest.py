@@ -6,6 +6,10 @@ the run instead of silently skipping the tests that cover it.
 ``slow`` marks what the fast subset (``-m "not slow"``, README) leaves out: tests marked in their module, every Ray
 test (a local Ray takes seconds to start), and the tests below, each measured over 10 s on a loaded 2-core box.
 
+One local Ray (the ``ray_cluster`` fixture) serves consecutive tests that ask for it: a start and stop costs ~8 CPU-s
+and an idle Ray ~0.05 of a core, so it is shut down as soon as the next test does not ask for it. Those tests share
+:data:`SHARED_RAY_TESTS`, which xdist hands to one worker as one unit (:func:`pytest_xdist_make_scheduler`).
+
 One run directory (``$CRF_TEST_RUN_DIR``) serves every xdist worker: the controller creates it before the workers
 start, so they inherit it; the featdel cache (``$CRF_PRIME_CACHE``: sdists, test venvs) and the generated task
 directories live in it, each built once per run instead of once per worker.
@@ -18,6 +22,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from typing import Any
 
 import pytest
 
@@ -85,24 +90,84 @@ LONGEST_FIRST = (
     "hub/test_hub_install.py",
 )
 """Modules (under tests/) run first, in this order: those holding the longest tests (the slow subset's junit times,
-2026-11-26). Handed out one at a time (``--maxschedchunk=1``, set below), the two xdist workers take them at the start
-and finish together on the short tests. Only the order changes; a module's tests stay together (its fixtures are set
+2026-11-26). Handed out a few at a time (:func:`pytest_xdist_make_scheduler`; the shared-Ray unit goes first), the
+two xdist workers take them at the start and finish together on the short tests. Only the order changes; a module's tests stay together (its fixtures are set
 up once per worker)."""
 
+
+RAY_NAMESPACE = "crf-prime-tests"
+"""The shared Ray's driver namespace; tests that name actors pass their own namespace explicitly."""
+
+SHARED_RAY_TESTS = (
+    "teachers/test_teachers_ray.py::",
+    "test_rayinit.py::",
+    "hints/test_hints_live_writer.py::",
+    "traces/test_trace_replay_env.py::test_live_pool_mode",
+)
+"""Node-id prefixes (under tests/) of exactly the tests that use ``ray_cluster`` (checked at collection): one xdist
+unit, so one worker runs them back to back on one Ray. (xdist's own ``xdist_group`` needs ``--dist loadgroup``,
+which pytest 9.2 breaks: it renames node ids through an attribute pytest no longer reads.)"""
 
 RUN_DIR_VAR = "CRF_TEST_RUN_DIR"
 """Environment variable naming the per-run directory the workers share (set by the controller)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("maxschedchunk", None) is None:
-        config.option.maxschedchunk = 1  # one test at a time to each worker: the LONGEST_FIRST order holds
     if hasattr(config, "workerinput") or os.environ.get(RUN_DIR_VAR):
         return  # an xdist worker (or a pytest run inside a test): the controller's directory is inherited
     run_dir = tempfile.mkdtemp(prefix="crf-test-run-")
     os.environ[RUN_DIR_VAR] = run_dir
     os.environ.setdefault("CRF_PRIME_CACHE", os.path.join(run_dir, "cache"))  # a developer's own cache is kept
     config.add_cleanup(functools.partial(shutil.rmtree, run_dir, True))
+
+
+class _SharedRay:
+    """The ``ray.init`` context of the Ray that ``ray_cluster`` started in this process, or None."""
+
+    context: Any = None
+
+
+@pytest.fixture
+def ray_cluster() -> Any:
+    """A local Ray (2 CPUs, no dashboard) this process is connected to, shared with the tests right after this one
+    that ask for it too (:func:`pytest_runtest_teardown` stops it before any other test); its address for a second
+    process is ``ray_cluster.address_info["address"]``."""
+    ray = pytest.importorskip("ray")
+    if _SharedRay.context is None:
+        _SharedRay.context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace=RAY_NAMESPACE)
+    return _SharedRay.context
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    yield
+    if _SharedRay.context is not None and (
+        nextitem is None or "ray_cluster" not in getattr(nextitem, "fixturenames", ())
+    ):
+        import ray
+
+        ray.shutdown()
+        _SharedRay.context = None
+
+
+def _shares_ray(nodeid: str) -> bool:
+    return nodeid.removeprefix("tests/").startswith(SHARED_RAY_TESTS)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """For ``-n N`` (xdist's "load"): "load" with the :data:`SHARED_RAY_TESTS` as one unit of work; every other test
+    is a unit of its own, handed out in collection order (LONGEST_FIRST) to a worker down to two waiting; the largest
+    unit, the Ray tests, goes first."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RayTestsTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "shared-ray" if _shares_ray(nodeid) else nodeid
+
+    return RayTestsTogether(config, log)
 
 
 def _is_slow(item: pytest.Item) -> bool:
@@ -115,6 +180,10 @@ def _is_slow(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     missing_on_ci: set[str] = set()
     for item in items:
+        if ("ray_cluster" in getattr(item, "fixturenames", ())) != _shares_ray(item.nodeid):
+            raise pytest.UsageError(
+                f"{item.nodeid}: SHARED_RAY_TESTS (tests/conftest.py) must list exactly the tests that use ray_cluster"
+            )
         if _is_slow(item) and "slow" not in item.keywords:
             item.add_marker(pytest.mark.slow)
         for marker, (available, how, required_on_ci) in _HOSTS.items():

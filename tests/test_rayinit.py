@@ -1,4 +1,7 @@
-"""init_ray keeps a SIGTERM handler the process had: ray.init on the main thread replaces it with sys.exit."""
+"""init_ray keeps a SIGTERM handler the process had: ray.init on the main thread replaces it with sys.exit.
+
+Ray installs its handler before it starts or joins a cluster, so the script joins the suite's shared Ray
+(``ray_cluster``, tests/conftest.py) instead of starting one of its own (~8 CPU-s each)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ SCRIPT = textwrap.dedent(
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
-    kw = dict(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    kw = dict(address=sys.argv[2], log_to_driver=False)
     if sys.argv[1] == "init_ray":
         from crf_prime.rayinit import init_ray
         init_ray(**kw)
@@ -42,10 +45,15 @@ SCRIPT = textwrap.dedent(
     ("how", "handler", "outcome", "rc"),
     [("init_ray", "ours", "KeyboardInterrupt", 0), ("ray.init", "replaced", None, None)],
 )
-def test_init_ray_keeps_the_sigterm_handler_installed_before(how, handler, outcome, rc):
+def test_init_ray_keeps_the_sigterm_handler_installed_before(ray_cluster, how, handler, outcome, rc):
     """With plain ``ray.init`` (the control) Ray's handler ends the process: with exit 15, or, under load, Ray's
     own shutdown may abort first (-6); either way our handler never ran."""
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, how], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, how, ray_cluster.address_info["address"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = proc.stdout.split()
     assert lines[0] == handler, proc.stderr[-2000:]
     if rc is None:

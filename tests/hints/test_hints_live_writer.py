@@ -24,11 +24,9 @@ def failing_trace(command: str):
     return make_trace([([("bash", f'{{"command": "{command}"}}')], ["E   assert 1 == 2\nexit code: 1"])])
 
 
-async def test_live_hint_pool_is_shared_by_two_processes(tmp_path: Path):
-    ray = pytest.importorskip("ray")
+async def test_live_hint_pool_is_shared_by_two_processes(ray_cluster, tmp_path: Path):
     from crf_prime.teachers import live
 
-    ctx = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace=NAMESPACE)
     try:
         with LoopbackOpenAI([Reply(content="Read the assertion.", cost=0.003)]) as server:
             teachers = tmp_path / "teachers.toml"
@@ -48,7 +46,7 @@ async def test_live_hint_pool_is_shared_by_two_processes(tmp_path: Path):
                 from test_hints_attach import make_trace
                 from crf_prime.hints import HintWriterConfig, attach_hint_async, hint_writer
                 cfg = HintWriterConfig.model_validate_json({cfg.model_dump_json()!r})
-                cfg = cfg.model_copy(update={{"ray_address": {ctx.address_info["address"]!r}}})
+                cfg = cfg.model_copy(update={{"ray_address": {ray_cluster.address_info["address"]!r}}})
                 def trace(command):
                     return make_trace([([("bash", '{{"command": "%s"}}' % command)], ["E   assert 1 == 2\\nexit code: 1"])])
                 async def main():
@@ -66,7 +64,6 @@ async def test_live_hint_pool_is_shared_by_two_processes(tmp_path: Path):
             same, other = json.loads(proc.stdout.strip().splitlines()[-1])
     finally:
         killed = live.shutdown("hints-test", namespace=NAMESPACE)
-        ray.shutdown()
     assert first.info["hint"] == "Read the assertion." and first.info["hint_cached"] is False
     # the other process: the same episode comes from the shared journal, a new one meets the shared cap
     assert (same["hint"], same["hint_source"], same["hint_cached"]) == ("Read the assertion.", "llm", True)

@@ -33,15 +33,7 @@ from crf_prime.teachers.ledger import Ledger
 from crf_prime.teachers.pool import TeacherPool
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
-NAMESPACE = "crf-teachers-tests"
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    ctx = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace=NAMESPACE)
-    yield ctx
-    ray.shutdown()
+NAMESPACE = "crf-teachers-tests"  # the pools' actors; the Ray is tests/conftest.py's ray_cluster, shared
 
 
 def _pool(cfg, journal, **backend_kw):

@@ -143,9 +143,8 @@ def test_vf_eval_rollout_with_replay_harness(inputs, tmp_path: Path) -> None:
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-async def test_live_pool_mode(tmp_path: Path) -> None:
+async def test_live_pool_mode(ray_cluster, tmp_path: Path) -> None:
     """No journal: the taskset asks a live (detached Ray actors) teacher pool at scoring time."""
-    ray = pytest.importorskip("ray")
     from crf_prime.records.journal import read_journal
     from crf_prime.teachers import live
     from crf_prime.teachers.config import PoolConfig, TeacherConfig
@@ -157,41 +156,37 @@ async def test_live_pool_mode(tmp_path: Path) -> None:
     def script(body: dict) -> Reply:
         return Reply(tool_calls=[ls_call if body["model"] == "model-c" else read_call])
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="trace-replay-tests")
-    try:
-        with LoopbackOpenAI(script) as server:
-            teachers = tuple(
-                TeacherConfig(name=n, model=f"model-{n}", base_url=server.base_url, api_key_var="", timeout_s=10.0)
-                for n in "abc"
-            )
-            journal = tmp_path / "live.jsonl"
-            live.serve(PoolConfig(teachers=teachers), journal, name="replay-live", namespace="trace-replay-tests",
-                       api_keys={n: "sk-test" for n in "abc"})  # fmt: skip
-            try:
-                cfg = TraceReplayConfig(id="trace-replay", states=str(states_path), num_tasks=1)
-                cfg = cfg.model_copy(
-                    update={
-                        "task": cfg.task.model_copy(
-                            update={"live_pool": "replay-live", "live_namespace": "trace-replay-tests"}
-                        )
-                    }
-                )
-                (task,) = TraceReplayTaskset(cfg).load()
-                assert task.data.votes == [] and task.data.state_id == states[0].state_id
-                async with provision_runtime(SubprocessConfig()) as rt:
-                    trace = _trace(
-                        task,
-                        act("str_replace_editor", {"command": "view", "path": "/home/dev/proj/tests/test_parse.py"}),
+    with LoopbackOpenAI(script) as server:
+        teachers = tuple(
+            TeacherConfig(name=n, model=f"model-{n}", base_url=server.base_url, api_key_var="", timeout_s=10.0)
+            for n in "abc"
+        )
+        journal = tmp_path / "live.jsonl"
+        live.serve(PoolConfig(teachers=teachers), journal, name="replay-live", namespace="trace-replay-tests",
+                   api_keys={n: "sk-test" for n in "abc"})  # fmt: skip
+        try:
+            cfg = TraceReplayConfig(id="trace-replay", states=str(states_path), num_tasks=1)
+            cfg = cfg.model_copy(
+                update={
+                    "task": cfg.task.model_copy(
+                        update={"live_pool": "replay-live", "live_namespace": "trace-replay-tests"}
                     )
-                    await task.score(trace, rt)
-                    again = _trace(task, act("Bash", {"command": "ls -R"}))
-                    await task.score(again, rt)
-            finally:
-                live.shutdown("replay-live", namespace="trace-replay-tests")
-            assert len(server.requests) == 3  # one call per teacher; the second rollout reused the answers
-            assert server.requests[0]["tools"] == [dict(t) for t in states[0].tools]
-    finally:
-        ray.shutdown()
+                }
+            )
+            (task,) = TraceReplayTaskset(cfg).load()
+            assert task.data.votes == [] and task.data.state_id == states[0].state_id
+            async with provision_runtime(SubprocessConfig()) as rt:
+                trace = _trace(
+                    task,
+                    act("str_replace_editor", {"command": "view", "path": "/home/dev/proj/tests/test_parse.py"}),
+                )
+                await task.score(trace, rt)
+                again = _trace(task, act("Bash", {"command": "ls -R"}))
+                await task.score(again, rt)
+        finally:
+            live.shutdown("replay-live", namespace="trace-replay-tests")
+        assert len(server.requests) == 3  # one call per teacher; the second rollout reused the answers
+        assert server.requests[0]["tools"] == [dict(t) for t in states[0].tools]
     assert trace.rewards["agreement"].score == pytest.approx(2 / 3) and trace.metrics["matches_consensus"] == 1.0
     assert again.rewards["agreement"].score == pytest.approx(1 / 3) and again.metrics["matches_consensus"] == 0.0
     assert sorted(r.teacher for r in read_journal(journal)) == ["a", "b", "c"]
