@@ -245,22 +245,20 @@ async def test_grading_through_the_runtime_api(
     target = workdir / row.targets[0].path
     gold = target.read_text()
     peek = f"\n\ntry:\n    with open({row.hidden_tests[0]!r}) as _fh:\n        _fh.read()\nexcept FileNotFoundError:\n    pass\n"
-    target.write_text(gold + peek)
-    for guard, score in ((True, 0.0), (False, 1.0)):
-        monkeypatch.setattr(grade, "GUARD_TEST_FILES", guard)
-        peeking = _trace(task)
-        await task.score(peeking, remote)  # type: ignore[arg-type]
-        assert peeking.rewards["tests_pass"].score == score
-    # and the lookup guard: a computed lookup of a function's globals gets the default there (the module imports),
-    # without the guard it succeeds and the module refuses to import
+    # and the lookup guard (switched on here): a computed lookup of a function's globals gets the default there (the
+    # module imports); without the guard (and so with the scan's static rule) it does not count
     probe = (
         "\n\ndef _crf_probe():\n    pass\n\n\n"
         'if getattr(_crf_probe, "__glo" + "bals__", None) is not None:\n    raise ImportError("no lookup guard")\n'
     )
-    target.write_text(gold + probe)
-    for on, score in ((True, 1.0), (False, 0.0)):
-        monkeypatch.setattr(lookup_guard, "ENABLED", on)
-        looking = _trace(task)
-        await task.score(looking, remote)  # type: ignore[arg-type]
-        assert looking.rewards["tests_pass"].score == score
+    for code, (module, setting), scores in (
+        (peek, (grade, "GUARD_TEST_FILES"), ((True, 0.0), (False, 1.0))),
+        (probe, (lookup_guard, "ENABLED"), ((True, 1.0), (False, 0.0))),
+    ):
+        target.write_text(gold + code)
+        for on, score in scores:
+            monkeypatch.setattr(module, setting, on)
+            attempt = _trace(task)
+            await task.score(attempt, remote)  # type: ignore[arg-type]
+            assert attempt.rewards["tests_pass"].score == score
     target.write_text(gold)

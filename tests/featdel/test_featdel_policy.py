@@ -422,6 +422,21 @@ def _grading_pytest(tmp_path: Path, test_source: str, module_source: str, tempro
     return run.exit_code
 
 
+def _plain_pytest(repo: Path, test_source: str, module_source: str) -> int:
+    """The same tests run by a plain pytest (no grader plugin): its exit code."""
+    import subprocess
+    import sys
+
+    repo.mkdir()
+    (repo / "answer.py").write_text(module_source)
+    (repo / "test_answer.py").write_text(test_source)
+    plain = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_answer.py"],
+        cwd=repo, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, capture_output=True, text=True,
+    )  # fmt: skip
+    return plain.returncode
+
+
 # code under test that answers from the test id, read through an allow-listed stdlib function
 ENV_ORACLE = """\
 from os import path
@@ -445,21 +460,11 @@ def test_is_7():
 
 
 def test_no_test_id_in_the_environment_of_the_code_under_test(tmp_path: Path) -> None:
-    import subprocess
-    import sys
 
     assert violations(ENV_ORACLE, frozenset()) == []  # nothing on the allow-list forbids reading the environment
     assert _grading_pytest(tmp_path / "graded", ENV_ORACLE_TESTS, ENV_ORACLE) == 1  # the grader's launch: refused
     # without the grader plugin the same tests pass: pytest names the running test in os.environ
-    repo = tmp_path / "plain"
-    repo.mkdir()
-    (repo / "answer.py").write_text(ENV_ORACLE)
-    (repo / "test_answer.py").write_text(ENV_ORACLE_TESTS)
-    plain = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_answer.py"],
-        cwd=repo, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, capture_output=True, text=True,
-    )  # fmt: skip
-    assert plain.returncode == 0, plain.stdout
+    assert _plain_pytest(tmp_path / "plain", ENV_ORACLE_TESTS, ENV_ORACLE) == 0
 
 
 def test_the_hidden_test_id_reaches_no_reader(tmp_path: Path) -> None:
@@ -520,19 +525,10 @@ def answer(question):
 def test_code_under_test_that_takes_os_environ_over_still_sees_no_test_id(tmp_path: Path) -> None:
     """Re-classing, rebinding or patching the mapping's class at import: the plugin restores the mapping at the start
     of every test phase, before pytest writes the id, so none of it catches the write."""
-    import subprocess
-    import sys
 
     assert _grading_pytest(tmp_path / "graded", ENV_ORACLE_TESTS, ENV_TAKEOVER) == 1
-    repo = tmp_path / "plain"  # the same takeover without the grader plugin catches the id: both tests pass
-    repo.mkdir()
-    (repo / "answer.py").write_text(ENV_TAKEOVER)
-    (repo / "test_answer.py").write_text(ENV_ORACLE_TESTS)
-    plain = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_answer.py"],
-        cwd=repo, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, capture_output=True, text=True,
-    )  # fmt: skip
-    assert plain.returncode == 0, plain.stdout
+    # the same takeover without the grader plugin catches the id: both tests pass
+    assert _plain_pytest(tmp_path / "plain", ENV_ORACLE_TESTS, ENV_TAKEOVER) == 0
 
 
 @pytest.mark.parametrize(
