@@ -2,8 +2,9 @@
 builtins themselves.
 
 A static scan cannot tell what ``getattr(obj, name)`` reaches when ``name`` is computed, so the code policy
-(crf_prime/featdel/policy.py) used to refuse such calls, and with them honest code that the project's own authors
-wrote (``getattr(obj, header)`` over a table's headers). In a grading run the grader replaces ``getattr``,
+(crf_prime/featdel/policy.py) refuses such calls, and with them honest code that the project's own authors wrote
+(``getattr(obj, header)`` over a table's headers). With :data:`ENABLED` (off by default: see there) the policy leaves
+them to this guard, and in a grading run the grader replaces ``getattr``,
 ``setattr``, ``delattr`` and ``hasattr`` in :mod:`builtins`, before any project code is imported, by versions that
 refuse, when called directly from the project's own code (a file under the tree), exactly the names the policy
 refuses as a literal: frames, tracebacks, interpreter hooks, import machinery and the interpreter's own dunders
