@@ -3,9 +3,9 @@
 For every function and method of each package's non-test source (the candidates the generator deletes), the
 snapshot is the file with that body replaced by ``raise NotImplementedError`` and the "agent's answer" is the
 original file: a function whose own original body breaks the allow-list (``crf_prime/featdel/policy.py``) could
-never be a task (``gold-violates-policy``). Judged as grading judges now and, beside it in the same run, as it
-would with the lookup guard on (computed ``getattr``/``setattr``/``delattr`` left to crf_prime/featdel/lookup_guard.py,
-off by default). Prints one row per package and the most frequent rules. Target: <= 5 %.
+never be a task (``gold-violates-policy``). Judged as grading judges (with ``lookup_guard.ENABLED``, computed
+``getattr``/``setattr``/``delattr`` are left to crf_prime/featdel/lookup_guard.py) and, as the baseline in the same
+run, by the static rules alone. Prints one row per package and the most frequent rules. Target: <= 5 %.
 
     .venv/bin/python benchmarks/featdel_policy_cost.py [pypi:NAME==VERSION ...]
 """
@@ -70,23 +70,21 @@ def main() -> None:
     parser.add_argument("--show", type=int, default=0, help="list this many rejected functions per package")
     args = parser.parse_args()
     table = Table(title="featdel code policy: own functions the allow-list rejects")
-    for col in ("package", "functions", "rejected", "share", "with the lookup guard on", "top rules"):
+    for col in ("package", "functions", "rejected", "share", "static rules alone", "top rules"):
         table.add_column(col)
     console = Console()
     for spec in args.sources:
         with tempfile.TemporaryDirectory(prefix="crf-featdel-cost-") as tmp:
             total, rejected = cost(spec, Path(tmp), runtime_lookups=lookup_guard.ENABLED)
         with tempfile.TemporaryDirectory(prefix="crf-featdel-cost-") as tmp:
-            _, guarded = cost(spec, Path(tmp), runtime_lookups=True)
+            _, static = cost(spec, Path(tmp), runtime_lookups=False)
         rules = Counter(rule.split(" '")[0] for _, rule in rejected).most_common(3)
         top = "; ".join(f"{n}× {r}" for r, n in rules)
-        share, guarded_share = len(rejected) / max(total, 1), len(guarded) / max(total, 1)
-        table.add_row(
-            spec, str(total), str(len(rejected)), f"{share:.1%}", f"{len(guarded)} ({guarded_share:.1%})", top
-        )
+        share, static_share = len(rejected) / max(total, 1), len(static) / max(total, 1)
+        table.add_row(spec, str(total), str(len(rejected)), f"{share:.1%}", f"{len(static)} ({static_share:.1%})", top)
         for name, rule in rejected[: args.show]:
             console.print(f"  {spec} {name}: {rule}")
-        console.print(f"ROW {spec} functions={total} rejected={len(rejected)} guarded={len(guarded)}")  # as it ends
+        console.print(f"ROW {spec} functions={total} rejected={len(rejected)} static={len(static)}")  # as it ends
     console.print(table)
 
 

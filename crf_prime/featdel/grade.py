@@ -35,6 +35,7 @@ from crf_prime.featdel.models import FeatdelTask, GradeResult
 from crf_prime.featdel.policy import (
     added_violations,
     describe,
+    lookup_sites,
     project_gadgets,
     project_modules,
     project_own_modules,
@@ -255,6 +256,32 @@ def project_policy(task: FeatdelTask, task_dir: Path) -> ProjectPolicy:
     return _project_policy(archive, task.base_sha256, tuple(task.source_files), roots, lookup_guard.ENABLED)
 
 
+@functools.lru_cache(maxsize=64)
+def _original_sites(archive: str, sha256: str, rels: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    original = _archive_sources(archive, sha256, rels)
+    return {rel: tuple(found) for rel, text in original.items() if (found := lookup_sites(text))}
+
+
+def lookup_sites_of(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None]) -> dict[str, tuple[int, ...]]:
+    """Where the grading tree's project code (the original files, ``changes`` over them) calls ``getattr``/
+    ``setattr``/``delattr`` with a computed name: file (under the tree) -> lines, for the lookup guard."""
+    archive = str(_base_archive(task, task_dir).resolve())
+    sites = {
+        rel: lines
+        for rel, lines in _original_sites(archive, task.base_sha256, tuple(task.source_files)).items()
+        if rel not in changes
+    }
+    for rel, text in changes.items():
+        if text is not None and rel.endswith(".py") and (found := lookup_sites(text)):
+            sites[rel] = tuple(found)
+    return sites
+
+
+def guard_sites(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None]) -> dict[str, tuple[int, ...]] | None:
+    """The lookup guard's sites for a grading run (None when the guard is off)."""
+    return lookup_sites_of(task, task_dir, changes) if lookup_guard.ENABLED else None
+
+
 def detect_hack(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None]) -> str:
     """Non-empty description (``path:line: rule: code``) when added code breaks the policy in featdel/policy.py."""
     before = snapshot_files(task, task_dir)
@@ -391,7 +418,7 @@ def grading_run(
             read_only_tree=read_only_tree,
             wall_seconds=wall_seconds,
             guarded=guarded_files(task),
-            lookups=lookup_guard.ENABLED,
+            lookups=guard_sites(task, task_dir, changes),
         )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -22,6 +22,7 @@ from crf_prime.featdel.grade import (
     collect_changes,
     detect_hack,
     grading_run,
+    guard_sites,
     hack_result,
     overlay_tree,
     result_from_run,
@@ -145,6 +146,11 @@ class Grader:
         """Tests-only grade of a finished target-test run (junit outcomes cross-checked with the exit status)."""
         return result_from_run(self.task, run, changes)
 
+    def lookup_sites(self, changes: Changes) -> dict[str, tuple[int, ...]] | None:
+        """Where the grading tree's code calls ``getattr``/``setattr``/``delattr`` with a computed name (file ->
+        lines), judged when it runs by the lookup guard; None when the guard is off."""
+        return guard_sites(self.task, self.task_dir, changes)
+
     def replay(self, changes: Changes) -> ReplayVerdict:
         """Equivalence with gold on the task's replayed calls (a task without a replay has none: 0 calls, ok)."""
         if self.task.replay is None:
@@ -158,6 +164,7 @@ class Grader:
             call_timeout_s=self.config.call_timeout_s,
             strict=self.config.strict_canon,
             generated=self.config.generated_calls,
+            lookups=guard_sites(self.task, self.task_dir, changes),
         )
 
     def replay_many(
@@ -183,6 +190,7 @@ class Grader:
             call_timeout_s=self.config.call_timeout_s,
             strict=self.config.strict_canon,
             generated=self.config.generated_calls,
+            lookups=[guard_sites(self.task, self.task_dir, changes) for changes in attempts],
         )
 
     def replay_data(self) -> ReplayData | None:

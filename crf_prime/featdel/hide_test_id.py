@@ -29,7 +29,7 @@ import os
 import shutil
 import sys
 import types
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 VARIABLE = "PYTEST_CURRENT_TEST"
@@ -131,13 +131,13 @@ def install_into(directory: Path) -> Path:
     return directory
 
 
-def lookups_into(directory: Path, root: Path, exclude: Collection[str]) -> None:
-    """Have the plugin in ``directory`` install the lookup guard (crf_prime/featdel/lookup_guard.py) for the project
-    files under ``root``, the test files ``exclude`` (paths under it) aside."""
+def lookups_into(directory: Path, root: Path, sites: Mapping[str, Sequence[int]]) -> None:
+    """Have the plugin in ``directory`` install the lookup guard (crf_prime/featdel/lookup_guard.py) for the
+    project's computed lookups at ``sites`` (paths under ``root`` -> lines)."""
     from crf_prime.featdel import lookup_guard  # host only
 
     top = root.resolve()
-    config = lookup_guard.settings([str(top)], [str(top / f) for f in exclude])
+    config = lookup_guard.settings({str(top / rel): lines for rel, lines in sites.items()})
     (directory / lookup_guard.RULES).write_text(json.dumps(config))
 
 

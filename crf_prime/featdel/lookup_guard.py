@@ -3,21 +3,24 @@ builtins themselves.
 
 A static scan cannot tell what ``getattr(obj, name)`` reaches when ``name`` is computed, so the code policy
 (crf_prime/featdel/policy.py) refuses such calls, and with them honest code that the project's own authors wrote
-(``getattr(obj, header)`` over a table's headers). With :data:`ENABLED` (off by default: see there) the policy leaves
-them to this guard, and in a grading run the grader replaces ``getattr``,
-``setattr``, ``delattr`` and ``hasattr`` in :mod:`builtins`, before any project code is imported, by versions that
-refuse, when called directly from the project's own code (a file under the tree), exactly the names the policy
-refuses as a literal: frames, tracebacks, interpreter hooks, import machinery and the interpreter's own dunders
-(``__globals__``, ``__dict__``, ``__subclasses__``, …), and, on a module, private members, the members the policy
-never allows (``loads`` of ``pickle``) and another package's module (``sys`` through ``posixpath``, as the policy's
-"module reached through a safe module's attribute"; a module counts as itself only while ``sys.modules`` holds it
-under its ``__name__``). A refused lookup behaves as a missing attribute (``AttributeError``, or the
-default). Any other caller (pytest, the standard library, the tests) gets the builtins' own behaviour.
+(``getattr(obj, header)`` over a table's headers). With :data:`ENABLED` the policy leaves them to this guard. In a
+grading run the grader replaces ``getattr``, ``setattr``, ``delattr`` and ``hasattr`` in :mod:`builtins`, before any
+project code is imported, by versions that judge the calls made from the tree's *sites*: the lines where the project's
+code, original or added, calls ``getattr``/``setattr``/``delattr`` with a name that is not a string literal
+(``policy.lookup_sites``). There they refuse exactly the names the policy refuses as a literal: frames, tracebacks,
+interpreter hooks, import machinery and the interpreter's own dunders (``__globals__``, ``__dict__``,
+``__subclasses__``, …), and, on a module, private members, the members the policy never allows (``loads`` of
+``pickle``) and another package's module (``sys`` through ``posixpath``, as the policy's "module reached through a
+safe module's attribute"; a module counts as itself only while ``sys.modules`` holds it under its ``__name__``). A
+refused lookup behaves as a missing attribute (``AttributeError``, or the default). Every other call (a literal name,
+which the scan judges and excuses in original code; pytest, the standard library, the tests) is the builtin's own.
+Judging the original code's computed sites too is what makes a project function that looks names up for its caller
+no gadget (``get_entry(obj, name)``).
 
-``functools.update_wrapper`` (and so ``wraps``) refuses a module on either side, for any caller: it copies names
-and the ``__dict__`` of the wrapped object from the library's own frame. Only direct calls are judged here: the policy still refuses these builtins as values (``partial(getattr, f)``), since a
-library function calling them on the project's behalf would be the caller. Names are read as exact ``str`` (a ``str``
-subclass cannot answer the check differently from the lookup).
+``functools.update_wrapper`` (and so ``wraps``) refuses a module on either side, for any caller: it copies names and
+the ``__dict__`` of the wrapped object from the library's own frame. The policy still refuses these builtins as
+values (``partial(getattr, f)``), since a library function calling them on the project's behalf would be the caller.
+Names are read as exact ``str`` (a ``str`` subclass cannot answer the check differently from the lookup).
 
 Standard library only (in the box): copied beside the grading plugin (``hide_test_id.LOOKUP_MODULE``) and the replay
 driver, and imported there before any project code.
@@ -30,7 +33,7 @@ import json
 import os
 import sys
 import types
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 RULES = "crf_lookup_rules.json"
 """Beside the module in the test box: :func:`settings` as JSON."""
@@ -45,27 +48,26 @@ def refusal(obj: object, name: str, names: Collection[str], module_names: Collec
     return ""
 
 
-def install(
-    roots: Collection[str], exclude: Collection[str], names: Collection[str], module_names: Collection[str]
-) -> None:
-    """Replace the four builtins, process-wide and permanently: a call whose caller is a file under one of ``roots``
-    (and not one of ``exclude``, absolute paths) is judged by :func:`refusal`."""
-    tops = tuple(os.path.realpath(r) + os.sep for r in roots)
-    excluded = frozenset(os.path.realpath(p) for p in exclude)
+def install(sites: Mapping[str, Collection[int]], names: Collection[str], module_names: Collection[str]) -> None:
+    """Replace the four builtins, process-wide and permanently: a call made from one of ``sites`` (file path -> line
+    numbers: where the project's code calls them with a computed name) is judged by :func:`refusal`; any other call
+    is the builtin's own."""
+    where = {os.path.realpath(path): frozenset(lines) for path, lines in sites.items()}
     names, module_names = frozenset(names), frozenset(module_names)
-    known: dict[str, bool] = {}
+    known: dict[str, frozenset[int]] = {}
+    nowhere: frozenset[int] = frozenset()
     realpath, getframe, exact = os.path.realpath, sys._getframe, str.__getitem__
     modules = sys.modules
     real_getattr, real_hasattr = builtins.getattr, builtins.hasattr
     real_setattr, real_delattr = builtins.setattr, builtins.delattr
     whole = slice(None)
 
-    def ours(filename: str) -> bool:
-        found = known.get(filename)
-        if found is None:  # "<string>", "<frozen ...>": no file of the tree
-            path = realpath(filename) if os.path.isabs(filename) else ""
-            found = known[filename] = path.startswith(tops) and path not in excluded
-        return found
+    def ours(frame: types.FrameType) -> bool:
+        filename = frame.f_code.co_filename
+        lines = known.get(filename)
+        if lines is None:  # "<string>", "<frozen ...>": no file of the tree
+            lines = known[filename] = where.get(realpath(filename), nowhere) if os.path.isabs(filename) else nowhere
+        return frame.f_lineno in lines
 
     def judged(obj: object, name: object) -> object:
         """``name`` as exact text (AttributeError when the project's code may not look it up on ``obj``); a
@@ -73,7 +75,7 @@ def install(
         if not isinstance(name, str):
             return name
         text = exact(name, whole)
-        if ours(getframe(2).f_code.co_filename):  # 0: here, 1: the replaced builtin, 2: its caller
+        if ours(getframe(2)):  # 0: here, 1: the replaced builtin, 2: its caller
             why = refusal(obj, text, names, module_names)
             if why:
                 raise AttributeError(f"{text!r} by a computed name from the code under test: {why} (grader's rule)")
@@ -100,7 +102,7 @@ def install(
                 return default[0]
             raise
         value = real_getattr(obj, text, *default)
-        if isinstance(text, str) and other_module(obj, value) and ours(getframe(1).f_code.co_filename):
+        if isinstance(text, str) and other_module(obj, value) and ours(getframe(1)):
             if default:
                 return default[0]
             raise AttributeError(f"{text!r} by a computed name from the code under test: another package's module")
@@ -146,22 +148,19 @@ def _guard_update_wrapper() -> None:
     functools.update_wrapper = update_wrapper
 
 
-ENABLED = False
-"""Host side: grading runs install the guard, and the code policy leaves direct computed lookups to it. Off: the guard
-judges every frame of the tree, the project's unchanged code included, and refuses the literal lookups the scan
-excuses there (mistune's ``util.py`` reads ``getattr(html, "_replace_charref")`` at import, so every mistune task's gold
-fails with it on). It must judge only the call sites the scan deferred before it can be on."""
+ENABLED = True
+"""Host side: grading runs install the guard at the tree's computed-lookup sites, and the code policy leaves direct
+computed lookups to it (False only in the hack suites, to show what it stops)."""
 
 
-def settings(roots: Collection[str], exclude: Collection[str] = ()) -> dict:
-    """Host side: the guard's settings for a box whose project files lie under ``roots`` (``exclude``: test files
-    there, absolute paths), with the code policy's rules (crf_prime/featdel/policy.py ``lookup_rules``)."""
+def settings(sites: Mapping[str, Collection[int]]) -> dict:
+    """Host side: the guard's settings for a box where the project's code calls the builtins with a computed name at
+    ``sites`` (absolute path -> lines), with the code policy's rules (crf_prime/featdel/policy.py ``lookup_rules``)."""
     from crf_prime.featdel.policy import lookup_rules  # host only: the box has the standard library alone
 
     names, module_names = lookup_rules()
     return {
-        "roots": sorted(roots),
-        "exclude": sorted(exclude),
+        "sites": {path: sorted(lines) for path, lines in sorted(sites.items())},
         "names": sorted(names),
         "module_names": sorted(module_names),
     }
@@ -169,7 +168,7 @@ def settings(roots: Collection[str], exclude: Collection[str] = ()) -> dict:
 
 def install_settings(config: dict) -> None:
     """:func:`install` from :func:`settings`' output."""
-    install(config["roots"], config["exclude"], config["names"], config["module_names"])
+    install(config["sites"], config["names"], config["module_names"])
 
 
 def install_from(directory: str) -> bool:

@@ -236,6 +236,31 @@ RUNTIME_JUDGED = frozenset({"getattr", "setattr", "delattr"})
 """By-name builtins the grader can judge when they run (crf_prime/featdel/lookup_guard.py)."""
 
 
+def lookup_sites(source: str | bytes) -> list[int]:
+    """Lines where ``source`` calls the builtin ``getattr``/``setattr``/``delattr`` (the name bound nowhere in the
+    module) with a name that is not a string literal: where :mod:`crf_prime.featdel.lookup_guard` judges the lookup
+    when it runs. Literal names are the scan's alone (a project's own ``getattr(html, "_replace_charref")`` stays
+    excused). Empty for source that does not parse."""
+    try:
+        parsed = _text_and_tree(source)
+    except (RecursionError, MemoryError):
+        return []
+    if not isinstance(parsed, tuple):
+        return []
+    tree = parsed[1]
+    rebound = _bound_names(tree)
+    lines = set()
+    for node in _nodes(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            continue
+        if node.func.id not in RUNTIME_JUDGED or node.func.id in rebound:
+            continue
+        literal = len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+        if not literal:
+            lines.add(node.lineno)
+    return sorted(lines)
+
+
 def lookup_rules() -> tuple[frozenset[str], frozenset[str]]:
     """What :mod:`crf_prime.featdel.lookup_guard` refuses by a computed name: the names the attribute and name rules
     refuse anywhere, and on a module the members never allowed (``pickle.loads`` -> ``loads``)."""

@@ -17,7 +17,7 @@ import pickle
 import random
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,9 +136,15 @@ def _tree_paths(task: FeatdelTask, env: TestEnv, repo: Path) -> list[str]:
     return paths
 
 
-def _lookups(repo: Path) -> dict | None:
-    """The lookup guard's settings for the box's tree (crf_prime/featdel/lookup_guard.py; None when switched off)."""
-    return lookup_guard.settings([str(repo.resolve())]) if lookup_guard.ENABLED else None
+Sites = Mapping[str, Sequence[int]]
+"""Where a tree's project code calls ``getattr``/``setattr``/``delattr`` with a computed name (file -> lines)."""
+
+
+def _lookups(repo: Path, sites: Sites | None) -> dict | None:
+    """The lookup guard's settings for the box's tree (crf_prime/featdel/lookup_guard.py), None without sites."""
+    if sites is None:
+        return None
+    return lookup_guard.settings({str(repo.resolve() / rel): lines for rel, lines in sites.items()})
 
 
 def _run_wall(call_timeout_s: float, n_calls: int, sequence: bool) -> float:
@@ -164,8 +170,10 @@ def run_driver(
     wall_seconds: float | None = None,
     strict: bool = True,
     reach: dict[str, list[int]] | None = None,
+    lookups: Sites | None = None,
 ) -> object:
     """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none.
+    ``lookups``: the lookup guard's sites in that tree (none: no guard).
     ``stop_on_timeout=False`` runs every call even after one timed out; ``wall_seconds`` replaces the box's wall limit;
     ``strict=False`` lets the box read values through methods their class may override (hack suites only);
     ``reach`` (file path under ``run_dir/repo`` -> lines): each call alone also says which of these lines it ran."""
@@ -173,7 +181,7 @@ def run_driver(
     cfg = {
         "mode": mode,
         "paths": _tree_paths(task, env, run_dir / "repo"),
-        "lookups": _lookups(run_dir / "repo"),
+        "lookups": _lookups(run_dir / "repo", lookups),
         "out": str(result_path),
         "seed": seed,
         "per_target": per_target,
@@ -207,18 +215,20 @@ def run_variants(
     sequence: bool,
     call_timeout_s: float = CALL_TIMEOUT_S,
     strict: bool = True,
+    lookups: list[Sites | None] | None = None,
 ) -> list[object]:
     """Replay ``calls`` on each of the trees ``run_dir/v{i}/repo`` (built, tests stripped) in ONE box: the driver
     starts once and forks a child per tree that imports that tree alone (mutation testing grades many gold mutants
-    of one task). Each tree's output as :func:`run_driver` returns it, in order."""
+    of one task). Each tree's output as :func:`run_driver` returns it, in order. ``lookups``: each tree's lookup
+    guard sites (:func:`run_driver`)."""
     repos = [run_dir / f"v{i}" / "repo" for i in range(trees)]
     wall = _run_wall(call_timeout_s, len(calls), sequence) + 10.0
     outs = [run_dir / "out" / f"v{i}.json" for i in range(trees)]
     cfg = {
         "mode": "run",
         "variants": [
-            {"paths": _tree_paths(task, env, repo), "lookups": _lookups(repo), "out": str(out), "wall_s": wall}
-            for repo, out in zip(repos, outs, strict=True)
+            {"paths": _tree_paths(task, env, repo), "lookups": _lookups(repo, sites), "out": str(out), "wall_s": wall}
+            for repo, out, sites in zip(repos, outs, lookups or [None] * trees, strict=True)
         ],
         "seed": seed,
         "stop_on_timeout": True,
@@ -445,6 +455,7 @@ def replay_tree(
     call_timeout_s: float = CALL_TIMEOUT_S,
     strict: bool = True,
     generated: bool = True,
+    lookups: Sites | None = None,
 ) -> ReplayVerdict:
     """Replay the task's calls on a fresh tree that ``build(dest)`` writes (the agent's allow-listed changes, never a
     tree a test run could have written into), tests stripped, and compare with gold's outcomes here on the host.
@@ -457,7 +468,16 @@ def replay_tree(
         strip_tests(task, run_dir / "repo")
         seed = int.from_bytes(os.urandom(4), "little")
         got = run_driver(
-            sandbox, env, task, run_dir, calls, seed=seed, hash_seed=seed, call_timeout_s=call_timeout_s, strict=strict
+            sandbox,
+            env,
+            task,
+            run_dir,
+            calls,
+            seed=seed,
+            hash_seed=seed,
+            call_timeout_s=call_timeout_s,
+            strict=strict,
+            lookups=lookups,
         )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -476,6 +496,7 @@ def replay_trees(
     call_timeout_s: float = CALL_TIMEOUT_S,
     strict: bool = True,
     generated: bool = True,
+    lookups: list[Sites | None] | None = None,
 ) -> list[ReplayVerdict]:
     """:func:`replay_tree` for many trees in one box (mutation testing: every mutant of a task's gold). ``sample``:
     replay only that many of the calls (the same deterministic sample for every tree), each alone and not in
@@ -504,6 +525,7 @@ def replay_trees(
             sequence=sequence,
             call_timeout_s=call_timeout_s,
             strict=strict,
+            lookups=lookups,
         )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

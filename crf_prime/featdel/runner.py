@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,7 +109,7 @@ def run_pytest(
     wall_seconds: float | None = None,
     read_only_tree: bool = False,
     guarded: Sequence[str] = (),
-    lookups: bool = False,
+    lookups: Mapping[str, Sequence[int]] | None = None,
 ) -> PytestRun:
     """Run pytest on ``run_dir/repo``; ``with_coverage`` = source dirs to measure with per-test contexts.
 
@@ -117,8 +117,8 @@ def run_pytest(
     so code under test cannot write a module it later imports. The interpreter runs with ``-P`` (no cwd/script dir
     on ``sys.path``), ``-B`` and ``-s``: the only import roots are the read-only tree, the read-only venv and the
     stdlib; ``/tmp`` and ``out`` are writable but never on ``sys.path``. ``guarded``: test files (paths under the
-    tree) the project's code may not open (``hide_test_id.guard``). ``lookups``: the project's code looks attributes up
-    by a computed name only as the code policy allows (``lookup_guard``; the ``protected`` files are not its code).
+    tree) the project's code may not open (``hide_test_id.guard``). ``lookups``: where (file under the tree -> lines) the
+    project's code calls ``getattr``/``setattr``/``delattr`` with a computed name, judged when it runs (``lookup_guard``).
     """
     repo, out = run_dir / "repo", run_dir / "out"
     out.mkdir(parents=True, exist_ok=True)
@@ -128,8 +128,8 @@ def run_pytest(
     extra_paths: list[Path] = [hide_test_id.install_into(run_dir / "grader")]  # read-only in the box, beside the repo
     if guarded:
         hide_test_id.guard_into(extra_paths[0], repo, guarded)
-    if lookups:
-        hide_test_id.lookups_into(extra_paths[0], repo, protected)
+    if lookups is not None:
+        hide_test_id.lookups_into(extra_paths[0], repo, lookups)
     if with_coverage:
         rc = out / "coveragerc"
         rc.write_text("[run]\n")  # ignore the project's own coverage config (plugins, omit lists)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from crf_prime.featdel import lookup_guard
-from crf_prime.featdel.policy import added_violations, violations
+from crf_prime.featdel.policy import added_violations, lookup_sites, violations
 
 PROJECT = """\
 import math
@@ -37,6 +37,10 @@ def put(obj, name, value):
 
 def drop(obj, name):
     delattr(obj, name)
+
+
+def literal():
+    return getattr(posixpath, "_get_sep")  # a literal name: the scan's to judge (and excuse in original code)
 """
 
 PROBE = '''\
@@ -100,6 +104,7 @@ attempt("setattr", lambda: m.put(later, "__code__", m.look.__code__))
 attempt("setattr ordinary", lambda: (m.put(m.P, "b", 2), m.P.b)[1])
 attempt("delattr", lambda: m.drop(m.P, "__dict__"))
 attempt("non-string name", lambda: m.look(m.P, 3))
+attempt("a literal lookup", lambda: m.literal() is posixpath._get_sep)
 attempt("wraps a module", lambda: functools.wraps(posixpath)(m.P()))
 attempt("update_wrapper onto a module", lambda: functools.update_wrapper(posixpath, m.look))
 attempt("wraps a function", lambda: functools.wraps(m.look)(lambda: 0).__wrapped__ is m.look)
@@ -115,7 +120,7 @@ def _probe(tmp_path: Path) -> dict[str, str]:
     (proj / "m.py").write_text(PROJECT)
     (lib / "lookup_guard.py").write_text(Path(lookup_guard.__file__).read_text())
     (lib / "probe.py").write_text(PROBE)
-    settings = json.dumps(lookup_guard.settings([str(proj)]))
+    settings = json.dumps(lookup_guard.settings({str(proj / "m.py"): lookup_sites(PROJECT)}))
     done = subprocess.run(
         [sys.executable, "-S", "-s", str(lib / "probe.py"), str(proj), settings], capture_output=True, text=True
     )
@@ -128,7 +133,7 @@ def test_the_project_s_computed_lookups_are_judged_when_they_run(tmp_path: Path)
         "ordinary": "1",
         "computed dunder": "AttributeError",
         "with a default": "'default'",
-        "hasattr": "False",
+        "hasattr": "True",  # not a site: hasattr tells existence only, and the policy never refused it
         "hasattr ordinary": "True",
         "frame attribute": "AttributeError",
         "str subclass": "AttributeError",
@@ -145,6 +150,7 @@ def test_the_project_s_computed_lookups_are_judged_when_they_run(tmp_path: Path)
         "setattr ordinary": "2",
         "delattr": "AttributeError",
         "non-string name": "TypeError",
+        "a literal lookup": "True",
         "wraps a module": "TypeError",
         "update_wrapper onto a module": "TypeError",
         "wraps a function": "True",
@@ -173,9 +179,17 @@ def test_the_policy_leaves_direct_computed_lookups_to_the_guard(source: str, jud
     assert (relaxed == []) is judged_when_run, relaxed
 
 
+def test_sites_are_the_computed_calls_of_the_builtins() -> None:
+    assert lookup_sites(PROJECT) == [10, 18, 22]  # look, put, drop; not has, not the literal
+    rebound = "from operator import attrgetter as getattr\n\n\ndef f(o, n):\n    return getattr(o, n)\n"
+    assert lookup_sites(rebound) == []  # not the builtin: the scan judges it
+    assert lookup_sites("def f(o, *a):\n    return getattr(o, *a)\n") == [2]
+    assert lookup_sites("def f(:\n") == []
+
+
 def test_settings_hold_the_policy_s_rules() -> None:
-    got = lookup_guard.settings(["/r"], ["/r/tests/test_x.py"])
-    assert got["roots"] == ["/r"] and got["exclude"] == ["/r/tests/test_x.py"]
+    got = lookup_guard.settings({"/r/m.py": (3, 1)})
+    assert got["sites"] == {"/r/m.py": [1, 3]}
     assert {"__globals__", "__dict__", "modules", "f_back", "tb_frame", "compile", "_getframe"} <= set(got["names"])
     assert {"__name__", "__class__", "__args__", "append"}.isdisjoint(got["names"])
     assert {"loads", "FunctionType", "path"} <= set(got["module_names"])

@@ -177,11 +177,11 @@ class FeatureDeletionTask(vf.Task[FeatureDeletionData, vf.State, FeatureDeletion
             raise InfraError(f"grading in the runtime: unpacking the grading tree failed: {unpacked.stderr[-500:]}")
         # the grader's plugin, as in the sandbox: no test id in the environment, no test module readable by the code
         await runtime.write(f"{remote}/grader/{hide_test_id.MODULE}.py", Path(hide_test_id.__file__).read_bytes())
-        lookups = Path(lookup_guard.__file__).read_bytes()  # computed getattr judged when it runs, as in the sandbox
-        await runtime.write(f"{remote}/grader/{hide_test_id.LOOKUP_MODULE}.py", lookups)
-        if lookup_guard.ENABLED:
-            tests = [f"{remote}/repo/{p}" for p in self.row.protected_files]
-            rules = json.dumps(lookup_guard.settings([f"{remote}/repo"], tests))
+        guard = Path(lookup_guard.__file__).read_bytes()  # computed getattr judged when it runs, as in the sandbox
+        await runtime.write(f"{remote}/grader/{hide_test_id.LOOKUP_MODULE}.py", guard)
+        sites = grader.lookup_sites(changes)
+        if sites is not None:
+            rules = json.dumps(lookup_guard.settings({f"{remote}/repo/{rel}": lines for rel, lines in sites.items()}))
             await runtime.write(f"{remote}/grader/{lookup_guard.RULES}", rules.encode())
         guarded = guarded_files(self.row)
         if guarded:
