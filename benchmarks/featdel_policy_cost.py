@@ -48,7 +48,7 @@ def cost(spec: str, workspace: Path, runtime_lookups: bool) -> tuple[int, list[t
     roots = (".", *project.pythonpath)
     allowed = project_modules(files, roots)
     own = project_own_modules(files, roots)
-    gadgets = project_gadgets(files, allowed, runtime_lookups=runtime_lookups)
+    gadgets = project_gadgets(files, allowed)
     total, rejected = 0, []
     for rel, text in sorted(files.items()):
         # judged once per file: a function is rejected when one of the file's violations lies in its span (from its

@@ -34,8 +34,8 @@ from crf_prime.featdel import lookup_guard
 from crf_prime.featdel.models import FeatdelTask, GradeResult
 from crf_prime.featdel.policy import (
     added_violations,
+    deferred_lookups,
     describe,
-    lookup_sites,
     project_gadgets,
     project_modules,
     project_own_modules,
@@ -240,46 +240,33 @@ class ProjectPolicy:
 
 
 @functools.lru_cache(maxsize=64)
-def _project_policy(
-    archive: str, sha256: str, rels: tuple[str, ...], roots: tuple[str, ...], lookups: bool
-) -> ProjectPolicy:
+def _project_policy(archive: str, sha256: str, rels: tuple[str, ...], roots: tuple[str, ...]) -> ProjectPolicy:
     original = _archive_sources(archive, sha256, rels)
     modules = project_modules(original, roots)
-    gadgets = project_gadgets(original, modules, runtime_lookups=lookups)
+    gadgets = project_gadgets(original, modules)  # the original's computed lookups are not judged when they run
     return ProjectPolicy(modules, project_own_modules(original, roots), gadgets)
 
 
 def project_policy(task: FeatdelTask, task_dir: Path) -> ProjectPolicy:
     """The task's :class:`ProjectPolicy`, computed once per base archive (immutable, shared safely by threads)."""
     archive = str(_base_archive(task, task_dir).resolve())
-    roots = (".", *task.pythonpath)
-    return _project_policy(archive, task.base_sha256, tuple(task.source_files), roots, lookup_guard.ENABLED)
-
-
-@functools.lru_cache(maxsize=64)
-def _original_sites(archive: str, sha256: str, rels: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
-    original = _archive_sources(archive, sha256, rels)
-    return {rel: tuple(found) for rel, text in original.items() if (found := lookup_sites(text))}
-
-
-def lookup_sites_of(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None]) -> dict[str, tuple[int, ...]]:
-    """Where the grading tree's project code (the original files, ``changes`` over them) calls ``getattr``/
-    ``setattr``/``delattr`` with a computed name: file (under the tree) -> lines, for the lookup guard."""
-    archive = str(_base_archive(task, task_dir).resolve())
-    sites = {
-        rel: lines
-        for rel, lines in _original_sites(archive, task.base_sha256, tuple(task.source_files)).items()
-        if rel not in changes
-    }
-    for rel, text in changes.items():
-        if text is not None and rel.endswith(".py") and (found := lookup_sites(text)):
-            sites[rel] = tuple(found)
-    return sites
+    return _project_policy(archive, task.base_sha256, tuple(task.source_files), (".", *task.pythonpath))
 
 
 def guard_sites(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None]) -> dict[str, tuple[int, ...]] | None:
-    """The lookup guard's sites for a grading run (None when the guard is off)."""
-    return lookup_sites_of(task, task_dir, changes) if lookup_guard.ENABLED else None
+    """Where the added code in ``changes`` calls ``getattr``/``setattr``/``delattr`` with a computed name (file ->
+    lines of the exact text graded): what the scan leaves to the lookup guard. None when the guard is off."""
+    if not lookup_guard.ENABLED:
+        return None
+    before = snapshot_files(task, task_dir)
+    policy = project_policy(task, task_dir)
+    sites: dict[str, tuple[int, ...]] = {}
+    for rel, text in sorted(changes.items()):
+        if text is not None and rel.endswith(".py"):
+            found = deferred_lookups(before.get(rel, ""), text, policy.modules, policy.gadgets, own_modules=policy.own)
+            if found:
+                sites[rel] = tuple(found)
+    return sites
 
 
 def detect_hack(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None]) -> str:

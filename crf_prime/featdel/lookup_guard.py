@@ -5,17 +5,17 @@ A static scan cannot tell what ``getattr(obj, name)`` reaches when ``name`` is c
 (crf_prime/featdel/policy.py) refuses such calls, and with them honest code that the project's own authors wrote
 (``getattr(obj, header)`` over a table's headers). With :data:`ENABLED` the policy leaves them to this guard. In a
 grading run the grader replaces ``getattr``, ``setattr``, ``delattr`` and ``hasattr`` in :mod:`builtins`, before any
-project code is imported, by versions that judge the calls made from the tree's *sites*: the lines where the project's
-code, original or added, calls ``getattr``/``setattr``/``delattr`` with a name that is not a string literal
-(``policy.lookup_sites``). There they refuse exactly the names the policy refuses as a literal: frames, tracebacks,
+project code is imported, by versions that judge the calls made from the tree's *sites*: the lines where the agent's
+added code calls ``getattr``/``setattr``/``delattr`` with a computed name, the very calls the scan left to this guard
+(``policy.deferred_lookups``). There they refuse exactly the names the policy refuses as a literal: frames, tracebacks,
 interpreter hooks, import machinery and the interpreter's own dunders (``__globals__``, ``__dict__``,
 ``__subclasses__``, …), and, on a module, private members, the members the policy never allows (``loads`` of
 ``pickle``) and another package's module (``sys`` through ``posixpath``, as the policy's "module reached through a
 safe module's attribute"; a module counts as itself only while ``sys.modules`` holds it under its ``__name__``). A
-refused lookup behaves as a missing attribute (``AttributeError``, or the default). Every other call (a literal name,
-which the scan judges and excuses in original code; pytest, the standard library, the tests) is the builtin's own.
-Judging the original code's computed sites too is what makes a project function that looks names up for its caller
-no gadget (``get_entry(obj, name)``).
+refused lookup behaves as a missing attribute (``AttributeError``, or the default). Every other call is the builtin's
+own: a literal name (the scan's to judge), the project's own code (mistune reads ``getattr(html, "_replace_charref")``
+at import; a project function that looks names up for its caller stays a gadget for the scan), pytest, the standard
+library, the tests.
 
 ``functools.update_wrapper`` (and so ``wraps``) refuses a module on either side, for any caller: it copies names and
 the ``__dict__`` of the wrapped object from the library's own frame. The policy still refuses these builtins as

@@ -233,32 +233,9 @@ _NAMES_AS_DATA: dict[str, tuple[tuple[int, ...], frozenset[str]]] = {
     "wraps": ((1, 2), frozenset({"assigned", "updated"})),
 }
 RUNTIME_JUDGED = frozenset({"getattr", "setattr", "delattr"})
+DEFERRED = "computed lookup, judged when it runs"
+"""Pseudo-rule of a site the scan leaves to the lookup guard (``runtime_lookups``): never a violation, a site."""
 """By-name builtins the grader can judge when they run (crf_prime/featdel/lookup_guard.py)."""
-
-
-def lookup_sites(source: str | bytes) -> list[int]:
-    """Lines where ``source`` calls the builtin ``getattr``/``setattr``/``delattr`` (the name bound nowhere in the
-    module) with a name that is not a string literal: where :mod:`crf_prime.featdel.lookup_guard` judges the lookup
-    when it runs. Literal names are the scan's alone (a project's own ``getattr(html, "_replace_charref")`` stays
-    excused). Empty for source that does not parse."""
-    try:
-        parsed = _text_and_tree(source)
-    except (RecursionError, MemoryError):
-        return []
-    if not isinstance(parsed, tuple):
-        return []
-    tree = parsed[1]
-    rebound = _bound_names(tree)
-    lines = set()
-    for node in _nodes(tree):
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-            continue
-        if node.func.id not in RUNTIME_JUDGED or node.func.id in rebound:
-            continue
-        literal = len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
-        if not literal:
-            lines.add(node.lineno)
-    return sorted(lines)
 
 
 def lookup_rules() -> tuple[frozenset[str], frozenset[str]]:
@@ -759,7 +736,8 @@ class _Checker(ast.NodeVisitor):
             if computed and not starred and which in ("0", "1") and picked and self.prefix_confined(node, picked[0]):
                 computed = False  # getattr(self, "visit_" + kind): no forbidden name can start that way
             if (starred or computed) and self.judged_when_run(func):
-                starred = computed = False  # the builtin itself refuses what the literal rules refuse
+                self.flag(DEFERRED, node)  # the builtin itself refuses what the literal rules refuse, at this line
+                starred = computed = False
             if starred or computed:
                 self.flag(f"{name}() with a computed attribute name", node)
             for part in (p for lit in lits for p in lit.split(".")):
@@ -999,6 +977,22 @@ def _text_and_tree(source: str | bytes) -> tuple[str, ast.AST] | Violation | Non
         return None
 
 
+def _judged(
+    source: str | bytes,
+    allowed_modules: frozenset[str],
+    gadgets: frozenset[str] = frozenset(),
+    *,
+    own_modules: frozenset[str] | None = None,
+    known_names: frozenset[str] = frozenset(),
+    runtime_lookups: bool = False,
+) -> list[Violation] | None:
+    """:func:`violations` with the :data:`DEFERRED` sites among them."""
+    try:
+        return _judge(source, allowed_modules, gadgets, own_modules, known_names, runtime_lookups)
+    except (RecursionError, MemoryError) as e:
+        return [Violation(f"{CHECKER_LIMIT} ({type(e).__name__})", "", 0)]
+
+
 def violations(
     source: str | bytes,
     allowed_modules: frozenset[str],
@@ -1017,7 +1011,8 @@ def violations(
     ``getattr``/``setattr``/``delattr`` with a computed name is judged when it runs, not refused here.
     """
     try:
-        return _judge(source, allowed_modules, gadgets, own_modules, known_names, runtime_lookups)
+        found = _judge(source, allowed_modules, gadgets, own_modules, known_names, runtime_lookups)
+        return None if found is None else [v for v in found if v.rule != DEFERRED]
     except (RecursionError, MemoryError) as e:  # the file is too deep or too large to judge: never a crash
         return [Violation(f"{CHECKER_LIMIT} ({type(e).__name__})", "", 0)]
 
@@ -1066,16 +1061,45 @@ def added_violations(
     runtime_lookups: bool = False,
 ) -> list[Violation]:
     """Violations in ``after`` beyond those ``before`` already had (same rule, context and source text, counted)."""
+    found = _added(before, after, allowed_modules, gadgets, own_modules=own_modules, runtime_lookups=runtime_lookups)
+    return [v for v in found if v.rule != DEFERRED]
+
+
+def deferred_lookups(
+    before: str | bytes,
+    after: str | bytes,
+    allowed_modules: frozenset[str],
+    gadgets: frozenset[str] = frozenset(),
+    *,
+    own_modules: frozenset[str] | None = None,
+) -> list[int]:
+    """Lines of ``after`` where added code calls ``getattr``/``setattr``/``delattr`` with a computed name: what the
+    scan leaves to :mod:`crf_prime.featdel.lookup_guard` (``runtime_lookups``). A site ``before`` already had (same
+    enclosing function and call text) is the project's own, excused as the scan excuses its other constructs: it keeps
+    the builtin's behaviour."""
+    found = _added(before, after, allowed_modules, gadgets, own_modules=own_modules, runtime_lookups=True)
+    return sorted({v.line for v in found if v.rule == DEFERRED})
+
+
+def _added(
+    before: str | bytes,
+    after: str | bytes,
+    allowed_modules: frozenset[str],
+    gadgets: frozenset[str],
+    *,
+    own_modules: frozenset[str] | None,
+    runtime_lookups: bool,
+) -> list[Violation]:
     try:
         parsed = _text_and_tree(before)
         known = _unbound_loads(parsed[1]) if isinstance(parsed, tuple) else frozenset()
     except (RecursionError, MemoryError):
         known = frozenset()
     kw: dict[str, Any] = {"own_modules": own_modules, "known_names": known, "runtime_lookups": runtime_lookups}
-    new = violations(after, allowed_modules, gadgets, **kw)
+    new = _judged(after, allowed_modules, gadgets, **kw)
     if not new:
         return []
-    old = Counter(v.key for v in violations(before, allowed_modules, gadgets, **kw) or [])
+    old = Counter(v.key for v in _judged(before, allowed_modules, gadgets, **kw) or [])
     out = []
     for v in new:
         if old[v.key] > 0 and not v.rule.startswith(CHECKER_LIMIT):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from crf_prime.featdel import lookup_guard
-from crf_prime.featdel.policy import added_violations, lookup_sites, violations
+from crf_prime.featdel.policy import added_violations, deferred_lookups, violations
 
 PROJECT = """\
 import math
@@ -120,7 +120,9 @@ def _probe(tmp_path: Path) -> dict[str, str]:
     (proj / "m.py").write_text(PROJECT)
     (lib / "lookup_guard.py").write_text(Path(lookup_guard.__file__).read_text())
     (lib / "probe.py").write_text(PROBE)
-    settings = json.dumps(lookup_guard.settings({str(proj / "m.py"): lookup_sites(PROJECT)}))
+    sites = deferred_lookups("", PROJECT, frozenset({"math", "posixpath"}))
+    assert sites == [10, 18, 22]  # look, put, drop; not has, not the literal
+    settings = json.dumps(lookup_guard.settings({str(proj / "m.py"): sites}))
     done = subprocess.run(
         [sys.executable, "-S", "-s", str(lib / "probe.py"), str(proj), settings], capture_output=True, text=True
     )
@@ -179,12 +181,18 @@ def test_the_policy_leaves_direct_computed_lookups_to_the_guard(source: str, jud
     assert (relaxed == []) is judged_when_run, relaxed
 
 
-def test_sites_are_the_computed_calls_of_the_builtins() -> None:
-    assert lookup_sites(PROJECT) == [10, 18, 22]  # look, put, drop; not has, not the literal
+def test_sites_are_the_added_code_s_computed_calls() -> None:
+    """The project's own computed lookups (same enclosing function, same call) keep the builtin's behaviour; added ones,
+    and an original one moved into another function, are judged when they run."""
+    before = "def own(o, n):\n    return getattr(o, n)\n\n\ndef f(o, n):\n    raise NotImplementedError\n"
+    honest = before.replace("raise NotImplementedError", "return getattr(o, n, None)")
+    assert deferred_lookups(before, honest, frozenset()) == [6]
+    moved = "def own(o, n):\n    return n\n\n\ndef f(o, n):\n    return getattr(o, n)\n"
+    assert deferred_lookups(before, moved, frozenset()) == [6]
+    assert deferred_lookups(before, before, frozenset()) == []
     rebound = "from operator import attrgetter as getattr\n\n\ndef f(o, n):\n    return getattr(o, n)\n"
-    assert lookup_sites(rebound) == []  # not the builtin: the scan judges it
-    assert lookup_sites("def f(o, *a):\n    return getattr(o, *a)\n") == [2]
-    assert lookup_sites("def f(:\n") == []
+    assert deferred_lookups("", rebound, frozenset({"operator"})) == []  # not the builtin: the scan judges it
+    assert deferred_lookups("", "def f(o, *a):\n    return getattr(o, *a)\n", frozenset()) == [2]
 
 
 def test_settings_hold_the_policy_s_rules() -> None:
