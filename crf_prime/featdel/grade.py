@@ -24,7 +24,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -253,11 +253,9 @@ def project_policy(task: FeatdelTask, task_dir: Path) -> ProjectPolicy:
     return _project_policy(archive, task.base_sha256, tuple(task.source_files), (".", *task.pythonpath))
 
 
-def guard_sites(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None]) -> dict[str, tuple[int, ...]] | None:
+def guard_sites(task: FeatdelTask, task_dir: Path, changes: dict[str, str | None]) -> dict[str, tuple[int, ...]]:
     """Where the added code in ``changes`` calls ``getattr``/``setattr``/``delattr`` with a computed name (file ->
-    lines of the exact text graded): what the scan leaves to the lookup guard. None when the guard is off."""
-    if not lookup_guard.ENABLED:
-        return None
+    lines of the exact text graded): what the scan leaves to the lookup guard."""
     before = snapshot_files(task, task_dir)
     policy = project_policy(task, task_dir)
     sites: dict[str, tuple[int, ...]] = {}
@@ -381,6 +379,7 @@ def grading_run(
     read_only_tree: bool = True,
     wall_seconds: float | None = None,
     base: Path | None = None,
+    lookups: Mapping[str, Sequence[int]] | None = None,
 ) -> PytestRun:
     """The target tests run in a fresh grading tree (pristine base + snapshot + allow-listed ``changes``); the
     tree is removed afterwards. No policy scan here: callers judge ``changes`` first. ``wall_seconds`` replaces the
@@ -405,7 +404,7 @@ def grading_run(
             read_only_tree=read_only_tree,
             wall_seconds=wall_seconds,
             guarded=guarded_files(task),
-            lookups=guard_sites(task, task_dir, changes),
+            lookups=lookups,
         )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from crf_prime.featdel import lookup_guard
 from crf_prime.featdel.grade import (
     GradingError,
     build_grading_tree,
@@ -140,6 +141,7 @@ class Grader:
             read_only_tree=self.config.read_only_tree,
             wall_seconds=wall_seconds,
             base=base if self.config.read_only_tree else None,
+            lookups=self.lookup_sites(changes),
         )
 
     def score_run(self, run: PytestRun, changes: Changes) -> GradeResult:
@@ -147,9 +149,12 @@ class Grader:
         return result_from_run(self.task, run, changes)
 
     def lookup_sites(self, changes: Changes) -> dict[str, tuple[int, ...]] | None:
-        """Where the grading tree's code calls ``getattr``/``setattr``/``delattr`` with a computed name (file ->
-        lines), judged when it runs by the lookup guard; None when the guard is off."""
-        return guard_sites(self.task, self.task_dir, changes)
+        """Where the added code calls ``getattr``/``setattr``/``delattr`` with a computed name (file -> lines), judged
+        when it runs by the lookup guard; None when the guard is off, none when the scan is (it deferred nothing:
+        mutation testing grades gold's mutants so, and pays no scan per mutant)."""
+        if not lookup_guard.ENABLED:
+            return None
+        return guard_sites(self.task, self.task_dir, changes) if self.config.scan else {}
 
     def replay(self, changes: Changes) -> ReplayVerdict:
         """Equivalence with gold on the task's replayed calls (a task without a replay has none: 0 calls, ok)."""
@@ -164,7 +169,7 @@ class Grader:
             call_timeout_s=self.config.call_timeout_s,
             strict=self.config.strict_canon,
             generated=self.config.generated_calls,
-            lookups=guard_sites(self.task, self.task_dir, changes),
+            lookups=self.lookup_sites(changes),
         )
 
     def replay_many(
@@ -190,7 +195,7 @@ class Grader:
             call_timeout_s=self.config.call_timeout_s,
             strict=self.config.strict_canon,
             generated=self.config.generated_calls,
-            lookups=[guard_sites(self.task, self.task_dir, changes) for changes in attempts],
+            lookups=[self.lookup_sites(changes) for changes in attempts],
         )
 
     def replay_data(self) -> ReplayData | None:

@@ -1061,7 +1061,7 @@ def added_violations(
     runtime_lookups: bool = False,
 ) -> list[Violation]:
     """Violations in ``after`` beyond those ``before`` already had (same rule, context and source text, counted)."""
-    found = _added(before, after, allowed_modules, gadgets, own_modules=own_modules, runtime_lookups=runtime_lookups)
+    found = _added(before, after, allowed_modules, gadgets, own_modules, runtime_lookups)
     return [v for v in found if v.rule != DEFERRED]
 
 
@@ -1077,19 +1077,21 @@ def deferred_lookups(
     scan leaves to :mod:`crf_prime.featdel.lookup_guard` (``runtime_lookups``). A site ``before`` already had (same
     enclosing function and call text) is the project's own, excused as the scan excuses its other constructs: it keeps
     the builtin's behaviour."""
-    found = _added(before, after, allowed_modules, gadgets, own_modules=own_modules, runtime_lookups=True)
+    found = _added(before, after, allowed_modules, gadgets, own_modules, True)
     return sorted({v.line for v in found if v.rule == DEFERRED})
 
 
+@functools.lru_cache(maxsize=256)
 def _added(
     before: str | bytes,
     after: str | bytes,
     allowed_modules: frozenset[str],
     gadgets: frozenset[str],
-    *,
     own_modules: frozenset[str] | None,
     runtime_lookups: bool,
-) -> list[Violation]:
+) -> tuple[Violation, ...]:
+    """Both of the above from one judgement of ``before`` and ``after`` (a grading run asks for the violations and
+    then, for the test process and the replay box, the sites: one scan of a large file takes half a second)."""
     try:
         parsed = _text_and_tree(before)
         known = _unbound_loads(parsed[1]) if isinstance(parsed, tuple) else frozenset()
@@ -1098,7 +1100,7 @@ def _added(
     kw: dict[str, Any] = {"own_modules": own_modules, "known_names": known, "runtime_lookups": runtime_lookups}
     new = _judged(after, allowed_modules, gadgets, **kw)
     if not new:
-        return []
+        return ()
     old = Counter(v.key for v in _judged(before, allowed_modules, gadgets, **kw) or [])
     out = []
     for v in new:
@@ -1106,7 +1108,7 @@ def _added(
             old[v.key] -= 1
         else:
             out.append(v)
-    return out
+    return tuple(out)
 
 
 def _strip_root(rel: str, roots: Iterable[str]) -> str:
