@@ -36,7 +36,7 @@ import types
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from crf_prime.featdel.syntax import parse
 
@@ -977,22 +977,6 @@ def _text_and_tree(source: str | bytes) -> tuple[str, ast.AST] | Violation | Non
         return None
 
 
-def _judged(
-    source: str | bytes,
-    allowed_modules: frozenset[str],
-    gadgets: frozenset[str] = frozenset(),
-    *,
-    own_modules: frozenset[str] | None = None,
-    known_names: frozenset[str] = frozenset(),
-    runtime_lookups: bool = False,
-) -> list[Violation] | None:
-    """:func:`violations` with the :data:`DEFERRED` sites among them."""
-    try:
-        return _judge(source, allowed_modules, gadgets, own_modules, known_names, runtime_lookups)
-    except (RecursionError, MemoryError) as e:
-        return [Violation(f"{CHECKER_LIMIT} ({type(e).__name__})", "", 0)]
-
-
 def violations(
     source: str | bytes,
     allowed_modules: frozenset[str],
@@ -1010,9 +994,21 @@ def violations(
     ``runtime_lookups``: the code runs with :mod:`crf_prime.featdel.lookup_guard` installed, so a direct call of
     ``getattr``/``setattr``/``delattr`` with a computed name is judged when it runs, not refused here.
     """
+    found = _judged(source, allowed_modules, gadgets, own_modules, known_names, runtime_lookups)
+    return None if found is None else [v for v in found if v.rule != DEFERRED]
+
+
+def _judged(
+    source: str | bytes,
+    allowed_modules: frozenset[str],
+    gadgets: frozenset[str],
+    own_modules: frozenset[str] | None,
+    known_names: frozenset[str],
+    runtime_lookups: bool,
+) -> list[Violation] | None:
+    """:func:`violations` with the :data:`DEFERRED` sites among them."""
     try:
-        found = _judge(source, allowed_modules, gadgets, own_modules, known_names, runtime_lookups)
-        return None if found is None else [v for v in found if v.rule != DEFERRED]
+        return _judge(source, allowed_modules, gadgets, own_modules, known_names, runtime_lookups)
     except (RecursionError, MemoryError) as e:  # the file is too deep or too large to judge: never a crash
         return [Violation(f"{CHECKER_LIMIT} ({type(e).__name__})", "", 0)]
 
@@ -1097,11 +1093,10 @@ def _added(
         known = _unbound_loads(parsed[1]) if isinstance(parsed, tuple) else frozenset()
     except (RecursionError, MemoryError):
         known = frozenset()
-    kw: dict[str, Any] = {"own_modules": own_modules, "known_names": known, "runtime_lookups": runtime_lookups}
-    new = _judged(after, allowed_modules, gadgets, **kw)
+    new = _judged(after, allowed_modules, gadgets, own_modules, known, runtime_lookups)
     if not new:
         return ()
-    old = Counter(v.key for v in _judged(before, allowed_modules, gadgets, **kw) or [])
+    old = Counter(v.key for v in _judged(before, allowed_modules, gadgets, own_modules, known, runtime_lookups) or [])
     out = []
     for v in new:
         if old[v.key] > 0 and not v.rule.startswith(CHECKER_LIMIT):
