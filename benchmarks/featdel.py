@@ -77,7 +77,7 @@ def _timed_grade(grader: Grader, gold: dict, *, lookups: bool | None = None) -> 
 def grading_cost(tasks: list[FeatdelTask], task_dir: Path, repeat: int = 2) -> dict[str, Any]:
     """Median seconds to grade one rollout (gold's patch) tests-only and with the full verdict (as configured), and
     their ratio; and tests-only with the lookup guard (crf_prime/featdel/lookup_guard.py) on against off, for the
-    guard's own cost, over the tasks whose gold passes with it (it is off by default: see ``ENABLED``)."""
+    guard's own cost, over the tasks whose gold passes with it."""
     tests_only, full, calls, guard_on, guard_off = [], [], [], [], []
     refused = 0
     for task in tasks:

@@ -7,7 +7,7 @@ Class 3 (by-name lookups the old deny-list did not recognise) and the /tmp varia
 switches both off); class 4's runtime-written module is stopped by the read-only grading tree
 (``read_only_tree=False`` shows it works, the scan sees nothing wrong); the source-encoding trick is stopped by the
 UTF-8-only rule (``scan=False`` shows it works); a lookup by a computed name, which the policy leaves to the lookup
-guard when it is on (off by default), is refused when it runs (off, with ``scan=False``, it works). Each forge ends in the same patch of ``_pytest.reports``. The control
+guard, is refused when it runs (with the guard off and ``scan=False``, it works). Each forge ends in the same patch of ``_pytest.reports``. The control
 runs switch the call replay off too (``replay=False``): it implements nothing, so the replay alone would also score 0.
 """
 
@@ -122,7 +122,7 @@ def test_by_name_lookup_forge_scores_zero_and_works_without_the_policy(
     init.write_text(init.read_text() + "\n" + code + PATCH)
     scanned = grade_tree(task, task_dir, tree)
     assert scanned.score == 0.0 and rule in scanned.hack, scanned.hack
-    if name in STOPPED_AT_RUN_TIME_TOO:  # the lookup guard (off by default) alone stops it too
+    if name in STOPPED_AT_RUN_TIME_TOO:  # the lookup guard alone stops it too
         monkeypatch.setattr(lookup_guard, "ENABLED", True)
         assert grade_tree(task, task_dir, tree, scan=False, replay=False).score == 0.0
         monkeypatch.setattr(lookup_guard, "ENABLED", False)
