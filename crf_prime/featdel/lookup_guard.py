@@ -51,7 +51,12 @@ def refusal(obj: object, name: str, names: Collection[str], module_names: Collec
 def install(sites: Mapping[str, Collection[int]], names: Collection[str], module_names: Collection[str]) -> None:
     """Replace the four builtins, process-wide and permanently: a call made from one of ``sites`` (file path -> line
     numbers: where the project's code calls them with a computed name) is judged by :func:`refusal`; any other call
-    is the builtin's own."""
+    is the builtin's own. With no sites every call would be the builtin's own, so the builtins stay (a Python
+    wrapper around every ``getattr`` of pytest and the project costs a third of a test run); ``update_wrapper``'s
+    guard, which applies to any caller, is installed either way."""
+    _guard_update_wrapper()
+    if not any(sites.values()):
+        return
     where = {os.path.realpath(path): frozenset(lines) for path, lines in sites.items()}
     names, module_names = frozenset(names), frozenset(module_names)
     known: dict[str, frozenset[int]] = {}
@@ -128,7 +133,6 @@ def install(sites: Mapping[str, Collection[int]], names: Collection[str], module
     ):
         fn.__doc__ = real.__doc__
     builtins.getattr, builtins.hasattr, builtins.setattr, builtins.delattr = getattr, hasattr, setattr, delattr
-    _guard_update_wrapper()
 
 
 def _guard_update_wrapper() -> None:

@@ -211,3 +211,32 @@ def test_a_builtin_the_snapshot_already_uses_is_still_the_builtin() -> None:
     assert [v.rule for v in added_violations(before, after, frozenset())] == [
         "delattr() with a computed attribute name"
     ]
+
+
+def test_without_sites_the_builtins_stay_and_update_wrapper_is_still_judged() -> None:
+    """No site to judge (gold, the deleted tree, every mutant, most attempts): the builtins are left in place, since a
+    Python wrapper around every ``getattr`` of pytest and the project slows a test run by a third; ``update_wrapper``
+    still refuses a module, for any caller."""
+    code = (
+        "import builtins, functools, posixpath, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import lookup_guard\n"
+        "real = builtins.getattr\n"
+        "lookup_guard.install_settings({'sites': {}, 'names': ['__globals__'], "
+        "'module_names': []})\n"
+        "print(builtins.getattr is real)\n"
+        "try:\n"
+        "    functools.wraps(posixpath)(lambda: 0)\n"
+        "    print('wrapped')\n"
+        "except TypeError:\n"
+        "    print('TypeError')\n"
+        "lookup_guard.install_settings({'sites': {'/nowhere/m.py': [1]}, 'names': [], 'module_names': []})\n"
+        "print(builtins.getattr is real)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(Path(lookup_guard.__file__).parent)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == ["True", "TypeError", "False"]
