@@ -106,7 +106,7 @@ def remember(
     loop's run is then generation's baseline); True when stored."""
     if run.exit_code != 0 or not run.outcomes or _suite_failures(run, run_dir / "repo"):
         return False
-    entry = suite_cache.CachedBaseline.of(args, len(run.outcomes), *_read_coverage(run_dir, project))
+    entry = suite_cache.CachedBaseline.of(args, len(run.outcomes), *_read_coverage(run_dir, project, run))
     suite_cache.store(cache_key(project, spec, args, cfg), entry)
     return True
 
@@ -163,7 +163,7 @@ def run_baseline(
                 f"{len(failures)} failing):\n  {shown}\nFix the environment (--extra-requirement) or leave known failures "
                 "out with --deselect NODEID."
             )
-        coverage, collection = _read_coverage(run_dir, project)
+        coverage, collection = _read_coverage(run_dir, project, run)
         suite_cache.store(name, suite_cache.CachedBaseline.of(args, len(run.outcomes), coverage, collection))
         return Baseline(
             project=project,
@@ -180,9 +180,16 @@ def run_baseline(
     )
 
 
-def _read_coverage(run_dir: Path, project: Project) -> tuple[dict[str, dict[int, set[str]]], dict[str, set[int]]]:
-    """(path -> line -> node ids executing it, path -> lines executed in no test's context)."""
+def _read_coverage(
+    run_dir: Path, project: Project, run: PytestRun
+) -> tuple[dict[str, dict[int, set[str]]], dict[str, set[int]]]:
+    """(path -> line -> node ids of the tests that ran it and passed, path -> lines executed in no test's context).
+    A test that ran the code but did not pass (an expected failure, a skip after set-up) can never tell gold from the
+    deletion, so it is never a target test."""
     coverage = require("coverage", "featdel")
+
+    def passed(nodeid: str) -> bool:
+        return run.status_of(nodeid)[0] == "passed"
 
     data = coverage.CoverageData(basename=str(run_dir / "out" / "coverage.db"))
     data.read()
@@ -195,7 +202,7 @@ def _read_coverage(run_dir: Path, project: Project) -> tuple[dict[str, dict[int,
         except ValueError:
             continue
         by_line = data.contexts_by_lineno(fname)
-        out[rel] = {ln: {c for c in ctxs if c} for ln, ctxs in by_line.items()}
+        out[rel] = {ln: {c for c in ctxs if c and passed(c)} for ln, ctxs in by_line.items()}
         outside[rel] = {ln for ln, ctxs in by_line.items() if "" in ctxs}
     return out, outside
 

@@ -128,3 +128,23 @@ def test_a_test_that_fails_only_under_coverage_is_deselected_by_the_setup_loop(
     assert len(tasks) == 1 and summary.suite_tests == 5
     # the full run, the failing test again, the suite without it (that run is the baseline: generation runs none)
     assert coverage_runs == ["suite_setup", "suite_setup", "suite_setup"]
+
+
+def test_a_test_that_ran_the_code_but_did_not_pass_is_never_a_target(tmp_path: Path, suites: Path) -> None:
+    """An expected failure (boolean.py's ``@unittest.expectedFailure`` tests) or a test skipped after it ran the code
+    covers lines, but it cannot tell gold from the deletion: every task it targeted was refused as
+    ``original-fails`` after a grading run. Only the tests that passed count as covering."""
+    extra = (
+        "\n\nimport pytest\n\n\n@pytest.mark.xfail(reason='known')\ndef test_clamp_xfail():\n"
+        "    assert clamp(9, 0, 3) == 9\n\n\ndef test_clamp_skipped():\n    clamp(-5, 0, 3)\n    pytest.skip('later')\n"
+    )
+    src = project(tmp_path / "xfaillib", "xfaillib")
+    (src / "tests/test_xfaillib.py").write_text((src / "tests/test_xfaillib.py").read_text() + extra)
+    cfg = GenerateConfig(source=str(src), unsandboxed=True)
+    proj = load_project(cfg.source, tmp_path / "ws")
+    spec = env_spec(proj, cfg)
+    got = baseline.run_baseline(proj, ensure_test_env(spec, proj.top_level), Sandbox(cfg), cfg, tmp_path / "ws", spec)
+    covering = {t for lines in got.coverage["xfaillib/__init__.py"].values() for t in lines}
+    assert "tests/test_xfaillib.py::test_clamp_low" in covering
+    assert not {"tests/test_xfaillib.py::test_clamp_xfail", "tests/test_xfaillib.py::test_clamp_skipped"} & covering
+    assert got.suite_tests == 7
