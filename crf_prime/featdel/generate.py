@@ -437,7 +437,8 @@ def validate_task(
     if good.score != 1.0:
         detail = "; ".join(f"{f.name}: {f.message[:120]}" for f in good.failed[:3])
         return Rejection(candidate=task.task_id, reason="original-fails", detail=detail)
-    bad = grade_changes(task, task_dir, {}, sandbox=sandbox, env=env)
+    deleted = Grader(task, task_dir, sandbox=sandbox, env=env)
+    bad = deleted.finish(deleted.score_run(deleted.run_tests({}, first_failure=True), {}), {})  # one failure is enough
     if bad.score != 0.0 or not bad.failed:
         return Rejection(candidate=task.task_id, reason="deleted-passes", detail="no target test fails after deletion")
     if not collection:

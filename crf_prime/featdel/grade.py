@@ -380,11 +380,13 @@ def grading_run(
     wall_seconds: float | None = None,
     base: Path | None = None,
     lookups: Mapping[str, Sequence[int]] | None = None,
+    first_failure: bool = False,
 ) -> PytestRun:
     """The target tests run in a fresh grading tree (pristine base + snapshot + allow-listed ``changes``); the
     tree is removed afterwards. No policy scan here: callers judge ``changes`` first. ``wall_seconds`` replaces the
     sandbox's wall limit. ``base``: the tree with no changes, to make this one from by hard links (a read-only tree
-    only: code under test must not write through a shared inode)."""
+    only: code under test must not write through a shared inode). ``first_failure``: stop at the first failing test
+    (the tests not run then read as failed: for callers that only ask whether every test passes)."""
     if base is not None and not read_only_tree:
         raise ValueError("grading_run: a shared base needs read_only_tree")
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-grade-"))
@@ -405,6 +407,7 @@ def grading_run(
             wall_seconds=wall_seconds,
             guarded=guarded_files(task),
             lookups=lookups,
+            first_failure=first_failure,
         )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

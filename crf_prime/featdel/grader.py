@@ -129,9 +129,18 @@ class Grader:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    def run_tests(self, changes: Changes, *, wall_seconds: float | None = None, base: Path | None = None) -> PytestRun:
+    def run_tests(
+        self,
+        changes: Changes,
+        *,
+        wall_seconds: float | None = None,
+        base: Path | None = None,
+        first_failure: bool = False,
+    ) -> PytestRun:
         """The target tests on a fresh grading tree in the sandbox (no policy scan: call :meth:`policy` first).
-        ``base``: a tree from :meth:`shared_base` to make it from by hard links (only a read-only tree uses it)."""
+        ``base``: a tree from :meth:`shared_base` to make it from by hard links (only a read-only tree uses it).
+        ``first_failure``: stop at the first failing test, when only "do they all pass" matters (validation, mutants):
+        the score is the same, the failures listed are the first one and the tests not run."""
         return grading_run(
             self.task,
             self.task_dir,
@@ -142,6 +151,7 @@ class Grader:
             wall_seconds=wall_seconds,
             base=base if self.config.read_only_tree else None,
             lookups=self.lookup_sites(changes),
+            first_failure=first_failure,
         )
 
     def score_run(self, run: PytestRun, changes: Changes) -> GradeResult:

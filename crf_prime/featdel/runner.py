@@ -110,6 +110,7 @@ def run_pytest(
     read_only_tree: bool = False,
     guarded: Sequence[str] = (),
     lookups: Mapping[str, Sequence[int]] | None = None,
+    first_failure: bool = False,
 ) -> PytestRun:
     """Run pytest on ``run_dir/repo``; ``with_coverage`` = source dirs to measure with per-test contexts.
 
@@ -119,6 +120,7 @@ def run_pytest(
     stdlib; ``/tmp`` and ``out`` are writable but never on ``sys.path``. ``guarded``: test files (paths under the
     tree) the project's code may not open (``hide_test_id.guard``). ``lookups``: where (file under the tree -> lines) the
     project's code calls ``getattr``/``setattr``/``delattr`` with a computed name, judged when it runs (``lookup_guard``).
+    ``first_failure``: stop at the first failing test (``-x``), for callers that only ask whether every test passes.
     """
     repo, out = run_dir / "repo", run_dir / "out"
     out.mkdir(parents=True, exist_ok=True)
@@ -143,6 +145,8 @@ def run_pytest(
     argv += pytest_args
     if collect_only:
         argv.append("--collect-only")
+    if first_failure:
+        argv.append("-x")
     argv += list(node_ids)
     box = sandbox if wall_seconds is None else sandbox.with_limits(wall_seconds=wall_seconds)
     result = box.run(

@@ -110,7 +110,8 @@ def replay_rejects(grader: Grader, mutants: list[Mutant], *, base: Path | None =
 def _verdict(grader: Grader, m: Mutant, held: HeldOut | None, base: Path) -> str:
     """The grader's verdict on a mutant the replay accepts: "rejected", "survived" or "equivalent"."""
     changes: dict[str, str | None] = {m.path: m.text}
-    run = grader.run_tests(changes, base=base)  # the served wall limit: a shorter one would reject slow suites' mutants
+    run = grader.run_tests(changes, base=base, first_failure=True)  # the served wall limit: a shorter one would
+    # reject slow suites' mutants
     if grader.score_run(run, changes).score != 1.0:
         return "rejected"
     if held is None:

@@ -301,3 +301,20 @@ def test_a_failed_run_leaves_no_staging_directory(tmp_path: Path, monkeypatch: p
     with pytest.raises(RuntimeError, match="sandbox broke"):
         generate(GenerateConfig(source=str(src), out=work / "out", max_tasks=1))
     assert sorted(p.name for p in work.iterdir()) == []
+
+
+def test_first_failure_stops_the_run_and_scores_the_same(tmp_path: Path) -> None:
+    """Validation and mutation testing only ask whether every target test passes: ``first_failure`` stops the
+    deleted tree's run at its first failure (the tests not run read as failed) and the verdict is the same."""
+    from crf_prime.featdel.grader import Grader
+
+    task_dir, tasks, _ = generated(TOOLZ, 2)
+    task = max(tasks, key=lambda t: len(t.target_tests))
+    assert len(task.target_tests) >= 2
+    grader = Grader(task, task_dir)
+    whole = grader.score_run(grader.run_tests({}), {})
+    first = grader.score_run(run := grader.run_tests({}, first_failure=True), {})
+    assert whole.score == first.score == 0.0 and len(first.failed) == len(task.target_tests) - len(first.passed)
+    statuses = [run.status_of(t)[0] for t in task.target_tests]
+    assert statuses.count("failed") + statuses.count("error") == 1
+    assert statuses.count("missing") == len(task.target_tests) - len(first.passed) - 1
