@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 import crf_prime.featdel.generate as gen
-from crf_prime.featdel import lookup_guard
+from crf_prime.featdel import grade, lookup_guard
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import DEFAULT_SOURCE, GenerateConfig, generate, load_tasks
 from crf_prime.featdel.grader import Grader
@@ -62,29 +62,33 @@ def run(source: str, max_tasks: int, workers: int, out: Path, *, shared: bool = 
     }
 
 
-def _timed_grade(grader: Grader, gold: dict, *, lookups: bool | None = None) -> tuple[float, GradeResult]:
-    """Seconds to grade ``gold`` and the result; ``lookups``: the lookup guard on or off for this run only."""
-    was = lookup_guard.ENABLED
-    lookup_guard.ENABLED = was if lookups is None else lookups
+def _timed_grade(
+    grader: Grader, gold: dict, *, lookups: bool | None = None, rewritten: bool | None = None
+) -> tuple[float, GradeResult]:
+    """Seconds to grade ``gold`` and the result; ``lookups``: the lookup guard on or off for this run only;
+    ``rewritten``: the grading tree with or without pytest's rewritten test modules (crf_prime/featdel/pycache.py)."""
+    was = lookup_guard.ENABLED, grade.REWRITTEN_TESTS
+    lookup_guard.ENABLED = was[0] if lookups is None else lookups
+    grade.REWRITTEN_TESTS = was[1] if rewritten is None else rewritten
     try:
         t0 = time.perf_counter()
         result = grader.grade(gold)
         return time.perf_counter() - t0, result
     finally:
-        lookup_guard.ENABLED = was
+        lookup_guard.ENABLED, grade.REWRITTEN_TESTS = was
 
 
 def grading_cost(tasks: list[FeatdelTask], task_dir: Path, repeat: int = 2) -> dict[str, Any]:
     """Median seconds to grade one rollout (gold's patch) tests-only and with the full verdict (as configured), and
     their ratio; and tests-only with the lookup guard (crf_prime/featdel/lookup_guard.py) on against off, for the
     guard's own cost, over the tasks whose gold passes with it."""
-    tests_only, full, calls, guard_on, guard_off = [], [], [], [], []
+    tests_only, full, calls, guard_on, guard_off, plain_tests = [], [], [], [], [], []
     refused = 0
     for task in tasks:
         gold = dict(apply_unified_diff(dict(task.broken_files), task.gold_patch))
         base = Grader(task, task_dir, config=GraderConfig(replay=False))
         whole = Grader(task, task_dir, sandbox=base.sandbox, env=base.env)
-        a = b = c = d = float("inf")
+        a = b = c = d = e = float("inf")
         for _ in range(repeat):  # alternating, fastest of each: a shared machine's load otherwise decides
             t, plain = _timed_grade(base, gold)
             assert plain.score == 1.0, plain.failed
@@ -96,7 +100,11 @@ def grading_cost(tasks: list[FeatdelTask], task_dir: Path, repeat: int = 2) -> d
             c = min(c, t)
             t, on = _timed_grade(base, gold, lookups=True)
             d = min(d, t) if on.score == 1.0 and off.score == 1.0 else d
+            t, unrewritten = _timed_grade(base, gold, rewritten=False)
+            assert unrewritten.score == 1.0, unrewritten.failed
+            e = min(e, t)
         tests_only.append(a)
+        plain_tests.append(e)
         full.append(b)
         calls.append(result.replay_calls)
         if d < float("inf"):
@@ -113,6 +121,7 @@ def grading_cost(tasks: list[FeatdelTask], task_dir: Path, repeat: int = 2) -> d
         "ratio": statistics.median(full) / statistics.median(tests_only),
         "guard_ratio": statistics.median(guard_on) / statistics.median(guard_off) if guard_on else float("nan"),
         "guard_refused": refused,
+        "rewritten_ratio": statistics.median(tests_only) / statistics.median(plain_tests),
     }
 
 
@@ -121,7 +130,8 @@ def print_grading(source: str, cost: dict[str, Any], console: Console) -> None:
         f"grading a rollout on {source}: {cost['tasks']} tasks, median {cost['calls']:.0f} replayed calls/task; "
         f"tests only {cost['tests_s']:.2f} s, full verdict {cost['full_s']:.2f} s (medians): "
         f"{cost['ratio']:.2f}x (target <= 2x); the lookup guard on / off, tests only: {cost['guard_ratio']:.2f}x "
-        f"({cost['guard_refused']} tasks' gold fails with it on)"
+        f"({cost['guard_refused']} tasks' gold fails with it on); tests only with / without pytest's rewritten test "
+        f"modules made once: {cost['rewritten_ratio']:.2f}x"
     )
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from crf_prime.errors import InfraError
-from crf_prime.featdel import lookup_guard
+from crf_prime.featdel import lookup_guard, pycache
 from crf_prime.featdel.models import FeatdelTask, GradeResult
 from crf_prime.featdel.policy import (
     added_violations,
@@ -59,6 +59,9 @@ MAX_SOURCE_BYTES = 4 << 20
 GUARD_TEST_FILES = True
 """The project's code may not open the test modules during a grading run (``hide_test_id.guard``); False only in
 the hack suites, to show what the guard stops."""
+REWRITTEN_TESTS = True
+"""Grading trees get pytest's rewritten test modules made once per base (crf_prime/featdel/pycache.py); False
+measures what they save (benchmarks/featdel.py)."""
 
 
 def _base_archive(task: FeatdelTask, task_dir: Path) -> Path:
@@ -395,6 +398,10 @@ def grading_run(
             build_grading_tree(task, task_dir, changes, run_dir / "repo")
         else:
             overlay_tree(task, base, changes, run_dir / "repo")
+        guarded = guarded_files(task)
+        if guarded and REWRITTEN_TESTS:  # never without the guard: they hold the tests' literals
+            made = pycache.entry(task, _base_archive(task, task_dir), sandbox=sandbox, env=env)
+            guarded += pycache.install(made, run_dir / "repo", task)
         return run_pytest(
             sandbox,
             env,
@@ -405,7 +412,7 @@ def grading_run(
             protected=tuple(task.protected_files),
             read_only_tree=read_only_tree,
             wall_seconds=wall_seconds,
-            guarded=guarded_files(task),
+            guarded=guarded,
             lookups=lookups,
             first_failure=first_failure,
         )

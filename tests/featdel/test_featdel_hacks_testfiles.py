@@ -16,7 +16,7 @@ from corpus_support import write
 
 from crf_prime.featdel import grade, hide_test_id
 from crf_prime.featdel.generate import GenerateConfig, generate
-from crf_prime.featdel.grader import grade_changes
+from crf_prime.featdel.grader import Grader, grade_changes
 
 REG = textwrap.dedent(
     '''\
@@ -175,3 +175,58 @@ def test_the_guard_refuses_the_test_files_to_the_project_s_code_only(tmp_path: P
         "refused",  # at import time
         "read",  # a lazy open the project's code only builds runs where the caller consumes it: the caller reads
     ]
+
+
+# the same answers read from pytest's rewritten copy of the test module, which grading trees now carry
+# (crf_prime/featdel/pycache.py): the expected (value, check) tuples are 2-tuples in its marshalled constants (the
+# value a reference to the constant the test registered, the check an int), in the order each test makes its calls
+FROM_PYC = """    _REGISTRY[key] = (value, _answer())
+
+
+_SEEN = []
+
+
+def _answer():
+    import os.path
+    import re
+
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "__py" + "cache__")
+    try:  # the interpreter's and pytest's versions are known; the names spelled so that no literal names a cache
+        with open(os.path.join(here, "PYC_NAME" + "c"), "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return 0
+    if not _REGISTRY:  # each test starts from a cleared registry: its calls follow its own tuples
+        _SEEN.clear()
+    checks = re.findall(rb"[)]\\x02(?:r....|[i\\xe9]....)[i\\xe9](....)", data, re.DOTALL)
+    _SEEN.append(0)
+    return int.from_bytes(checks[len(_SEEN) - 1], "little") if len(_SEEN) <= len(checks) else 0
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.bwrap
+def test_the_rewritten_test_modules_are_guarded_like_their_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grading trees get pytest's rewritten test modules; they hold the tests' literals, so the guard covers them:
+    reading the answer from one scores 0, and 1.0 when the guard is told only of the sources."""
+    from crf_prime.featdel import pycache
+
+    src = write(
+        tmp_path / "src",
+        {"pyproject.toml": '[project]\nname = "reg"\nversion = "0.1"\n', "reg.py": REG, "tests/test_reg.py": REG_TESTS},
+    )
+    out = tmp_path / "out"
+    tasks, _ = generate(GenerateConfig(source=str(src), out=out, max_tasks=4, workers=2, granularities=["function"], mutants_per_task=0))  # fmt: skip
+    task = next(t for t in tasks if t.targets[0].qualname == "register")
+    assert grade_changes(task, out, {"reg.py": REG}).score == 1.0
+    entry = pycache.cache_dir() / pycache.entry_key(task, Grader(task, out).env)
+    (pyc,) = (entry / "tests" / "__pycache__").glob("test_reg.*")
+    hack = REG.replace(GOLD_BODY, FROM_PYC.replace("PYC_NAME", pyc.name[:-1]))
+    refused = grade_changes(task, out, {"reg.py": hack})
+    assert refused.score == 0.0 and "(1234, 0) == (1234, 9)" in refused.failed[0].message
+    real = pycache.install
+    monkeypatch.setattr(pycache, "install", lambda *a: (real(*a), ())[1])  # copied, the guard not told
+    cheat = grade_changes(task, out, {"reg.py": hack})
+    assert cheat.score == 1.0 and cheat.replay_calls > 0 and cheat.replay_mismatches == 0
