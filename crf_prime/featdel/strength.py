@@ -8,9 +8,9 @@ first because it is the cheaper of the two, for all mutants of a task in one box
 then the whole replay for the mutants the screen does not reject. A mutant the grader accepts
 is then replayed on **held-out calls**: inputs generated (crf_prime/featdel/inputs.py) from every served call,
 recorded or generated — a second step away from what the tests did — with another seed and more per target than
-the served replay, minus the served inputs themselves, kept where gold is deterministic. A mutant that differs from gold there is a
-survivor (behaviour-changing, accepted); one that agrees everywhere counts as equivalent and is left out. The rate
-is ``rejected / (rejected + survivors)``.
+the served replay, minus the served inputs themselves, kept where gold is deterministic; all such mutants of a task in
+one box. A mutant that differs from gold there is a survivor (behaviour-changing, accepted); one that agrees everywhere
+counts as equivalent and is left out. The rate is ``rejected / (rejected + survivors)``.
 
 The static code policy is not applied to mutants (it judges constructs, not behaviour; gold passes it).
 """
@@ -28,7 +28,7 @@ from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import FeatdelTask, GraderConfig, MutationScore
 from crf_prime.featdel.mutants import Mutant, gold_mutants
 from crf_prime.featdel.record import gold_runs, reproduced
-from crf_prime.featdel.replay import compare, load_replay, run_driver, strip_tests
+from crf_prime.featdel.replay import SEQUENCE, compare, load_replay, run_driver, run_variants, strip_tests
 from crf_prime.featdel.testenv import TestEnv
 from crf_prime.sandbox import Sandbox
 
@@ -107,27 +107,34 @@ def replay_rejects(grader: Grader, mutants: list[Mutant], *, base: Path | None =
     return rejects
 
 
-def _verdict(grader: Grader, m: Mutant, held: HeldOut | None, base: Path) -> str:
-    """The grader's verdict on a mutant the replay accepts: "rejected", "survived" or "equivalent"."""
+def tests_pass(grader: Grader, m: Mutant, base: Path) -> bool:
+    """The target tests all pass on mutant ``m`` (stopped at the first failure: only that is asked)."""
     changes: dict[str, str | None] = {m.path: m.text}
     run = grader.run_tests(changes, base=base, first_failure=True)  # the served wall limit: a shorter one would
     # reject slow suites' mutants
-    if grader.score_run(run, changes).score != 1.0:
-        return "rejected"
+    return grader.score_run(run, changes).score == 1.0
+
+
+def held_out_verdicts(grader: Grader, passing: list[Mutant], held: HeldOut | None, base: Path) -> list[str]:
+    """ "survived" or "equivalent" for each mutant the replay and the tests accept: whether it differs from gold on the
+    held-out calls, all mutants in one box (a child per tree, as the replay's passes); "survived" without held-out
+    calls to tell (nothing tells it from gold but the tests: counted, not proven equivalent)."""
     if held is None:
-        return "survived"  # nothing tells it from gold but the tests: counted, not proven equivalent
-    calls = held.calls()
+        return ["survived"] * len(passing)
+    calls = held.calls() if passing else []
     if not calls:
-        return "equivalent"
+        return ["equivalent"] * len(passing)
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-mutant-"))
     try:
-        grader.build_tree(changes, run_dir / "repo", base=base)
-        strip_tests(grader.task, run_dir / "repo")
-        got = run_driver(grader.sandbox, grader.env, grader.task, run_dir, calls, seed=3, hash_seed=3)
+        for i, m in enumerate(passing):
+            grader.build_tree({m.path: m.text}, run_dir / f"v{i}" / "repo", base=base)
+            strip_tests(grader.task, run_dir / f"v{i}" / "repo")
+        outs = run_variants(
+            grader.sandbox, grader.env, grader.task, run_dir, len(passing), calls, seed=3, sequence=SEQUENCE
+        )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    bad, _ = compare(held.expected, got)
-    return "survived" if bad else "equivalent"
+    return ["survived" if compare(held.expected, got)[0] else "equivalent" for got in outs]
 
 
 def mutation_score(task: FeatdelTask, task_dir: Path, *, cap: int, sandbox: Sandbox, env: TestEnv) -> MutationScore:
@@ -141,10 +148,9 @@ def mutation_score(task: FeatdelTask, task_dir: Path, *, cap: int, sandbox: Sand
     held = HeldOut(grader, original) if measurable else None
     with grader.shared_base() as base:  # one grading tree for every mutant, each made from it by hard links
         rejects = replay_rejects(grader, mutants, base=base)
-        verdicts = [
-            (m.label, "rejected" if r else _verdict(grader, m, held, base))
-            for m, r in zip(mutants, rejects, strict=True)
-        ]
+        passing = [i for i, r in enumerate(rejects) if not r and tests_pass(grader, mutants[i], base)]
+        accepted = dict(zip(passing, held_out_verdicts(grader, [mutants[i] for i in passing], held, base), strict=True))
+        verdicts = [(m.label, accepted.get(i, "rejected")) for i, m in enumerate(mutants)]
     rejected = sum(1 for _, v in verdicts if v == "rejected")
     survivors = tuple(label for label, v in verdicts if v == "survived")
     changing = rejected + len(survivors)
@@ -158,4 +164,13 @@ def mutation_score(task: FeatdelTask, task_dir: Path, *, cap: int, sandbox: Sand
     )
 
 
-__all__ = ["HELD_OUT_PER_TARGET", "SCREEN_CALLS", "HeldOut", "mutation_score", "mutation_seed", "replay_rejects"]
+__all__ = [
+    "HELD_OUT_PER_TARGET",
+    "SCREEN_CALLS",
+    "HeldOut",
+    "held_out_verdicts",
+    "mutation_score",
+    "mutation_seed",
+    "replay_rejects",
+    "tests_pass",
+]
