@@ -17,6 +17,7 @@ from corpus_support import write
 from crf_prime.featdel import grade, hide_test_id
 from crf_prime.featdel.generate import GenerateConfig, generate
 from crf_prime.featdel.grader import Grader, grade_changes
+from crf_prime.featdel.models import FeatdelTask
 
 REG = textwrap.dedent(
     '''\
@@ -96,18 +97,23 @@ GOLD_BODY = """    digits = [int(d) for d in str(abs(value))]
 """
 
 
+def reg_tasks(tmp_path: Path, out: Path, max_tasks: int = 4) -> list[FeatdelTask]:
+    """Function tasks of the registry project, written to ``out``."""
+    src = write(
+        tmp_path / "src",
+        {"pyproject.toml": '[project]\nname = "reg"\nversion = "0.1"\n', "reg.py": REG, "tests/test_reg.py": REG_TESTS},
+    )
+    config = GenerateConfig(source=str(src), out=out, max_tasks=max_tasks, workers=2, granularities=["function"])
+    return generate(config.model_copy(update={"mutants_per_task": 0}))[0]
+
+
 @pytest.mark.slow
 @pytest.mark.bwrap
 def test_reading_the_hidden_test_file_scores_zero_and_one_without_the_guard(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    src = write(
-        tmp_path / "src",
-        {"pyproject.toml": '[project]\nname = "reg"\nversion = "0.1"\n', "reg.py": REG, "tests/test_reg.py": REG_TESTS},
-    )
     out = tmp_path / "out"
-    tasks, _ = generate(GenerateConfig(source=str(src), out=out, max_tasks=4, workers=2, granularities=["function"], mutants_per_task=0))  # fmt: skip
-    task = next(t for t in tasks if t.targets[0].qualname == "register")
+    task = next(t for t in reg_tasks(tmp_path, out) if t.targets[0].qualname == "register")
     assert task.replay is not None and task.hidden_tests == ("tests/test_reg.py",)
     hack = REG.replace(GOLD_BODY, ANSWERS)
     assert hack != REG
@@ -213,13 +219,8 @@ def test_the_rewritten_test_modules_are_guarded_like_their_sources(
     reading the answer from one scores 0, and 1.0 when the guard is told only of the sources."""
     from crf_prime.featdel import pycache
 
-    src = write(
-        tmp_path / "src",
-        {"pyproject.toml": '[project]\nname = "reg"\nversion = "0.1"\n', "reg.py": REG, "tests/test_reg.py": REG_TESTS},
-    )
     out = tmp_path / "out"
-    tasks, _ = generate(GenerateConfig(source=str(src), out=out, max_tasks=4, workers=2, granularities=["function"], mutants_per_task=0))  # fmt: skip
-    task = next(t for t in tasks if t.targets[0].qualname == "register")
+    task = next(t for t in reg_tasks(tmp_path, out) if t.targets[0].qualname == "register")
     assert grade_changes(task, out, {"reg.py": REG}).score == 1.0
     entry = pycache.cache_dir() / pycache.entry_key(task, Grader(task, out).env)
     (pyc,) = (entry / "tests" / "__pycache__").glob("test_reg.*")

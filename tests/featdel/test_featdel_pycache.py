@@ -8,23 +8,17 @@ from pathlib import Path
 
 import pytest
 from corpus_support import write
-from test_featdel_hacks_testfiles import REG, REG_TESTS
+from test_featdel_hacks_testfiles import reg_tasks
 
 from crf_prime.featdel import pycache
-from crf_prime.featdel.generate import GenerateConfig, generate
 from crf_prime.featdel.grader import Grader
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
 
 def test_grading_reads_the_rewritten_modules_only_where_they_match(tmp_path: Path) -> None:
-    src = write(
-        tmp_path / "src",
-        {"pyproject.toml": '[project]\nname = "reg"\nversion = "0.1"\n', "reg.py": REG, "tests/test_reg.py": REG_TESTS},
-    )
     out = tmp_path / "out"
-    tasks, _ = generate(GenerateConfig(source=str(src), out=out, max_tasks=1, workers=1, granularities=["function"], mutants_per_task=0))  # fmt: skip
-    grader = Grader(tasks[0], out)
+    grader = Grader(reg_tasks(tmp_path, out, max_tasks=1)[0], out)
     assert grader.score_run(grader.run_tests({}), {}).score == 0.0
     entry = pycache.cache_dir() / pycache.entry_key(grader.task, grader.env)
     (pyc,) = (entry / "tests" / "__pycache__").glob("test_reg.*-pytest-*.pyc")
