@@ -558,3 +558,21 @@ def test_retyped_calls_are_kept_only_where_gold_ignores_the_type() -> None:
     keep, expected, dropped = reproduced(calls, gold, dict(gold), [])
     assert [c["id"] for c in keep] == ["c0", "c0~0"] and dropped == {"type-dependent": 1}
     assert expected["c0~0"] == {**gold["c0~0"], "type_loose": True} and "type_loose" not in expected["c0"]
+
+
+def test_calls_whose_gold_outcome_is_too_large_to_compare_are_left_out() -> None:
+    from crf_prime.featdel.record import MAX_OUTCOME_BYTES, reproduced
+
+    def out(n: int) -> dict:
+        return {"returned": ["str", "x" * n], "args_after": []}
+
+    calls = [
+        {"id": "c0", "target": 0},
+        {"id": "c1", "target": 0},
+        {"id": "c1~0", "target": 0, "derived": True, "operator": "empty", "varied": "s", "keys": {}},
+    ]
+    edge = MAX_OUTCOME_BYTES - len(json.dumps(out(0)))  # the largest outcome kept
+    gold = {"c0": out(edge), "c1": out(edge + 1), "c1~0": out(1)}
+    keep, expected, dropped = reproduced(calls, gold, dict(gold), [])
+    assert [c["id"] for c in keep] == ["c0"] and set(expected) <= {"c0", "c0@seq"}
+    assert dropped == {"too-large-outcome": 1, "parent-dropped": 1}
