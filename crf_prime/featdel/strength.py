@@ -21,11 +21,11 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import cast
+from typing import Literal, cast
 
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.grader import Grader
-from crf_prime.featdel.models import FeatdelTask, GraderConfig, MutationScore
+from crf_prime.featdel.models import FeatdelTask, GraderConfig, MutationScore, VerifyConfig
 from crf_prime.featdel.mutants import Mutant, gold_mutants
 from crf_prime.featdel.record import gold_runs, reproduced
 from crf_prime.featdel.replay import SEQUENCE, compare, load_replay, run_driver, run_variants, strip_tests
@@ -107,12 +107,19 @@ def replay_rejects(grader: Grader, mutants: list[Mutant], *, base: Path | None =
     return rejects
 
 
-def tests_pass(grader: Grader, m: Mutant, base: Path) -> bool:
-    """The target tests all pass on mutant ``m`` (stopped at the first failure: only that is asked)."""
+TestsVerdict = Literal["pass", "fail", "timeout"]
+
+
+def verdict_of_tests(grader: Grader, m: Mutant, base: Path, wall_s: float) -> TestsVerdict:
+    """Whether the target tests all pass on mutant ``m`` (stopped at the first failure: only that is asked), in at
+    most ``wall_s`` seconds. "timeout": still running then, below the served wall limit, where it might still pass
+    (a mutated loop condition that never ends would cost the served limit, minutes, to find out)."""
     changes: dict[str, str | None] = {m.path: m.text}
-    run = grader.run_tests(changes, base=base, first_failure=True)  # the served wall limit: a shorter one would
-    # reject slow suites' mutants
-    return grader.score_run(run, changes).score == 1.0
+    served = grader.sandbox.limits.wall_seconds
+    run = grader.run_tests(changes, base=base, first_failure=True, wall_seconds=min(wall_s, served))
+    if run.limit_hit == "wall" and wall_s < served:
+        return "timeout"
+    return "pass" if grader.score_run(run, changes).score == 1.0 else "fail"
 
 
 def held_out_verdicts(grader: Grader, passing: list[Mutant], held: HeldOut | None, base: Path) -> list[str]:
@@ -137,9 +144,18 @@ def held_out_verdicts(grader: Grader, passing: list[Mutant], held: HeldOut | Non
     return ["survived" if compare(held.expected, got)[0] else "equivalent" for got in outs]
 
 
-def mutation_score(task: FeatdelTask, task_dir: Path, *, cap: int, sandbox: Sandbox, env: TestEnv) -> MutationScore:
+def mutation_score(
+    task: FeatdelTask,
+    task_dir: Path,
+    *,
+    cap: int,
+    sandbox: Sandbox,
+    env: TestEnv,
+    tests_wall_s: float = VerifyConfig().mutant_tests_wall_s,
+) -> MutationScore:
     """Grade up to ``cap`` mutants of ``task``'s gold (deterministic for the task's seed) and count the verdicts.
-    The rate is measured only for tasks whose every target has replayed calls (None otherwise)."""
+    The rate is measured only for tasks whose every target has replayed calls (None otherwise). A mutant whose
+    target tests run past ``tests_wall_s`` is counted apart (``timed_out``), in neither side of the rate."""
     original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
     broken = {p: task.broken_files[p] for p in original}
     mutants = gold_mutants(broken, original, cap=cap, seed=mutation_seed(task))
@@ -148,8 +164,10 @@ def mutation_score(task: FeatdelTask, task_dir: Path, *, cap: int, sandbox: Sand
     held = HeldOut(grader, original) if measurable else None
     with grader.shared_base() as base:  # one grading tree for every mutant, each made from it by hard links
         rejects = replay_rejects(grader, mutants, base=base)
-        passing = [i for i, r in enumerate(rejects) if not r and tests_pass(grader, mutants[i], base)]
+        tests = {i: verdict_of_tests(grader, mutants[i], base, tests_wall_s) for i, r in enumerate(rejects) if not r}
+        passing = [i for i, v in tests.items() if v == "pass"]
         accepted = dict(zip(passing, held_out_verdicts(grader, [mutants[i] for i in passing], held, base), strict=True))
+        accepted |= {i: "timeout" for i, v in tests.items() if v == "timeout"}
         verdicts = [(m.label, accepted.get(i, "rejected")) for i, m in enumerate(mutants)]
     rejected = sum(1 for _, v in verdicts if v == "rejected")
     survivors = tuple(label for label, v in verdicts if v == "survived")
@@ -160,6 +178,7 @@ def mutation_score(task: FeatdelTask, task_dir: Path, *, cap: int, sandbox: Sand
         rejected=rejected,
         survivors=survivors,
         held_out_calls=held.derived if held is not None else 0,
+        timed_out=sum(1 for _, v in verdicts if v == "timeout"),
         rate=round(rejected / changing, 4) if measurable and changing else None,
     )
 
@@ -172,5 +191,5 @@ __all__ = [
     "mutation_score",
     "mutation_seed",
     "replay_rejects",
-    "tests_pass",
+    "verdict_of_tests",
 ]

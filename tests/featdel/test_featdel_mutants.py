@@ -15,15 +15,18 @@ import pytest
 from corpus_support import write
 from featdel_support import TOOLZ, generated
 
+from crf_prime.featdel import strength
 from crf_prime.featdel.corpus_build import CorpusSummary, PackageRow, mutation_card, mutation_tables
 from crf_prime.featdel.corpus_meta import TaskMeta
 from crf_prime.featdel.deletion import apply_unified_diff, delete_bodies
 from crf_prime.featdel.generate import GenerateConfig, generate
 from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import FeatdelTask, GraderConfig, MutationScore, RateStats
-from crf_prime.featdel.mutants import OPERATORS, file_mutants, gold_mutants, restored_lines
+from crf_prime.featdel.mutants import OPERATORS, Mutant, file_mutants, gold_mutants, restored_lines
 from crf_prime.featdel.replay_box import _forked
-from crf_prime.featdel.strength import SCREEN_CALLS, mutation_seed, replay_rejects
+from crf_prime.featdel.strength import SCREEN_CALLS, mutation_score, mutation_seed, replay_rejects, verdict_of_tests
+from crf_prime.placement import GRADING_LIMITS, GradingSandbox
+from crf_prime.sandbox import Sandbox
 
 SRC = textwrap.dedent(
     '''\
@@ -278,6 +281,43 @@ def test_one_box_for_many_trees_gives_each_tree_s_own_verdict() -> None:
     assert screen[0].ok and screen[-1].ok and not screen[1].ok
     assert all(set(s.mismatches) <= set(t.mismatches) for s, t in zip(screen, together, strict=True))
     assert replay_rejects(grader, mutants) == [not v.ok for v in alone[2:-2]]
+
+
+LOOP_UNDER_PYTEST = "\n\nimport sys as _sys\n\nif '_pytest' in _sys.modules:  # never in the replay's box\n    while True:\n        pass\n"
+"""Appended to a gold file: a mutant that the replay passes and whose test run never ends."""
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_a_mutant_whose_tests_outrun_their_limit_is_on_neither_side_of_the_rate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    task_dir, tasks, _ = generated(TOOLZ, 2)
+    task = next(t for t in tasks if t.replay is not None and not t.unreplayed_targets)
+    original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
+    path = task.targets[0].path
+    looping = Mutant(path, 1, "statement", original[path] + LOOP_UNDER_PYTEST)
+    grader = Grader(task, task_dir, config=GraderConfig(scan=False))
+    with grader.shared_base() as base:
+        assert replay_rejects(grader, [looping], base=base) == [False]  # the replay cannot tell it from gold
+        assert verdict_of_tests(grader, looping, base, wall_s=2.0) == "timeout"  # under the served limit: unknown
+        gold = Mutant(path, 1, "statement", original[path])
+        assert verdict_of_tests(grader, gold, base, wall_s=2.0) == "pass"
+        served = Sandbox(GradingSandbox(limits=GRADING_LIMITS.model_copy(update={"wall_seconds": 2.0})))
+        strict = Grader(task, task_dir, sandbox=served, env=grader.env, config=GraderConfig(scan=False))
+        assert verdict_of_tests(strict, looping, base, wall_s=2.0) == "fail"  # the served limit itself: rejected
+    broken = {p: task.broken_files[p] for p in original}
+    real = gold_mutants(broken, original, cap=10, seed=mutation_seed(task))
+    monkeypatch.setattr(strength, "gold_mutants", lambda *a, **k: [*real, looping])
+    score = mutation_score(task, task_dir, cap=11, sandbox=grader.sandbox, env=grader.env, tests_wall_s=2.0)
+    measured = task.mutation  # generation's score: the same mutants but the looping one
+    assert measured is not None and (measured.mutants, measured.timed_out) == (len(real), 0)
+    assert (score.mutants, score.timed_out) == (len(real) + 1, 1)
+    assert (score.behaviour_changing, score.rejected, score.rate) == (
+        measured.behaviour_changing,
+        measured.rejected,
+        measured.rate,
+    )
 
 
 def test_a_timed_out_child_is_killed_with_its_own_children() -> None:
