@@ -67,7 +67,7 @@ def time_split(out: Path) -> dict[str, float]:
     stages = ("grade", "record", "verify")  # inside generate's "validate"
     for slug, row in summary["packages"].items():
         gen = out / "packages" / slug / "tasks" / "summary.json"
-        if row["status"] != "done" or not gen.is_file():
+        if row["status"] not in ("done", "partial") or not gen.is_file():
             split["refused"] += row["seconds"]
             continue
         secs = GenerateSummary.model_validate_json(gen.read_text()).seconds
@@ -114,7 +114,7 @@ def report(out: Path, wall_s: float, loads: list[tuple[float, float]], started: 
         why = ", ".join(f"{k}={v}" for k, v in sorted(rejected_by[g].items()))
         lines.append(f"{g:<12} {c['valid']:>6} {c['rejected']:>8} {y:>6} {c['kept']:>6}  {why}")
     lines.append("")
-    failed = {slug: r for slug, r in summary["packages"].items() if r["status"] != "done"}
+    failed = {slug: r for slug, r in summary["packages"].items() if r["status"] not in ("done", "partial")}
     for slug, r in failed.items():
         lines.append(f"not used: {slug}: {r['status']}: {r['reason'][:240]}")
 
@@ -138,6 +138,7 @@ def report(out: Path, wall_s: float, loads: list[tuple[float, float]], started: 
         "yield": round(with_tasks / len(summary["packages"]), 3) if summary["packages"] else 0.0,
         "setup": {slug: r.get("setup", []) for slug, r in summary["packages"].items()},
         "packages_failed": summary["packages_failed"],
+        "packages_partial": summary.get("packages_partial", 0),
         "packages_cancelled": summary.get("packages_cancelled", 0),
         "resumed_tasks": resumed,
         "tasks_per_min": round(60 * (valid - resumed) / wall_s, 2),

@@ -114,15 +114,22 @@ def generate(config: GenerateConfig) -> int:
         table.add_row(f"time {phase} (s)", f"{s:.1f}")
     Console().print(table)
     if not tasks:
-        raise NothingProduced(f"no valid task among {summary.checked} checked candidates of {config.source}")
-    print_next(generated(len(tasks), config), next_after_generate(config.out))
+        limit = f" (stopped at --time-limit-s {config.time_limit_s:g})" if summary.time_limit_reached else ""
+        raise NothingProduced(f"no valid task among {summary.checked} checked candidates of {config.source}{limit}")
+    print_next(generated(len(tasks), config, summary.time_limit_reached), next_after_generate(config.out))
     return 0
 
 
-def generated(n: int, config: GenerateConfig) -> str:
-    """What generate wrote, and whether ``--max-tasks`` stopped it (8 by default: a first look, not a training set)."""
+def generated(n: int, config: GenerateConfig, time_limit_reached: bool = False) -> str:
+    """What generate wrote, and what stopped it: ``--max-tasks`` (8 by default: a first look, not a training set),
+    ``--time-limit-s``, or the candidates running out."""
     default = ", the default" if "max_tasks" not in config.model_fields_set else ""
-    why = f"stopped at --max-tasks {config.max_tasks}{default}" if n >= config.max_tasks else "every candidate checked"
+    if n >= config.max_tasks:
+        why = f"stopped at --max-tasks {config.max_tasks}{default}"
+    elif time_limit_reached:
+        why = f"stopped at --time-limit-s {config.time_limit_s:g} with candidates left"
+    else:
+        why = "every candidate checked"
     return f"wrote {n} tasks to {config.out / 'tasks.jsonl'} ({why})"
 
 
@@ -193,7 +200,8 @@ def corpus(config: CorpusConfig) -> int:
         export_hf(config.out)
     print(
         f"featdel corpus: {summary.tasks} tasks ({summary.splits.get('train', 0)} train, "
-        f"{summary.splits.get('eval', 0)} eval) from {summary.packages_done} packages "
+        f"{summary.splits.get('eval', 0)} eval) from {summary.packages_done} packages"
+        f"{f' and {summary.packages_partial} stopped at the time limit' if summary.packages_partial else ''} "
         f"({summary.packages_failed} failed, {summary.duplicates_exact + summary.duplicates_near} duplicates removed) "
         f"-> {config.out}"
     )

@@ -70,8 +70,13 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """Per package, validate up to this many times ``max_tasks`` candidates preferring tasks the call replay covers
     (``featdel generate`` hunts with 2.0; a corpus spends that time on more packages)."""
     time_limit_s: Annotated[float, Field(gt=0)] | None = None
-    """Stop after this many seconds: packages still running are cancelled and left for the next run (resumable);
-    the corpus is assembled from what finished. None = run every package to the end."""
+    """Stop after this many seconds: a package still validating starts no new candidate, finishes the grading runs
+    in flight and keeps the tasks it validated (status ``partial``); one not started yet does not start. The corpus is
+    assembled from what finished; partial and unstarted packages run again when it is resumed. None = run every
+    package to the end."""
+    grace_s: Annotated[float, Field(ge=0)] = 120.0
+    """After ``time_limit_s``, how long packages get to finish the grading runs in flight and write their tasks;
+    what still runs then is cancelled (its work is lost)."""
     retry_failed: bool = False
     """Retry packages that failed in an earlier run (finished ones are never redone)."""
     export_hf: bool = False
@@ -188,27 +193,38 @@ def settings_key(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def build_package(spec: str, pkg_dir: str, settings: dict, workers: int, tmp_root: str | None = None) -> dict:
+def build_package(
+    spec: str, pkg_dir: str, settings: dict, workers: int, tmp_root: str | None = None, stop_at: float | None = None
+) -> dict:
     """One package: generate into ``pkg_dir/tasks``, write ``meta.jsonl`` and ``status.json``; never raises for
     a package that cannot be used (its status says why). Runs in a Ray worker. ``tmp_root``: where its temporary
-    trees go (the driver removes it, so a force-cancelled task leaves nothing in the system's temp directory)."""
+    trees go (the driver removes it, so a force-cancelled task leaves nothing in the system's temp directory).
+    ``stop_at``: the corpus's time limit (``time.time()``): validation stops there and keeps what it has."""
     if tmp_root is None:
-        return _build_package(spec, pkg_dir, settings, workers)
+        return _build_package(spec, pkg_dir, settings, workers, stop_at)
     os.makedirs(tmp_root, exist_ok=True)
     previous, tempfile.tempdir = tempfile.tempdir, tmp_root
     try:
-        return _build_package(spec, pkg_dir, settings, workers)
+        return _build_package(spec, pkg_dir, settings, workers, stop_at)
     finally:
         tempfile.tempdir = previous
 
 
-def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dict:
+def _left(stop_at: float | None) -> float | None:
+    """Seconds until ``stop_at`` (None: no limit); 0 when it has passed."""
+    return None if stop_at is None else max(0.0, stop_at - time.time())
+
+
+def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int, stop_at: float | None) -> dict:
     from crf_prime.featdel.corpus_meta import task_meta  # start-up: +9 ms on every command
 
+    key = settings_key(settings)
+    cancelled = PackageStatus(spec=spec, status="cancelled", settings=key, reason="time limit reached")
+    if _left(stop_at) == 0:  # queued past the time limit: nothing started, nothing written
+        return cancelled.model_dump()
     root = Path(pkg_dir)
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    key = settings_key(settings)
     setup: SuiteSetup | None = None
     try:
         cfg = GenerateConfig(
@@ -236,7 +252,10 @@ def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dic
                     "deselect": [*cfg.deselect, *setup.deselected],
                 }
             )
-        tasks, _ = generate(cfg)
+        left = _left(stop_at)
+        if left == 0:  # the setup ran past the time limit: no validation starts
+            return cancelled.model_dump()
+        tasks, summary = generate(cfg.model_copy(update={"time_limit_s": left}))
         license = _license(root / "tasks")
         with tempfile.TemporaryDirectory(prefix="crf-corpus-base-") as tmp:
             metas = []
@@ -249,7 +268,7 @@ def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int) -> dic
         _write_atomic(root / "meta.jsonl", "".join(m.model_dump_json() + "\n" for m in metas))
         status = PackageStatus(
             spec=spec,
-            status="done",
+            status="partial" if summary.time_limit_reached else "done",
             settings=key,
             tasks=len(tasks),
             license=license,
@@ -331,6 +350,8 @@ class _Progress:
         rate = self.built / max((time.perf_counter() - self.t0) / 60, 1e-9)
         if status.status == "done":
             what = f"{status.tasks} tasks in {status.seconds:.0f}s"
+        elif status.status == "partial":
+            what = f"{status.tasks} tasks in {status.seconds:.0f}s, stopped at the time limit (it runs again next time)"
         elif status.status == "cancelled":
             what = "cancelled (time limit; it runs again next time)"
         else:
@@ -351,6 +372,14 @@ class _Progress:
             self.bar.stop()
 
 
+def resumable(st: PackageStatus | None, spec: str, key: str, retry_failed: bool) -> bool:
+    """Whether an earlier run's status stands: same line, same settings, and the package finished (or failed and
+    failures are not retried). A package the time limit stopped (partial) runs again."""
+    if st is None or st.settings != key or st.spec != spec:
+        return False
+    return st.status == "done" or (st.status == "failed" and not retry_failed)
+
+
 def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, PackageStatus]:
     """Every listed package built or resumed (Ray tasks), by slug; failures included with their reasons."""
 
@@ -362,12 +391,7 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
     todo: list[SourceLine] = []
     for s in lines:
         st = read_status(root / s.slug)
-        if (
-            st is not None
-            and st.settings == keys[s.slug]
-            and st.spec == s.spec
-            and (st.status == "done" or not config.retry_failed)
-        ):
+        if st is not None and resumable(st, s.spec, keys[s.slug], config.retry_failed):
             results[s.slug] = st
         else:
             todo.append(s)
@@ -393,18 +417,24 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
             try:
                 workers = max(1, int(-(-config.cpus_per_package // 1)))
                 remote = ray.remote(num_cpus=config.cpus_per_package, max_retries=0)(build_package)
+                limit = config.time_limit_s
+                stop_at = None if limit is None else time.time() + limit  # wall clock: the workers' processes
                 pending = {
-                    remote.remote(s.spec, str(root / s.slug), settings[s.slug], workers, tmp_root): s for s in todo
+                    remote.remote(s.spec, str(root / s.slug), settings[s.slug], workers, tmp_root, stop_at): s
+                    for s in todo
                 }
-                deadline = None if config.time_limit_s is None else time.monotonic() + config.time_limit_s
+                deadline = None if limit is None else time.monotonic() + limit + config.grace_s
                 while pending:
                     left = None if deadline is None else max(0.0, deadline - time.monotonic())
                     ready, _ = ray.wait(list(pending), num_returns=1, timeout=left)
-                    if not ready:  # time limit: what still runs is cancelled and left for the next run
+                    if not ready:  # the grace is over too: what still runs is cancelled, left for the next run
                         for ref, s in pending.items():
                             ray.cancel(ref, force=True)
                             results[s.slug] = PackageStatus(
-                                spec=s.spec, status="cancelled", settings=keys[s.slug], reason="time limit reached"
+                                spec=s.spec,
+                                status="cancelled",
+                                settings=keys[s.slug],
+                                reason=f"still running {config.grace_s:g} s after the time limit",
                             )
                             progress.package(s.slug, results[s.slug], resumed=False)
                         break
@@ -434,4 +464,4 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
     return {s.slug: results[s.slug] for s in lines}
 
 
-__all__ = ["CorpusConfig", "build_package", "read_sources", "run_packages"]
+__all__ = ["CorpusConfig", "build_package", "read_sources", "resumable", "run_packages"]

@@ -57,8 +57,11 @@ class CorpusSummary(BaseModel):
     splits: dict[str, int]
     packages_done: int
     packages_failed: int
+    packages_partial: int = 0
+    """Packages the time limit stopped after they validated tasks (in the corpus; they run again when it is
+    resumed)."""
     packages_cancelled: int = 0
-    """Packages stopped by the time limit (they run again when the corpus is resumed)."""
+    """Packages the time limit stopped before they had tasks (they run again when the corpus is resumed)."""
     duplicates_exact: int
     duplicates_near: int
     by_granularity: dict[str, dict[str, int]] = Field(default_factory=dict)
@@ -118,7 +121,7 @@ def assemble(
             setup=st.setup.actions() if st.setup else [],
             deselected=[f"{n}: {why}" for n, why in st.setup.deselected.items()] if st.setup else [],
         )
-        if st.status == "done":
+        if st.status in ("done", "partial"):
             generated = GenerateSummary.model_validate_json((pkg / "tasks" / "summary.json").read_text())
             row.suite_tests = generated.suite_tests
             for r in generated.rejections:
@@ -176,6 +179,7 @@ def assemble(
         splits={s: sum(1 for _, m, _ in kept if m.split == s) for s in SPLITS},
         packages_done=sum(1 for r in packages.values() if r.status == "done"),
         packages_failed=sum(1 for r in packages.values() if r.status == "failed"),
+        packages_partial=sum(1 for r in packages.values() if r.status == "partial"),
         packages_cancelled=sum(1 for r in packages.values() if r.status == "cancelled"),
         duplicates_exact=sum(1 for x in dups if x["kind"] == "exact"),
         duplicates_near=sum(1 for x in dups if x["kind"] == "near"),
@@ -266,8 +270,8 @@ def dataset_card(summary: CorpusSummary, metas: list[TaskMeta]) -> str:
         "snapshot fails at least one of them, and the rest of the suite still collects.",
         "",
         f"- tasks: {summary.tasks} ({', '.join(f'{k}: {v}' for k, v in summary.splits.items())}; split by project)",
-        f"- packages: {summary.packages_done} used, {summary.packages_failed} failed, "
-        f"{summary.packages_cancelled} not finished",
+        f"- packages: {summary.packages_done} used, {summary.packages_partial} used in part (time limit), "
+        f"{summary.packages_failed} failed, {summary.packages_cancelled} not started or not finished",
         f"- duplicates removed: {summary.duplicates_exact} exact, {summary.duplicates_near} near (same code, other names)",
         "- files: `tasks.jsonl` (task rows), `index.jsonl` (split, licence, difficulty proxies per row), `bases/`,",
         '  `replay/`; load with the `feature-deletion` environment (`tasks = "DIR"`, `corpus_split = "train"`).',
@@ -278,7 +282,7 @@ def dataset_card(summary: CorpusSummary, metas: list[TaskMeta]) -> str:
         "|---|---|---|---:|---:|---|---|",
     ]
     for row in summary.packages.values():
-        status = {"done": "ok", "cancelled": "not finished (time limit)"}.get(
+        status = {"done": "ok", "partial": "partial (time limit)", "cancelled": "not finished (time limit)"}.get(
             row.status, f"failed: {row.reason[:120].replace('|', '/')}"
         )
         lines.append(

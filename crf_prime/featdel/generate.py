@@ -94,6 +94,10 @@ class GenerateConfig(VerifyConfig, GradingSandbox, BaseConfig):
     empty, or a task directory written before."""
     max_tasks: Annotated[int, Field(ge=1)] = 8
     """Stop after this many valid tasks."""
+    time_limit_s: Annotated[float, Field(gt=0)] | None = None
+    """Start no new candidate this many seconds after the start, nor a mutation score: the grading runs in flight
+    finish and the tasks validated so far are written (the summary says the limit stopped it). None = until ``max_tasks`` or the candidates run
+    out. A corpus passes each package what is left of its own time limit."""
     seed: int = 0
     """Sampling seed; the same seed gives the same tasks."""
     workers: Annotated[int, Field(ge=0)] = 0
@@ -467,6 +471,8 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
     if cfg.replay:  # MissingExtraError (exit 6) now, not a warning per task and tasks without their replay
         require("cloudpickle", "featdel")
     t0 = time.perf_counter()
+    stop_at = None if cfg.time_limit_s is None else t0 + cfg.time_limit_s
+    timed_out = False
     seconds: dict[str, float] = {}
     progress = progress or (lambda phase, done, total: None)
     check_out(cfg.out)
@@ -553,7 +559,9 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                     out.append((None, b, Counter()))
                 elif b.task_id not in final:
                     out.append((b, verdicts[b.task_id], Counter()))
-                elif isinstance(got := final[b.task_id], Rejection):
+                elif (got := final[b.task_id]) is None:
+                    out.append((None, None, Counter()))  # not verified before the time limit: not checked
+                elif isinstance(got, Rejection):
                     out.append((None, got, Counter()))
                 elif got.not_servable:
                     rej = Rejection(candidate=b.task_id, reason="not-servable", detail=got.not_servable)
@@ -562,7 +570,9 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                     out.append((got, None, replays[b.task_id][1] if cfg.replay else Counter()))
             return out
 
-        def verify(task: FeatdelTask) -> FeatdelTask | Rejection:
+        def verify(task: FeatdelTask) -> FeatdelTask | Rejection | None:
+            if stop_at is not None and time.perf_counter() >= stop_at:
+                return None  # the time limit: left unchecked (a mutation score takes seconds to minutes)
             if task.not_servable:
                 return task  # rejected as such below
             try:
@@ -571,9 +581,12 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                 return Rejection(candidate=task.task_id, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
 
         def more() -> bool:
+            nonlocal timed_out
             if len(covered) >= cfg.max_tasks or pos >= len(cands):
                 return False
-            return len(covered) + len(uncovered) < cfg.max_tasks or checked < budget
+            wanted = len(covered) + len(uncovered) < cfg.max_tasks or checked < budget
+            timed_out = wanted and stop_at is not None and time.perf_counter() >= stop_at
+            return wanted and not timed_out
 
         with ThreadPoolExecutor(max_workers=workers) as pool:
             while more():
@@ -581,6 +594,9 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                 batch = cands[pos : pos + max(workers, min(SHARED_BATCH, need))]
                 pos += len(batch)
                 for task, rej, dropped in check(pool, batch):
+                    if task is None and rej is None:
+                        timed_out = True
+                        continue
                     checked += 1
                     if rej is not None:
                         rejections.append(rej)
@@ -610,6 +626,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             replay_checked=len(covered) + len(uncovered),
             replay_dropped=dict(sorted(sum((lost[t.task_id] for t in valid), Counter()).items())),
             mutation=RateStats.of([t.mutation for t in valid]) if cfg.mutants_per_task else None,
+            time_limit_reached=timed_out,
         )
         with open(staging / "tasks.jsonl", "w") as fh:
             for task in valid:
@@ -645,7 +662,9 @@ def verifiable(
     task = task.model_copy(update={"unreplayed_targets": gaps})
     if not cfg.mutants_per_task or task.replay is None:
         return task
-    score = mutation_score(task, task_dir, cap=cfg.mutants_per_task, sandbox=sandbox, env=env)
+    score = mutation_score(
+        task, task_dir, cap=cfg.mutants_per_task, sandbox=sandbox, env=env, tests_wall_s=cfg.mutant_tests_wall_s
+    )
     if score.rate is not None and score.rate < cfg.min_mutation_rate:
         return Rejection(
             candidate=task.task_id,

@@ -29,6 +29,10 @@ class VerifyConfig(BaseModel):
     0 measures nothing."""
     min_mutation_rate: Annotated[float, Field(ge=0, le=1)] = 0.95
     """Keep a task only when its grader rejects at least this share of the behaviour-changing mutants."""
+    mutant_tests_wall_s: Annotated[float, Field(gt=0)] = 60.0
+    """Wall limit (seconds) of one mutant's target-test run. A mutant still running then is counted as timed out,
+    on neither side of the rate: the served grader allows the longer grading limit, in which it might pass. (A
+    mutated loop that never ends would otherwise cost that whole limit.)"""
 
 
 class SourceLine(BaseModel):
@@ -85,8 +89,9 @@ class PackageStatus(BaseModel):
     """``OUT/packages/<slug>/status.json``: how a package's Ray task ended."""
 
     spec: str
-    status: Literal["done", "failed", "cancelled"]
-    """"cancelled" (time limit) is never written: the package runs again next time."""
+    status: Literal["done", "partial", "failed", "cancelled"]
+    """"partial": stopped at the time limit, its tasks so far are in the corpus; "cancelled" (the time limit came
+    before it had a task, or it overran the grace) is never written. Both run again next time."""
     settings: str
     """Hash of the settings it ran with; a change redoes the package."""
     reason: str = ""
@@ -181,6 +186,9 @@ class MutationScore(BaseModel):
     """``path:line:operator`` of the behaviour-changing mutants the grader scores 1.0."""
     held_out_calls: int = 0
     """Calls beyond the served replay on which gold's outcomes were compared (0: none were needed or available)."""
+    timed_out: int = 0
+    """Mutants the replay let through whose target tests ran past ``mutant_tests_wall_s``: on neither side of the
+    rate (the served grader's limit is longer)."""
     rate: float | None = None
     """``rejected / behaviour_changing``; None when no mutant changed behaviour or the task has no replay to tell a
     surviving mutant from an equivalent one."""
@@ -201,6 +209,8 @@ class RateStats(BaseModel):
     mutants: int = 0
     behaviour_changing: int = 0
     rejected: int = 0
+    timed_out: int = 0
+    """Mutants whose target tests ran past their limit (``MutationScore.timed_out``): in no rate."""
 
     @classmethod
     def of(cls, scores: list[MutationScore | None]) -> RateStats:
@@ -214,15 +224,18 @@ class RateStats(BaseModel):
             mutants=sum(s.mutants for s in measured),
             behaviour_changing=sum(s.behaviour_changing for s in measured),
             rejected=sum(s.rejected for s in measured),
+            timed_out=sum(s.timed_out for s in measured),
         )
 
     def line(self) -> str:
-        """One line for tables: ``median 100% p5 90% (12 tasks, 1 unmeasured; 80/81 mutants rejected)``."""
+        """One line for tables: ``median 100% p5 90% (12 tasks, 1 unmeasured; 80/81 mutants rejected)``, and the
+        mutants whose tests ran out of time when there are any."""
         if not self.tasks:
             return f"no rate ({self.unmeasured} unmeasured)"
+        slow = f"; {self.timed_out} timed out in their tests, not counted" if self.timed_out else ""
         return (
             f"median {self.median:.0%} p5 {self.p5:.0%} ({self.tasks} tasks, {self.unmeasured} unmeasured; "
-            f"{self.rejected}/{self.behaviour_changing} behaviour-changing mutants rejected)"
+            f"{self.rejected}/{self.behaviour_changing} behaviour-changing mutants rejected{slow})"
         )
 
 
@@ -364,6 +377,8 @@ class GenerateSummary(BaseModel):
     """Calls left out of the written tasks' replays, by reason."""
     mutation: RateStats | None = None
     """The grader's mutation rates over the written tasks (None when no mutant was graded)."""
+    time_limit_reached: bool = False
+    """``time_limit_s`` stopped validation with candidates left to check."""
 
 
 # -- the grader's front door (crf_prime/featdel/grader.py) -----------------------------------------------------------

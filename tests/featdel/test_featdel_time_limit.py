@@ -1,0 +1,110 @@
+"""A time limit stops validation, not the work already done: ``featdel generate --time-limit-s`` writes the tasks
+validated before it, and a corpus package stopped by the corpus's limit keeps them (status ``partial``) and runs
+again when the corpus is resumed.
+
+The limit is reached by an event, not by the clock: generate's clock jumps past the limit when the first candidate
+has been through a stage, as it would if that stage had taken the whole limit; batches are one candidate each."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from corpus_support import project
+
+from crf_prime.cli import main
+from crf_prime.featdel import generate as generate_module
+from crf_prime.featdel.corpus import CorpusConfig, build_package, package_settings, read_sources, resumable
+from crf_prime.featdel.corpus_build import assemble
+from crf_prime.featdel.generate import load_tasks
+from crf_prime.featdel.models import PackageStatus
+
+pytestmark = pytest.mark.bwrap
+
+
+def _limit_reached_after_the_first(monkeypatch: pytest.MonkeyPatch, stage: str, limit: float) -> list[str]:
+    """Batches of one candidate; generate's clock moves ``limit`` seconds on once the first candidate has been through
+    ``stage``: "grade" (the batch's grading runs) or "verify" (its mutation score). Returns the stages' calls."""
+    calls: list[str] = []
+    offset = [0.0]
+
+    def at_the_limit_after(name: str, real):
+        def wrapped(*args, **kwargs):
+            try:
+                return real(*args, **kwargs)
+            finally:
+                calls.append(name)
+                if name == stage:
+                    offset[0] = limit
+
+        return wrapped
+
+    for name, attr in (("grade", "validate_batch"), ("verify", "verifiable")):
+        monkeypatch.setattr(generate_module, attr, at_the_limit_after(name, getattr(generate_module, attr)))
+    monkeypatch.setattr(generate_module, "SHARED_BATCH", 1)
+    monkeypatch.setattr(generate_module, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + offset[0]))
+    return calls
+
+
+def test_generate_writes_the_tasks_validated_before_its_time_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = project(tmp_path / "src" / "alpha", "alpha")
+    calls = _limit_reached_after_the_first(monkeypatch, "verify", limit=1000.0)
+    out = tmp_path / "out"
+    args = ["featdel", "generate", "--source", str(src), "--out", str(out), "--workers", "1", "--max-tasks", "10"]
+    assert main([*args, "--time-limit-s", "1000"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert calls == ["grade", "verify"] and summary["checked"] == 1  # no candidate after the limit
+    assert summary["candidates"] > 1 and summary["time_limit_reached"] is True
+    assert summary["valid"] == len(load_tasks(out)) == 1  # the first candidate (alpha's are all valid) is kept
+    assert f"wrote 1 tasks to {out / 'tasks.jsonl'} (stopped at --time-limit-s 1000 with candidates left)" in (
+        capsys.readouterr().out
+    )
+    # the limit reached while a batch is graded: its mutation scores are not started, its candidates not checked
+    monkeypatch.undo()
+    calls = _limit_reached_after_the_first(monkeypatch, "grade", limit=1000.0)
+    assert main([*args, "--time-limit-s", "1000"]) == 5
+    assert calls == ["grade"]
+    assert "no valid task among 0 checked candidates of " in (err := capsys.readouterr().err)
+    assert err.rstrip().endswith("(stopped at --time-limit-s 1000)")
+    # without a limit the same run checks every candidate
+    monkeypatch.undo()
+    assert main([*args, "--seed", "0"]) == 0
+    assert json.loads((out / "summary.json").read_text())["time_limit_reached"] is False
+
+
+def test_a_package_stopped_by_the_corpus_time_limit_keeps_its_tasks_and_runs_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project(tmp_path / "src" / "alpha", "alpha")
+    (tmp_path / "sources.txt").write_text("src/alpha\n")
+    line = read_sources(tmp_path / "sources.txt")[0]
+    config = CorpusConfig(sources=tmp_path / "sources.txt", out=tmp_path / "corpus", max_tasks=10, time_limit_s=1000)
+    settings = package_settings(config, line)
+    pkg = config.out / "packages" / line.slug
+
+    # queued past the limit: nothing starts, nothing is written
+    late = PackageStatus.model_validate(build_package(line.spec, str(pkg), settings, 1, stop_at=time.time() - 1))
+    assert (late.status, late.tasks) == ("cancelled", 0) and not (pkg / "status.json").exists()
+
+    calls = _limit_reached_after_the_first(monkeypatch, "verify", limit=2000.0)
+    st = PackageStatus.model_validate(build_package(line.spec, str(pkg), settings, 1, stop_at=time.time() + 1000))
+    assert calls == ["grade", "verify"] and (st.status, st.tasks) == ("partial", 1)
+    assert PackageStatus.model_validate_json((pkg / "status.json").read_text()) == st
+    summary = assemble(config.out, [line], {line.slug: st}, eval_fraction=0.0)
+    assert (summary.tasks, summary.packages_partial, summary.packages_done) == (1, 1, 0)
+    assert [t.task_id for t in load_tasks(config.out)] == [t.task_id for t in load_tasks(pkg / "tasks")]
+    assert "| partial (time limit) |" in (config.out / "README.md").read_text()
+    # a resumed corpus runs it again, like a package that never finished; a finished or failed one is kept
+    key = st.settings
+    assert not resumable(st, line.spec, key, retry_failed=False)
+    assert resumable(st.model_copy(update={"status": "done"}), line.spec, key, retry_failed=False)
+    failed = st.model_copy(update={"status": "failed"})
+    assert resumable(failed, line.spec, key, retry_failed=False)
+    assert not resumable(failed, line.spec, key, retry_failed=True)
+    assert not resumable(st.model_copy(update={"status": "done"}), line.spec, "other settings", retry_failed=False)
+    assert not resumable(None, line.spec, key, retry_failed=False)
