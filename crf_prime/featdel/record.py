@@ -8,8 +8,8 @@
 3. Replay all calls on the original tree, tests stripped, twice (different hash seeds, separate processes): each
    call alone in a forked child, then all of them one after another in one process (two different orders).
 4. Keep a call only when gold reproduces it outside the test process: it loads, finishes in time, gives the same
-   outcome on both runs and, when the test saw a plain return value, the same one, at most ``MAX_OUTCOME_BYTES`` of
-   it; a generated input on which gold raises TypeError/AttributeError is out of domain. The rest is dropped by
+   outcome on both runs and, when the test saw a plain return value, the same one (past ``MAX_OUTCOME_BYTES``, only
+   the largest few per target: :func:`too_large`); a generated input on which gold raises TypeError/AttributeError is out of domain. The rest is dropped by
    reason. A call a test made under a patch
    makes the task not servable (:func:`servable`). Calls holding a value that made gold raise elsewhere accept a
    raise too (:func:`lenient`: validation order is not specified), and so do calls passing ``None`` where gold
@@ -69,10 +69,12 @@ MAX_FOLLOWUPS = 5
 MAX_INPUT_BYTES = 256 * 1024
 """Larger pickled inputs are left out (counted as too-large)."""
 MAX_OUTCOME_BYTES = 32 * 1024
-"""Calls whose gold outcome (canonical JSON: return value, exception, arguments and receiver after) is larger are
-left out (counted as too-large-outcome): a receiver holding a big linked structure (an LFU cache's ring of nodes,
-one copy per reference) costs a tenth of a second per call to read and compare, at every grading; 1 % of the calls
-of the curated corpus's first packages, on 4 tasks, which keep their other calls."""
+MAX_LARGE_PER_TARGET = 3
+"""Per target, only the 3 calls with the largest gold outcomes over 32 KiB (canonical JSON: return value, exception,
+arguments and receiver after) are kept; the other large ones are left out (counted as too-large-outcome). A receiver
+holding a big linked structure (an LFU cache's ring of nodes, one copy per reference) costs a tenth of a second per
+call to read and compare, at every grading: 1 % of the calls of the curated corpus's first packages, on 4 tasks.
+The largest stay, so code right only on small states is still caught where the tests built large ones."""
 GENERATED_PER_TARGET = 60
 """Fresh calls generated per target from the recorded ones (inputs.py), before gold's checks drop some."""
 GENERATED_FOLLOWUPS = 4
@@ -245,9 +247,12 @@ def reproduced(
     dropped: Counter[str] = Counter()
     lost: set[str] = set()
     refused: list[dict] = []
+    excess = too_large(calls, first)
     for call in calls:  # recorded calls come first: a derived call goes with its parent
         parent = call["id"].split("~", 1)[0]
         reason = _drop_reason(first.get(call["id"]), second.get(call["id"]), in_test.get(call["id"]))
+        if not reason and call["id"] in excess:
+            reason = "too-large-outcome"
         if not reason and call.get("derived") and first[call["id"]].get("raised") in OUT_OF_DOMAIN:
             reason = "out-of-domain"  # e.g. None where gold does arithmetic: what to do there is not specified
         if in_test.get(call["id"], {}).get("patched"):
@@ -272,6 +277,17 @@ def reproduced(
         if isinstance(want := expected.get(i), dict):
             expected[i] = {**want, LENIENT: True}
     return keep, sequenced(keep, expected, first, second), dropped
+
+
+def too_large(calls: list[dict], outcomes: dict) -> set[str]:
+    """Ids of the calls left out for their outcome's size: per target, the calls whose outcome is over
+    ``MAX_OUTCOME_BYTES`` but the ``MAX_LARGE_PER_TARGET`` largest (the biggest states the tests built stay checked)."""
+    large: dict[int, list[tuple[int, int, str]]] = {}
+    for i, call in enumerate(calls):
+        size = len(json.dumps(outcomes.get(call["id"])))
+        if size > MAX_OUTCOME_BYTES:
+            large.setdefault(call["target"], []).append((-size, i, call["id"]))
+    return {cid for group in large.values() for _, _, cid in sorted(group)[MAX_LARGE_PER_TARGET:]}
 
 
 def type_agnostic(outcome: object, seed_outcome: object) -> bool:
@@ -395,11 +411,8 @@ def _drop_reason(first, second, recorded: dict | None) -> str:
         return f"gold-{failed.replace('_', '-')}"
     if first != second:
         return "non-deterministic"
-    text = json.dumps(first)
-    if '"uninspectable"' in text:
+    if '"uninspectable"' in json.dumps(first):
         return "gold-uninspectable"  # what cannot be canonicalised is a mismatch at grading: never a reference
-    if len(text) > MAX_OUTCOME_BYTES:
-        return "too-large-outcome"
     if recorded is not None:
         if recorded.get("in_test_error"):
             return "uninspectable"

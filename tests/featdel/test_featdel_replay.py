@@ -560,19 +560,22 @@ def test_retyped_calls_are_kept_only_where_gold_ignores_the_type() -> None:
     assert expected["c0~0"] == {**gold["c0~0"], "type_loose": True} and "type_loose" not in expected["c0"]
 
 
-def test_calls_whose_gold_outcome_is_too_large_to_compare_are_left_out() -> None:
-    from crf_prime.featdel.record import MAX_OUTCOME_BYTES, reproduced
+def test_past_a_size_only_the_largest_outcomes_of_each_target_are_kept() -> None:
+    from crf_prime.featdel.record import MAX_LARGE_PER_TARGET, MAX_OUTCOME_BYTES, reproduced
 
     def out(n: int) -> dict:
         return {"returned": ["str", "x" * n], "args_after": []}
 
-    calls = [
-        {"id": "c0", "target": 0},
-        {"id": "c1", "target": 0},
-        {"id": "c1~0", "target": 0, "derived": True, "operator": "empty", "varied": "s", "keys": {}},
+    edge = MAX_OUTCOME_BYTES - len(json.dumps(out(0)))  # the largest outcome that is not large
+    big = [edge + 1 + k for k in range(MAX_LARGE_PER_TARGET + 2)]  # c1..c5 on target 0, growing
+    calls = [{"id": "c0", "target": 0}, *({"id": f"c{k + 1}", "target": 0} for k in range(len(big)))]
+    calls += [
+        {"id": "c2~0", "target": 0, "derived": True, "operator": "empty", "varied": "s", "keys": {}},
+        {"id": "c9", "target": 1},  # another target keeps its own largest
     ]
-    edge = MAX_OUTCOME_BYTES - len(json.dumps(out(0)))  # the largest outcome kept
-    gold = {"c0": out(edge), "c1": out(edge + 1), "c1~0": out(1)}
+    gold = {"c0": out(edge), **{f"c{k + 1}": out(n) for k, n in enumerate(big)}, "c2~0": out(1), "c9": out(edge + 9)}
     keep, expected, dropped = reproduced(calls, gold, dict(gold), [])
-    assert [c["id"] for c in keep] == ["c0"] and set(expected) <= {"c0", "c0@seq"}
-    assert dropped == {"too-large-outcome": 1, "parent-dropped": 1}
+    largest = [f"c{k + 1}" for k in range(len(big))][-MAX_LARGE_PER_TARGET:]
+    assert [c["id"] for c in keep] == ["c0", *largest, "c9"]
+    assert dropped == {"too-large-outcome": len(big) - MAX_LARGE_PER_TARGET, "parent-dropped": 1}
+    assert {k.removesuffix("@seq") for k in expected} == {"c0", *largest, "c9"}
