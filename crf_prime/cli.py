@@ -175,15 +175,28 @@ def one_line(message: str) -> str:
     return "; ".join([head.rstrip(":"), *items]) if items else head
 
 
-def print_help() -> None:
-    """The command list at 80 columns: each summary wrapped under its command name."""
+def print_help(group: str | None = None) -> None:
+    """The command list at 80 columns, each summary wrapped under its command name; ``group``: only its commands
+    (``crf-prime featdel --help``)."""
 
-    lines = [f"usage: {PROG} COMMAND [@ config.toml] [--field value ...]", "", *textwrap.wrap(DESCRIPTION, 80), ""]
+    if group is None:
+        lines = [f"usage: {PROG} COMMAND [@ config.toml] [--field value ...]", "", *textwrap.wrap(DESCRIPTION, 80), ""]
+    else:
+        lines = [f"usage: {PROG} {group} COMMAND [@ config.toml] [--field value ...]", ""]
     lines.append("commands:")
     for name, target in COMMANDS.items():
-        lines += textwrap.wrap(summary(load(target)), 80, initial_indent=f"  {name:<18} ", subsequent_indent=" " * 21)
+        if group is None or name.startswith(f"{group} "):
+            wrapped = textwrap.wrap(
+                summary(load(target)), 80, initial_indent=f"  {name:<18} ", subsequent_indent=" " * 21
+            )
+            lines += wrapped
     lines += ["", f"`{PROG} COMMAND --help` shows a command's fields, defaults and ranges;", "exit codes: docs/cli.md"]
     print("\n".join(lines))
+
+
+def group_commands(group: str) -> list[str]:
+    """The commands under ``group`` (``featdel`` -> generate, validate, corpus); empty for a single command."""
+    return [n.split(" ", 1)[1] for n in COMMANDS if n.startswith(f"{group} ")]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -195,6 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG} {__version__}")
         return 0
     name, args = split_command(argv)
+    if name is None and (subs := group_commands(argv[0])):
+        if argv[1:2] in ([], ["-h"], ["--help"]):  # the group alone, as the top level: its list (exit 2 bare)
+            print_help(argv[0])
+            return 0 if argv[1:] else int(ExitCode.BAD_INPUT)
+        return fail(" ".join(argv[:2]), f"unknown command; the {argv[0]} commands are {', '.join(subs)} (--help)", 2)
     if name is None:
         known = sorted({n.split()[0] for n in COMMANDS})
         return fail(" ".join(argv[:2]), f"unknown command; the commands are {', '.join(known)} (--help)", 2)

@@ -92,6 +92,25 @@ def test_unknown_command_is_bad_input(capsys) -> None:
     assert cli.main(["no-such-command"]) == 2
     assert "unknown command; the commands are" in capsys.readouterr().err
     assert cli.main(["featdel", "no-such-verb"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "crf-prime featdel no-such-verb: error: unknown command; the featdel commands are generate, validate, corpus (--help)\n"
+    )
+
+
+@pytest.mark.parametrize("group", ["featdel", "swe", "sandbox", "teachers", "traces", "loopback", "relay"])
+def test_a_command_group_lists_its_commands(group: str, capsys) -> None:
+    """``crf-prime featdel --help`` lists featdel's commands (it said "unknown command" and listed featdel itself)."""
+    subs = cli.group_commands(group)
+    assert subs
+    assert cli.main([group, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: crf-prime {group} COMMAND")
+    listed = [line.split()[1] for line in out.splitlines() if line.startswith(f"  {group} ")]
+    assert listed == subs and max(len(line) for line in out.splitlines()) <= 80
+    assert cli.main([group]) == 2 and capsys.readouterr().out.startswith(f"usage: crf-prime {group} COMMAND")
+    assert cli.group_commands("check") == []  # a single command is not a group
 
 
 class RunConfig(BaseConfig):
