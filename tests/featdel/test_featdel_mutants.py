@@ -15,6 +15,7 @@ import pytest
 from corpus_support import write
 from featdel_support import TOOLZ, generated
 
+from crf_prime.featdel import mutants as mutants_module
 from crf_prime.featdel import strength
 from crf_prime.featdel.corpus_build import CorpusSummary, PackageRow, mutation_card, mutation_tables
 from crf_prime.featdel.corpus_meta import TaskMeta
@@ -83,6 +84,80 @@ def test_mutants_cover_every_operator_and_only_the_restored_lines() -> None:
     ):
         assert any(edit in t for t in texts), edit
     assert not any("XXtotal" in t for t in texts)  # f-strings are left alone
+
+
+def _whole_file_mutants(source: str, lines: frozenset[int]) -> list[tuple[int, str, str]]:
+    """The definition file_mutants implements: every edit on ``lines``, kept when the whole mutated file parses to a
+    tree neither gold's nor an earlier mutant's."""
+    tree = ast.parse(source)
+    raw = source.encode().splitlines(keepends=True)
+    skip = mutants_module._unmutable(tree)
+    seen = {ast.dump(tree)}
+    out = []
+    nodes = sorted(
+        (n for n in ast.walk(tree) if hasattr(n, "lineno") and id(n) not in skip),
+        key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset),
+    )
+    for node in nodes:
+        for edit in mutants_module._edits(node):
+            if not set(range(edit.node.lineno, edit.node.end_lineno + 1)) <= lines:
+                continue
+            text = mutants_module._apply(raw, edit.node, edit.replacement)
+            try:
+                dump = ast.dump(ast.parse(text))
+            except SyntaxError:
+                continue
+            if dump not in seen:
+                seen.add(dump)
+                out.append((edit.node.lineno, edit.operator, text))
+    return out
+
+
+EDGES = textwrap.dedent(
+    """\
+    import functools
+    x = 1; y = (2 +
+        3)
+    BIG = 1e16  # its constant mutant, 1e16 + 1, is 1e16 again: gold's own tree
+
+
+    @functools.lru_cache(maxsize=None if x else 2)
+    def f(a, b=1):
+        if a > b: return a - 1; b += 2
+        return (a
+                + b) * 2
+
+
+    class C:
+        z = [1, 2] if x else (3,)
+
+        def g(self, n):
+            while n > 0 and not self.z:
+                n -= 1
+            else:
+                pass
+            return n
+    """
+)
+
+
+@pytest.mark.parametrize("module", ["textwrap", "difflib", "json.decoder", "EDGES"])
+def test_parsing_only_the_edited_statement_gives_the_whole_file_s_mutants(module: str) -> None:
+    """file_mutants re-parses only the top-level statement holding an edit: the same mutants, in the same order, as
+    re-parsing the whole file (stdlib modules on three windows of lines each; statements sharing a line)."""
+    import importlib
+    import inspect
+
+    source = EDGES if module == "EDGES" else inspect.getsource(importlib.import_module(module))
+    n = len(source.splitlines())
+    windows = [frozenset(range(1, n + 1))] if module == "EDGES" else []
+    windows += [frozenset(range(a, min(a + 40, n + 1))) for a in (n // 5, n // 2, 4 * n // 5)]
+    total = 0
+    for lines in windows:
+        got = [(m.line, m.operator, m.text) for m in file_mutants("m.py", source, lines)]
+        assert got == _whole_file_mutants(source, lines)
+        total += len(got)
+    assert total > 20
 
 
 def test_mutants_are_deterministic_for_a_seed_and_capped() -> None:
