@@ -186,10 +186,9 @@ def print_help(group: str | None = None) -> None:
     lines.append("commands:")
     for name, target in COMMANDS.items():
         if group is None or name.startswith(f"{group} "):
-            wrapped = textwrap.wrap(
+            lines += textwrap.wrap(
                 summary(load(target)), 80, initial_indent=f"  {name:<18} ", subsequent_indent=" " * 21
             )
-            lines += wrapped
     lines += ["", f"`{PROG} COMMAND --help` shows a command's fields, defaults and ranges;", "exit codes: docs/cli.md"]
     print("\n".join(lines))
 

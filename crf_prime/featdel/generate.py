@@ -96,8 +96,8 @@ class GenerateConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """Stop after this many valid tasks."""
     time_limit_s: Annotated[float, Field(gt=0)] | None = None
     """Start no new candidate this many seconds after the start, nor a mutation score: the grading runs in flight
-    finish and the tasks validated so far are written (the summary says the limit stopped it). None = until ``max_tasks`` or the candidates run
-    out. A corpus passes each package what is left of its own time limit."""
+    finish and the tasks validated so far are written (the summary says the limit stopped it). None = until
+    ``max_tasks`` or the candidates run out. A corpus passes each package what is left of its own time limit."""
     seed: int = 0
     """Sampling seed; the same seed gives the same tasks."""
     workers: Annotated[int, Field(ge=0)] = 0
@@ -585,7 +585,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             if len(covered) >= cfg.max_tasks or pos >= len(cands):
                 return False
             wanted = len(covered) + len(uncovered) < cfg.max_tasks or checked < budget
-            timed_out = wanted and stop_at is not None and time.perf_counter() >= stop_at
+            timed_out = timed_out or (wanted and stop_at is not None and time.perf_counter() >= stop_at)
             return wanted and not timed_out
 
         with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -9,8 +9,8 @@
    call alone in a forked child, then all of them one after another in one process (two different orders).
 4. Keep a call only when gold reproduces it outside the test process: it loads, finishes in time, gives the same
    outcome on both runs and, when the test saw a plain return value, the same one (past ``MAX_OUTCOME_BYTES``, only
-   the largest few per target: :func:`too_large`); a generated input on which gold raises TypeError/AttributeError is out of domain. The rest is dropped by
-   reason. A call a test made under a patch
+   the largest few per target: :func:`too_large`); a generated input on which gold raises TypeError/AttributeError
+   is out of domain. The rest is dropped by reason. A call a test made under a patch
    makes the task not servable (:func:`servable`). Calls holding a value that made gold raise elsewhere accept a
    raise too (:func:`lenient`: validation order is not specified), and so do calls passing ``None`` where gold
    never declares it (``inputs.declared_none``: gold's answer there is incidental). A kept call whose outcome is
@@ -69,6 +69,7 @@ MAX_FOLLOWUPS = 5
 MAX_INPUT_BYTES = 256 * 1024
 """Larger pickled inputs are left out (counted as too-large)."""
 MAX_OUTCOME_BYTES = 32 * 1024
+"""A gold outcome (canonical JSON) larger than this is large: see ``MAX_LARGE_PER_TARGET``."""
 MAX_LARGE_PER_TARGET = 3
 """Per target, only the 3 calls with the largest gold outcomes over 32 KiB (canonical JSON: return value, exception,
 arguments and receiver after) are kept; the other large ones are left out (counted as too-large-outcome). A receiver
