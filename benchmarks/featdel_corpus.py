@@ -9,7 +9,7 @@ baseline (the generator's granularities before the block / tail / class ones).
 
     .venv/bin/python benchmarks/featdel_corpus.py [--sources configs/featdel/sources.txt] [--out out/featdel-corpus]
         [--max-tasks 60] [--time-limit-s 3600] [--resume] [--mutants-per-task 10] [--min-mutation-rate 0.95]
-        [--baseline] [--no-auto-setup]
+        [--baseline] [--no-auto-setup] [--listed-order]
 
 With mutation testing on (the default), it also prints the grader's mutation rate per granularity and per package
 (median, 5th percentile), and under each package the setup loop's actions (test dependencies installed, discovery
@@ -205,6 +205,11 @@ def main() -> None:
     ap.add_argument(
         "--no-auto-setup", action="store_true", help="no setup loop: each suite must pass with its line's own flags"
     )
+    ap.add_argument(
+        "--listed-order",
+        action="store_true",
+        help="start the packages in the list's order (the curated list is ordered by measured rate), not smallest first",
+    )
     ap.add_argument("--mutants-per-task", type=int, default=VerifyConfig().mutants_per_task)
     ap.add_argument("--min-mutation-rate", type=float, default=VerifyConfig().min_mutation_rate)
     ap.add_argument(
@@ -249,6 +254,7 @@ def run(args: argparse.Namespace, out: Path, *, mutants: int) -> dict:
                     mutants_per_task=mutants,
                     min_mutation_rate=args.min_mutation_rate,
                     auto_setup=not args.no_auto_setup,
+                    smallest_first=not args.listed_order,
                 )
             )
     finally:
