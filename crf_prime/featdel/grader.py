@@ -183,18 +183,23 @@ class Grader:
         )
 
     def replay_many(
-        self, attempts: list[Changes], *, sample: int | None = None, base: Path | None = None
+        self,
+        attempts: list[Changes],
+        *,
+        sample: int | None = None,
+        base: Path | None = None,
+        pycs: Path | None = None,
     ) -> list[ReplayVerdict]:
         """:meth:`replay` for many attempts in one box (mutation testing); ``sample``: a screen on that many calls,
         each alone (crf_prime/featdel/replay.py ``replay_trees``). The trees share one built base by hard links
-        (``base``, else one built for this call)."""
+        (``base``, else one built for this call) and, for gold's mutants only, its compiled modules (``pycs``)."""
         if self.task.replay is None:
             return [ReplayVerdict(calls=0, mismatches=()) for _ in attempts]
         if not attempts:
             return []
         if base is None:
             with self.shared_base() as built:
-                return self.replay_many(attempts, sample=sample, base=built)
+                return self.replay_many(attempts, sample=sample, base=built, pycs=pycs)
         return replay_trees(
             self.sandbox,
             self.env,
@@ -206,6 +211,7 @@ class Grader:
             strict=self.config.strict_canon,
             generated=self.config.generated_calls,
             lookups=[self.lookup_sites(changes) for changes in attempts],
+            pycs=pycs,
         )
 
     def replay_data(self) -> ReplayData | None:

@@ -167,6 +167,8 @@ class ReplayInfo(BaseModel):
     """Kept fresh calls derived from recorded ones (type-preserving variations of their arguments)."""
     dropped: dict[str, int] = Field(default_factory=dict)
     """Calls left out at generation, by reason (unpicklable, gold cannot load or finish it, non-deterministic, ...)."""
+    canon: int = 1
+    """Form of the canonical outcomes (``replay_box.CANON``); rows written before the field read as 1."""
 
 
 class MutationScore(BaseModel):

@@ -116,4 +116,64 @@ def install(source: Path | None, repo: Path, task: FeatdelTask) -> tuple[str, ..
     return tuple(copied)
 
 
-__all__ = ["cache_dir", "entry", "entry_key", "install", "protected_modules"]
+def source_entry(task: FeatdelTask, base_archive: Path, *, sandbox: Sandbox, env: TestEnv) -> Path | None:
+    """Bytecode of the pristine base's project modules (``compileall --invalidation-mode checked-hash`` in the box,
+    laid out as in the tree), made once per base and test venv; None when compiling fails (trees then compile their
+    modules as before).
+
+    For generation's replay trees only (gold, gold's mutants): each tree child of a mutation-testing box imported the
+    project from source. A file holds the pristine code, gold's deleted bodies included, so no tree an agent's code
+    runs in gets one. Python checks each file against the hash of the source beside it and compiles any source it
+    does not match (a mutated or deleted file): a stale file costs time, never a verdict."""
+    key = hashlib.sha256(json.dumps({"base": task.base_sha256, "python": str(env.python)}).encode()).hexdigest()[:32]
+    final = cache_dir() / f"src-{key}"
+    if final.is_dir():
+        return final
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir()))
+    try:
+        repo = work / "run" / "repo"
+        extract_archive(base_archive, repo, task.base_sha256)
+        sources = sorted(rel for rel in task.source_files if rel.endswith(".py") and (repo / rel).is_file())
+        argv = [str(env.python), "-s", "-m", "compileall", "-q", "--invalidation-mode", "checked-hash", *sources]
+        sandbox.run(argv, workdir=work / "run", cwd=repo, ro_binds=[env.venv], env={"PYTHONDONTWRITEBYTECODE": ""})
+        kept = work / "entry"
+        kept.mkdir()
+        for rel in sources:
+            source = repo / rel
+            for pyc in sorted((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc")):
+                if MARKER not in pyc.name and pyc.name.count(".") == 2:  # stem.tag.pyc: no optimisation level
+                    dest = kept / Path(rel).parent / "__pycache__" / pyc.name
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(pyc, dest)
+        try:
+            os.rename(kept, final)  # atomic: another process may have published the same entry meanwhile
+        except OSError:
+            if not final.is_dir():
+                raise
+        return final
+    except (OSError, SourceError) as e:
+        logger.warning("featdel: no compiled modules for %s (%s); its replay trees compile them", task.task_id, e)
+        return None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def link_sources(source: Path | None, repo: Path) -> None:
+    """Link the entry at ``source`` (:func:`source_entry`) into the replay tree ``repo``, beside each module the tree
+    has (none for a module it lacks: a stripped test, a deleted file)."""
+    if source is None:
+        return
+    for pyc in sorted(source.rglob("*.pyc")):
+        rel = pyc.relative_to(source)
+        if not (repo / rel.parent.parent / (pyc.name.split(".", 1)[0] + ".py")).is_file():
+            continue
+        dest = repo / rel
+        dest.parent.mkdir(exist_ok=True)
+        try:
+            os.link(pyc, dest)
+        except OSError:  # another file system
+            shutil.copyfile(pyc, dest)
+
+
+__all__ = ["cache_dir", "entry", "entry_key", "install", "link_sources", "protected_modules", "source_entry"]

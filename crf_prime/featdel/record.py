@@ -51,7 +51,7 @@ from crf_prime.featdel.replay import (
     strip_tests,
     targets_of,
 )
-from crf_prime.featdel.replay_box import sequence_timeout
+from crf_prime.featdel.replay_box import CANON, sequence_timeout
 from crf_prime.featdel.runner import run_pytest
 from crf_prime.featdel.source import strip_tree
 from crf_prime.featdel.testenv import TestEnv
@@ -76,6 +76,9 @@ arguments and receiver after) are kept; the other large ones are left out (count
 holding a big linked structure (an LFU cache's ring of nodes, one copy per reference) costs a tenth of a second per
 call to read and compare, at every grading: 1 % of the calls of the curated corpus's first packages, on 4 tasks.
 The largest stay, so code right only on small states is still caught where the tests built large ones."""
+MAX_KEPT_OUTCOME_BYTES = 512 * 1024
+"""No gold outcome over this is kept, largest or not: a generated input that made gold return a million-item tuple
+(toolz ``partition``) gave 15 MB outcomes, a minute of every mutant replay to read and compare."""
 GENERATED_PER_TARGET = 60
 """Fresh calls generated per target from the recorded ones (inputs.py), before gold's checks drop some."""
 GENERATED_FOLLOWUPS = 4
@@ -282,13 +285,17 @@ def reproduced(
 
 def too_large(calls: list[dict], outcomes: dict) -> set[str]:
     """Ids of the calls left out for their outcome's size: per target, the calls whose outcome is over
-    ``MAX_OUTCOME_BYTES`` but the ``MAX_LARGE_PER_TARGET`` largest (the biggest states the tests built stay checked)."""
+    ``MAX_OUTCOME_BYTES`` but the ``MAX_LARGE_PER_TARGET`` largest (the biggest states the tests built stay checked),
+    and every call whose outcome is over ``MAX_KEPT_OUTCOME_BYTES``."""
     large: dict[int, list[tuple[int, int, str]]] = {}
+    huge: set[str] = set()
     for i, call in enumerate(calls):
         size = len(json.dumps(outcomes.get(call["id"])))
-        if size > MAX_OUTCOME_BYTES:
+        if size > MAX_KEPT_OUTCOME_BYTES:
+            huge.add(call["id"])
+        elif size > MAX_OUTCOME_BYTES:
             large.setdefault(call["target"], []).append((-size, i, call["id"]))
-    return {cid for group in large.values() for _, _, cid in sorted(group)[MAX_LARGE_PER_TARGET:]}
+    return huge | {cid for group in large.values() for _, _, cid in sorted(group)[MAX_LARGE_PER_TARGET:]}
 
 
 def type_agnostic(outcome: object, seed_outcome: object) -> bool:
@@ -358,6 +365,7 @@ def write_replay(
         recorded=len(keep) - n_derived,
         derived=n_derived,
         dropped=dict(sorted(dropped.items())),
+        canon=CANON,
     )
 
 

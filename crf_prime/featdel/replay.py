@@ -27,7 +27,8 @@ from crf_prime.featdel import lookup_guard
 from crf_prime.featdel.hide_test_id import LOOKUP_MODULE
 from crf_prime.featdel.inputs import FLOAT_EXACT
 from crf_prime.featdel.models import FeatdelTask
-from crf_prime.featdel.replay_box import SEQUENCE_SUFFIX, sequence_timeout
+from crf_prime.featdel.pycache import link_sources
+from crf_prime.featdel.replay_box import CANON, SEQUENCE_SUFFIX, sequence_timeout
 from crf_prime.featdel.source import is_metadata, is_test_path
 from crf_prime.featdel.testenv import TestEnv
 from crf_prime.sandbox import Sandbox
@@ -262,7 +263,13 @@ def _launch(
         p.unlink(missing_ok=True)
     with open(inputs / "calls.pkl", "wb") as fh:
         pickle.dump(calls, fh, protocol=4)
-    cfg = {**cfg, "targets": targets_of(task), "calls": str(inputs / "calls.pkl"), "timeout_s": call_timeout_s}
+    cfg = {
+        **cfg,
+        "targets": targets_of(task),
+        "calls": str(inputs / "calls.pkl"),
+        "timeout_s": call_timeout_s,
+        "canon": task.replay.canon if task.replay is not None else CANON,  # gold's outcomes' form
+    }
     (inputs / "config.json").write_text(json.dumps(cfg))
     # no -E: the box's environment is only the one given here, and -E would ignore its PYTHONHASHSEED
     sandbox.with_limits(wall_seconds=wall_seconds).run(
@@ -497,10 +504,12 @@ def replay_trees(
     strict: bool = True,
     generated: bool = True,
     lookups: list[Sites | None] | None = None,
+    pycs: Path | None = None,
 ) -> list[ReplayVerdict]:
     """:func:`replay_tree` for many trees in one box (mutation testing: every mutant of a task's gold). ``sample``:
     replay only that many of the calls (the same deterministic sample for every tree), each alone and not in
-    sequence: a screen whose every mismatch is one the whole replay would find too."""
+    sequence: a screen whose every mismatch is one the whole replay would find too. ``pycs``: the base's compiled
+    modules for every tree (``pycache.source_entry``; gold and its mutants only, never an agent's tree)."""
     calls, expected = _served(task, task_dir, generated=generated)
     sequence = SEQUENCE and sample is None
     if sample is not None and sample < len(calls):
@@ -513,6 +522,7 @@ def replay_trees(
         for i, build in enumerate(builds):
             build(run_dir / f"v{i}" / "repo")
             strip_tests(task, run_dir / f"v{i}" / "repo")
+            link_sources(pycs, run_dir / f"v{i}" / "repo")
         seed = int.from_bytes(os.urandom(4), "little")
         outs = run_variants(
             sandbox,

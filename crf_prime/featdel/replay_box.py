@@ -32,6 +32,10 @@ from typing import TypeVar
 
 MAX_NODES = 5000
 """Canonical trees are cut (with a marker) beyond this many nodes; both sides are cut the same way."""
+CANON = 2
+"""The canonical form replays record and read (``ReplayInfo.canon``). 1: a container goes on past the node budget
+with one cut marker per remaining item (a returned million-item tuple made a 15 MB outcome); 2: one marker, then
+the rest of the container is left out."""
 MAX_ITEMS = 200
 """Items taken from a returned iterator (an infinite one is fine)."""
 MAX_DEPTH = 40
@@ -63,6 +67,8 @@ _MEMBER_GET = types.MemberDescriptorType.__get__
 _MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__  # type: ignore[index]  # typeshed declares ModuleType.__dict__ as the instance attribute; on the class it is the type's mapping
 STRICT = True
 """False only when the hack suites turn the defence off: reads go through the value's own (overridable) methods."""
+CUT_ONCE = True
+"""``CANON`` 2 (the config's ``canon``): a container stops at the first item cut by the node budget."""
 REACH: dict[str, frozenset[int]] = {}
 """File (as the box sees it) -> lines deleted from it, in gold's first run at generation of a task that deletes part
 of a body: each call's outcome then says which of them it executed (``reached``). Empty everywhere else."""
@@ -168,11 +174,11 @@ def _canon(v, budget: list[int], stack: tuple[int, ...], consume: bool):
         return _canon(x, budget, inner, consume)
 
     if _is(t, list, tuple):
-        return [t.__name__, [rec(x) for x in v]]
+        return [t.__name__, _items(v, rec, budget)]
     if _is(t, set, frozenset):
-        return [t.__name__, sorted((rec(x) for x in v), key=_text)]
+        return [t.__name__, sorted(_items(v, rec, budget), key=_text)]
     if t is dict:
-        return ["dict", sorted(([rec(k), rec(x)] for k, x in dict.items(v)), key=_text)]
+        return ["dict", sorted(_items(dict.items(v), lambda kv: [rec(kv[0]), rec(kv[1])], budget), key=_text)]
     if _subclass(t, type):
         return ["type", type_name(v)]
     if t is types.ModuleType:
@@ -194,6 +200,19 @@ def _canon(v, budget: list[int], stack: tuple[int, ...], consume: bool):
             error = type_name(type(e))
         return ["iterator", [items, error]]
     return ["object", [type_name(t), _state(v, rec)]]
+
+
+def _items(values, rec, budget: list[int]) -> list:
+    """Each item's tree; with ``CUT_ONCE`` none after the node budget ran out but one cut marker."""
+    if not CUT_ONCE:
+        return [rec(x) for x in values]
+    out = []
+    for x in values:
+        if budget[0] <= 0:
+            out.append(["cut", None])
+            break
+        out.append(rec(x))
+    return out
 
 
 def _is_iterator(t: type) -> bool:
@@ -412,9 +431,10 @@ def reaching(body: Callable[[], _R]) -> tuple[_R, dict[str, list[int]]]:
 
     def tracer(frame, _event, _arg):
         code = frame.f_code
-        if code not in watched:
+        if code not in watched:  # line events only in code whose own lines hold a watched one
             path = os.path.realpath(code.co_filename)
-            watched[code] = (path, REACH[path]) if path in REACH else None
+            mine = REACH[path].intersection(n for _, _, n in code.co_lines()) if path in REACH else None
+            watched[code] = (path, frozenset(mine)) if mine else None
         if watched[code] is None:
             return None
         path, lines = watched[code]
@@ -543,8 +563,9 @@ def _forked(body, timeout_s: float, *, partial: bool = False, group: bool = Fals
 def main(config_path: str) -> int:
     with open(config_path) as fh:
         cfg = json.load(fh)
-    global STRICT, REACH
+    global STRICT, REACH, CUT_ONCE
     STRICT = bool(cfg.get("strict", True))
+    CUT_ONCE = cfg.get("canon", CANON) >= 2
     REACH = {path: frozenset(lines) for path, lines in cfg.get("reach", {}).items()}
     variants = cfg.get("variants")
     if variants is None:

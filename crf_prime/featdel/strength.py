@@ -27,6 +27,7 @@ from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import FeatdelTask, GraderConfig, MutationScore, VerifyConfig
 from crf_prime.featdel.mutants import Mutant, gold_mutants
+from crf_prime.featdel.pycache import link_sources, source_entry
 from crf_prime.featdel.record import gold_runs, reproduced
 from crf_prime.featdel.replay import SEQUENCE, compare, load_replay, run_driver, run_variants, strip_tests
 from crf_prime.featdel.testenv import TestEnv
@@ -49,8 +50,8 @@ def mutation_seed(task: FeatdelTask) -> str:
 class HeldOut:
     """Held-out calls of a task and gold's outcomes on them, derived on first use (most tasks never need them)."""
 
-    def __init__(self, grader: Grader, original: dict[str, str]) -> None:
-        self.grader, self.original = grader, original
+    def __init__(self, grader: Grader, original: dict[str, str], pycs: Path | None = None) -> None:
+        self.grader, self.original, self.pycs = grader, original, pycs
         self._calls: list[dict] | None = None
         self.expected: dict[str, object] = {}
 
@@ -72,6 +73,7 @@ class HeldOut:
             gold = work / "gold"
             g.build_tree(dict(self.original), gold / "repo")
             strip_tests(task, gold / "repo")
+            link_sources(self.pycs, gold / "repo")
             seed = task.seed + HELD_OUT_SEED
             fresh = run_driver(
                 g.sandbox, g.env, task, gold, served, mode="derive", seed=seed, per_target=HELD_OUT_PER_TARGET
@@ -92,15 +94,18 @@ class HeldOut:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def replay_rejects(grader: Grader, mutants: list[Mutant], *, base: Path | None = None) -> list[bool]:
+def replay_rejects(
+    grader: Grader, mutants: list[Mutant], *, base: Path | None = None, pycs: Path | None = None
+) -> list[bool]:
     """Whether the replay rejects each mutant: every mutant first on a sample of the calls, then those the sample
     does not tell from gold on every call, each pass one box for all (a mismatch on the sample is one the whole replay
-    finds too; most mutants differ from gold on the first calls). ``base``: :meth:`Grader.shared_base`'s tree."""
+    finds too; most mutants differ from gold on the first calls). ``base``: :meth:`Grader.shared_base`'s tree;
+    ``pycs``: its compiled modules (``pycache.source_entry``)."""
     if grader.task.replay is None:
         return [False] * len(mutants)
-    screen = grader.replay_many([{m.path: m.text} for m in mutants], sample=SCREEN_CALLS, base=base)
+    screen = grader.replay_many([{m.path: m.text} for m in mutants], sample=SCREEN_CALLS, base=base, pycs=pycs)
     left = [i for i, v in enumerate(screen) if v.ok]
-    full = grader.replay_many([{mutants[i].path: mutants[i].text} for i in left], base=base)
+    full = grader.replay_many([{mutants[i].path: mutants[i].text} for i in left], base=base, pycs=pycs)
     rejects = [not v.ok for v in screen]
     for i, v in zip(left, full, strict=True):
         rejects[i] = not v.ok
@@ -122,7 +127,9 @@ def verdict_of_tests(grader: Grader, m: Mutant, base: Path, wall_s: float) -> Te
     return "pass" if grader.score_run(run, changes).score == 1.0 else "fail"
 
 
-def held_out_verdicts(grader: Grader, passing: list[Mutant], held: HeldOut | None, base: Path) -> list[str]:
+def held_out_verdicts(
+    grader: Grader, passing: list[Mutant], held: HeldOut | None, base: Path, pycs: Path | None = None
+) -> list[str]:
     """ "survived" or "equivalent" for each mutant the replay and the tests accept: whether it differs from gold on the
     held-out calls, all mutants in one box (a child per tree, as the replay's passes); "survived" without held-out
     calls to tell (nothing tells it from gold but the tests: counted, not proven equivalent)."""
@@ -136,6 +143,7 @@ def held_out_verdicts(grader: Grader, passing: list[Mutant], held: HeldOut | Non
         for i, m in enumerate(passing):
             grader.build_tree({m.path: m.text}, run_dir / f"v{i}" / "repo", base=base)
             strip_tests(grader.task, run_dir / f"v{i}" / "repo")
+            link_sources(pycs, run_dir / f"v{i}" / "repo")
         outs = run_variants(
             grader.sandbox, grader.env, grader.task, run_dir, len(passing), calls, seed=3, sequence=SEQUENCE
         )
@@ -161,12 +169,14 @@ def mutation_score(
     mutants = gold_mutants(broken, original, cap=cap, seed=mutation_seed(task))
     measurable = task.replay is not None and not task.unreplayed_targets
     grader = Grader(task, task_dir, sandbox=sandbox, env=env, config=GraderConfig(scan=False))
-    held = HeldOut(grader, original) if measurable else None
+    pycs = source_entry(task, task_dir / task.base_archive, sandbox=sandbox, env=env) if mutants else None
+    held = HeldOut(grader, original, pycs) if measurable else None
     with grader.shared_base() as base:  # one grading tree for every mutant, each made from it by hard links
-        rejects = replay_rejects(grader, mutants, base=base)
+        rejects = replay_rejects(grader, mutants, base=base, pycs=pycs)
         tests = {i: verdict_of_tests(grader, mutants[i], base, tests_wall_s) for i, r in enumerate(rejects) if not r}
         passing = [i for i, v in tests.items() if v == "pass"]
-        accepted = dict(zip(passing, held_out_verdicts(grader, [mutants[i] for i in passing], held, base), strict=True))
+        verdicts_held = held_out_verdicts(grader, [mutants[i] for i in passing], held, base, pycs)
+        accepted = dict(zip(passing, verdicts_held, strict=True))
         accepted |= {i: "timeout" for i, v in tests.items() if v == "timeout"}
         verdicts = [(m.label, accepted.get(i, "rejected")) for i, m in enumerate(mutants)]
     rejected = sum(1 for _, v in verdicts if v == "rejected")

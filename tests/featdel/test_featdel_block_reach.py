@@ -87,6 +87,15 @@ def test_the_box_reports_the_deleted_lines_a_call_ran(monkeypatch: pytest.Monkey
     monkeypatch.setitem(REACH, "/fixture/lazy.py", frozenset({3}))
     assert reaching(lambda: list(namespace["h"](2)))[1] == {"/fixture/lazy.py": [3]}
     assert reaching(lambda: namespace["h"](2))[1] == {}
+    # a line is watched in the code object that owns it: a nested function's, a comprehension's, a lambda's
+    nested = (
+        "def k(n):\n    def inner(m):\n        m = m + 1\n        return m\n"
+        "    twice = lambda v: (\n        v * 2)\n    return [inner(i) for i in\n        range(n)], twice(n)\n"
+    )
+    exec(compile(nested, "/fixture/nested.py", "exec"), namespace)
+    monkeypatch.setitem(REACH, "/fixture/nested.py", frozenset({3, 6, 8}))
+    assert reaching(lambda: namespace["k"](2)) == (([1, 2], 4), {"/fixture/nested.py": [3, 6, 8]})
+    assert reaching(lambda: namespace["k"](0)) == (([], 0), {"/fixture/nested.py": [6, 8]})
 
 
 def test_reached_lines_are_taken_out_of_gold_outcomes(tmp_path: Path) -> None:

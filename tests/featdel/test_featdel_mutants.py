@@ -24,6 +24,7 @@ from crf_prime.featdel.generate import GenerateConfig, generate
 from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import FeatdelTask, GraderConfig, MutationScore, RateStats
 from crf_prime.featdel.mutants import OPERATORS, Mutant, file_mutants, gold_mutants, restored_lines
+from crf_prime.featdel.pycache import source_entry
 from crf_prime.featdel.replay_box import _forked
 from crf_prime.featdel.strength import SCREEN_CALLS, mutation_score, mutation_seed, replay_rejects, verdict_of_tests
 from crf_prime.placement import GRADING_LIMITS, GradingSandbox
@@ -356,6 +357,14 @@ def test_one_box_for_many_trees_gives_each_tree_s_own_verdict() -> None:
     assert screen[0].ok and screen[-1].ok and not screen[1].ok
     assert all(set(s.mismatches) <= set(t.mismatches) for s, t in zip(screen, together, strict=True))
     assert replay_rejects(grader, mutants) == [not v.ok for v in alone[2:-2]]
+    # the base's compiled modules beside every tree: the snapshot's and the mutants' files are not the source of
+    # their compiled file (gold's), which Python then never runs: the same verdicts
+    pycs = source_entry(task, task_dir / task.base_archive, sandbox=grader.sandbox, env=grader.env)
+    assert pycs is not None
+    target = Path(task.targets[0].path)
+    assert [p.name for p in (pycs / target.parent / "__pycache__").glob(f"{target.stem}.*.pyc")]
+    compiled = grader.replay_many(attempts, pycs=pycs)
+    assert [v.ok for v in compiled] == [v.ok for v in alone]
 
 
 LOOP_UNDER_PYTEST = "\n\nimport sys as _sys\n\nif '_pytest' in _sys.modules:  # never in the replay's box\n    while True:\n        pass\n"

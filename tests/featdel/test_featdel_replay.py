@@ -22,7 +22,7 @@ from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.inputs import generate as generate_inputs
 from crf_prime.featdel.inputs import variations
 from crf_prime.featdel.replay import SEQ, compare, load_replay, module_of, replayed_calls, strip_tests
-from crf_prime.featdel.replay_box import Opaque, canonical
+from crf_prime.featdel.replay_box import MAX_NODES, Opaque, canonical
 
 
 class AlwaysEqual:
@@ -77,6 +77,42 @@ def test_canonical_consumes_iterators_whatever_their_type() -> None:
     cyclic: list = [1]
     cyclic.append(cyclic)
     assert canonical(cyclic) == ["list", [["int", 1], ["cycle", 1]]]
+
+
+CUT = ["cut", None]
+
+
+def _cut_once(tree: object) -> object:
+    """A form-1 canonical tree as form 2 writes it: a sequence's items up to its first cut marker; a set's or dict's
+    items (entries) that the budget left uncut and, where it cut any, one marker, in canonical order."""
+    from crf_prime.featdel.replay_box import _text
+
+    if not isinstance(tree, list):
+        return tree
+    if len(tree) == 2 and tree[0] in ("list", "tuple", "set", "frozenset", "dict") and isinstance(tree[1], list):
+        items = [_cut_once(x) for x in tree[1]]
+        if tree[0] in ("list", "tuple"):
+            return [tree[0], items[: items.index(CUT) + 1] if CUT in items else items]
+        whole = [x for x in items if x not in (CUT, [CUT, CUT])]
+        return [tree[0], sorted(whole + [CUT] * (len(whole) < len(items)), key=_text)]
+    return [_cut_once(x) for x in tree]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [tuple(range(10**5)), [list(range(3000)), list(range(3000)), 7], {"a": list(range(4000)), "b": set(range(2000))}],
+    ids=["tuple", "nested", "dict-of-containers"],
+)
+def test_a_container_stops_at_the_node_budget_with_one_marker(value: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Form 2 (``replay_box.CANON``): past ``MAX_NODES`` a container gets one cut marker and no more items; form 1
+    (rows written before ``ReplayInfo.canon``) went on with a marker per item: 100,000 of them for a long tuple."""
+    from crf_prime.featdel import replay_box
+
+    two = canonical(value)
+    monkeypatch.setattr(replay_box, "CUT_ONCE", False)
+    one = canonical(value)
+    assert two == _cut_once(one) != one
+    assert json.dumps(two).count('"cut"') < 5 and len(json.dumps(two)) < 20 * replay_box.MAX_NODES
 
 
 def test_variations_keep_the_exact_type() -> None:
@@ -579,3 +615,59 @@ def test_past_a_size_only_the_largest_outcomes_of_each_target_are_kept() -> None
     assert [c["id"] for c in keep] == ["c0", *largest, "c9"]
     assert dropped == {"too-large-outcome": len(big) - MAX_LARGE_PER_TARGET, "parent-dropped": 1}
     assert {k.removesuffix("@seq") for k in expected} == {"c0", *largest, "c9"}
+
+
+def test_an_outcome_past_the_ceiling_is_never_kept_even_as_the_largest() -> None:
+    from crf_prime.featdel.record import MAX_KEPT_OUTCOME_BYTES, reproduced
+
+    def out(n: int) -> dict:
+        return {"returned": ["str", "x" * n], "args_after": []}
+
+    calls = [{"id": "c0", "target": 0}, {"id": "c1", "target": 0}, {"id": "c2", "target": 1}]
+    gold = {"c0": out(10), "c1": out(MAX_KEPT_OUTCOME_BYTES), "c2": out(MAX_KEPT_OUTCOME_BYTES // 2)}
+    keep, _, dropped = reproduced(calls, gold, dict(gold), [])
+    assert [c["id"] for c in keep] == ["c0", "c2"] and dropped == {"too-large-outcome": 1}
+
+
+SPREAD = {
+    "spread/__init__.py": '''
+        def spread(n):
+            """The numbers below ``n`` as a tuple."""
+            out = []
+            for i in range(n):
+                out.append(i)
+            return tuple(out)
+        ''',
+    "tests/test_spread.py": """
+        from spread import spread
+
+
+        def test_spread():
+            assert spread(12000)[-1] == 11999
+        """,
+}
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_a_row_s_canonical_form_is_the_one_its_replay_reads(tmp_path: Path) -> None:
+    """New rows record form 2 (one cut marker past the node budget) and their gold scores 1.0; the same row read as
+    form 1 (a row written before ``ReplayInfo.canon``) makes the box write form 1, which gold's form-2 outcomes do
+    not match: the row's form reaches the box."""
+    root = tmp_path / "src"
+    for rel, text in SPREAD.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text).lstrip())
+    cfg = GenerateConfig(source=str(root), out=tmp_path / "out", max_tasks=1, granularities=["function"], mutants_per_task=0)  # fmt: skip
+    (task,), _ = generate(cfg)
+    assert task.replay is not None and task.replay.canon == 2
+    _, expected = load_replay(task, tmp_path / "out")
+    returned = expected["c0"]["returned"]
+    assert returned[0] == "tuple" and returned[1][-1] == CUT  # the tuple's node, MAX_NODES - 1 items, one marker
+    assert returned[1][:-1] == [["int", i] for i in range(MAX_NODES - 1)]
+    tree = agent_tree(task, tmp_path / "out", tmp_path / "t")
+    for rel, text in apply_unified_diff(dict(task.broken_files), task.gold_patch).items():
+        (tree / rel).write_text(text)
+    assert grade_tree(task, tmp_path / "out", tree).score == 1.0
+    old = task.model_copy(update={"replay": task.replay.model_copy(update={"canon": 1})})
+    assert grade_tree(old, tmp_path / "out", tree).replay_mismatches > 0
