@@ -60,6 +60,7 @@ from crf_prime.featdel.models import (
     TestEnvSpec,
     VerifyConfig,
 )
+from crf_prime.featdel.pycache import link_sources, source_entry
 from crf_prime.featdel.record import record_replay, servable
 from crf_prime.featdel.runner import run_pytest
 from crf_prime.featdel.shared import shared_gold, shared_replay
@@ -417,10 +418,12 @@ def validate_task(
     env: TestEnv,
     gold: GradeResult | None = None,
     collection: bool = True,
+    pycs: Path | None = None,
 ) -> Rejection | None:
     """Gold obeys the code policy and passes every target test, the snapshot fails at least one, the suite collects.
     ``gold``: gold's grade already known (its policy checked) from a run shared with other tasks
-    (crf_prime/featdel/shared.py); ``collection=False``: the snapshot is known to collect (no collection run)."""
+    (crf_prime/featdel/shared.py); ``collection=False``: the snapshot is known to collect (no collection run);
+    ``pycs``: the base's compiled modules for the snapshot's runs (``pycache.source_entry``)."""
     if gold is None:
         rejection = gold_violation(task, task_dir)
         if rejection is not None:
@@ -442,7 +445,8 @@ def validate_task(
         detail = "; ".join(f"{f.name}: {f.message[:120]}" for f in good.failed[:3])
         return Rejection(candidate=task.task_id, reason="original-fails", detail=detail)
     deleted = Grader(task, task_dir, sandbox=sandbox, env=env)
-    bad = deleted.finish(deleted.score_run(deleted.run_tests({}, first_failure=True), {}), {})  # one failure is enough
+    run = deleted.run_tests({}, first_failure=True, pycs=pycs)  # one failure is enough
+    bad = deleted.finish(deleted.score_run(run, {}), {})
     if bad.score != 0.0 or not bad.failed:
         return Rejection(candidate=task.task_id, reason="deleted-passes", detail="no target test fails after deletion")
     if not collection:
@@ -450,6 +454,7 @@ def validate_task(
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-collect-"))
     try:
         materialise(task, task_dir, run_dir / "repo", hidden=True)
+        link_sources(pycs, run_dir / "repo")
         run = run_pytest(
             sandbox,
             env,
@@ -508,6 +513,8 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         staging = _staging_dir(out)
         base_rel = f"bases/{project.info.name}-{project.info.version}.tar.gz"
         base_sha = make_archive(project.root, staging / base_rel)
+        sources = source_files(project.root, project.package_dirs)
+        pycs = source_entry(staging / base_rel, base_sha, sources, sandbox=sandbox, env=env)
 
         t = time.perf_counter()
         workers = cfg.workers or os.cpu_count() or 1
@@ -536,7 +543,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
                 b.task_id for c, b in zip(batch, built, strict=True) if isinstance(b, FeatdelTask) and collects(c, b)
             }
             t_grade = time.perf_counter()
-            verdicts = validate_batch(tasks, staging, sandbox=sandbox, env=env, pool=pool, collects=quiet)
+            verdicts = validate_batch(tasks, staging, sandbox=sandbox, env=env, pool=pool, collects=quiet, pycs=pycs)
             accepted = [t for t in tasks if verdicts[t.task_id] is None]
             t_record = time.perf_counter()
             seconds["grade"] = seconds.get("grade", 0.0) + t_record - t_grade
@@ -688,6 +695,7 @@ def validate_batch(
     env: TestEnv,
     pool: ThreadPoolExecutor,
     collects: Collection[str] = (),
+    pycs: Path | None = None,
 ) -> dict[str, Rejection | None]:
     """:func:`validate_task` for many tasks of one package, gold graded once for those whose gold tree is the
     original (crf_prime/featdel/shared.py); the deleted grade and the collection stay per task. ``collects``: ids of
@@ -695,13 +703,19 @@ def validate_batch(
     verdicts: dict[str, Rejection | None] = {t.task_id: gold_violation(t, task_dir) for t in tasks}
     clean = [t for t in tasks if verdicts[t.task_id] is None]
     try:
-        golds = shared_gold(clean, task_dir, sandbox=sandbox, env=env)
+        golds = shared_gold(clean, task_dir, sandbox=sandbox, env=env, pycs=pycs)
     except Exception as e:  # each task is graded on its own then (and reports its own error)
         logger.warning("featdel: the shared gold run failed (%s); grading task by task", e)
         golds = {}
     results = pool.map(
         lambda t: validate_task(
-            t, task_dir, sandbox=sandbox, env=env, gold=golds.get(t.task_id), collection=t.task_id not in collects
+            t,
+            task_dir,
+            sandbox=sandbox,
+            env=env,
+            gold=golds.get(t.task_id),
+            collection=t.task_id not in collects,
+            pycs=pycs,
         ),
         clean,
     )

@@ -384,12 +384,15 @@ def grading_run(
     base: Path | None = None,
     lookups: Mapping[str, Sequence[int]] | None = None,
     first_failure: bool = False,
+    pycs: Path | None = None,
 ) -> PytestRun:
     """The target tests run in a fresh grading tree (pristine base + snapshot + allow-listed ``changes``); the
     tree is removed afterwards. No policy scan here: callers judge ``changes`` first. ``wall_seconds`` replaces the
     sandbox's wall limit. ``base``: the tree with no changes, to make this one from by hard links (a read-only tree
     only: code under test must not write through a shared inode). ``first_failure``: stop at the first failing test
-    (the tests not run then read as failed: for callers that only ask whether every test passes)."""
+    (the tests not run then read as failed: for callers that only ask whether every test passes). ``pycs``: the
+    base's compiled modules (``pycache.source_entry``), for generation's runs of gold, its mutants and the snapshot
+    only: never a tree an agent's code runs in."""
     if base is not None and not read_only_tree:
         raise ValueError("grading_run: a shared base needs read_only_tree")
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-grade-"))
@@ -398,6 +401,7 @@ def grading_run(
             build_grading_tree(task, task_dir, changes, run_dir / "repo")
         else:
             overlay_tree(task, base, changes, run_dir / "repo")
+        pycache.link_sources(pycs, run_dir / "repo")
         guarded = guarded_files(task)
         if guarded and REWRITTEN_TESTS:  # never without the guard: they hold the tests' literals
             made = pycache.entry(task, _base_archive(task, task_dir), sandbox=sandbox, env=env)

@@ -136,11 +136,13 @@ class Grader:
         wall_seconds: float | None = None,
         base: Path | None = None,
         first_failure: bool = False,
+        pycs: Path | None = None,
     ) -> PytestRun:
         """The target tests on a fresh grading tree in the sandbox (no policy scan: call :meth:`policy` first).
         ``base``: a tree from :meth:`shared_base` to make it from by hard links (only a read-only tree uses it).
         ``first_failure``: stop at the first failing test, when only "do they all pass" matters (validation, mutants):
-        the score is the same, the failures listed are the first one and the tests not run."""
+        the score is the same, the failures listed are the first one and the tests not run. ``pycs``: the base's
+        compiled modules, for generation's runs of gold, its mutants and the snapshot only."""
         return grading_run(
             self.task,
             self.task_dir,
@@ -152,6 +154,7 @@ class Grader:
             base=base if self.config.read_only_tree else None,
             lookups=self.lookup_sites(changes),
             first_failure=first_failure,
+            pycs=pycs,
         )
 
     def score_run(self, run: PytestRun, changes: Changes) -> GradeResult:

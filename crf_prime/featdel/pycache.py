@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from crf_prime.featdel.models import FeatdelTask
@@ -116,16 +117,18 @@ def install(source: Path | None, repo: Path, task: FeatdelTask) -> tuple[str, ..
     return tuple(copied)
 
 
-def source_entry(task: FeatdelTask, base_archive: Path, *, sandbox: Sandbox, env: TestEnv) -> Path | None:
+def source_entry(
+    base_archive: Path, base_sha256: str, sources: Iterable[str], *, sandbox: Sandbox, env: TestEnv
+) -> Path | None:
     """Bytecode of the pristine base's project modules (``compileall --invalidation-mode checked-hash`` in the box,
     laid out as in the tree), made once per base and test venv; None when compiling fails (trees then compile their
     modules as before).
 
-    For generation's replay trees only (gold, gold's mutants): each tree child of a mutation-testing box imported the
-    project from source. A file holds the pristine code, gold's deleted bodies included, so no tree an agent's code
+    For generation's trees only (gold, gold's mutants, the snapshot): each test run and each tree child of a
+    mutation-testing box compiled the project's modules anew. A file holds the pristine code, gold's deleted bodies included, so no tree an agent's code
     runs in gets one. Python checks each file against the hash of the source beside it and compiles any source it
     does not match (a mutated or deleted file): a stale file costs time, never a verdict."""
-    key = hashlib.sha256(json.dumps({"base": task.base_sha256, "python": str(env.python)}).encode()).hexdigest()[:32]
+    key = hashlib.sha256(json.dumps({"base": base_sha256, "python": str(env.python)}).encode()).hexdigest()[:32]
     final = cache_dir() / f"src-{key}"
     if final.is_dir():
         return final
@@ -133,13 +136,13 @@ def source_entry(task: FeatdelTask, base_archive: Path, *, sandbox: Sandbox, env
     work = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir()))
     try:
         repo = work / "run" / "repo"
-        extract_archive(base_archive, repo, task.base_sha256)
-        sources = sorted(rel for rel in task.source_files if rel.endswith(".py") and (repo / rel).is_file())
-        argv = [str(env.python), "-s", "-m", "compileall", "-q", "--invalidation-mode", "checked-hash", *sources]
+        extract_archive(base_archive, repo, base_sha256)
+        modules = sorted(rel for rel in sources if rel.endswith(".py") and (repo / rel).is_file())
+        argv = [str(env.python), "-s", "-m", "compileall", "-q", "--invalidation-mode", "checked-hash", *modules]
         sandbox.run(argv, workdir=work / "run", cwd=repo, ro_binds=[env.venv], env={"PYTHONDONTWRITEBYTECODE": ""})
         kept = work / "entry"
         kept.mkdir()
-        for rel in sources:
+        for rel in modules:
             source = repo / rel
             for pyc in sorted((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc")):
                 if MARKER not in pyc.name and pyc.name.count(".") == 2:  # stem.tag.pyc: no optimisation level
@@ -153,7 +156,7 @@ def source_entry(task: FeatdelTask, base_archive: Path, *, sandbox: Sandbox, env
                 raise
         return final
     except (OSError, SourceError) as e:
-        logger.warning("featdel: no compiled modules for %s (%s); its replay trees compile them", task.task_id, e)
+        logger.warning("featdel: no compiled modules for %s (%s); its trees compile them", base_archive.name, e)
         return None
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -80,8 +80,11 @@ def _union(task: FeatdelTask, tests: tuple[str, ...], **update) -> FeatdelTask:
     )
 
 
-def shared_gold(tasks: list[FeatdelTask], task_dir: Path, *, sandbox: Sandbox, env: TestEnv) -> dict[str, GradeResult]:
-    """task id -> gold's grade, for the tasks :func:`shareable` keeps, from one run of their target tests' union.
+def shared_gold(
+    tasks: list[FeatdelTask], task_dir: Path, *, sandbox: Sandbox, env: TestEnv, pycs: Path | None = None
+) -> dict[str, GradeResult]:
+    """task id -> gold's grade, for the tasks :func:`shareable` keeps, from one run of their target tests' union
+    (``pycs``: the base's compiled modules, ``pycache.source_entry``).
 
     Tasks absent from the answer are graded on their own: all of them when the run hit a box limit, wrote no junit
     report, or exited with a status other than 0 / 1 (1 must come with a failing test in the report)."""
@@ -90,7 +93,13 @@ def shared_gold(tasks: list[FeatdelTask], task_dir: Path, *, sandbox: Sandbox, e
         return {}
     tests = tuple(dict.fromkeys(n for t in group for n in t.target_tests))
     run = grading_run(
-        _union(group[0], tests), task_dir, {}, sandbox=sandbox, env=env, wall_seconds=_wall(sandbox, len(group))
+        _union(group[0], tests),
+        task_dir,
+        {},
+        sandbox=sandbox,
+        env=env,
+        wall_seconds=_wall(sandbox, len(group)),
+        pycs=pycs,
     )
     if run.limit_hit or not run.junit_found or run.exit_code not in (0, 1):
         return {}

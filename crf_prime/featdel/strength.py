@@ -115,13 +115,13 @@ def replay_rejects(
 TestsVerdict = Literal["pass", "fail", "timeout"]
 
 
-def verdict_of_tests(grader: Grader, m: Mutant, base: Path, wall_s: float) -> TestsVerdict:
+def verdict_of_tests(grader: Grader, m: Mutant, base: Path, wall_s: float, pycs: Path | None = None) -> TestsVerdict:
     """Whether the target tests all pass on mutant ``m`` (stopped at the first failure: only that is asked), in at
     most ``wall_s`` seconds. "timeout": still running then, below the served wall limit, where it might still pass
     (a mutated loop condition that never ends would cost the served limit, minutes, to find out)."""
     changes: dict[str, str | None] = {m.path: m.text}
     served = grader.sandbox.limits.wall_seconds
-    run = grader.run_tests(changes, base=base, first_failure=True, wall_seconds=min(wall_s, served))
+    run = grader.run_tests(changes, base=base, first_failure=True, wall_seconds=min(wall_s, served), pycs=pycs)
     if run.limit_hit == "wall" and wall_s < served:
         return "timeout"
     return "pass" if grader.score_run(run, changes).score == 1.0 else "fail"
@@ -169,11 +169,16 @@ def mutation_score(
     mutants = gold_mutants(broken, original, cap=cap, seed=mutation_seed(task))
     measurable = task.replay is not None and not task.unreplayed_targets
     grader = Grader(task, task_dir, sandbox=sandbox, env=env, config=GraderConfig(scan=False))
-    pycs = source_entry(task, task_dir / task.base_archive, sandbox=sandbox, env=env) if mutants else None
+    base_archive = task_dir / task.base_archive
+    pycs = (
+        source_entry(base_archive, task.base_sha256, task.source_files, sandbox=sandbox, env=env) if mutants else None
+    )
     held = HeldOut(grader, original, pycs) if measurable else None
     with grader.shared_base() as base:  # one grading tree for every mutant, each made from it by hard links
         rejects = replay_rejects(grader, mutants, base=base, pycs=pycs)
-        tests = {i: verdict_of_tests(grader, mutants[i], base, tests_wall_s) for i, r in enumerate(rejects) if not r}
+        tests = {
+            i: verdict_of_tests(grader, mutants[i], base, tests_wall_s, pycs) for i, r in enumerate(rejects) if not r
+        }
         passing = [i for i, v in tests.items() if v == "pass"]
         verdicts_held = held_out_verdicts(grader, [mutants[i] for i in passing], held, base, pycs)
         accepted = dict(zip(passing, verdicts_held, strict=True))

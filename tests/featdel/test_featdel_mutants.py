@@ -359,12 +359,16 @@ def test_one_box_for_many_trees_gives_each_tree_s_own_verdict() -> None:
     assert replay_rejects(grader, mutants) == [not v.ok for v in alone[2:-2]]
     # the base's compiled modules beside every tree: the snapshot's and the mutants' files are not the source of
     # their compiled file (gold's), which Python then never runs: the same verdicts
-    pycs = source_entry(task, task_dir / task.base_archive, sandbox=grader.sandbox, env=grader.env)
+    archive = task_dir / task.base_archive
+    pycs = source_entry(archive, task.base_sha256, task.source_files, sandbox=grader.sandbox, env=grader.env)
     assert pycs is not None
     target = Path(task.targets[0].path)
     assert [p.name for p in (pycs / target.parent / "__pycache__").glob(f"{target.stem}.*.pyc")]
     compiled = grader.replay_many(attempts, pycs=pycs)
     assert [v.ok for v in compiled] == [v.ok for v in alone]
+    # and the test runs of generation: the snapshot still fails, gold still passes
+    for changes, score in (({}, 0.0), (gold, 1.0)):
+        assert grader.score_run(grader.run_tests(changes, first_failure=True, pycs=pycs), changes).score == score
 
 
 LOOP_UNDER_PYTEST = "\n\nimport sys as _sys\n\nif '_pytest' in _sys.modules:  # never in the replay's box\n    while True:\n        pass\n"
