@@ -285,8 +285,8 @@ def reproduced(
 
 def too_large(calls: list[dict], outcomes: dict) -> set[str]:
     """Ids of the calls left out for their outcome's size: per target, the calls whose outcome is over
-    ``MAX_OUTCOME_BYTES`` but the ``MAX_LARGE_PER_TARGET`` largest (the biggest states the tests built stay checked),
-    and every call whose outcome is over ``MAX_KEPT_OUTCOME_BYTES``."""
+    ``MAX_OUTCOME_BYTES`` but the ``MAX_LARGE_PER_TARGET`` largest, recorded calls before generated ones (the
+    biggest states the tests built stay checked), and every call whose outcome is over ``MAX_KEPT_OUTCOME_BYTES``."""
     large: dict[int, list[tuple[int, int, str]]] = {}
     huge: set[str] = set()
     for i, call in enumerate(calls):
@@ -294,8 +294,8 @@ def too_large(calls: list[dict], outcomes: dict) -> set[str]:
         if size > MAX_KEPT_OUTCOME_BYTES:
             huge.add(call["id"])
         elif size > MAX_OUTCOME_BYTES:
-            large.setdefault(call["target"], []).append((-size, i, call["id"]))
-    return huge | {cid for group in large.values() for _, _, cid in sorted(group)[MAX_LARGE_PER_TARGET:]}
+            large.setdefault(call["target"], []).append((bool(call.get("derived")), -size, i, call["id"]))
+    return huge | {cid for group in large.values() for *_, cid in sorted(group)[MAX_LARGE_PER_TARGET:]}
 
 
 def type_agnostic(outcome: object, seed_outcome: object) -> bool:

@@ -34,8 +34,8 @@ MAX_NODES = 5000
 """Canonical trees are cut (with a marker) beyond this many nodes; both sides are cut the same way."""
 CANON = 2
 """The canonical form replays record and read (``ReplayInfo.canon``). 1: a container goes on past the node budget
-with one cut marker per remaining item (a returned million-item tuple made a 15 MB outcome); 2: one marker, then
-the rest of the container is left out."""
+with one cut marker per remaining item (a returned million-item tuple made a 15 MB outcome); 2: one marker holding
+the number of items left, then the rest of the container is left out."""
 MAX_ITEMS = 200
 """Items taken from a returned iterator (an infinite one is fine)."""
 MAX_DEPTH = 40
@@ -174,11 +174,12 @@ def _canon(v, budget: list[int], stack: tuple[int, ...], consume: bool):
         return _canon(x, budget, inner, consume)
 
     if _is(t, list, tuple):
-        return [t.__name__, _items(v, rec, budget)]
+        return [t.__name__, _items(v, len(v), rec, budget)]
     if _is(t, set, frozenset):
-        return [t.__name__, sorted(_items(v, rec, budget), key=_text)]
+        return [t.__name__, sorted(_items(v, len(v), rec, budget), key=_text)]
     if t is dict:
-        return ["dict", sorted(_items(dict.items(v), lambda kv: [rec(kv[0]), rec(kv[1])], budget), key=_text)]
+        entries = _items(dict.items(v), dict.__len__(v), lambda kv: [rec(kv[0]), rec(kv[1])], budget)
+        return ["dict", sorted(entries, key=_text)]
     if _subclass(t, type):
         return ["type", type_name(v)]
     if t is types.ModuleType:
@@ -202,14 +203,15 @@ def _canon(v, budget: list[int], stack: tuple[int, ...], consume: bool):
     return ["object", [type_name(t), _state(v, rec)]]
 
 
-def _items(values, rec, budget: list[int]) -> list:
-    """Each item's tree; with ``CUT_ONCE`` none after the node budget ran out but one cut marker."""
+def _items(values, size: int, rec, budget: list[int]) -> list:
+    """Each item's tree; with ``CUT_ONCE``, once the node budget ran out, one marker with the number of items left
+    (a container's size stays compared: output cut short past the budget does not pass for the whole)."""
     if not CUT_ONCE:
         return [rec(x) for x in values]
     out = []
     for x in values:
         if budget[0] <= 0:
-            out.append(["cut", None])
+            out.append(["cut", size - len(out)])
             break
         out.append(rec(x))
     return out

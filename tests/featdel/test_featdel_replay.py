@@ -83,8 +83,9 @@ CUT = ["cut", None]
 
 
 def _cut_once(tree: object) -> object:
-    """A form-1 canonical tree as form 2 writes it: a sequence's items up to its first cut marker; a set's or dict's
-    items (entries) that the budget left uncut and, where it cut any, one marker, in canonical order."""
+    """A form-1 canonical tree as form 2 writes it: a sequence's items up to its first cut marker, that marker holding
+    the number of items from there; a set's or dict's items (entries) that the budget left uncut and, where it cut
+    any, one marker with their number, in canonical order."""
     from crf_prime.featdel.replay_box import _text
 
     if not isinstance(tree, list):
@@ -92,9 +93,11 @@ def _cut_once(tree: object) -> object:
     if len(tree) == 2 and tree[0] in ("list", "tuple", "set", "frozenset", "dict") and isinstance(tree[1], list):
         items = [_cut_once(x) for x in tree[1]]
         if tree[0] in ("list", "tuple"):
-            return [tree[0], items[: items.index(CUT) + 1] if CUT in items else items]
+            k = items.index(CUT) if CUT in items else len(items)
+            return [tree[0], items[:k] + [["cut", len(items) - k]] * (k < len(items))]
         whole = [x for x in items if x not in (CUT, [CUT, CUT])]
-        return [tree[0], sorted(whole + [CUT] * (len(whole) < len(items)), key=_text)]
+        left = len(items) - len(whole)
+        return [tree[0], sorted(whole + [["cut", left]] * (left > 0), key=_text)]
     return [_cut_once(x) for x in tree]
 
 
@@ -113,6 +116,15 @@ def test_a_container_stops_at_the_node_budget_with_one_marker(value: object, mon
     one = canonical(value)
     assert two == _cut_once(one) != one
     assert json.dumps(two).count('"cut"') < 5 and len(json.dumps(two)) < 20 * replay_box.MAX_NODES
+
+
+def test_output_cut_short_past_the_node_budget_is_not_the_whole() -> None:
+    """The attack form 2 invites: return the first items of a huge result, the ones the budget lets through."""
+    whole = tuple(range(10**5))
+    assert canonical(whole) != canonical(whole[:50000]) != canonical(whole[:-1])
+    assert canonical(whole)[1][-1] == ["cut", 10**5 - (MAX_NODES - 1)]
+    assert canonical(set(range(9000))) != canonical(set(range(8999)))
+    assert canonical(dict.fromkeys(range(9000))) != canonical(dict.fromkeys(range(8999)))
 
 
 def test_variations_keep_the_exact_type() -> None:
@@ -629,6 +641,23 @@ def test_an_outcome_past_the_ceiling_is_never_kept_even_as_the_largest() -> None
     assert [c["id"] for c in keep] == ["c0", "c2"] and dropped == {"too-large-outcome": 1}
 
 
+def test_a_large_recorded_outcome_keeps_its_place_before_larger_generated_ones() -> None:
+    from crf_prime.featdel.record import MAX_LARGE_PER_TARGET, MAX_OUTCOME_BYTES, reproduced
+
+    def out(n: int) -> dict:
+        return {"returned": ["str", "x" * n], "args_after": []}
+
+    derived = [
+        {"id": f"c0~{k}", "target": 0, "derived": True, "operator": "grow", "varied": "n", "keys": {}}
+        for k in range(MAX_LARGE_PER_TARGET + 1)
+    ]
+    calls = [{"id": "c0", "target": 0}, *derived]
+    gold = {"c0": out(MAX_OUTCOME_BYTES), **{c["id"]: out(MAX_OUTCOME_BYTES + 1 + k) for k, c in enumerate(derived)}}
+    keep, _, dropped = reproduced(calls, gold, dict(gold), [])
+    largest = [c["id"] for c in derived][-(MAX_LARGE_PER_TARGET - 1) :]
+    assert [c["id"] for c in keep] == ["c0", *largest] and dropped == {"too-large-outcome": 2}
+
+
 SPREAD = {
     "spread/__init__.py": '''
         def spread(n):
@@ -663,7 +692,7 @@ def test_a_row_s_canonical_form_is_the_one_its_replay_reads(tmp_path: Path) -> N
     assert task.replay is not None and task.replay.canon == 2
     _, expected = load_replay(task, tmp_path / "out")
     returned = expected["c0"]["returned"]
-    assert returned[0] == "tuple" and returned[1][-1] == CUT  # the tuple's node, MAX_NODES - 1 items, one marker
+    assert returned[0] == "tuple" and returned[1][-1] == ["cut", 12000 - (MAX_NODES - 1)]  # the items left
     assert returned[1][:-1] == [["int", i] for i in range(MAX_NODES - 1)]
     tree = agent_tree(task, tmp_path / "out", tmp_path / "t")
     for rel, text in apply_unified_diff(dict(task.broken_files), task.gold_patch).items():
