@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from crf_prime.featdel.models import FeatdelTask
@@ -68,25 +68,37 @@ def entry(task: FeatdelTask, base_archive: Path, *, sandbox: Sandbox, env: TestE
     work = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir()))
     try:
         _collect(task, base_archive, work / "run", sandbox=sandbox, env=env)
-        kept = work / "entry"
-        kept.mkdir()
-        for rel in protected_modules(task):
-            source = work / "run" / "repo" / rel
-            for pyc in sorted((source.parent / "__pycache__").glob(f"{source.stem}.*{MARKER}*.pyc")):
-                dest = kept / Path(rel).parent / "__pycache__" / pyc.name
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(pyc, dest)
-        try:
-            os.rename(kept, final)  # atomic: another process may have published the same entry meanwhile
-        except OSError:
-            if not final.is_dir():
-                raise
-        return final
+        return _publish(work, work / "run" / "repo", protected_modules(task), lambda name: MARKER in name, final)
     except (OSError, SourceError) as e:
         logger.warning("featdel: no rewritten test modules for %s (%s); its test runs rewrite them", task.task_id, e)
         return None
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _plain(name: str) -> bool:
+    """A module's own compiled file, ``stem.tag.pyc``: neither pytest's rewritten one nor an optimisation level."""
+    return MARKER not in name and name.count(".") == 2
+
+
+def _publish(work: Path, repo: Path, modules: Iterable[str], wanted: Callable[[str], bool], final: Path) -> Path:
+    """The compiled files ``wanted`` (by name) of ``modules`` in ``repo``, copied into a new entry under ``work`` and
+    published at ``final``: atomically, as another process may have published the same entry meanwhile."""
+    kept = work / "entry"
+    kept.mkdir()
+    for rel in modules:
+        source = repo / rel
+        for pyc in sorted((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc")):
+            if wanted(pyc.name):
+                dest = kept / Path(rel).parent / "__pycache__" / pyc.name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(pyc, dest)
+    try:
+        os.rename(kept, final)
+    except OSError:
+        if not final.is_dir():
+            raise
+    return final
 
 
 def _collect(task: FeatdelTask, base_archive: Path, run_dir: Path, *, sandbox: Sandbox, env: TestEnv) -> None:
@@ -140,21 +152,7 @@ def source_entry(
         modules = sorted(rel for rel in sources if rel.endswith(".py") and (repo / rel).is_file())
         argv = [str(env.python), "-s", "-m", "compileall", "-q", "--invalidation-mode", "checked-hash", *modules]
         sandbox.run(argv, workdir=work / "run", cwd=repo, ro_binds=[env.venv], env={"PYTHONDONTWRITEBYTECODE": ""})
-        kept = work / "entry"
-        kept.mkdir()
-        for rel in modules:
-            source = repo / rel
-            for pyc in sorted((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc")):
-                if MARKER not in pyc.name and pyc.name.count(".") == 2:  # stem.tag.pyc: no optimisation level
-                    dest = kept / Path(rel).parent / "__pycache__" / pyc.name
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(pyc, dest)
-        try:
-            os.rename(kept, final)  # atomic: another process may have published the same entry meanwhile
-        except OSError:
-            if not final.is_dir():
-                raise
-        return final
+        return _publish(work, repo, modules, _plain, final)
     except (OSError, SourceError) as e:
         logger.warning("featdel: no compiled modules for %s (%s); its trees compile them", base_archive.name, e)
         return None

@@ -287,7 +287,7 @@ def too_large(calls: list[dict], outcomes: dict) -> set[str]:
     """Ids of the calls left out for their outcome's size: per target, the calls whose outcome is over
     ``MAX_OUTCOME_BYTES`` but the ``MAX_LARGE_PER_TARGET`` largest, recorded calls before generated ones (the
     biggest states the tests built stay checked), and every call whose outcome is over ``MAX_KEPT_OUTCOME_BYTES``."""
-    large: dict[int, list[tuple[int, int, str]]] = {}
+    large: dict[int, list[tuple[bool, int, int, str]]] = {}
     huge: set[str] = set()
     for i, call in enumerate(calls):
         size = len(json.dumps(outcomes.get(call["id"])))

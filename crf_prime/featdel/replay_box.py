@@ -208,7 +208,7 @@ def _items(values, size: int, rec, budget: list[int]) -> list:
     (a container's size stays compared: output cut short past the budget does not pass for the whole)."""
     if not CUT_ONCE:
         return [rec(x) for x in values]
-    out = []
+    out: list = []
     for x in values:
         if budget[0] <= 0:
             out.append(["cut", size - len(out)])
