@@ -12,6 +12,9 @@ rewrites any module it does not match, so a stale or foreign file costs time, ne
 protects get one (they are hash-checked in every grading tree), and only while the test-file guard is on: a file holds
 its test's code and literals, so the guard refuses it to the code under test exactly as it refuses the source
 (crf_prime/featdel/hide_test_id.py). The replay box never gets them (its trees have no tests).
+
+The project's own modules get the same at generation (:func:`source_entry`): compiled once per base, checked by
+the hash of their source, linked into the trees of gold, its mutants and the snapshot, never into an agent's.
 """
 
 from __future__ import annotations
@@ -137,9 +140,10 @@ def source_entry(
     modules as before).
 
     For generation's trees only (gold, gold's mutants, the snapshot): each test run and each tree child of a
-    mutation-testing box compiled the project's modules anew. A file holds the pristine code, gold's deleted bodies included, so no tree an agent's code
-    runs in gets one. Python checks each file against the hash of the source beside it and compiles any source it
-    does not match (a mutated or deleted file): a stale file costs time, never a verdict."""
+    mutation-testing box compiled the project's modules anew. A file holds the pristine code, gold's deleted bodies
+    included, so no tree an agent's code runs in gets one. Python checks each file against the hash of the source
+    beside it and compiles any source it does not match (a mutated or deleted file): a stale file costs time, never
+    a verdict."""
     key = hashlib.sha256(json.dumps({"base": base_sha256, "python": str(env.python)}).encode()).hexdigest()[:32]
     final = cache_dir() / f"src-{key}"
     if final.is_dir():
