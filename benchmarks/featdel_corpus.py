@@ -208,7 +208,7 @@ def main() -> None:
     ap.add_argument(
         "--listed-order",
         action="store_true",
-        help="start the packages in the list's order (the curated list is ordered by measured rate), not smallest first",
+        help="start the packages in the list's order (the curated list is ordered fastest first), not smallest first",
     )
     ap.add_argument("--mutants-per-task", type=int, default=VerifyConfig().mutants_per_task)
     ap.add_argument("--min-mutation-rate", type=float, default=VerifyConfig().min_mutation_rate)
