@@ -172,6 +172,8 @@ class ReplayTask:
     pythonpath: tuple[str, ...]
     seed: int = 0
     test_env: _TestEnvSpec = field(default_factory=_TestEnvSpec)
+    replay: None = None
+    """No stored replay: gold's outcomes are recorded per process, in the current canonical form."""
 
 
 @dataclass(frozen=True)
