@@ -75,8 +75,9 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     assembled from what finished; partial and unstarted packages run again when it is resumed. None = run every
     package to the end."""
     grace_s: Annotated[float, Field(ge=0)] = 120.0
-    """After ``time_limit_s``, how long packages get to finish the grading runs in flight and write their tasks;
-    what still runs then is cancelled (its work is lost)."""
+    """After ``time_limit_s``, how long validating packages get to finish the grading runs in flight and write their
+    tasks; what still runs then is cancelled (its work is lost). A package still setting up is cancelled at the
+    limit."""
     retry_failed: bool = False
     """Retry packages that failed in an earlier run (finished ones are never redone)."""
     export_hf: bool = False
@@ -210,6 +211,11 @@ def build_package(
         tempfile.tempdir = previous
 
 
+VALIDATING = "validating"
+"""Written in a package's directory when its validation starts: at the time limit, a package without it (setting up
+its suite, venv or coverage) is cancelled at once, since it has no task to keep; the others get ``grace_s``."""
+
+
 def _left(stop_at: float | None) -> float | None:
     """Seconds until ``stop_at`` (None: no limit); 0 when it has passed."""
     return None if stop_at is None else max(0.0, stop_at - time.time())
@@ -224,6 +230,7 @@ def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int, stop_a
         return cancelled.model_dump()
     root = Path(pkg_dir)
     root.mkdir(parents=True, exist_ok=True)
+    (root / VALIDATING).unlink(missing_ok=True)
     t0 = time.perf_counter()
     setup: SuiteSetup | None = None
     try:
@@ -255,7 +262,12 @@ def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int, stop_a
         left = _left(stop_at)
         if left == 0:  # the setup ran past the time limit: no validation starts
             return cancelled.model_dump()
-        tasks, summary = generate(cfg.model_copy(update={"time_limit_s": left}))
+
+        def progress(phase: str, _done: int, _total: int) -> None:
+            if phase == "validate" and not (root / VALIDATING).exists():
+                (root / VALIDATING).touch()
+
+        tasks, summary = generate(cfg.model_copy(update={"time_limit_s": left}), progress)
         license = _license(root / "tasks")
         with tempfile.TemporaryDirectory(prefix="crf-corpus-base-") as tmp:
             metas = []
@@ -423,20 +435,29 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                     remote.remote(s.spec, str(root / s.slug), settings[s.slug], workers, tmp_root, stop_at): s
                     for s in todo
                 }
-                deadline = None if limit is None else time.monotonic() + limit + config.grace_s
+                at_limit = None if limit is None else time.monotonic() + limit
+                deadline = None if at_limit is None else at_limit + config.grace_s
+
+                def cancel(refs: list, reason: str) -> None:  # left for the next run
+                    for ref in refs:
+                        s = pending.pop(ref)
+                        ray.cancel(ref, force=True)
+                        results[s.slug] = PackageStatus(
+                            spec=s.spec, status="cancelled", settings=keys[s.slug], reason=reason
+                        )
+                        progress.package(s.slug, results[s.slug], resumed=False)
+
                 while pending:
-                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    until = at_limit if at_limit is not None else deadline
+                    left = None if until is None else max(0.0, until - time.monotonic())
                     ready, _ = ray.wait(list(pending), num_returns=1, timeout=left)
-                    if not ready:  # the grace is over too: what still runs is cancelled, left for the next run
-                        for ref, s in pending.items():
-                            ray.cancel(ref, force=True)
-                            results[s.slug] = PackageStatus(
-                                spec=s.spec,
-                                status="cancelled",
-                                settings=keys[s.slug],
-                                reason=f"still running {config.grace_s:g} s after the time limit",
-                            )
-                            progress.package(s.slug, results[s.slug], resumed=False)
+                    if not ready and at_limit is not None:  # the limit: what has no task to keep stops now
+                        at_limit = None
+                        setting_up = [r for r, s in pending.items() if not (root / s.slug / VALIDATING).exists()]
+                        cancel(setting_up, "still setting up at the time limit")
+                        continue
+                    if not ready:  # the grace is over too: what still runs is cancelled
+                        cancel(list(pending), f"still running {config.grace_s:g} s after the time limit")
                         break
                     s = pending.pop(ready[0])
                     try:

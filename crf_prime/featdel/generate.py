@@ -96,8 +96,8 @@ class GenerateConfig(VerifyConfig, GradingSandbox, BaseConfig):
     max_tasks: Annotated[int, Field(ge=1)] = 8
     """Stop after this many valid tasks."""
     time_limit_s: Annotated[float, Field(gt=0)] | None = None
-    """Start no new candidate this many seconds after the start, nor a mutation score: the grading runs in flight
-    finish and the tasks validated so far are written (the summary says the limit stopped it). None = until
+    """Start no new candidate this many seconds after the start, nor a recording or mutation score: the grading runs
+    in flight finish and the tasks validated so far are written (the summary says the limit stopped it). None = until
     ``max_tasks`` or the candidates run out. A corpus passes each package what is left of its own time limit."""
     seed: int = 0
     """Sampling seed; the same seed gives the same tasks."""
@@ -547,6 +547,8 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             accepted = [t for t in tasks if verdicts[t.task_id] is None]
             t_record = time.perf_counter()
             seconds["grade"] = seconds.get("grade", 0.0) + t_record - t_grade
+            if stop_at is not None and t_record >= stop_at:  # the time limit: what grading accepted is left unchecked
+                return [(None, b if isinstance(b, Rejection) else verdicts[b.task_id], Counter()) for b in built]
             replays: dict[str, tuple[FeatdelTask, Counter[str]]] = {}
             if cfg.replay:
                 replays = shared_replay(accepted, staging, sandbox=sandbox, env=env)

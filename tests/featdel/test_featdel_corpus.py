@@ -173,24 +173,36 @@ def test_bad_sources_lines_name_the_file_and_line(tmp_path: Path, capsys: pytest
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.bwrap
-@pytest.mark.parametrize(("setup_flag", "stage"), [("--auto-setup", "setup"), ("--no-auto-setup", "gen")])
+@pytest.mark.parametrize(
+    ("setup_flag", "stage", "reason"),
+    [
+        ("--auto-setup", "setup", "still setting up at the time limit"),
+        ("--no-auto-setup", "gen", "still setting up at the time limit"),
+        ("--no-auto-setup", "grade", "still running 120 s after the time limit"),
+    ],
+)
 def test_a_force_cancelled_package_leaves_no_temporary_tree(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, setup_flag: str, stage: str
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, setup_flag: str, stage: str, reason: str
 ) -> None:
-    """A package still in its setup loop or still generating at the time limit is force-cancelled (its worker
-    killed, so its own ``finally`` never runs); the corpus's temporary root, where its trees were, is removed by the
-    driver.
+    """A package still in its setup loop or its coverage run at the time limit is force-cancelled then (it has no
+    task to keep), one already validating when the grace after it is over too (its worker killed, so its own
+    ``finally`` never runs); the corpus's temporary root, where its trees were, is removed by the driver.
 
     The time limit is reached by an event, not by the clock: the driver's ``ray.wait`` returns nothing ready once the
     package's suite has started sleeping in the stage's tree (its conftest leaves a marker), as it would at the
-    limit; the limit itself only bounds a test that never gets there."""
+    limit and after the grace; the limit itself only bounds a test that never gets there."""
     ray = pytest.importorskip("ray")
     tmpdir = Path(tempfile.mkdtemp(prefix="crf-t-", dir="/tmp"))  # short: Ray puts its sockets under $TMPDIR too
     monkeypatch.setenv("TMPDIR", str(tmpdir))
     monkeypatch.setattr(tempfile, "tempdir", None)
     slow = project(tmp_path / "src" / "slow", "slow")
-    conftest = "import pathlib, time\n\npathlib.Path(__file__).with_name(MARK).touch()\ntime.sleep(300)\n"
-    write(slow, {"tests/conftest.py": conftest.replace("MARK", repr(SUITE_SLEEPING))})  # outlives any time limit
+    conftest = (
+        "import contextlib, pathlib, time\n\nif STAGE in __file__:\n    with contextlib.suppress(OSError):\n"
+        "        pathlib.Path(__file__).with_name(MARK).touch()\n    time.sleep(300)\n"
+    )
+    only = "" if stage != "grade" else "crf-featdel-grade-"  # the grading trees of validation only (read-only)
+    conftest = conftest.replace("MARK", repr(SUITE_SLEEPING)).replace("STAGE", repr(only))
+    write(slow, {"tests/conftest.py": conftest})  # outlives any time limit
     (tmp_path / "sources.txt").write_text("src/slow\n")
     seen: set[str] = set()
     stop, sleeping = threading.Event(), threading.Event()
@@ -200,6 +212,8 @@ def test_a_force_cancelled_package_leaves_no_temporary_tree(
             made = [*tmpdir.glob("crf-featdel-*"), *tmpdir.glob("crf-corpus-tmp-*/crf-featdel-*")]
             seen.update(p.name.split("-", 3)[2] for p in made)
             if any(_holds(p, SUITE_SLEEPING) for p in made if p.name.split("-", 3)[2] == stage):
+                sleeping.set()
+            if stage == "grade" and stage in seen:  # a grading tree: its suite sleeps where it cannot leave a mark
                 sleeping.set()
             stop.wait(0.2)
 
@@ -224,5 +238,5 @@ def test_a_force_cancelled_package_leaves_no_temporary_tree(
     assert sleeping.is_set(), f"the {stage} stage's suite never started under the corpus's root (seen: {seen})"
     assert code == 5 and stage in seen  # nothing produced; the stage's workspace was under the root
     summary = json.loads((tmp_path / "corpus" / "summary.json").read_text())
-    assert [r["status"] for r in summary["packages"].values()] == ["cancelled"]
+    assert [(r["status"], r["reason"]) for r in summary["packages"].values()] == [("cancelled", reason)]
     assert leftovers == []

@@ -42,7 +42,7 @@ def _limit_reached_after_the_first(monkeypatch: pytest.MonkeyPatch, stage: str, 
 
         return wrapped
 
-    for name, attr in (("grade", "validate_batch"), ("verify", "verifiable")):
+    for name, attr in (("grade", "validate_batch"), ("record", "_with_replay"), ("verify", "verifiable")):
         monkeypatch.setattr(generate_module, attr, at_the_limit_after(name, getattr(generate_module, attr)))
     monkeypatch.setattr(generate_module, "SHARED_BATCH", 1)
     monkeypatch.setattr(generate_module, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + offset[0]))
@@ -58,13 +58,14 @@ def test_generate_writes_the_tasks_validated_before_its_time_limit(
     args = ["featdel", "generate", "--source", str(src), "--out", str(out), "--workers", "1", "--max-tasks", "10"]
     assert main([*args, "--time-limit-s", "1000"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert calls == ["grade", "verify"] and summary["checked"] == 1  # no candidate after the limit
+    assert calls == ["grade", "record", "verify"] and summary["checked"] == 1  # no candidate after the limit
     assert summary["candidates"] > 1 and summary["time_limit_reached"] is True
     assert summary["valid"] == len(load_tasks(out)) == 1  # the first candidate (alpha's are all valid) is kept
     assert f"wrote 1 tasks to {out / 'tasks.jsonl'} (stopped at --time-limit-s 1000 with candidates left)" in (
         capsys.readouterr().out
     )
-    # the limit reached while a batch is graded: its mutation scores are not started, its candidates not checked
+    # the limit reached while a batch is graded: its recordings and mutation scores are not started, its candidates
+    # not checked
     monkeypatch.undo()
     calls = _limit_reached_after_the_first(monkeypatch, "grade", limit=1000.0)
     assert main([*args, "--time-limit-s", "1000"]) == 5
@@ -93,7 +94,7 @@ def test_a_package_stopped_by_the_corpus_time_limit_keeps_its_tasks_and_runs_aga
 
     calls = _limit_reached_after_the_first(monkeypatch, "verify", limit=2000.0)
     st = PackageStatus.model_validate(build_package(line.spec, str(pkg), settings, 1, stop_at=time.time() + 1000))
-    assert calls == ["grade", "verify"] and (st.status, st.tasks) == ("partial", 1)
+    assert calls == ["grade", "record", "verify"] and (st.status, st.tasks) == ("partial", 1)
     assert PackageStatus.model_validate_json((pkg / "status.json").read_text()) == st
     summary = assemble(config.out, [line], {line.slug: st}, eval_fraction=0.0)
     assert (summary.tasks, summary.packages_partial, summary.packages_done) == (1, 1, 0)
