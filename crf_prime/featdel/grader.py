@@ -192,17 +192,19 @@ class Grader:
         sample: int | None = None,
         base: Path | None = None,
         pycs: Path | None = None,
+        stop_early: bool = False,
     ) -> list[ReplayVerdict]:
         """:meth:`replay` for many attempts in one box (mutation testing); ``sample``: a screen on that many calls,
         each alone (crf_prime/featdel/replay.py ``replay_trees``). The trees share one built base by hard links
-        (``base``, else one built for this call) and, for gold's mutants only, its compiled modules (``pycs``)."""
+        (``base``, else one built for this call) and, for gold's mutants only, its compiled modules (``pycs``) and
+        gold's outcomes in the box, to stop each tree at its first difference (``stop_early``)."""
         if self.task.replay is None:
             return [ReplayVerdict(calls=0, mismatches=()) for _ in attempts]
         if not attempts:
             return []
         if base is None:
             with self.shared_base() as built:
-                return self.replay_many(attempts, sample=sample, base=built, pycs=pycs)
+                return self.replay_many(attempts, sample=sample, base=built, pycs=pycs, stop_early=stop_early)
         return replay_trees(
             self.sandbox,
             self.env,
@@ -215,6 +217,7 @@ class Grader:
             generated=self.config.generated_calls,
             lookups=[self.lookup_sites(changes) for changes in attempts],
             pycs=pycs,
+            stop_early=stop_early,
         )
 
     def replay_data(self) -> ReplayData | None:

@@ -42,6 +42,7 @@ from crf_prime.featdel.models import FeatdelTask, ReplayInfo
 from crf_prime.featdel.replay import (
     CALL_TIMEOUT_S,
     LENIENT,
+    SEQ,
     TYPE_LOOSE,
     judged,
     lib_dir,
@@ -207,35 +208,50 @@ def gold_runs(
     side by side (the second on a hard-linked copy of the tree: each box writes its own inputs and outputs), and
     which of the ``reach`` lines the first box ran for each call (:func:`split_reached`; empty without ``reach``).
 
+    The first box runs each call alone and all in sequence, the second only the sequence: a call whose outcome
+    there is its outcome alone in the first box is the same alone in the second (what differs in a process with
+    another hash seed, random state or pid, or after other calls, shows there), so only the other calls are run
+    alone in a third box. A fork per call is most of a box's time.
+
     A timed-out call does not stop the others (a generated input may make gold hang; that input is dropped), and
     the box's wall limit grows with the number of calls."""
     limit = GOLD_CALL_TIMEOUT_S
     wall_seconds = 60.0 + 0.5 * len(calls) + 4 * limit + sequence_timeout(limit, len(calls))
+
+    def run(tree: Path, some: list[dict], seed: int, **how) -> dict:
+        got = run_driver(
+            sandbox,
+            env,
+            task,
+            tree,
+            some,
+            seed=seed,
+            hash_seed=seed,
+            call_timeout_s=limit,
+            stop_on_timeout=False,  # every call runs (a generated input may hang) under a wall limit that grows
+            wall_seconds=wall_seconds,
+            **how,
+        )
+        if not isinstance(got, dict):
+            raise RuntimeError(f"task {task.task_id}: the gold replay produced no result")
+        return got
+
     twin = Path(tempfile.mkdtemp(prefix="gold-", dir=gold.parent))
     try:
         shutil.copytree(gold / "repo", twin / "repo", symlinks=True, copy_function=os.link)
         with ThreadPoolExecutor(max_workers=2) as pool:
-            first, second = pool.map(  # every call runs (a generated input may hang) under a wall limit that grows
-                lambda run: run_driver(
-                    sandbox,
-                    env,
-                    task,
-                    run[0],
-                    calls,
-                    seed=run[1],
-                    hash_seed=run[1],
-                    call_timeout_s=limit,
-                    stop_on_timeout=False,
-                    wall_seconds=wall_seconds,
-                    reach=run[2],
-                ),
-                ((gold, 1, reach), (twin, 2, None)),
+            both = pool.map(
+                lambda args: run(*args[:3], **args[3]),
+                ((gold, calls, 1, {"reach": reach}), (twin, calls, 2, {"alone": False})),
             )
+            first, second = list(both)
+        first, ran = split_reached(first, gold / "repo")
+        unsettled = [c for c in calls if c["id"] + SEQ not in second or second[c["id"] + SEQ] != first.get(c["id"])]
+        second |= {c["id"]: second[c["id"] + SEQ] for c in calls if c["id"] + SEQ in second}
+        if unsettled:
+            second |= run(twin, unsettled, 2, sequence=False)
     finally:
         shutil.rmtree(twin, ignore_errors=True)
-    if not isinstance(first, dict) or not isinstance(second, dict):
-        raise RuntimeError(f"task {task.task_id}: the gold replay produced no result")
-    first, ran = split_reached(first, gold / "repo")
     return first, second, ran
 
 

@@ -172,12 +172,17 @@ def run_driver(
     strict: bool = True,
     reach: dict[str, list[int]] | None = None,
     lookups: Sites | None = None,
+    alone: bool = True,
+    sequence: bool | None = None,
 ) -> object:
     """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none.
     ``lookups``: the lookup guard's sites in that tree (none: no guard).
     ``stop_on_timeout=False`` runs every call even after one timed out; ``wall_seconds`` replaces the box's wall limit;
     ``strict=False`` lets the box read values through methods their class may override (hack suites only);
-    ``reach`` (file path under ``run_dir/repo`` -> lines): each call alone also says which of these lines it ran."""
+    ``reach`` (file path under ``run_dir/repo`` -> lines): each call alone also says which of these lines it ran;
+    ``alone``, ``sequence``: run each call alone (a child each), all of them in sequence (one child; default
+    ``SEQUENCE``)."""
+    sequence = SEQUENCE if sequence is None else sequence
     result_path = run_dir / "out" / ("derived.pkl" if mode == "derive" else "results.json")
     cfg = {
         "mode": mode,
@@ -189,11 +194,12 @@ def run_driver(
         "followups": followups,
         "stop_on_timeout": stop_on_timeout,
         "strict": strict,
-        "sequence": SEQUENCE,
+        "sequence": sequence,
+        "alone": alone,
         "reach": {str((run_dir / "repo" / rel).resolve()): lines for rel, lines in (reach or {}).items()},
     }
     if wall_seconds is None:
-        wall_seconds = 30.0 + _run_wall(call_timeout_s, len(calls), SEQUENCE) if mode == "run" else 120.0
+        wall_seconds = 30.0 + _run_wall(call_timeout_s, len(calls), sequence) if mode == "run" else 120.0
     repos = [run_dir / "repo"]
     _launch(sandbox, env, task, run_dir, repos, [result_path], calls, cfg, call_timeout_s, wall_seconds, hash_seed)
     if not result_path.is_file():
@@ -217,26 +223,33 @@ def run_variants(
     call_timeout_s: float = CALL_TIMEOUT_S,
     strict: bool = True,
     lookups: list[Sites | None] | None = None,
+    only: list[int] | None = None,
+    differs: dict[str, str] | None = None,
 ) -> list[object]:
     """Replay ``calls`` on each of the trees ``run_dir/v{i}/repo`` (built, tests stripped) in ONE box: the driver
     starts once and forks a child per tree that imports that tree alone (mutation testing grades many gold mutants
     of one task). Each tree's output as :func:`run_driver` returns it, in order. ``lookups``: each tree's lookup
-    guard sites (:func:`run_driver`)."""
-    repos = [run_dir / f"v{i}" / "repo" for i in range(trees)]
+    guard sites (:func:`run_driver`); ``only``: the trees to run (default all ``trees``); ``differs``: gold's judged
+    outcome of each call as JSON text (:func:`judged_texts`), given only for trees of gold's own code: a tree stops
+    at its first call whose outcome text differs."""
+    picked = list(range(trees)) if only is None else only
+    repos = [run_dir / f"v{i}" / "repo" for i in picked]
     wall = _run_wall(call_timeout_s, len(calls), sequence) + 10.0
-    outs = [run_dir / "out" / f"v{i}.json" for i in range(trees)]
+    outs = [run_dir / "out" / f"v{i}.json" for i in picked]
+    sites_of = lookups or [None] * trees
     cfg = {
         "mode": "run",
         "variants": [
             {"paths": _tree_paths(task, env, repo), "lookups": _lookups(repo, sites), "out": str(out), "wall_s": wall}
-            for repo, out, sites in zip(repos, outs, lookups or [None] * trees, strict=True)
+            for repo, out, sites in zip(repos, outs, [sites_of[i] for i in picked], strict=True)
         ],
         "seed": seed,
         "stop_on_timeout": True,
         "strict": strict,
         "sequence": sequence,
+        "differs": differs,
     }
-    _launch(sandbox, env, task, run_dir, repos, outs, calls, cfg, call_timeout_s, 30.0 + wall * trees, seed)
+    _launch(sandbox, env, task, run_dir, repos, outs, calls, cfg, call_timeout_s, 30.0 + wall * len(picked), seed)
     return [_results(out) if out.is_file() else None for out in outs]
 
 
@@ -505,11 +518,17 @@ def replay_trees(
     generated: bool = True,
     lookups: list[Sites | None] | None = None,
     pycs: Path | None = None,
+    stop_early: bool = False,
 ) -> list[ReplayVerdict]:
     """:func:`replay_tree` for many trees in one box (mutation testing: every mutant of a task's gold). ``sample``:
     replay only that many of the calls (the same deterministic sample for every tree), each alone and not in
     sequence: a screen whose every mismatch is one the whole replay would find too. ``pycs``: the base's compiled
-    modules for every tree (``pycache.source_entry``; gold and its mutants only, never an agent's tree)."""
+    modules for every tree (``pycache.source_entry``; gold and its mutants only, never an agent's tree).
+
+    ``stop_early`` (gold and its mutants only: the box then sees gold's outcomes): each tree stops at its first call
+    whose outcome differs from gold's as text; the host judges the calls it ran, and a tree stopped at a difference
+    the host does not count (an int for a float) is replayed again in full. The verdicts are the ones without it;
+    only the mismatches listed are fewer (the first found)."""
     calls, expected = _served(task, task_dir, generated=generated)
     sequence = SEQUENCE and sample is None
     if sample is not None and sample < len(calls):
@@ -524,26 +543,44 @@ def replay_trees(
             strip_tests(task, run_dir / f"v{i}" / "repo")
             link_sources(pycs, run_dir / f"v{i}" / "repo")
         seed = int.from_bytes(os.urandom(4), "little")
-        outs = run_variants(
-            sandbox,
-            env,
-            task,
-            run_dir,
-            len(builds),
-            calls,
-            seed=seed,
-            sequence=sequence,
-            call_timeout_s=call_timeout_s,
-            strict=strict,
-            lookups=lookups,
-        )
+
+        def run(only: list[int] | None, differs: dict[str, str] | None) -> list[object]:
+            return run_variants(
+                sandbox,
+                env,
+                task,
+                run_dir,
+                len(builds),
+                calls,
+                seed=seed,
+                sequence=sequence,
+                call_timeout_s=call_timeout_s,
+                strict=strict,
+                lookups=lookups,
+                only=only,
+                differs=differs,
+            )
+
+        outs = run(None, judged_texts(expected) if stop_early else None)
+        verdicts, again = [], []
+        for i, got in enumerate(outs):
+            ran = {k: w for k, w in expected.items() if k in got} if stop_early and isinstance(got, dict) else expected
+            bad, detail = compare(ran, got)
+            if not bad and len(ran) < len(expected):
+                again.append(i)  # stopped where the host sees no mismatch: its verdict needs every call
+            verdicts.append(ReplayVerdict(calls=replayed_calls(expected), mismatches=bad, detail=detail))
+        for i, got in zip(again, run(again, None) if again else [], strict=True):
+            bad, detail = compare(expected, got)
+            verdicts[i] = ReplayVerdict(calls=replayed_calls(expected), mismatches=bad, detail=detail)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    verdicts = []
-    for got in outs:
-        bad, detail = compare(expected, got)
-        verdicts.append(ReplayVerdict(calls=replayed_calls(expected), mismatches=bad, detail=detail))
     return verdicts
+
+
+def judged_texts(expected: dict[str, object]) -> dict[str, str]:
+    """Gold's judged outcome of each call run alone as JSON text with sorted keys (the box's ``judged_text``): the
+    box stops a gold mutant's tree at the first call whose text differs."""
+    return {i: json.dumps(judged(want), sort_keys=True) for i, want in expected.items() if not i.endswith(SEQ)}
 
 
 __all__ = [

@@ -7,7 +7,8 @@ receiver first, for methods), and writes the canonical outcome: return value or 
 so the receiver) after the call, and, when the result is callable, the outcomes of calling it on the follow-up
 inputs. Values are read through primitives bound here before any project code is imported (``canonical``), never
 through a method the agent's classes can override. Expected outcomes are never here: they are compared on the host
-(crf_prime/featdel/replay.py).
+(crf_prime/featdel/replay.py). The one exception is mutation testing, where every tree is gold's own code: there the
+box gets gold's judged outcomes (``differs``) only to stop a tree at its first difference.
 
 The same module serves the generator's recorder (``canonical`` on in-test return values) and ``derive`` mode (fresh
 inputs generated from the recorded ones by ``inputs.py``, pickled back for gold and agent alike).
@@ -425,6 +426,22 @@ def _safe(value):
         return ["uninspectable", type_name(type(e))]
 
 
+def judged(outcome):
+    """What of a call's outcome the host compares (crf_prime/featdel/replay.py ``judged``): a raise only as raised."""
+    if not isinstance(outcome, dict):
+        return outcome
+    if "raised" in outcome:
+        return {"raised": True}
+    if isinstance(outcome.get("callable"), list):
+        return {**outcome, "callable": [judged(f) for f in outcome["callable"]]}
+    return outcome
+
+
+def judged_text(outcome) -> str:
+    """:func:`judged` as JSON text with sorted keys: equal texts are equal outcomes."""
+    return json.dumps(judged(outcome), sort_keys=True)
+
+
 def reaching(body: Callable[[], _R]) -> tuple[_R, dict[str, list[int]]]:
     """``body()`` under a line tracer: its result, and the ``REACH`` lines it executed (file -> sorted lines).
     The whole outcome is traced: a deleted line may run only when a returned iterator is consumed."""
@@ -610,9 +627,12 @@ def _variant(cfg: dict, calls: list[dict], variant: dict) -> None:
 
 
 def _run_calls(cfg: dict, calls: list[dict], out_path: str) -> None:
-    """Every call alone (one child each, shuffled), then in sequence when asked; the outcomes as JSON at ``out_path``."""
+    """Every call alone (one child each, shuffled; not with ``alone`` off), then in sequence when asked; the outcomes
+    as JSON at ``out_path``."""
     loads = pickle.loads
     targets = cfg["targets"]
+    differs: dict[str, str] | None = cfg.get("differs")
+    alone = cfg.get("alone", True)  # False: the in-sequence run only (gold's second run at generation)
     fns: dict[int, object] = {}
     results: dict[str, dict] = {}
     order = list(range(len(calls)))
@@ -629,9 +649,13 @@ def _run_calls(cfg: dict, calls: list[dict], out_path: str) -> None:
         if isinstance(fn, BaseException):
             results[call["id"]] = {"unresolvable": type_name(type(fn))}
             continue
+        if not alone:
+            continue
         results[call["id"]] = got = run_one(fn, call, loads, cfg["timeout_s"])
         if "timeout" in got and cfg.get("stop_on_timeout", True):
             break  # gold finished every kept call in time: the attempt has failed, stop spending time
+        if differs is not None and judged_text(got) != differs.get(call["id"]):
+            break  # a gold mutant's tree: its first difference from gold ends it (the host judges it)
     else:
         if cfg.get("sequence", False):
             random.Random(cfg.get("seed", 0) + 1).shuffle(order)
@@ -639,8 +663,8 @@ def _run_calls(cfg: dict, calls: list[dict], out_path: str) -> None:
             for call_id, got in run_sequence(fns, calls, order, loads, timeout_s).items():
                 results[call_id + SEQUENCE_SUFFIX] = got
     tmp = out_path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(results, fh, sort_keys=True)
+    with open(tmp, "w") as fh:  # dumps, not dump: json.dump never uses the C encoder (10x slower on deep outcomes)
+        fh.write(json.dumps(results, sort_keys=True))
     os.replace(tmp, out_path)
 
 

@@ -99,13 +99,15 @@ def replay_rejects(
 ) -> list[bool]:
     """Whether the replay rejects each mutant: every mutant first on a sample of the calls, then those the sample
     does not tell from gold on every call, each pass one box for all (a mismatch on the sample is one the whole replay
-    finds too; most mutants differ from gold on the first calls). ``base``: :meth:`Grader.shared_base`'s tree;
-    ``pycs``: its compiled modules (``pycache.source_entry``)."""
+    finds too; most mutants differ from gold on the first calls), each tree stopped at its first difference.
+    ``base``: :meth:`Grader.shared_base`'s tree; ``pycs``: its compiled modules (``pycache.source_entry``)."""
     if grader.task.replay is None:
         return [False] * len(mutants)
-    screen = grader.replay_many([{m.path: m.text} for m in mutants], sample=SCREEN_CALLS, base=base, pycs=pycs)
+    screen = grader.replay_many(
+        [{m.path: m.text} for m in mutants], sample=SCREEN_CALLS, base=base, pycs=pycs, stop_early=True
+    )
     left = [i for i, v in enumerate(screen) if v.ok]
-    full = grader.replay_many([{mutants[i].path: mutants[i].text} for i in left], base=base, pycs=pycs)
+    full = grader.replay_many([{mutants[i].path: mutants[i].text} for i in left], base=base, pycs=pycs, stop_early=True)
     rejects = [not v.ok for v in screen]
     for i, v in zip(left, full, strict=True):
         rejects[i] = not v.ok

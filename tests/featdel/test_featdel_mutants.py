@@ -4,6 +4,7 @@ grader rejects the behaviour-changing mutants (a branch only held-out inputs rea
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import select
@@ -16,7 +17,8 @@ from corpus_support import write
 from featdel_support import TOOLZ, generated
 
 from crf_prime.featdel import mutants as mutants_module
-from crf_prime.featdel import strength
+from crf_prime.featdel import replay as replay_module
+from crf_prime.featdel import replay_box, strength
 from crf_prime.featdel.corpus_build import CorpusSummary, PackageRow, mutation_card, mutation_tables
 from crf_prime.featdel.corpus_meta import TaskMeta
 from crf_prime.featdel.deletion import apply_unified_diff, delete_bodies
@@ -25,6 +27,7 @@ from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import FeatdelTask, GraderConfig, MutationScore, RateStats
 from crf_prime.featdel.mutants import OPERATORS, Mutant, file_mutants, gold_mutants, restored_lines
 from crf_prime.featdel.pycache import source_entry
+from crf_prime.featdel.replay import LENIENT, SEQ, TYPE_LOOSE, judged, judged_texts
 from crf_prime.featdel.replay_box import _forked
 from crf_prime.featdel.strength import SCREEN_CALLS, mutation_score, mutation_seed, replay_rejects, verdict_of_tests
 from crf_prime.placement import GRADING_LIMITS, GradingSandbox
@@ -369,6 +372,62 @@ def test_one_box_for_many_trees_gives_each_tree_s_own_verdict() -> None:
     # and the test runs of generation: the snapshot still fails, gold still passes
     for changes, score in (({}, 0.0), (gold, 1.0)):
         assert grader.score_run(grader.run_tests(changes, first_failure=True, pycs=pycs), changes).score == score
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_a_mutant_s_tree_stops_at_its_first_difference_with_the_same_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    task_dir, tasks, _ = generated(TOOLZ, 2)
+    task = tasks[0]
+    original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
+    broken = {p: task.broken_files[p] for p in original}
+    mutants = gold_mutants(broken, original, cap=4, seed=mutation_seed(task))
+    attempts = [dict(original), {}, *({m.path: m.text} for m in mutants), _hanging(task)]
+    grader = Grader(task, task_dir, config=GraderConfig(scan=False, call_timeout_s=1.0))
+    whole = grader.replay_many(attempts)
+    stopped = grader.replay_many(attempts, stop_early=True)
+    assert [v.ok for v in stopped] == [v.ok for v in whole] and not whole[1].ok and whole[0].ok
+    assert [v.calls for v in stopped] == [v.calls for v in whole]
+    # a rejected tree ran up to its first difference (a hanging one up to its timeout): what it found, the whole
+    # replay finds too; the snapshot stopped after its first mismatching call, and so did each mutant unless the
+    # first difference was one the host does not count (then it was replayed in full)
+    assert all(set(s.mismatches) <= set(w.mismatches) for s, w in zip(stopped, whole, strict=True))
+    for s, w in zip(stopped[1:-1], whole[1:-1], strict=True):
+        assert len(s.mismatches) == 1 or s.mismatches == w.mismatches, (s, w)
+    assert len(stopped[1].mismatches) == 1 < len(whole[1].mismatches)
+    screen = grader.replay_many(attempts, sample=SCREEN_CALLS)
+    assert [v.ok for v in grader.replay_many(attempts, sample=SCREEN_CALLS, stop_early=True)] == [v.ok for v in screen]
+    # a difference in text the host does not count (here: every text differs from gold's) stops a tree after one
+    # call; gold's agrees with itself there, so its tree is replayed in full: still accepted, every call checked
+    monkeypatch.setattr(replay_module, "judged_texts", lambda expected: dict.fromkeys(expected, "differs"))
+    runs: list[tuple[list[int] | None, bool]] = []
+    real_run_variants = replay_module.run_variants
+
+    def run_variants(*args, **kwargs):
+        runs.append((kwargs["only"], kwargs["differs"] is not None))
+        return real_run_variants(*args, **kwargs)
+
+    monkeypatch.setattr(replay_module, "run_variants", run_variants)
+    again = grader.replay_many(attempts, stop_early=True)
+    assert runs[0] == (None, True) and len(runs) == 2 and runs[1][1] is False and 0 in (runs[1][0] or [])
+    assert [v.ok for v in again] == [v.ok for v in whole]
+    assert len(again[1].mismatches) == 1  # the snapshot: its first call differs to the host too
+    assert again[0].ok and again[0].calls == whole[0].calls
+
+
+def test_the_box_judges_an_outcome_as_the_host_does() -> None:
+    outcomes = [
+        {"returned": ["int", 1], "args_after": []},
+        {"raised": "ValueError", "args_after": [["int", 2]]},
+        {"callable": [{"returned": ["str", "x"]}, {"raised": "KeyError"}], "args_after": []},
+        {"timeout": 1.0},
+        None,
+    ]
+    for outcome in outcomes:
+        assert replay_box.judged_text(outcome) == json.dumps(judged(outcome), sort_keys=True)
+    # gold's lenient or retyped marks are the host's: the text the box compares is the outcome's
+    marked = {"returned": ["int", 1], "args_after": [], LENIENT: True, TYPE_LOOSE: True}
+    assert judged_texts({"a": marked, "a" + SEQ: marked}) == {"a": replay_box.judged_text(outcomes[0])}
 
 
 LOOP_UNDER_PYTEST = "\n\nimport sys as _sys\n\nif '_pytest' in _sys.modules:  # never in the replay's box\n    while True:\n        pass\n"

@@ -9,19 +9,20 @@ import json
 import random
 import subprocess
 import textwrap
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 import pytest
 from featdel_support import INFLECTION, TOOLZ, agent_tree, generated
 
+from crf_prime.featdel import record as record_module
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import GenerateConfig, generate
 from crf_prime.featdel.grade import materialise
 from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.inputs import generate as generate_inputs
 from crf_prime.featdel.inputs import variations
-from crf_prime.featdel.replay import SEQ, compare, load_replay, module_of, replayed_calls, strip_tests
+from crf_prime.featdel.replay import SEQ, compare, load_replay, module_of, replayed_calls, strip_tests, targets_of
 from crf_prime.featdel.replay_box import MAX_NODES, Opaque, canonical
 
 
@@ -258,6 +259,73 @@ def mini(tmp_path_factory) -> Path:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(textwrap.dedent(text).lstrip())
     return root
+
+
+TALLY = {
+    "minitally/__init__.py": '''
+        SEEN = []
+
+
+        def tally(x):
+            """How many calls this process has made, and ``x``: the same alone every time, not after other calls."""
+            SEEN.append(x)
+            return [len(SEEN), x]
+
+
+        def twice(x):
+            """``x`` twice."""
+            both = [x, x]
+            return both
+        ''',
+    "tests/test_minitally.py": """
+        import minitally
+
+
+        def test_tally():
+            assert minitally.tally(5)[1] == 5
+
+
+        def test_twice():
+            assert minitally.twice(4) == [4, 4]
+        """,
+}
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_gold_s_second_run_runs_alone_only_the_calls_its_sequence_does_not_settle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "src" / "minitally"
+    for rel, text in TALLY.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text).lstrip())
+    runs: list[tuple[Counter[str], bool, bool]] = []  # the targets of a gold box's calls, alone, in sequence
+    real = record_module.run_driver
+
+    def run_driver(sandbox, env, task, run_dir, calls, **kw):
+        if kw.get("mode", "run") == "run":
+            names = [t["qualname"] for t in targets_of(task)]
+            hit = Counter(names[c["target"]] for c in calls)
+            runs.append((hit, kw.get("alone", True), kw.get("sequence") is not False))
+        return real(sandbox, env, task, run_dir, calls, **kw)
+
+    monkeypatch.setattr(record_module, "run_driver", run_driver)
+    cfg = GenerateConfig(source=str(root), out=tmp_path / "out", max_tasks=2, workers=1, mutants_per_task=0)
+    tasks, summary = generate(cfg)
+    by = {t.targets[0].qualname: t for t in tasks}
+    assert sorted(by) == ["tally", "twice"] and "non-deterministic" not in summary.replay_dropped
+    kept = {name: t.replay.recorded + t.replay.derived for name, t in by.items() if t.replay is not None}
+    assert sorted(kept) == ["tally", "twice"] and kept["tally"] > 1
+    # the first box runs every call alone and in sequence, the second only in sequence; twice's outcome there is
+    # its outcome alone: settled. tally's is not (in sequence a call sees the calls before it), so its calls run
+    # alone in a third box, as they would have in the second: alone, tally is deterministic and every call is kept
+    (first, second, third) = runs
+    assert first[1:] == (True, True) and second[1:] == (False, True) and third[1:] == (True, False)
+    assert first[0] == second[0] and first[0]["twice"] == kept["twice"] and "twice" not in third[0]
+    assert 0 < third[0]["tally"] <= first[0]["tally"]
+    calls, expected = load_replay(by["tally"], tmp_path / "out")
+    assert len(calls) == kept["tally"] and all(w["returned"][1][0] == ["int", 1] for w in expected.values())
 
 
 @pytest.mark.bwrap
