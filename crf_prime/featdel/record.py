@@ -32,6 +32,7 @@ import pickle
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
@@ -203,10 +204,12 @@ def gold_runs(
     gold: Path,
     calls: list[dict],
     reach: dict[str, list[int]] | None = None,
+    reach_targets: Collection[int] | None = None,
 ) -> tuple[dict, dict, dict[str, dict[str, set[int]]]]:
     """Gold's outcomes on ``calls`` from two separate boxes (hash seeds 1 and 2) on the tree at ``gold/repo``, run
     side by side (the second on a hard-linked copy of the tree: each box writes its own inputs and outputs), and
-    which of the ``reach`` lines the first box ran for each call (:func:`split_reached`; empty without ``reach``).
+    which of the ``reach`` lines the first box ran for each call of ``reach_targets`` (default: every call;
+    :func:`split_reached`; empty without ``reach``).
 
     The first box runs each call alone and all in sequence, the second only the sequence: a call whose outcome
     there is its outcome alone in the first box is the same alone in the second (what differs in a process with
@@ -242,7 +245,10 @@ def gold_runs(
         with ThreadPoolExecutor(max_workers=2) as pool:
             both = pool.map(
                 lambda args: run(*args[:3], **args[3]),
-                ((gold, calls, 1, {"reach": reach}), (twin, calls, 2, {"alone": False})),
+                (
+                    (gold, calls, 1, {"reach": reach, "reach_targets": reach_targets}),
+                    (twin, calls, 2, {"alone": False}),
+                ),
             )
             first, second = list(both)
         first, ran = split_reached(first, gold / "repo")

@@ -17,7 +17,7 @@ import pickle
 import random
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,12 +174,14 @@ def run_driver(
     lookups: Sites | None = None,
     alone: bool = True,
     sequence: bool | None = None,
+    reach_targets: Collection[int] | None = None,
 ) -> object:
     """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none.
     ``lookups``: the lookup guard's sites in that tree (none: no guard).
     ``stop_on_timeout=False`` runs every call even after one timed out; ``wall_seconds`` replaces the box's wall limit;
     ``strict=False`` lets the box read values through methods their class may override (hack suites only);
-    ``reach`` (file path under ``run_dir/repo`` -> lines): each call alone also says which of these lines it ran;
+    ``reach`` (file path under ``run_dir/repo`` -> lines): each call alone also says which of these lines it ran
+    (only the calls of ``reach_targets``, when given);
     ``alone``, ``sequence``: run each call alone (a child each), all of them in sequence (one child; default
     ``SEQUENCE``)."""
     sequence = SEQUENCE if sequence is None else sequence
@@ -197,6 +199,7 @@ def run_driver(
         "sequence": sequence,
         "alone": alone,
         "reach": {str((run_dir / "repo" / rel).resolve()): lines for rel, lines in (reach or {}).items()},
+        "reach_targets": None if reach_targets is None else sorted(reach_targets),
     }
     if wall_seconds is None:
         wall_seconds = 30.0 + _run_wall(call_timeout_s, len(calls), sequence) if mode == "run" else 120.0

@@ -73,6 +73,9 @@ CUT_ONCE = True
 REACH: dict[str, frozenset[int]] = {}
 """File (as the box sees it) -> lines deleted from it, in gold's first run at generation of a task that deletes part
 of a body: each call's outcome then says which of them it executed (``reached``). Empty everywhere else."""
+REACH_TARGETS: frozenset[int] | None = None
+"""The targets whose calls are traced for ``REACH`` (None: all): a batch's other calls do not need it, and a line
+tracer slows every call it watches (Python 3.11 runs traced code unspecialised)."""
 
 
 class Opaque(Exception):
@@ -478,7 +481,7 @@ def _run_child(fn, call: dict, loads, write_fd: int) -> None:
         return outcome(fn, call["payload"], call.get("followups", []), loads)
 
     try:
-        if REACH:
+        if REACH and (REACH_TARGETS is None or call["target"] in REACH_TARGETS):
             got, reached = reaching(run)
             got["reached"] = reached
         else:
@@ -582,10 +585,11 @@ def _forked(body, timeout_s: float, *, partial: bool = False, group: bool = Fals
 def main(config_path: str) -> int:
     with open(config_path) as fh:
         cfg = json.load(fh)
-    global STRICT, REACH, CUT_ONCE
+    global STRICT, REACH, REACH_TARGETS, CUT_ONCE
     STRICT = bool(cfg.get("strict", True))
     CUT_ONCE = cfg.get("canon", CANON) >= 2
     REACH = {path: frozenset(lines) for path, lines in cfg.get("reach", {}).items()}
+    REACH_TARGETS = None if cfg.get("reach_targets") is None else frozenset(cfg["reach_targets"])
     variants = cfg.get("variants")
     if variants is None:
         _add_paths(cfg["paths"], cfg.get("lookups"))

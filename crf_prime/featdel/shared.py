@@ -170,7 +170,8 @@ def shared_replay(
             )
             derived = list(cast("list[dict] | None", made) or [])  # derive mode returns the derived calls
             union = {rel: sorted(ls) for rel, ls in sorted(lines.items())}
-            first, second, ran = gold_runs(sandbox, env, probe, gold, plain + derived, union)
+            traced = {index[(x.path, x.qualname)] for t in group if reach[t.task_id] for x in t.targets}
+            first, second, ran = gold_runs(sandbox, env, probe, gold, plain + derived, union, traced)
     except Exception as e:  # each task is then recorded on its own
         logger.warning(
             "featdel: the shared replay recording failed (%s: %s); recording task by task", type(e).__name__, e

@@ -17,6 +17,7 @@ from crf_prime.featdel.generate import GenerateConfig, generate, unreplayed, ver
 from crf_prime.featdel.grader import Grader, grade_changes
 from crf_prime.featdel.models import FeatdelTask, Rejection
 from crf_prime.featdel.record import deleted_lines, record_replay, split_reached, with_reach
+from crf_prime.featdel.replay import targets_of
 from crf_prime.featdel.replay_box import REACH, reaching
 
 GATE = textwrap.dedent(
@@ -178,3 +179,38 @@ def test_a_block_is_covered_only_by_calls_that_run_it(tmp_path: Path, monkeypatc
     assert table != GATE
     assert grade_changes(render, out, {"gate.py": table}).score == 1.0
     assert grade_changes(render, out, {"gate.py": GATE}).score == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.bwrap
+def test_only_the_calls_of_a_target_with_a_deleted_block_are_traced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    double = '\n\ndef double(n):\n    """``n`` twice, as text."""\n    text = str(n)\n    return text + text\n'
+    tests = GATE_TESTS + "\n\ndef test_double():\n    from gate import double\n\n    assert double(4) == '44'\n"
+    project = {"pyproject.toml": '[project]\nname = "gate"\nversion = "0.1"\n', "gate.py": GATE + double}
+    src = write(tmp_path / "src", {**project, "tests/test_gate.py": tests})
+    boxes: list[tuple[list[str], dict]] = []  # the first gold box of each recording: its calls' targets, its outcomes
+    real = record.run_driver
+
+    def run_driver(sandbox, env, task, run_dir, calls, **kw):
+        got = real(sandbox, env, task, run_dir, calls, **kw)
+        if kw.get("reach"):
+            names = [t["qualname"] for t in targets_of(task)]
+            boxes.append(([names[c["target"]] for c in calls], {c["id"]: got[c["id"]] for c in calls}))
+        return got
+
+    monkeypatch.setattr(record, "run_driver", run_driver)
+    out = tmp_path / "out"
+    cfg = GenerateConfig(source=str(src), out=out, max_tasks=6, workers=1, granularities=["function", "block"], allow_unreplayed=True, mutants_per_task=0)  # fmt: skip
+    tasks, _summary = generate(cfg)
+    kinds = {(t.granularity, t.targets[0].qualname) for t in tasks}
+    assert {("function", "double"), ("block", "shout")} <= kinds and ("block", "double") not in kinds
+    (traced,) = [b for b in boxes if "double" in b[0]]  # one recording for the batch, double's calls among them
+    names, outcomes = traced
+    for name, outcome in zip(names, outcomes.values(), strict=True):
+        assert ("reached" in outcome) == (name in {"shout", "render"}), (name, outcome)
+    shout = next(t for t in tasks if t.granularity == "block" and t.targets[0].qualname == "shout")
+    shout_calls = Grader(shout, out).replay_data()
+    assert shout_calls is not None and any(c.reaches for c in shout_calls.calls)
+    assert [c.reaches for c in shout_calls.calls] == [_times(c.payload) > 1 for c in shout_calls.calls]  # type: ignore[operator]
