@@ -75,9 +75,8 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     assembled from what finished; partial and unstarted packages run again when it is resumed. None = run every
     package to the end."""
     grace_s: Annotated[float, Field(ge=0)] = 120.0
-    """After ``time_limit_s``, how long validating packages get to finish the grading runs in flight and write their
-    tasks; what still runs then is cancelled (its work is lost). A package still setting up is cancelled at the
-    limit."""
+    """After ``time_limit_s``, how long validating packages get to stop the runs in flight and write their tasks;
+    what still runs then is cancelled (its work is lost). A package still setting up is cancelled at the limit."""
     retry_failed: bool = False
     """Retry packages that failed in an earlier run (finished ones are never redone)."""
     export_hf: bool = False

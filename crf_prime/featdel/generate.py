@@ -96,8 +96,8 @@ class GenerateConfig(VerifyConfig, GradingSandbox, BaseConfig):
     max_tasks: Annotated[int, Field(ge=1)] = 8
     """Stop after this many valid tasks."""
     time_limit_s: Annotated[float, Field(gt=0)] | None = None
-    """Start no new candidate this many seconds after the start, nor a recording or mutation score: the grading runs
-    in flight finish and the tasks validated so far are written (the summary says the limit stopped it). None = until
+    """Stop validating this many seconds after the start: the runs in flight are stopped there and their candidates
+    left unchecked, and the tasks validated before are written (the summary says the limit stopped it). None = until
     ``max_tasks`` or the candidates run out. A corpus passes each package what is left of its own time limit."""
     seed: int = 0
     """Sampling seed; the same seed gives the same tasks."""
@@ -516,6 +516,8 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
         sources = source_files(project.root, project.package_dirs)
         pycs = source_entry(staging / base_rel, base_sha, sources, sandbox=sandbox, env=env)
 
+        if stop_at is not None:  # what runs at the limit is stopped there: its result would not be kept
+            sandbox = sandbox.with_deadline(time.monotonic() + stop_at - time.perf_counter())
         t = time.perf_counter()
         workers = cfg.workers or os.cpu_count() or 1
         covered: list[FeatdelTask] = []
@@ -547,8 +549,8 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             accepted = [t for t in tasks if verdicts[t.task_id] is None]
             t_record = time.perf_counter()
             seconds["grade"] = seconds.get("grade", 0.0) + t_record - t_grade
-            if stop_at is not None and t_record >= stop_at:  # the time limit: what grading accepted is left unchecked
-                return [(None, b if isinstance(b, Rejection) else verdicts[b.task_id], Counter()) for b in built]
+            if stop_at is not None and t_record >= stop_at:  # graded past the limit (runs stopped there): unchecked
+                return [(None, b if isinstance(b, Rejection) else None, Counter()) for b in built]
             replays: dict[str, tuple[FeatdelTask, Counter[str]]] = {}
             if cfg.replay:
                 replays = shared_replay(accepted, staging, sandbox=sandbox, env=env)
@@ -560,6 +562,8 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             ready = [replays[t.task_id][0] if cfg.replay else t for t in accepted]
             t_verify = time.perf_counter()
             seconds["record"] = seconds.get("record", 0.0) + t_verify - t_record
+            if stop_at is not None and t_verify >= stop_at:  # recorded past the limit (runs stopped there): unchecked
+                return [(None, b if isinstance(b, Rejection) else None, Counter()) for b in built]
             final = {t.task_id: v for t, v in zip(ready, pool.map(verify, ready), strict=True)}
             seconds["verify"] = seconds.get("verify", 0.0) + time.perf_counter() - t_verify
             out: list[Checked] = []
@@ -585,9 +589,12 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             if task.not_servable:
                 return task  # rejected as such below
             try:
-                return verifiable(task, staging, cfg, sandbox=sandbox, env=env)
+                got: FeatdelTask | Rejection = verifiable(task, staging, cfg, sandbox=sandbox, env=env)
             except Exception as e:
-                return Rejection(candidate=task.task_id, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
+                got = Rejection(candidate=task.task_id, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
+            if stop_at is not None and time.perf_counter() >= stop_at:
+                return None  # finished past the limit, its runs stopped there: not checked
+            return got
 
         def more() -> bool:
             nonlocal timed_out

@@ -124,6 +124,14 @@ class Sandbox:
             logger.warning("crf_prime.sandbox: running commands WITHOUT isolation (unsandboxed=True)")
         else:
             self._bwrap = require(config.bwrap).bwrap
+        self.deadline: float | None = None
+
+    def with_deadline(self, deadline: float | None) -> Sandbox:
+        """This box with every run stopped at ``deadline`` (``time.monotonic()``) at the latest, as at its wall limit:
+        work whose result is no longer wanted (a generator's time limit) ends there."""
+        box = copy.copy(self)
+        box.deadline = deadline
+        return box
 
     def with_limits(self, **changes: object) -> Sandbox:
         """This box (same isolation, not probed again) with some limits changed, e.g. ``with_limits(wall_seconds=9)``;
@@ -195,6 +203,9 @@ class Sandbox:
         ``protected`` paths inside them stay read-only. Only bubblewrap enforces it (``unsandboxed`` cannot).
         """
         lim = limits or self.limits
+        if self.deadline is not None:
+            left = max(0.001, self.deadline - time.monotonic())
+            lim = lim.model_copy(update={"wall_seconds": min(lim.wall_seconds, left)})
         if not argv:
             raise ValueError("argv is empty")
         workdir_p = Path(os.path.realpath(workdir))

@@ -27,9 +27,11 @@ pytestmark = pytest.mark.bwrap
 
 def _limit_reached_after_the_first(monkeypatch: pytest.MonkeyPatch, stage: str, limit: float) -> list[str]:
     """Batches of one candidate; generate's clock moves ``limit`` seconds on once the first candidate has been through
-    ``stage``: "grade" (the batch's grading runs) or "verify" (its mutation score). Returns the stages' calls."""
+    ``stage``: "grade" (the batch's grading runs took the whole limit) or "verify" (its mutation score ended just
+    before the limit: the clock moves after the one reading that follows). Returns the stages' calls."""
     calls: list[str] = []
     offset = [0.0]
+    armed = [False]
 
     def at_the_limit_after(name: str, real):
         def wrapped(*args, **kwargs):
@@ -37,15 +39,24 @@ def _limit_reached_after_the_first(monkeypatch: pytest.MonkeyPatch, stage: str, 
                 return real(*args, **kwargs)
             finally:
                 calls.append(name)
-                if name == stage:
+                if name == stage == "grade":  # the grading took the whole limit
                     offset[0] = limit
+                elif name == stage:  # verified just before the limit: it passes once the result is in
+                    armed[0] = True
 
         return wrapped
+
+    def clock() -> float:
+        now = time.perf_counter() + offset[0]
+        if armed[0]:
+            armed[0], offset[0] = False, limit
+        return now
 
     for name, attr in (("grade", "validate_batch"), ("record", "_with_replay"), ("verify", "verifiable")):
         monkeypatch.setattr(generate_module, attr, at_the_limit_after(name, getattr(generate_module, attr)))
     monkeypatch.setattr(generate_module, "SHARED_BATCH", 1)
-    monkeypatch.setattr(generate_module, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + offset[0]))
+    fake = SimpleNamespace(perf_counter=clock, monotonic=time.monotonic)
+    monkeypatch.setattr(generate_module, "time", fake)  # the sandbox's own deadline stays on the real clock
     return calls
 
 
@@ -109,3 +120,18 @@ def test_a_package_stopped_by_the_corpus_time_limit_keeps_its_tasks_and_runs_aga
     assert not resumable(failed, line.spec, key, retry_failed=True)
     assert not resumable(st.model_copy(update={"status": "done"}), line.spec, "other settings", retry_failed=False)
     assert not resumable(None, line.spec, key, retry_failed=False)
+
+
+def test_a_run_in_flight_at_the_limit_is_stopped_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every grading run of validation sleeps (its conftest, only in grading trees): the limit stops the one in
+    flight, the batch is left unchecked, and generate ends minutes before the run would have."""
+    src = project(tmp_path / "src" / "alpha", "alpha")
+    sleep = "import time\n\nif 'crf-featdel-grade-' in __file__:\n    time.sleep(300)\n"
+    (src / "tests" / "conftest.py").write_text(sleep)
+    out = tmp_path / "out"
+    args = ["featdel", "generate", "--source", str(src), "--out", str(out), "--workers", "1"]
+    start = time.monotonic()
+    assert main([*args, "--time-limit-s", "20"]) == 5  # no task: the only grading run never ended by itself
+    assert time.monotonic() - start < 120
+    err = capsys.readouterr().err
+    assert "no valid task among 0 checked candidates of " in err and "(stopped at --time-limit-s 20)" in err

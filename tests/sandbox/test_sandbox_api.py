@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -71,6 +72,19 @@ def test_unsandboxed_timeout_kills_process_group(tmp_path: Path) -> None:
     assert r.limit_hit == "wall"
     alive = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).endswith(f"sleep\0{marker}\0")]
     assert alive == []
+
+
+def test_a_deadline_stops_every_run_there_as_its_wall_limit(tmp_path: Path) -> None:
+    box = Sandbox(SandboxConfig(limits=LIMITS, unsandboxed=True))
+    late = box.with_deadline(time.monotonic() + 0.5)
+    start = time.monotonic()
+    r = late.run(["sleep", "30"], workdir=tmp_path)  # 10 s of wall limit, half a second to the deadline
+    assert r.limit_hit == "wall" and time.monotonic() - start < 9.0
+    assert late.with_limits(wall_seconds=20).deadline == late.deadline  # kept by a copy with other limits
+    assert box.deadline is None and box.run(["true"], workdir=tmp_path).exit_code == 0  # the box itself: none
+    start = time.monotonic()
+    assert late.run(["sleep", "30"], workdir=tmp_path).limit_hit == "wall"  # started past it: stopped at once
+    assert time.monotonic() - start < 9.0
 
 
 def _cmdline(pid: str) -> str:
