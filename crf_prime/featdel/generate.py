@@ -549,8 +549,9 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             accepted = [t for t in tasks if verdicts[t.task_id] is None]
             t_record = time.perf_counter()
             seconds["grade"] = seconds.get("grade", 0.0) + t_record - t_grade
-            if stop_at is not None and t_record >= stop_at:  # graded past the limit (runs stopped there): unchecked
-                return [(None, b if isinstance(b, Rejection) else None, Counter()) for b in built]
+            unchecked: list[Checked] = [(None, b if isinstance(b, Rejection) else None, Counter()) for b in built]
+            if stop_at is not None and t_record >= stop_at:  # graded past the limit (runs stopped there)
+                return unchecked
             replays: dict[str, tuple[FeatdelTask, Counter[str]]] = {}
             if cfg.replay:
                 replays = shared_replay(accepted, staging, sandbox=sandbox, env=env)
@@ -562,8 +563,8 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             ready = [replays[t.task_id][0] if cfg.replay else t for t in accepted]
             t_verify = time.perf_counter()
             seconds["record"] = seconds.get("record", 0.0) + t_verify - t_record
-            if stop_at is not None and t_verify >= stop_at:  # recorded past the limit (runs stopped there): unchecked
-                return [(None, b if isinstance(b, Rejection) else None, Counter()) for b in built]
+            if stop_at is not None and t_verify >= stop_at:  # recorded past the limit (runs stopped there)
+                return unchecked
             final = {t.task_id: v for t, v in zip(ready, pool.map(verify, ready), strict=True)}
             seconds["verify"] = seconds.get("verify", 0.0) + time.perf_counter() - t_verify
             out: list[Checked] = []
