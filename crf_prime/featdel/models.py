@@ -62,7 +62,7 @@ class SuiteSetup(BaseModel):
     """Module the tests import (or what a plugin provides: ``fixture 'mocker'``, ``async tests``) -> the pinned
     distribution installed for it."""
     pytest_args: tuple[str, ...] = ()
-    """Discovery overrides, ``-o addopts=`` and ``--ignore=`` of modules that cannot be collected."""
+    """Discovery overrides, ``-o addopts=``, ``-p no:PLUGIN`` and ``--ignore=`` of modules that cannot be collected."""
     discovery: str = "pytest defaults"
     ignored: dict[str, str] = {}
     """Test module -> why it cannot be collected."""
@@ -77,6 +77,11 @@ class SuiteSetup(BaseModel):
         out = [f"installed {pin} (for {m if ' ' in m else f'`import {m}`'})" for m, pin in self.installed.items()]
         if self.discovery != "pytest defaults":
             out.append(f"discovery: {self.discovery}")
+        out += [
+            f"ran without the plugin {a[3:]} (it does not load in this pytest)"
+            for a in self.pytest_args
+            if a[:3] == "no:"
+        ]
         if "addopts=" in self.pytest_args:
             out.append("ran without the project's addopts (an option pytest did not know)")
         out += [f"ignored {path}: {why}" for path, why in self.ignored.items()]

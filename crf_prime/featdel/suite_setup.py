@@ -6,6 +6,7 @@
    a module the tests import that the venv lacks -> the distribution that provides it (the project's own
    requirement hints first, then a small table of names that differ, then the module name), pinned and installed;
    an option pytest does not know (a plugin the project's ``addopts`` needs) -> ``-o addopts=``;
+   an installed plugin this pytest refuses to load (a test requirement written for an older pytest) -> ``-p no:NAME``;
    nothing collected -> the project's own test commands (:mod:`crf_prime.featdel.discovery`), then broad patterns;
    a module that still cannot be collected -> ``--ignore``d, with its reason; so is a module pytest collects that
    is not named as a test module (``source.is_test_path``), since the grader would count it as deletable source.
@@ -134,6 +135,7 @@ _MISSING = re.compile(r"No module named '([\w.]+)'")
 _NO_FIXTURE = re.compile(r"fixture '(\w+)' not found")
 _NO_ASYNC = "async def functions are not natively supported"
 _NO_MARKER = re.compile(r"'(\w+)' not found in `markers` configuration option")
+_BROKEN_PLUGIN = re.compile(r"PluginValidationError: Plugin '([^']+)'")  # an installed plugin this pytest rejects
 _HOLLOW = re.compile(r"cannot import name '(\w+)' from '([\w.]+)' \(unknown location\)")  # a namespace package
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")  # addresses, timings, counters in a failure message
 _COUNT = re.compile(r"^(\S+\.py): (\d+)$")  # ``--collect-only -qq`` (a project's addopts may add a -q)
@@ -394,6 +396,10 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         marks = [n for n in missing_plugins(run) if n.startswith("marker ") and n not in given_up]
         if marks:  # a mark only a plugin registers, under --strict-markers: install the plugin
             venv.add(marks[0], plugin_candidates(marks[0], venv.hints), still="still unknown")
+            continue
+        broken_plugin = _BROKEN_PLUGIN.search(run.stdout + run.stderr) if run.exit_code == 3 else None
+        if broken_plugin and f"no:{broken_plugin.group(1)}" not in args:  # base58's pytest-flake8 on pytest 8
+            args = ["-p", f"no:{broken_plugin.group(1)}", *args]
             continue
         if run.exit_code == 4 and "addopts=" not in args:
             args = ["-o", "addopts=", *args]

@@ -149,3 +149,33 @@ def test_only_the_failing_tests_run_again(tmp_path: Path) -> None:
     # the passing tests ran twice: in the full run and in the suite without test_bad (generation's baseline); the
     # run in between was test_bad's alone
     assert counter.read_text() == "2"
+
+
+@pytest.mark.slow
+def test_a_test_requirement_whose_plugin_this_pytest_rejects_is_switched_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """base58 2.1.1 lists pytest-flake8, whose hook takes ``path`` (gone from pytest 8): pytest stops with an internal
+    error before collecting anything. A person runs without that plugin (``-p no:NAME``)."""
+    wheels = tmp_path / "wheels"
+    plugin_wheel(
+        wheels,
+        "pytest-oldlint",
+        "999.0",
+        "crfdemo_oldlint",
+        "def pytest_collect_file(file_path, path, parent):\n    return None\n",
+    )
+    monkeypatch.setenv("PIP_FIND_LINKS", f"{wheels} {os.environ.get('PIP_FIND_LINKS', '')}".strip())
+    src = write(
+        tmp_path / "lintlib",
+        {
+            "pyproject.toml": '[project]\nname = "lintlib"\nversion = "0.1"\n'
+            '[project.optional-dependencies]\ntest = ["pytest-oldlint==999.0"]\n',
+            "lintlib/__init__.py": LIB,
+            "tests/test_lintlib.py": "from lintlib import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+        },
+    )
+    got = prepare_suite(GenerateConfig(source=str(src), unsandboxed=True))
+    assert got.pytest_args == ("-p", "no:crfdemo_oldlint")
+    assert got.collected == 1 and got.deselected == {} and got.installed == {}
+    assert got.actions() == ["ran without the plugin crfdemo_oldlint (it does not load in this pytest)"]
