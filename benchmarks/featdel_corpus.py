@@ -106,6 +106,8 @@ def report(out: Path, wall_s: float, loads: list[tuple[float, float]], started: 
         )
         for action in row.get("setup", []):
             lines.append(f"{'':<36}setup: {action}")
+        if row["status"] == "partial" and row.get("reason"):
+            lines.append(f"{'':<36}{row['reason']}")
     lines.append("")
     lines.append(f"{'granularity':<12} {'valid':>6} {'rejected':>8} {'yield':>6} {'kept':>6}  rejections by reason")
     for g, c in summary["by_granularity"].items():
@@ -210,6 +212,12 @@ def main() -> None:
         action="store_true",
         help="start the packages in the list's order (the curated list is ordered fastest first), not smallest first",
     )
+    ap.add_argument(
+        "--slow-rate",
+        type=float,
+        default=CorpusConfig.model_fields["slow_rate"].default,
+        help="see CorpusConfig.slow_rate",
+    )
     ap.add_argument("--mutants-per-task", type=int, default=VerifyConfig().mutants_per_task)
     ap.add_argument("--min-mutation-rate", type=float, default=VerifyConfig().min_mutation_rate)
     ap.add_argument(
@@ -255,6 +263,7 @@ def run(args: argparse.Namespace, out: Path, *, mutants: int) -> dict:
                     min_mutation_rate=args.min_mutation_rate,
                     auto_setup=not args.no_auto_setup,
                     smallest_first=not args.listed_order,
+                    slow_rate=args.slow_rate,
                 )
             )
     finally:

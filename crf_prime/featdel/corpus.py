@@ -18,18 +18,26 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 from pydantic_config import BaseConfig
 
 from crf_prime.errors import InfraError, InputError
 from crf_prime.extras import MissingExtraError, require
-from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
+from crf_prime.featdel.generate import GenerateConfig, KeepGoing, generate, load_tasks
 from crf_prime.featdel.granularity import GRANULARITIES
-from crf_prime.featdel.models import Granularity, PackageStatus, SourceLine, SuiteSetup, VerifyConfig
+from crf_prime.featdel.models import (
+    GenerateSummary,
+    Granularity,
+    PackageStatus,
+    SourceLine,
+    SuiteSetup,
+    VerifyConfig,
+)
 from crf_prime.featdel.source import (
     SourceError,
     _parse_pypi_spec,
@@ -85,6 +93,13 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """Start the packages in order of their sdist's size, smallest first (local and git sources first, in listed
     order): under a time limit the packages left unstarted are then the large, slow ones, not whichever the list
     happens to name last. False: the listed order."""
+    slow_rate: Annotated[float, Field(ge=0)] = 4.0
+    """While packages wait to start, a package that has validated a task but makes fewer than this many validated
+    tasks per minute (since it started, its setup included) after ``slow_after_s`` stops and keeps what it has
+    (status ``partial``: a resumed run continues it), so that one slow suite does not hold a worker the rest of the
+    list could use. 0: never stop a package early."""
+    slow_after_s: Annotated[float, Field(gt=0)] = 120.0
+    """How long a package runs before its rate is judged against ``slow_rate``."""
     auto_setup: bool = True
     """Before generating, get each suite running as a person would (crf_prime/featdel/suite_setup.py): install
     the distributions its tests import, find tests pytest's defaults miss, deselect tests that fail as shipped.
@@ -193,19 +208,61 @@ def settings_key(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
+class Queue(BaseModel):
+    """How a package learns whether others wait for a worker: each package of the run writes ``run`` to its
+    directory's :data:`STARTED` file when it starts; a peer without it has not started."""
+
+    run: str
+    peers: tuple[str, ...]
+    """Package directories of this run."""
+    slow_rate: float
+    slow_after_s: float
+
+    def waiting(self) -> int:
+        return sum(1 for d in self.peers if _read(Path(d) / STARTED) != self.run)
+
+    def keep_going(self, t0: float) -> KeepGoing:
+        """``generate``'s ``keep_going`` for a package that started at ``t0`` (``time.perf_counter()``)."""
+
+        def judge(tasks: int, _seconds: float) -> bool:
+            minutes = (time.perf_counter() - t0) / 60
+            slow = tasks >= 1 and minutes * 60 >= self.slow_after_s and tasks / minutes < self.slow_rate
+            return not (slow and self.waiting())
+
+        return judge
+
+
+STARTED = "started"
+"""Written in a package's directory when it starts: the run's token (:class:`Queue`)."""
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 def build_package(
-    spec: str, pkg_dir: str, settings: dict, workers: int, tmp_root: str | None = None, stop_at: float | None = None
+    spec: str,
+    pkg_dir: str,
+    settings: dict,
+    workers: int,
+    tmp_root: str | None = None,
+    stop_at: float | None = None,
+    queue: Queue | None = None,
 ) -> dict:
     """One package: generate into ``pkg_dir/tasks``, write ``meta.jsonl`` and ``status.json``; never raises for
     a package that cannot be used (its status says why). Runs in a Ray worker. ``tmp_root``: where its temporary
     trees go (the driver removes it, so a force-cancelled task leaves nothing in the system's temp directory).
-    ``stop_at``: the corpus's time limit (``time.time()``): validation stops there and keeps what it has."""
+    ``stop_at``: the corpus's time limit (``time.time()``): validation stops there and keeps what it has.
+    ``queue``: the run's packages, to stop a slow package early while others wait (``slow_rate``)."""
     if tmp_root is None:
-        return _build_package(spec, pkg_dir, settings, workers, stop_at)
+        return _build_package(spec, pkg_dir, settings, workers, stop_at, queue)
     os.makedirs(tmp_root, exist_ok=True)
     previous, tempfile.tempdir = tempfile.tempdir, tmp_root
     try:
-        return _build_package(spec, pkg_dir, settings, workers, stop_at)
+        return _build_package(spec, pkg_dir, settings, workers, stop_at, queue)
     finally:
         tempfile.tempdir = previous
 
@@ -220,7 +277,9 @@ def _left(stop_at: float | None) -> float | None:
     return None if stop_at is None else max(0.0, stop_at - time.time())
 
 
-def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int, stop_at: float | None) -> dict:
+def _build_package(
+    spec: str, pkg_dir: str, settings: dict, workers: int, stop_at: float | None, queue: Queue | None
+) -> dict:
     from crf_prime.featdel.corpus_meta import task_meta  # start-up: +9 ms on every command
 
     key = settings_key(settings)
@@ -230,6 +289,8 @@ def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int, stop_a
     root = Path(pkg_dir)
     root.mkdir(parents=True, exist_ok=True)
     (root / VALIDATING).unlink(missing_ok=True)
+    if queue is not None:
+        _write_atomic(root / STARTED, queue.run)
     t0 = time.perf_counter()
     setup: SuiteSetup | None = None
     try:
@@ -266,7 +327,8 @@ def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int, stop_a
             if phase == "validate" and not (root / VALIDATING).exists():
                 (root / VALIDATING).touch()
 
-        tasks, summary = generate(cfg.model_copy(update={"time_limit_s": left}), progress)
+        keep_going = None if queue is None or not queue.slow_rate else queue.keep_going(t0)
+        tasks, summary = generate(cfg.model_copy(update={"time_limit_s": left}), progress, keep_going=keep_going)
         license = _license(root / "tasks")
         with tempfile.TemporaryDirectory(prefix="crf-corpus-base-") as tmp:
             metas = []
@@ -279,7 +341,8 @@ def _build_package(spec: str, pkg_dir: str, settings: dict, workers: int, stop_a
         _write_atomic(root / "meta.jsonl", "".join(m.model_dump_json() + "\n" for m in metas))
         status = PackageStatus(
             spec=spec,
-            status="partial" if summary.time_limit_reached else "done",
+            status="partial" if summary.time_limit_reached or summary.stopped_early else "done",
+            reason=_stopped_early(summary, len(tasks), time.perf_counter() - t0) if summary.stopped_early else "",
             settings=key,
             tasks=len(tasks),
             license=license,
@@ -391,6 +454,14 @@ def resumable(st: PackageStatus | None, spec: str, key: str, retry_failed: bool)
     return st.status == "done" or (st.status == "failed" and not retry_failed)
 
 
+def _stopped_early(summary: GenerateSummary, tasks: int, seconds: float) -> str:
+    left = summary.candidates - summary.checked
+    return (
+        f"stopped early to make room for packages waiting to start: {tasks} tasks in {seconds:.0f} s "
+        f"({60 * tasks / seconds:.1f}/min), {left} candidates unchecked"
+    )
+
+
 def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, PackageStatus]:
     """Every listed package built or resumed (Ray tasks), by slug; failures included with their reasons."""
 
@@ -430,8 +501,14 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                 remote = ray.remote(num_cpus=config.cpus_per_package, max_retries=0)(build_package)
                 limit = config.time_limit_s
                 stop_at = None if limit is None else time.time() + limit  # wall clock: the workers' processes
+                queue = Queue(
+                    run=uuid.uuid4().hex,
+                    peers=tuple(str(root / s.slug) for s in todo),
+                    slow_rate=config.slow_rate,
+                    slow_after_s=config.slow_after_s,
+                )
                 pending = {
-                    remote.remote(s.spec, str(root / s.slug), settings[s.slug], workers, tmp_root, stop_at): s
+                    remote.remote(s.spec, str(root / s.slug), settings[s.slug], workers, tmp_root, stop_at, queue): s
                     for s in todo
                 }
                 at_limit = None if limit is None else time.monotonic() + limit

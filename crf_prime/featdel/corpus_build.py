@@ -282,7 +282,8 @@ def dataset_card(summary: CorpusSummary, metas: list[TaskMeta]) -> str:
         "|---|---|---|---:|---:|---|---|",
     ]
     for row in summary.packages.values():
-        status = {"done": "ok", "partial": "partial (time limit)", "cancelled": "not finished (time limit)"}.get(
+        partial = "partial (stopped early: slow while others waited)" if row.reason else "partial (time limit)"
+        status = {"done": "ok", "partial": partial, "cancelled": "not finished (time limit)"}.get(
             row.status, f"failed: {row.reason[:120].replace('|', '/')}"
         )
         lines.append(

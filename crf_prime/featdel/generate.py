@@ -471,13 +471,20 @@ def validate_task(
     return None
 
 
-def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[list[FeatdelTask], GenerateSummary]:
-    """Run the whole pipeline and write ``tasks.jsonl``, ``summary.json`` and the base archive under ``cfg.out``."""
+KeepGoing = Callable[[int, float], bool]
+"""(tasks validated so far, seconds since validation started) -> whether to validate another batch."""
+
+
+def generate(
+    cfg: GenerateConfig, progress: ProgressFn | None = None, *, keep_going: KeepGoing | None = None
+) -> tuple[list[FeatdelTask], GenerateSummary]:
+    """Run the whole pipeline and write ``tasks.jsonl``, ``summary.json`` and the base archive under ``cfg.out``.
+    ``keep_going``: asked before each batch after the first; False stops validation there, keeping what it has."""
     if cfg.replay:  # MissingExtraError (exit 6) now, not a warning per task and tasks without their replay
         require("cloudpickle", "featdel")
     t0 = time.perf_counter()
     stop_at = None if cfg.time_limit_s is None else t0 + cfg.time_limit_s
-    timed_out = False
+    timed_out = stopped = False
     seconds: dict[str, float] = {}
     progress = progress or (lambda phase, done, total: None)
     check_out(cfg.out)
@@ -598,12 +605,14 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             return got
 
         def more() -> bool:
-            nonlocal timed_out
+            nonlocal timed_out, stopped
             if len(covered) >= cfg.max_tasks or pos >= len(cands):
                 return False
             wanted = len(covered) + len(uncovered) < cfg.max_tasks or checked < budget
             timed_out = timed_out or (wanted and stop_at is not None and time.perf_counter() >= stop_at)
-            return wanted and not timed_out
+            if wanted and not timed_out and pos and keep_going is not None:
+                stopped = not keep_going(len(covered) + len(uncovered), time.perf_counter() - t)
+            return wanted and not timed_out and not stopped
 
         with ThreadPoolExecutor(max_workers=workers) as pool:
             while more():
@@ -644,6 +653,7 @@ def generate(cfg: GenerateConfig, progress: ProgressFn | None = None) -> tuple[l
             replay_dropped=dict(sorted(sum((lost[t.task_id] for t in valid), Counter()).items())),
             mutation=RateStats.of([t.mutation for t in valid]) if cfg.mutants_per_task else None,
             time_limit_reached=timed_out,
+            stopped_early=stopped,
         )
         with open(staging / "tasks.jsonl", "w") as fh:
             for task in valid:

@@ -386,6 +386,9 @@ class GenerateSummary(BaseModel):
     """The grader's mutation rates over the written tasks (None when no mutant was graded)."""
     time_limit_reached: bool = False
     """``time_limit_s`` stopped validation with candidates left to check."""
+    stopped_early: bool = False
+    """The caller's ``keep_going`` stopped validation with candidates left to check (a corpus making room for the
+    packages waiting to start)."""
 
 
 # -- the grader's front door (crf_prime/featdel/grader.py) -----------------------------------------------------------

@@ -17,7 +17,15 @@ from corpus_support import project
 
 from crf_prime.cli import main
 from crf_prime.featdel import generate as generate_module
-from crf_prime.featdel.corpus import CorpusConfig, build_package, package_settings, read_sources, resumable
+from crf_prime.featdel.corpus import (
+    STARTED,
+    CorpusConfig,
+    Queue,
+    build_package,
+    package_settings,
+    read_sources,
+    resumable,
+)
 from crf_prime.featdel.corpus_build import assemble
 from crf_prime.featdel.generate import load_tasks
 from crf_prime.featdel.models import PackageStatus
@@ -135,3 +143,52 @@ def test_a_run_in_flight_at_the_limit_is_stopped_there(tmp_path: Path, capsys: p
     assert time.monotonic() - start < 120
     err = capsys.readouterr().err
     assert "no valid task among 0 checked candidates of " in err and "(stopped at --time-limit-s 20)" in err
+
+
+def test_a_slow_package_stops_early_only_while_others_wait(tmp_path: Path) -> None:
+    """``slow_rate``: a package with a task but under the rate after ``slow_after_s`` stops while a peer has not
+    started; with every peer started, with no task yet, before ``slow_after_s`` or at the rate, it goes on."""
+    me, peer = tmp_path / "me", tmp_path / "peer"
+    me.mkdir()
+    queue = Queue(run="run-1", peers=(str(me), str(peer)), slow_rate=4.0, slow_after_s=120.0)
+    (me / STARTED).write_text("run-1")
+    five_minutes_ago = time.perf_counter() - 300
+    judge = queue.keep_going(five_minutes_ago)
+    assert queue.waiting() == 1
+    assert judge(1, 0.0) is False  # 0.2 tasks/min, a peer waits
+    assert judge(0, 0.0) is True  # no task yet: it goes on until it has one
+    assert judge(21, 0.0) is True  # 4.2 tasks/min: over the rate
+    assert queue.keep_going(time.perf_counter() - 60)(1, 0.0) is True  # judged after slow_after_s only
+    peer.mkdir()
+    (peer / STARTED).write_text("run-0")  # an earlier run's marker: still waiting in this one
+    assert judge(1, 0.0) is False
+    (peer / STARTED).write_text("run-1")
+    assert queue.waiting() == 0 and judge(1, 0.0) is True  # nobody waits: it runs to the end
+
+
+def test_a_package_stopped_early_keeps_its_tasks_as_partial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through ``build_package``: stopped after its first batch (a peer waits, the package is slow), it keeps the
+    task it validated, its status is ``partial`` with the reason, and the corpus README says so."""
+    project(tmp_path / "src" / "alpha", "alpha")
+    (tmp_path / "sources.txt").write_text("src/alpha\n")
+    line = read_sources(tmp_path / "sources.txt")[0]
+    config = CorpusConfig(sources=tmp_path / "sources.txt", out=tmp_path / "corpus", max_tasks=10)
+    settings = package_settings(config, line)
+    pkg = config.out / "packages" / line.slug
+    monkeypatch.setattr(generate_module, "SHARED_BATCH", 1)
+    queue = Queue(run="r", peers=(str(pkg), str(tmp_path / "waiting")), slow_rate=1e9, slow_after_s=1e-9)
+    st = PackageStatus.model_validate(build_package(line.spec, str(pkg), settings, 1, queue=queue))
+    assert (st.status, st.tasks) == ("partial", 1)
+    assert st.reason.startswith("stopped early to make room for packages waiting to start: 1 tasks in ")
+    assert (pkg / STARTED).read_text() == "r"
+    generated = json.loads((pkg / "tasks" / "summary.json").read_text())
+    assert generated["stopped_early"] is True and generated["time_limit_reached"] is False
+    assert generated["checked"] == 1 < generated["candidates"]
+    summary = assemble(config.out, [line], {line.slug: st}, eval_fraction=0.0)
+    assert "| partial (stopped early: slow while others waited) |" in (config.out / "README.md").read_text()
+    assert summary.packages_partial == 1
+    # nobody waiting: the same package runs to the end
+    done = PackageStatus.model_validate(
+        build_package(line.spec, str(pkg), settings, 1, queue=queue.model_copy(update={"peers": (str(pkg),)}))
+    )
+    assert done.status == "done" and done.tasks > 1 and done.reason == ""
