@@ -24,6 +24,7 @@ import random
 import re
 import secrets
 import shutil
+import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -106,7 +107,9 @@ class GenerateConfig(VerifyConfig, GradingSandbox, BaseConfig):
     min_statements: Annotated[int, Field(ge=1)] = 2
     """Bodies with fewer statements are too trivial to re-implement."""
     max_target_tests: Annotated[int, Field(ge=1)] = 40
-    """Functions covered by more tests are too central (deleting them breaks half the suite)."""
+    """Candidates covered by more tests are central (deleting them breaks much of the suite, and every grading run
+    runs those tests): they are validated after all the others, so only a package short of other tasks gets them
+    (a small library whose suite tests one or two functions)."""
     max_suite_fraction: Annotated[float, Field(gt=0, le=1)] = 0.25
     """... or by more than this fraction of the suite (but never fewer than 5 tests)."""
     feature_max_functions: Annotated[int, Field(ge=1)] = 4
@@ -156,7 +159,7 @@ def find_candidates(baseline: Baseline, cfg: GenerateConfig) -> tuple[list[Candi
         except SyntaxError:
             filtered["unparseable-file"] += 1
     dumps = Counter(f.body_dump for f in functions)
-    limit = min(cfg.max_target_tests, max(5, int(cfg.max_suite_fraction * baseline.suite_tests)))
+    limit = sys.maxsize  # central candidates are ordered last (central_limit), not left out
 
     def tests_of(f: FunctionInfo) -> set[str]:
         lines = baseline.coverage.get(f.path, {})
@@ -176,8 +179,6 @@ def find_candidates(baseline: Baseline, cfg: GenerateConfig) -> tuple[list[Candi
             filtered["duplicated-body"] += 1
         elif not tests:
             filtered["no-covering-tests"] += 1
-        elif len(tests) > limit:
-            filtered["too-many-tests"] += 1
         else:
             cands.append(Candidate(_key(f.path, [f.qualname]), "function", (f,), tuple(sorted(tests))))
     features = _features(functions, covered, limit, cfg)
@@ -196,6 +197,19 @@ def find_candidates(baseline: Baseline, cfg: GenerateConfig) -> tuple[list[Candi
             cands += class_candidates(functions, tests_at, limit, cfg.min_statements, feature_sets, _key)
     cands = [c for c in cands if c.granularity in cfg.granularities]
     return sorted(cands, key=lambda c: c.key), filtered, len(public)
+
+
+def central_limit(cfg: GenerateConfig, suite_tests: int) -> int:
+    """Covering tests above which a candidate is central (``max_target_tests``, ``max_suite_fraction``)."""
+    return min(cfg.max_target_tests, max(5, int(cfg.max_suite_fraction * suite_tests)))
+
+
+def validation_order(cands: list[Candidate], cfg: GenerateConfig, suite_tests: int) -> list[Candidate]:
+    """Candidates in the seeded random order, central ones (:func:`central_limit`) after all the others."""
+    shuffled = list(cands)
+    random.Random(cfg.seed).shuffle(shuffled)
+    limit = central_limit(cfg, suite_tests)
+    return sorted(shuffled, key=lambda c: len(c.tests) > limit)  # stable: the seeded order within each group
 
 
 def _key(path: str, qualnames: list[str]) -> str:
@@ -513,8 +527,7 @@ def generate(
         baseline.spec = spec
         seconds["coverage"] = time.perf_counter() - t
         cands, filtered, n_functions = find_candidates(baseline, cfg)
-        rng = random.Random(cfg.seed)
-        rng.shuffle(cands)
+        cands = validation_order(cands, cfg, baseline.suite_tests)
 
         out = cfg.out
         staging = _staging_dir(out)
