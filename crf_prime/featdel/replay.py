@@ -175,6 +175,7 @@ def run_driver(
     alone: bool = True,
     sequence: bool | None = None,
     reach_targets: Collection[int] | None = None,
+    derived_timeout_s: float | None = None,
 ) -> object:
     """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none.
     ``lookups``: the lookup guard's sites in that tree (none: no guard).
@@ -183,7 +184,8 @@ def run_driver(
     ``reach`` (file path under ``run_dir/repo`` -> lines): each call alone also says which of these lines it ran
     (only the calls of ``reach_targets``, when given);
     ``alone``, ``sequence``: run each call alone (a child each), all of them in sequence (one child; default
-    ``SEQUENCE``)."""
+    ``SEQUENCE``); ``derived_timeout_s``: a shorter limit for each generated call alone (a call that timed out alone
+    is left out of the sequence)."""
     sequence = SEQUENCE if sequence is None else sequence
     result_path = run_dir / "out" / ("derived.pkl" if mode == "derive" else "results.json")
     cfg = {
@@ -200,6 +202,7 @@ def run_driver(
         "alone": alone,
         "reach": {str((run_dir / "repo" / rel).resolve()): lines for rel, lines in (reach or {}).items()},
         "reach_targets": None if reach_targets is None else sorted(reach_targets),
+        "derived_timeout_s": derived_timeout_s,
     }
     if wall_seconds is None:
         wall_seconds = 30.0 + _run_wall(call_timeout_s, len(calls), sequence) if mode == "run" else 120.0

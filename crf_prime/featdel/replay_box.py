@@ -655,7 +655,8 @@ def _run_calls(cfg: dict, calls: list[dict], out_path: str) -> None:
             continue
         if not alone:
             continue
-        results[call["id"]] = got = run_one(fn, call, loads, cfg["timeout_s"])
+        slow = cfg.get("derived_timeout_s") if call.get("derived") else None
+        results[call["id"]] = got = run_one(fn, call, loads, min(cfg["timeout_s"], slow or cfg["timeout_s"]))
         if "timeout" in got and cfg.get("stop_on_timeout", True):
             break  # gold finished every kept call in time: the attempt has failed, stop spending time
         if differs is not None and judged_text(got) != differs.get(call["id"]):
@@ -664,6 +665,7 @@ def _run_calls(cfg: dict, calls: list[dict], out_path: str) -> None:
         if cfg.get("sequence", False):
             random.Random(cfg.get("seed", 0) + 1).shuffle(order)
             timeout_s = sequence_timeout(cfg["timeout_s"], len(calls))
+            order = [i for i in order if "timeout" not in results.get(calls[i]["id"], {})]  # it would hang here too
             for call_id, got in run_sequence(fns, calls, order, loads, timeout_s).items():
                 results[call_id + SEQUENCE_SUFFIX] = got
     tmp = out_path + ".tmp"

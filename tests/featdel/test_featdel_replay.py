@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import pickle
 import random
 import subprocess
 import textwrap
@@ -768,3 +769,63 @@ def test_a_row_s_canonical_form_is_the_one_its_replay_reads(tmp_path: Path) -> N
     assert grade_tree(task, tmp_path / "out", tree).score == 1.0
     old = task.model_copy(update={"replay": task.replay.model_copy(update={"canon": 1})})
     assert grade_tree(old, tmp_path / "out", tree).replay_mismatches > 0
+
+
+SPIN = {
+    "pyproject.toml": '[project]\nname = "spinlib"\nversion = "0.1"\n',
+    "spinlib/__init__.py": '''
+        def spin(n):
+            """A checksum over n * 40 steps."""
+            total = 0
+            for i in range(n * 40):
+                total = (total * 31 + i) % 1000003
+            return total
+    ''',
+    "tests/test_spinlib.py": """
+        from spinlib import spin
+
+
+        def test_spin():
+            assert spin(0) == 0
+            assert spin(10) == spin(10)
+            assert spin(100) > 0
+    """,
+}
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_a_generated_call_that_makes_gold_slow_is_dropped_and_not_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The int variation 10**6 makes ``spin`` take 4e7 steps (seconds): alone in the first box it stops at
+    ``GOLD_DERIVED_TIMEOUT_S`` and is dropped as a gold timeout; it is left out of that box's sequence and the second
+    box never runs it. The tests' own calls keep the long limit."""
+    root = tmp_path / "src" / "spinlib"
+    for rel, text in SPIN.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text).lstrip())
+    boxes: list[tuple[dict, list[dict], dict]] = []
+    real = record_module.run_driver
+
+    def run_driver(sandbox, env, task, run_dir, calls, **kw):
+        got = real(sandbox, env, task, run_dir, calls, **kw)
+        if kw.get("mode", "run") == "run":
+            boxes.append((kw, calls, got))
+        return got
+
+    monkeypatch.setattr(record_module, "run_driver", run_driver)
+    cfg = GenerateConfig(source=str(root), out=tmp_path / "out", max_tasks=1, workers=1, mutants_per_task=0)
+    tasks, summary = generate(cfg)
+    assert [t.targets[0].qualname for t in tasks] == ["spin"]
+    first_kw, first_calls, first = boxes[0]
+    second_kw, second_calls, _ = boxes[1]
+    assert first_kw["derived_timeout_s"] == record_module.GOLD_DERIVED_TIMEOUT_S < first_kw["call_timeout_s"]
+    slow = [c["id"] for c in first_calls if pickle.loads(c["payload"])[0] == (10**6,)]
+    assert len(slow) == 1 and all(c.get("derived") for c in first_calls if c["id"] in slow)
+    assert first[slow[0]] == {"timeout": record_module.GOLD_DERIVED_TIMEOUT_S}
+    assert slow[0] + SEQ not in first  # left out of the first box's sequence
+    assert second_kw.get("alone") is False and slow[0] not in {c["id"] for c in second_calls}
+    assert summary.replay_dropped.get("gold-timeout") == 1
+    kept, _ = load_replay(tasks[0], tmp_path / "out")
+    assert slow[0] not in {c["id"] for c in kept} and any(not c.get("derived") for c in kept)
