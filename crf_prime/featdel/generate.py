@@ -171,16 +171,20 @@ def find_candidates(baseline: Baseline, cfg: GenerateConfig) -> tuple[list[Candi
     covered: dict[tuple[str, str], set[str]] = {(f.path, f.qualname): tests_of(f) for f in functions}
     cands: list[Candidate] = []
     public = [f for f in functions if f.public]
-    for f in public:
+    private = [f for f in functions if not f.public and not _is_dunder(f.qualname.rsplit(".", 1)[-1])]
+    for f in [*public, *private]:  # private ones are validated after the public ones (validation_order)
         tests = covered[(f.path, f.qualname)]
+        reason = ""
         if f.statements < cfg.min_statements:
-            filtered["trivial-body"] += 1
+            reason = "trivial-body"
         elif dumps[f.body_dump] > 1:
-            filtered["duplicated-body"] += 1
+            reason = "duplicated-body"
         elif not tests:
-            filtered["no-covering-tests"] += 1
-        else:
+            reason = "no-covering-tests"
+        if not reason:
             cands.append(Candidate(_key(f.path, [f.qualname]), "function", (f,), tuple(sorted(tests))))
+        elif f.public:  # the summary counts the public functions left out
+            filtered[reason] += 1
     features = _features(functions, covered, limit, cfg)
     cands.extend(features)
     if set(cfg.granularities) - {"function", "feature"}:
@@ -205,11 +209,22 @@ def central_limit(cfg: GenerateConfig, suite_tests: int) -> int:
 
 
 def validation_order(cands: list[Candidate], cfg: GenerateConfig, suite_tests: int) -> list[Candidate]:
-    """Candidates in the seeded random order, central ones (:func:`central_limit`) after all the others."""
+    """Candidates in the seeded random order, then regrouped (stable, so seeded within each group): the others, then
+    private functions (``_helper``: an implementation detail, for a package short of public ones such as
+    u-msgpack-python, whose one public function dispatches to private ones), then central ones
+    (:func:`central_limit`)."""
     shuffled = list(cands)
     random.Random(cfg.seed).shuffle(shuffled)
     limit = central_limit(cfg, suite_tests)
-    return sorted(shuffled, key=lambda c: len(c.tests) > limit)  # stable: the seeded order within each group
+    return sorted(shuffled, key=lambda c: (len(c.tests) > limit, _private(c)))
+
+
+def _private(c: Candidate) -> bool:
+    return c.granularity == "function" and not c.functions[0].public
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
 def _key(path: str, qualnames: list[str]) -> str:

@@ -372,7 +372,8 @@ class GenerateSummary(BaseModel):
     rejected: dict[str, int] = Field(default_factory=dict)
     """Rejections by reason."""
     filtered: dict[str, int] = Field(default_factory=dict)
-    """Public functions left out before validation, by reason (trivial body, no covering test, duplicated body)."""
+    """Public functions left out before validation, by reason (trivial body, no covering test, duplicated body); private
+    ones left out are not counted."""
     rejections: tuple[Rejection, ...] = ()
     seconds: dict[str, float] = Field(default_factory=dict)
     """Wall time per phase (source, venv, coverage, validate, total; inside validate: grade, record, verify)."""

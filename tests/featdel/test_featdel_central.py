@@ -1,12 +1,14 @@
-"""Central candidates (covered by more than ``max_target_tests`` tests or a quarter of the suite) are validated after
-all the others instead of being left out: a small library whose every test calls its one function (termcolor's
-``colored``, xmltodict's ``parse``) gave no task before."""
+"""The order candidates are validated in: central candidates (covered by more than ``max_target_tests`` tests or a
+quarter of the suite) after all the others instead of being left out, private functions after the public ones. A
+small library whose every test calls its one function (termcolor's ``colored``, xmltodict's ``parse``), or whose logic
+is in private functions (u-msgpack-python), gave no task before."""
 
 from __future__ import annotations
 
 import json
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from corpus_support import write
@@ -32,8 +34,9 @@ TESTS = "from onefn import render\n\n\n" + "".join(
 )
 
 
-def _cand(key: str, tests: int) -> Candidate:
-    return Candidate(key, "function", (), tuple(f"t{i}" for i in range(tests)))
+def _cand(key: str, tests: int, public: bool = True) -> Candidate:
+    fn = SimpleNamespace(public=public)
+    return Candidate(key, "function", (fn,), tuple(f"t{i}" for i in range(tests)))  # type: ignore[arg-type]
 
 
 def test_central_candidates_come_after_the_others_in_the_seeded_order() -> None:
@@ -64,3 +67,54 @@ def test_a_library_whose_every_test_calls_its_one_function_gives_a_task(tmp_path
     tasks = load_tasks(out)
     assert tasks and {t.granularity for t in tasks} >= {"function"}
     assert all(len(t.target_tests) == 6 for t in tasks if t.granularity == "function")
+
+
+def test_private_functions_come_after_the_public_ones_and_before_the_central_ones() -> None:
+    cfg = GenerateConfig(seed=1)
+    cands = [_cand("pub", 3), _cand("_priv", 3, public=False), _cand("central", 50), _cand("_pc", 50, public=False)]
+    for seed in range(5):
+        got = validation_order(cands, cfg.model_copy(update={"seed": seed}), 1000)
+        assert [c.key for c in got] == ["pub", "_priv", "central", "_pc"]
+
+
+PACK = """\
+def pack(x):
+    return _pack(x)
+
+
+def _pack(x):
+    if isinstance(x, int):
+        out = b"i" + str(x).encode()
+    else:
+        out = b"s" + x.encode()
+    return out
+"""
+PACK_TESTS = """\
+from packlib import pack
+
+
+def test_int():
+    assert pack(12) == b"i12"
+
+
+def test_str():
+    assert pack("ab") == b"sab"
+"""
+
+
+def test_a_private_function_holding_the_logic_gives_a_function_task(tmp_path: Path) -> None:
+    """u-msgpack-python's one public function dispatches to private ones: the private one is a candidate too."""
+    src = write(
+        tmp_path / "packlib",
+        {
+            "pyproject.toml": '[project]\nname = "packlib"\nversion = "0.1"\n',
+            "packlib/__init__.py": PACK,
+            "tests/test_packlib.py": PACK_TESTS,
+        },
+    )
+    out = tmp_path / "out"
+    assert main(["featdel", "generate", "--source", str(src), "--out", str(out), "--workers", "1"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["functions"] == 1 and summary["filtered"] == {"trivial-body": 1}  # pack: one statement
+    got = {(t.granularity, tuple(x.qualname for x in t.targets)) for t in load_tasks(out)}
+    assert ("function", ("_pack",)) in got
