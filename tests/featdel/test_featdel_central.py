@@ -12,9 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 from corpus_support import write
+from featdel_support import agent_tree, set_body
 
 from crf_prime.cli import main
 from crf_prime.featdel.generate import GenerateConfig, central_limit, load_tasks, validation_order
+from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.granularity import Candidate
 
 pytestmark = pytest.mark.bwrap
@@ -118,3 +120,36 @@ def test_a_private_function_holding_the_logic_gives_a_function_task(tmp_path: Pa
     assert summary["functions"] == 1 and summary["filtered"] == {"trivial-body": 1}  # pack: one statement
     got = {(t.granularity, tuple(x.qualname for x in t.targets)) for t in load_tasks(out)}
     assert ("function", ("_pack",)) in got
+
+
+def test_a_private_task_answered_in_its_public_caller_scores_0(tmp_path: Path) -> None:
+    """The attack on a private-function task: leave ``_pack`` deleted and put the logic in ``pack``, the function
+    every test calls. The tests pass; the replay calls ``_pack`` itself (its recorded calls) and it still raises: 0.
+    Honest re-implementations of ``_pack`` score 1.0."""
+    src = write(
+        tmp_path / "packlib",
+        {
+            "pyproject.toml": '[project]\nname = "packlib"\nversion = "0.1"\n',
+            "packlib/__init__.py": PACK,
+            "tests/test_packlib.py": PACK_TESTS,
+        },
+    )
+    out = tmp_path / "out"
+    assert main(["featdel", "generate", "--source", str(src), "--out", str(out), "--workers", "1"]) == 0
+    task = next(t for t in load_tasks(out) if t.granularity == "function" and t.targets[0].qualname == "_pack")
+    assert task.replay is not None and task.replay.recorded >= 2
+
+    caller = agent_tree(task, out, tmp_path / "caller")
+    init = caller / "packlib" / "__init__.py"
+    inlined = "    if isinstance(x, int):\n        return b'i' + str(x).encode()\n    return b's' + x.encode()\n"
+    init.write_text(init.read_text().replace("    return _pack(x)\n", inlined, 1))
+    got = grade_tree(task, out, caller)
+    assert got.passed_fraction == 1.0 and got.score == 0.0 and got.replay_mismatches > 0
+
+    for name, body in {
+        "table": "kind = {int: b'i', str: b's'}[type(x)]\nreturn kind + str(x).encode()",
+        "bytes": "if type(x) is int:\n    return bytes('i%d' % x, 'ascii')\nreturn ('s' + x).encode()",
+    }.items():
+        honest = agent_tree(task, out, tmp_path / name)
+        set_body(honest, task, body)
+        assert grade_tree(task, out, honest).score == 1.0, name
