@@ -28,7 +28,7 @@ from pydantic_config import BaseConfig
 
 from crf_prime.errors import InfraError, InputError
 from crf_prime.extras import MissingExtraError, require
-from crf_prime.featdel.generate import GenerateConfig, KeepGoing, generate, load_tasks
+from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
 from crf_prime.featdel.granularity import GRANULARITIES
 from crf_prime.featdel.models import (
     GenerateSummary,
@@ -95,11 +95,11 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     happens to name last. False: the listed order."""
     slow_rate: Annotated[float, Field(ge=0)] = 4.0
     """While packages wait to start, a package that has validated a task but makes fewer than this many validated
-    tasks per minute (since it started, its setup included) after ``slow_after_s`` stops and keeps what it has
-    (status ``partial``: a resumed run continues it), so that one slow suite does not hold a worker the rest of the
-    list could use. 0: never stop a package early."""
+    tasks per minute of validation after ``slow_after_s`` stops (before its next mutation score) and keeps what it
+    has (status ``partial``: a resumed run continues it), so that one slow suite does not hold a worker the rest of
+    the list could use. 0: never stop a package early."""
     slow_after_s: Annotated[float, Field(gt=0)] = 120.0
-    """How long a package runs before its rate is judged against ``slow_rate``."""
+    """Seconds of validation before a package's rate is judged against ``slow_rate``."""
     auto_setup: bool = True
     """Before generating, get each suite running as a person would (crf_prime/featdel/suite_setup.py): install
     the distributions its tests import, find tests pytest's defaults miss, deselect tests that fail as shipped.
@@ -221,15 +221,11 @@ class Queue(BaseModel):
     def waiting(self) -> int:
         return sum(1 for d in self.peers if _read(Path(d) / STARTED) != self.run)
 
-    def keep_going(self, t0: float) -> KeepGoing:
-        """``generate``'s ``keep_going`` for a package that started at ``t0`` (``time.perf_counter()``)."""
-
-        def judge(tasks: int, _seconds: float) -> bool:
-            minutes = (time.perf_counter() - t0) / 60
-            slow = tasks >= 1 and minutes * 60 >= self.slow_after_s and tasks / minutes < self.slow_rate
-            return not (slow and self.waiting())
-
-        return judge
+    def keep_going(self, tasks: int, seconds: float) -> bool:
+        """``generate``'s ``keep_going``: ``tasks`` validated in ``seconds`` of validation (the setup is paid: what
+        counts is what the package makes from now on, against a waiting package that has its setup still to pay)."""
+        slow = tasks >= 1 and seconds >= self.slow_after_s and 60 * tasks / seconds < self.slow_rate
+        return not (slow and self.waiting())
 
 
 STARTED = "started"
@@ -327,7 +323,7 @@ def _build_package(
             if phase == "validate" and not (root / VALIDATING).exists():
                 (root / VALIDATING).touch()
 
-        keep_going = None if queue is None or not queue.slow_rate else queue.keep_going(t0)
+        keep_going = None if queue is None or not queue.slow_rate else queue.keep_going
         tasks, summary = generate(cfg.model_copy(update={"time_limit_s": left}), progress, keep_going=keep_going)
         license = _license(root / "tasks")
         with tempfile.TemporaryDirectory(prefix="crf-corpus-base-") as tmp:
@@ -425,7 +421,8 @@ class _Progress:
         if status.status == "done":
             what = f"{status.tasks} tasks in {status.seconds:.0f}s"
         elif status.status == "partial":
-            what = f"{status.tasks} tasks in {status.seconds:.0f}s, stopped at the time limit (it runs again next time)"
+            why = "early to make room for waiting packages" if status.reason else "at the time limit"
+            what = f"{status.tasks} tasks in {status.seconds:.0f}s, stopped {why} (it runs again next time)"
         elif status.status == "cancelled":
             what = "cancelled (time limit; it runs again next time)"
         else:

@@ -508,12 +508,14 @@ def generate(
     cfg: GenerateConfig, progress: ProgressFn | None = None, *, keep_going: KeepGoing | None = None
 ) -> tuple[list[FeatdelTask], GenerateSummary]:
     """Run the whole pipeline and write ``tasks.jsonl``, ``summary.json`` and the base archive under ``cfg.out``.
-    ``keep_going``: asked before each batch after the first; False stops validation there, keeping what it has."""
+    ``keep_going``: asked before each batch after the first and before each mutation score; False stops validation
+    there (what is not verified yet is left unchecked), keeping what it has."""
     if cfg.replay:  # MissingExtraError (exit 6) now, not a warning per task and tasks without their replay
         require("cloudpickle", "featdel")
     t0 = time.perf_counter()
     stop_at = None if cfg.time_limit_s is None else t0 + cfg.time_limit_s
     timed_out = stopped = False
+    in_batch = 0  # tasks verified in the batch being checked (keep_going counts them)
     seconds: dict[str, float] = {}
     progress = progress or (lambda phase, done, total: None)
     check_out(cfg.out)
@@ -620,8 +622,11 @@ def generate(
             return out
 
         def verify(task: FeatdelTask) -> FeatdelTask | Rejection | None:
+            nonlocal in_batch
             if stop_at is not None and time.perf_counter() >= stop_at:
                 return None  # the time limit: left unchecked (a mutation score takes seconds to minutes)
+            if halted():
+                return None  # the caller stopped it: left unchecked (a slow package's batch can take minutes)
             if task.not_servable:
                 return task  # rejected as such below
             try:
@@ -630,17 +635,24 @@ def generate(
                 got = Rejection(candidate=task.task_id, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
             if stop_at is not None and time.perf_counter() >= stop_at:
                 return None  # finished past the limit, its runs stopped there: not checked
+            in_batch += isinstance(got, FeatdelTask) and not got.not_servable
             return got
 
+        def halted() -> bool:
+            """Whether ``keep_going`` (asked before each batch and each mutation score) has stopped validation."""
+            nonlocal stopped
+            if keep_going is not None and not stopped:
+                stopped = not keep_going(len(covered) + len(uncovered) + in_batch, time.perf_counter() - t)
+            return stopped
+
         def more() -> bool:
-            nonlocal timed_out, stopped
+            nonlocal timed_out, in_batch
+            in_batch = 0
             if len(covered) >= cfg.max_tasks or pos >= len(cands):
                 return False
             wanted = len(covered) + len(uncovered) < cfg.max_tasks or checked < budget
             timed_out = timed_out or (wanted and stop_at is not None and time.perf_counter() >= stop_at)
-            if wanted and not timed_out and pos and keep_going is not None:
-                stopped = not keep_going(len(covered) + len(uncovered), time.perf_counter() - t)
-            return wanted and not timed_out and not stopped
+            return wanted and not timed_out and not (pos and halted())
 
         with ThreadPoolExecutor(max_workers=workers) as pool:
             while more():
@@ -649,7 +661,7 @@ def generate(
                 pos += len(batch)
                 for task, rej, dropped in check(pool, batch):
                     if task is None and rej is None:
-                        timed_out = True
+                        timed_out = timed_out or not stopped  # unchecked: the time limit, or keep_going
                         continue
                     checked += 1
                     if rej is not None:

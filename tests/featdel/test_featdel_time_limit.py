@@ -21,6 +21,7 @@ from crf_prime.featdel.corpus import (
     STARTED,
     CorpusConfig,
     Queue,
+    _Progress,
     build_package,
     package_settings,
     read_sources,
@@ -152,35 +153,42 @@ def test_a_slow_package_stops_early_only_while_others_wait(tmp_path: Path) -> No
     me.mkdir()
     queue = Queue(run="run-1", peers=(str(me), str(peer)), slow_rate=4.0, slow_after_s=120.0)
     (me / STARTED).write_text("run-1")
-    five_minutes_ago = time.perf_counter() - 300
-    judge = queue.keep_going(five_minutes_ago)
+    judge = queue.keep_going
     assert queue.waiting() == 1
-    assert judge(1, 0.0) is False  # 0.2 tasks/min, a peer waits
-    assert judge(0, 0.0) is True  # no task yet: it goes on until it has one
-    assert judge(21, 0.0) is True  # 4.2 tasks/min: over the rate
-    assert queue.keep_going(time.perf_counter() - 60)(1, 0.0) is True  # judged after slow_after_s only
+    assert judge(1, 300.0) is False  # 0.2 tasks per minute of validation, a peer waits
+    assert judge(0, 300.0) is True  # no task yet: it goes on until it has one
+    assert judge(20, 300.0) is True  # 4 tasks/min: at the rate
+    assert judge(19, 300.0) is False
+    assert judge(1, 119.0) is True  # judged after slow_after_s only
     peer.mkdir()
     (peer / STARTED).write_text("run-0")  # an earlier run's marker: still waiting in this one
-    assert judge(1, 0.0) is False
+    assert judge(1, 300.0) is False
     (peer / STARTED).write_text("run-1")
-    assert queue.waiting() == 0 and judge(1, 0.0) is True  # nobody waits: it runs to the end
+    assert queue.waiting() == 0 and judge(1, 300.0) is True  # nobody waits: it runs to the end
 
 
-def test_a_package_stopped_early_keeps_its_tasks_as_partial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Through ``build_package``: stopped after its first batch (a peer waits, the package is slow), it keeps the
-    task it validated, its status is ``partial`` with the reason, and the corpus README says so."""
+def test_a_package_stopped_early_keeps_its_tasks_as_partial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through ``build_package``: stopped once it has a task (a peer waits, the package is slow), inside its first
+    batch of four: the other three candidates are graded and recorded but not verified (unchecked); it keeps the task
+    it validated, its status is ``partial`` with the reason, and the corpus README says so."""
     project(tmp_path / "src" / "alpha", "alpha")
     (tmp_path / "sources.txt").write_text("src/alpha\n")
     line = read_sources(tmp_path / "sources.txt")[0]
     config = CorpusConfig(sources=tmp_path / "sources.txt", out=tmp_path / "corpus", max_tasks=10)
     settings = package_settings(config, line)
     pkg = config.out / "packages" / line.slug
-    monkeypatch.setattr(generate_module, "SHARED_BATCH", 1)
+    monkeypatch.setattr(generate_module, "SHARED_BATCH", 4)
     queue = Queue(run="r", peers=(str(pkg), str(tmp_path / "waiting")), slow_rate=1e9, slow_after_s=1e-9)
     st = PackageStatus.model_validate(build_package(line.spec, str(pkg), settings, 1, queue=queue))
     assert (st.status, st.tasks) == ("partial", 1)
     assert st.reason.startswith("stopped early to make room for packages waiting to start: 1 tasks in ")
     assert (pkg / STARTED).read_text() == "r"
+    progress = _Progress(1, 10)
+    progress.package(line.slug, st, resumed=False)
+    progress.close()
+    assert "stopped early to make room for waiting packages (it runs again next time)" in capsys.readouterr().err
     generated = json.loads((pkg / "tasks" / "summary.json").read_text())
     assert generated["stopped_early"] is True and generated["time_limit_reached"] is False
     assert generated["checked"] == 1 < generated["candidates"]
