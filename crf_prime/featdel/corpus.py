@@ -527,7 +527,9 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                     if not ready and at_limit is not None:  # the limit: what has no task to keep stops now
                         at_limit = None
                         setting_up = [r for r, s in pending.items() if not (root / s.slug / VALIDATING).exists()]
-                        cancel(setting_up, "still setting up at the time limit")
+                        queued = [r for r in setting_up if _read(root / pending[r].slug / STARTED) != queue.run]
+                        cancel(queued, "not started before the time limit")
+                        cancel([r for r in setting_up if r not in queued], "still setting up at the time limit")
                         continue
                     if not ready:  # the grace is over too: what still runs is cancelled
                         cancel(list(pending), f"still running {config.grace_s:g} s after the time limit")

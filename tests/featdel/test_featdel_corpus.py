@@ -186,7 +186,8 @@ def test_a_force_cancelled_package_leaves_no_temporary_tree(
 ) -> None:
     """A package still in its setup loop or its coverage run at the time limit is force-cancelled then (it has no
     task to keep), one already validating when the grace after it is over too (its worker killed, so its own
-    ``finally`` never runs); the corpus's temporary root, where its trees were, is removed by the driver.
+    ``finally`` never runs); the corpus's temporary root, where its trees were, is removed by the driver. A package
+    queued behind it (one CPU) is cancelled at the limit as not started.
 
     The time limit is reached by an event, not by the clock: the driver's ``ray.wait`` returns nothing ready once the
     package's suite has started sleeping in the stage's tree (its conftest leaves a marker), as it would at the
@@ -203,7 +204,9 @@ def test_a_force_cancelled_package_leaves_no_temporary_tree(
     only = "" if stage != "grade" else "crf-featdel-grade-"  # the grading trees of validation only (read-only)
     conftest = conftest.replace("MARK", repr(SUITE_SLEEPING)).replace("STAGE", repr(only))
     write(slow, {"tests/conftest.py": conftest})  # outlives any time limit
-    (tmp_path / "sources.txt").write_text("src/slow\n")
+    # a second package queued behind it (one CPU): never started, and said so
+    project(tmp_path / "src" / "queued", "queued")
+    (tmp_path / "sources.txt").write_text("src/slow\nsrc/queued\n")
     seen: set[str] = set()
     stop, sleeping = threading.Event(), threading.Event()
 
@@ -238,5 +241,8 @@ def test_a_force_cancelled_package_leaves_no_temporary_tree(
     assert sleeping.is_set(), f"the {stage} stage's suite never started under the corpus's root (seen: {seen})"
     assert code == 5 and stage in seen  # nothing produced; the stage's workspace was under the root
     summary = json.loads((tmp_path / "corpus" / "summary.json").read_text())
-    assert [(r["status"], r["reason"]) for r in summary["packages"].values()] == [("cancelled", reason)]
+    assert [(r["status"], r["reason"]) for r in summary["packages"].values()] == [
+        ("cancelled", reason),
+        ("cancelled", "not started before the time limit"),
+    ]
     assert leftovers == []
