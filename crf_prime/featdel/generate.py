@@ -209,14 +209,18 @@ def central_limit(cfg: GenerateConfig, suite_tests: int) -> int:
 
 
 def validation_order(cands: list[Candidate], cfg: GenerateConfig, suite_tests: int) -> list[Candidate]:
-    """Candidates in the seeded random order, then regrouped (stable, so seeded within each group): the others, then
-    private functions (``_helper``: an implementation detail, for a package short of public ones such as
-    u-msgpack-python, whose one public function dispatches to private ones), then central ones
-    (:func:`central_limit`)."""
-    shuffled = list(cands)
-    random.Random(cfg.seed).shuffle(shuffled)
+    """Candidates in validation order: the others, then private functions (``_helper``: an implementation detail, for
+    a package short of public ones such as u-msgpack-python, whose one public function dispatches to private ones),
+    then central ones (:func:`central_limit`); each group in a random order drawn from one ``random.Random(seed)``,
+    the first group first (so its order is what it was before the later groups existed)."""
     limit = central_limit(cfg, suite_tests)
-    return sorted(shuffled, key=lambda c: (len(c.tests) > limit, _private(c)))
+    rng = random.Random(cfg.seed)
+    out: list[Candidate] = []
+    for group in ((False, False), (False, True), (True, False), (True, True)):
+        some = [c for c in cands if (len(c.tests) > limit, _private(c)) == group]
+        rng.shuffle(some)
+        out += some
+    return out
 
 
 def _private(c: Candidate) -> bool:
