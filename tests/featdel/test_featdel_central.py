@@ -36,6 +36,21 @@ TESTS = "from onefn import render\n\n\n" + "".join(
 )
 
 
+def _generate(tmp_path: Path, name: str, lib: str, tests: str) -> Path:
+    """``featdel generate`` on a one-package project ``name``; the task directory."""
+    src = write(
+        tmp_path / name,
+        {
+            "pyproject.toml": f'[project]\nname = "{name}"\nversion = "0.1"\n',
+            f"{name}/__init__.py": lib,
+            f"tests/test_{name}.py": tests,
+        },
+    )
+    out = tmp_path / "out"
+    assert main(["featdel", "generate", "--source", str(src), "--out", str(out), "--workers", "1"]) == 0
+    return out
+
+
 def _cand(key: str, tests: int, public: bool = True) -> Candidate:
     fn = SimpleNamespace(public=public)
     return Candidate(key, "function", (fn,), tuple(f"t{i}" for i in range(tests)))  # type: ignore[arg-type]
@@ -56,16 +71,7 @@ def test_central_candidates_come_after_the_others_in_the_seeded_order() -> None:
 
 
 def test_a_library_whose_every_test_calls_its_one_function_gives_a_task(tmp_path: Path) -> None:
-    src = write(
-        tmp_path / "onefn",
-        {
-            "pyproject.toml": '[project]\nname = "onefn"\nversion = "0.1"\n',
-            "onefn/__init__.py": LIB,
-            "tests/test_onefn.py": TESTS,
-        },
-    )
-    out = tmp_path / "out"
-    assert main(["featdel", "generate", "--source", str(src), "--out", str(out), "--workers", "1"]) == 0
+    out = _generate(tmp_path, "onefn", LIB, TESTS)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["suite_tests"] == 6 and summary["filtered"] == {}  # 6 tests > 5: central, not left out
     tasks = load_tasks(out)
@@ -108,16 +114,7 @@ def test_str():
 
 def test_a_private_function_holding_the_logic_gives_a_function_task(tmp_path: Path) -> None:
     """u-msgpack-python's one public function dispatches to private ones: the private one is a candidate too."""
-    src = write(
-        tmp_path / "packlib",
-        {
-            "pyproject.toml": '[project]\nname = "packlib"\nversion = "0.1"\n',
-            "packlib/__init__.py": PACK,
-            "tests/test_packlib.py": PACK_TESTS,
-        },
-    )
-    out = tmp_path / "out"
-    assert main(["featdel", "generate", "--source", str(src), "--out", str(out), "--workers", "1"]) == 0
+    out = _generate(tmp_path, "packlib", PACK, PACK_TESTS)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["functions"] == 1 and summary["filtered"] == {"trivial-body": 1}  # pack: one statement
     got = {(t.granularity, tuple(x.qualname for x in t.targets)) for t in load_tasks(out)}
@@ -128,16 +125,7 @@ def test_a_private_task_answered_in_its_public_caller_scores_0(tmp_path: Path) -
     """The attack on a private-function task: leave ``_pack`` deleted and put the logic in ``pack``, the function
     every test calls. The tests pass; the replay calls ``_pack`` itself (its recorded calls) and it still raises: 0.
     Honest re-implementations of ``_pack`` score 1.0."""
-    src = write(
-        tmp_path / "packlib",
-        {
-            "pyproject.toml": '[project]\nname = "packlib"\nversion = "0.1"\n',
-            "packlib/__init__.py": PACK,
-            "tests/test_packlib.py": PACK_TESTS,
-        },
-    )
-    out = tmp_path / "out"
-    assert main(["featdel", "generate", "--source", str(src), "--out", str(out), "--workers", "1"]) == 0
+    out = _generate(tmp_path, "packlib", PACK, PACK_TESTS)
     task = next(t for t in load_tasks(out) if t.granularity == "function" and t.targets[0].qualname == "_pack")
     assert task.replay is not None and task.replay.recorded >= 2
 
