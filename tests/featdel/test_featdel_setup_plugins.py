@@ -13,7 +13,13 @@ from corpus_support import write
 
 from crf_prime.featdel.generate import GenerateConfig
 from crf_prime.featdel.runner import PytestRun
-from crf_prime.featdel.suite_setup import _own_module, missing_plugins, plugin_candidates, prepare_suite
+from crf_prime.featdel.suite_setup import (
+    EXITS_AT_IMPORT,
+    _own_module,
+    missing_plugins,
+    plugin_candidates,
+    prepare_suite,
+)
 
 LIB = "def add(a, b):\n    total = a + b\n    return total\n"
 
@@ -179,3 +185,23 @@ def test_a_test_requirement_whose_plugin_this_pytest_rejects_is_switched_off(
     assert got.pytest_args == ("-p", "no:crfdemo_oldlint")
     assert got.collected == 1 and got.deselected == {} and got.installed == {}
     assert got.actions() == ["ran without the plugin crfdemo_oldlint (it does not load in this pytest)"]
+
+
+def test_a_test_module_that_exits_when_imported_is_ignored(tmp_path: Path) -> None:
+    """ply 3.11's ``test/testcpp.py`` calls ``main()`` at module level: ``unittest.main`` parses pytest's own
+    arguments, exits, and pytest stops with an internal error before collecting anything. A person leaves that
+    module out; the rest of the suite runs."""
+    src = write(
+        tmp_path / "exitlib",
+        {
+            "pyproject.toml": '[project]\nname = "exitlib"\nversion = "0.1"\n',
+            "exitlib/__init__.py": LIB,
+            "tests/test_exitlib.py": "from exitlib import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+            "tests/test_main.py": "import unittest\n\n\nclass T(unittest.TestCase):\n    def test_x(self):\n"
+            "        pass\n\n\nunittest.main()\n",
+        },
+    )
+    got = prepare_suite(GenerateConfig(source=str(src), unsandboxed=True))
+    assert got.ignored == {"tests/test_main.py": EXITS_AT_IMPORT}
+    assert got.collected == 1 and got.deselected == {}
+    assert got.actions() == [f"ignored tests/test_main.py: {EXITS_AT_IMPORT}"]
