@@ -356,6 +356,10 @@ def build_prompt(project: Project, cand: Candidate, broken: dict[str, str], visi
     return "\n\n".join(parts)
 
 
+def task_id_of(project: Project, cand: Candidate) -> str:
+    return f"{project.info.name}-{project.info.version}__{cand.key.replace(':', '__')}"
+
+
 def build_task(
     baseline: Baseline, cand: Candidate, cfg: GenerateConfig, base_archive: str, base_sha: str
 ) -> FeatdelTask:
@@ -374,7 +378,7 @@ def build_task(
             visible[p] = (root / p).read_text(errors="replace")
     protected = {p: hashlib.sha256((root / p).read_bytes()).hexdigest() for p in protected_paths(root)}
     return FeatdelTask(
-        task_id=f"{project.info.name}-{project.info.version}__{cand.key.replace(':', '__')}",
+        task_id=task_id_of(project, cand),
         source=project.info,
         granularity=cand.granularity,
         targets=tuple(Target(path=f.path, qualname=f.qualname, lineno=f.lineno) for f in cand.functions),
@@ -509,11 +513,18 @@ KeepGoing = Callable[[int, float], bool]
 
 
 def generate(
-    cfg: GenerateConfig, progress: ProgressFn | None = None, *, keep_going: KeepGoing | None = None
+    cfg: GenerateConfig,
+    progress: ProgressFn | None = None,
+    *,
+    keep_going: KeepGoing | None = None,
+    resume: bool = False,
 ) -> tuple[list[FeatdelTask], GenerateSummary]:
     """Run the whole pipeline and write ``tasks.jsonl``, ``summary.json`` and the base archive under ``cfg.out``.
     ``keep_going``: asked before each batch after the first and before each mutation score; False stops validation
-    there (what is not verified yet is left unchecked), keeping what it has."""
+    there (what is not verified yet is left unchecked), keeping what it has. ``resume``: ``cfg.out`` holds an
+    earlier run of the same settings that stopped with candidates left (time limit, ``keep_going``): its tasks and
+    rejections are kept and validation goes on with the candidates it did not check (a project whose archive
+    differs from that run's starts afresh)."""
     if cfg.replay:  # MissingExtraError (exit 6) now, not a warning per task and tasks without their replay
         require("cloudpickle", "featdel")
     t0 = time.perf_counter()
@@ -549,6 +560,7 @@ def generate(
         seconds["coverage"] = time.perf_counter() - t
         cands, filtered, n_functions = find_candidates(baseline, cfg)
         cands = validation_order(cands, cfg, baseline.suite_tests)
+        n_candidates = len(cands)
 
         out = cfg.out
         staging = _staging_dir(out)
@@ -556,6 +568,7 @@ def generate(
         base_sha = make_archive(project.root, staging / base_rel)
         sources = source_files(project.root, project.package_dirs)
         pycs = source_entry(staging / base_rel, base_sha, sources, sandbox=sandbox, env=env)
+        earlier = _earlier(out, staging, base_sha) if resume else None
 
         if stop_at is not None:  # what runs at the limit is stopped there: its result would not be kept
             sandbox = sandbox.with_deadline(time.monotonic() + stop_at - time.perf_counter())
@@ -566,6 +579,14 @@ def generate(
         rejections: list[Rejection] = []
         lost: dict[str, Counter[str]] = {}
         checked = 0
+        if earlier is not None:
+            kept, before = earlier
+            covered = [t for t in kept if not t.unreplayed_targets or not cfg.replay]
+            uncovered = [t for t in kept if t.unreplayed_targets and cfg.replay]
+            rejections = list(before.rejections)
+            checked = before.checked
+            done = {t.task_id for t in kept} | {r.candidate for r in rejections}
+            cands = [c for c in cands if task_id_of(project, c) not in done and c.key not in done]
         pos = 0
         budget = max(cfg.max_tasks, int(cfg.replay_search * cfg.max_tasks))
         progress("validate", 0, cfg.max_tasks)
@@ -643,10 +664,12 @@ def generate(
             return got
 
         def halted() -> bool:
-            """Whether ``keep_going`` (asked before each batch and each mutation score) has stopped validation."""
+            """Whether ``keep_going`` (asked before each batch and each mutation score, with the tasks this run
+            validated and its seconds of validation) has stopped validation."""
             nonlocal stopped
             if keep_going is not None and not stopped:
-                stopped = not keep_going(len(covered) + len(uncovered) + in_batch, time.perf_counter() - t)
+                made = len(covered) + len(uncovered) + in_batch - (0 if earlier is None else len(earlier[0]))
+                stopped = not keep_going(made, time.perf_counter() - t)
             return stopped
 
         def more() -> bool:
@@ -679,13 +702,18 @@ def generate(
         _remove_unused_replays(staging, valid)
         seconds["validate"] = time.perf_counter() - t
         seconds["total"] = time.perf_counter() - t0
+        dropped = sum((lost.get(t.task_id, Counter()) for t in valid), Counter())
+        if earlier is not None:  # the counts of the run continued are this run's too
+            for k, v in earlier[1].seconds.items():
+                seconds[k] = seconds.get(k, 0.0) + v
+            dropped += Counter(earlier[1].replay_dropped)
         summary = GenerateSummary(
             source=project.info,
             suite_tests=baseline.suite_tests,
             pytest_config=pytest_config(project.root),
             pytest_args=baseline.pytest_args,
             functions=n_functions,
-            candidates=len(cands),
+            candidates=n_candidates,
             checked=checked,
             valid=len(valid),
             rejected=dict(sorted(Counter(r.reason for r in rejections).items())),
@@ -694,10 +722,11 @@ def generate(
             seconds={k: round(v, 2) for k, v in seconds.items()},
             replay_covered=sum(1 for t in valid if t.replay is not None),
             replay_checked=len(covered) + len(uncovered),
-            replay_dropped=dict(sorted(sum((lost[t.task_id] for t in valid), Counter()).items())),
+            replay_dropped=dict(sorted(dropped.items())),
             mutation=RateStats.of([t.mutation for t in valid]) if cfg.mutants_per_task else None,
             time_limit_reached=timed_out,
             stopped_early=stopped,
+            continued=0 if earlier is None else len(earlier[0]),
         )
         with open(staging / "tasks.jsonl", "w") as fh:
             for task in valid:
@@ -799,6 +828,23 @@ def _with_replay(
         logger.warning("featdel: recording the replay of %s failed: %s: %s", task.task_id, type(e).__name__, e)
         return task, None, Counter({"record-error": 1})
     return servable(task, info, dropped), None, dropped
+
+
+def _earlier(out: Path, staging: Path, base_sha: str) -> tuple[list[FeatdelTask], GenerateSummary] | None:
+    """The tasks and summary of the run at ``out`` that this one continues, its replay files linked into
+    ``staging``; None when there is none to continue (absent, finished, or made from another archive)."""
+    try:
+        before = GenerateSummary.model_validate_json((out / "summary.json").read_text())
+        kept = load_tasks(out)
+    except (OSError, ValueError, SourceError):
+        return None
+    if not (before.time_limit_reached or before.stopped_early) or any(t.base_sha256 != base_sha for t in kept):
+        return None
+    (staging / "replay").mkdir(exist_ok=True)
+    for t in kept:
+        for name in (t.replay.calls_file, t.replay.expected_file) if t.replay else ():
+            shutil.copy2(out / name, staging / name)
+    return kept, before
 
 
 def _remove_unused_replays(task_dir: Path, kept: list[FeatdelTask]) -> None:

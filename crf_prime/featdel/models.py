@@ -95,8 +95,9 @@ class PackageStatus(BaseModel):
 
     spec: str
     status: Literal["done", "partial", "failed", "cancelled"]
-    """"partial": stopped at the time limit, its tasks so far are in the corpus; "cancelled" (the time limit came
-    before it had a task, or it overran the grace) is never written. Both run again next time."""
+    """"partial": stopped at the time limit, or at the end of its turn while others waited and not continued in the
+    run; its tasks so far are in the corpus. "cancelled" (the time limit came before it started or had a task, or
+    it overran the grace) is never written. Both run again next time (a partial one continues where it stopped)."""
     settings: str
     """Hash of the settings it ran with; a change redoes the package."""
     reason: str = ""
@@ -108,6 +109,8 @@ class PackageStatus(BaseModel):
     license: str = ""
     setup: SuiteSetup | None = None
     """What the setup loop did (None when ``auto_setup`` is off or the loop itself refused the package)."""
+    turns: int = 1
+    """Runs that made its tasks: more than one when a turn ended while others waited and it continued later."""
 
 
 class SourceInfo(BaseModel):
@@ -390,6 +393,9 @@ class GenerateSummary(BaseModel):
     stopped_early: bool = False
     """The caller's ``keep_going`` stopped validation with candidates left to check (a corpus making room for the
     packages waiting to start)."""
+    continued: int = 0
+    """Tasks kept from the earlier run of the same settings this one continued (``generate(resume=True)``); the
+    counts and seconds above include that run's."""
 
 
 # -- the grader's front door (crf_prime/featdel/grader.py) -----------------------------------------------------------
