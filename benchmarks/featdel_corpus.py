@@ -104,6 +104,8 @@ def report(out: Path, wall_s: float, loads: list[tuple[float, float]], started: 
             f"{row['spec'].removeprefix('pypi:'):<34} {row['status']:<9} {row['tasks']:>5} {row['kept']:>5} "
             f"{row['seconds']:>6.0f} {rate:>6.1f}  {grans}"
         )
+        if row.get("turns", 1) > 1:
+            lines.append(f"{'':<36}in {row['turns']} turns (its first ended while others waited)")
         for action in row.get("setup", []):
             lines.append(f"{'':<36}setup: {action}")
         if row["status"] == "partial" and row.get("reason"):
@@ -213,10 +215,10 @@ def main() -> None:
         help="start the packages in the list's order (the curated list is ordered fastest first), not smallest first",
     )
     ap.add_argument(
-        "--slow-rate",
+        "--turn-s",
         type=float,
-        default=CorpusConfig.model_fields["slow_rate"].default,
-        help="see CorpusConfig.slow_rate",
+        default=CorpusConfig.model_fields["turn_s"].default,
+        help="see CorpusConfig.turn_s (0: each package in one go)",
     )
     ap.add_argument("--mutants-per-task", type=int, default=VerifyConfig().mutants_per_task)
     ap.add_argument("--min-mutation-rate", type=float, default=VerifyConfig().min_mutation_rate)
@@ -263,7 +265,7 @@ def run(args: argparse.Namespace, out: Path, *, mutants: int) -> dict:
                     min_mutation_rate=args.min_mutation_rate,
                     auto_setup=not args.no_auto_setup,
                     smallest_first=not args.listed_order,
-                    slow_rate=args.slow_rate,
+                    turn_s=args.turn_s,
                 )
             )
     finally:

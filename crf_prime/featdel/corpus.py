@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated
@@ -93,13 +94,13 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """Start the packages in order of their sdist's size, smallest first (local and git sources first, in listed
     order): under a time limit the packages left unstarted are then the large, slow ones, not whichever the list
     happens to name last. False: the listed order."""
-    slow_rate: Annotated[float, Field(ge=0)] = 4.0
-    """While packages wait to start, a package that has validated a task but makes fewer than this many validated
-    tasks per minute of validation after ``slow_after_s`` stops (before its next mutation score) and keeps what it
-    has (status ``partial``: a resumed run continues it), so that one slow suite does not hold a worker the rest of
-    the list could use. 0: never stop a package early."""
-    slow_after_s: Annotated[float, Field(gt=0)] = 120.0
-    """Seconds of validation before a package's rate is judged against ``slow_rate``."""
+    turn_s: Annotated[float, Field(ge=0)] = 60.0
+    """Each package's first turn while others wait to start: after this many seconds of validation with a task (three
+    times as long without one) it stops before its next batch or mutation score, keeps its tasks and queues again.
+    Once every package has started, the queued ones continue where they stopped (``generate(resume=True)``),
+    fastest first (tasks per second of their turn), to their end. Under a time limit every listed package gets a
+    turn before any takes a second, and the time left goes to the packages that make tasks fastest. 0: each package
+    runs to its end in one go."""
     auto_setup: bool = True
     """Before generating, get each suite running as a person would (crf_prime/featdel/suite_setup.py): install
     the distributions its tests import, find tests pytest's defaults miss, deselect tests that fail as shipped.
@@ -208,6 +209,11 @@ def settings_key(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
+NO_TASK_TURNS = 3
+"""A package without a task yet keeps its first turn this many times longer: a package's first task is what the
+corpus needs most from it."""
+
+
 class Queue(BaseModel):
     """How a package learns whether others wait for a worker: each package of the run writes ``run`` to its
     directory's :data:`STARTED` file when it starts; a peer without it has not started."""
@@ -215,17 +221,17 @@ class Queue(BaseModel):
     run: str
     peers: tuple[str, ...]
     """Package directories of this run."""
-    slow_rate: float
-    slow_after_s: float
+    turn_s: float
+    no_task_turns: float = NO_TASK_TURNS
 
     def waiting(self) -> int:
         return sum(1 for d in self.peers if _read(Path(d) / STARTED) != self.run)
 
     def keep_going(self, tasks: int, seconds: float) -> bool:
-        """``generate``'s ``keep_going``: ``tasks`` validated in ``seconds`` of validation (the setup is paid: what
-        counts is what the package makes from now on, against a waiting package that has its setup still to pay)."""
-        slow = tasks >= 1 and seconds >= self.slow_after_s and 60 * tasks / seconds < self.slow_rate
-        return not (slow and self.waiting())
+        """``generate``'s ``keep_going``: ``tasks`` validated in ``seconds`` of validation of this turn (the setup is
+        not counted: it is paid once, and the waiting package has its own still to pay)."""
+        over = seconds >= self.turn_s * (1 if tasks else self.no_task_turns)
+        return not (over and self.waiting())
 
 
 STARTED = "started"
@@ -252,7 +258,8 @@ def build_package(
     a package that cannot be used (its status says why). Runs in a Ray worker. ``tmp_root``: where its temporary
     trees go (the driver removes it, so a force-cancelled task leaves nothing in the system's temp directory).
     ``stop_at``: the corpus's time limit (``time.time()``): validation stops there and keeps what it has.
-    ``queue``: the run's packages, to stop a slow package early while others wait (``slow_rate``)."""
+    ``queue``: the run's packages, to end the package's turn while others wait (``turn_s``). A package whose status
+    says an earlier turn or run of the same line and settings stopped it early (``partial``) continues it."""
     if tmp_root is None:
         return _build_package(spec, pkg_dir, settings, workers, stop_at, queue)
     os.makedirs(tmp_root, exist_ok=True)
@@ -284,6 +291,8 @@ def _build_package(
         return cancelled.model_dump()
     root = Path(pkg_dir)
     root.mkdir(parents=True, exist_ok=True)
+    earlier = read_status(root)
+    resume = earlier is not None and (earlier.status, earlier.spec, earlier.settings) == ("partial", spec, key)
     (root / VALIDATING).unlink(missing_ok=True)
     if queue is not None:
         _write_atomic(root / STARTED, queue.run)
@@ -323,8 +332,10 @@ def _build_package(
             if phase == "validate" and not (root / VALIDATING).exists():
                 (root / VALIDATING).touch()
 
-        keep_going = None if queue is None or not queue.slow_rate else queue.keep_going
-        tasks, summary = generate(cfg.model_copy(update={"time_limit_s": left}), progress, keep_going=keep_going)
+        keep_going = None if queue is None or not queue.turn_s else queue.keep_going
+        tasks, summary = generate(
+            cfg.model_copy(update={"time_limit_s": left}), progress, keep_going=keep_going, resume=resume
+        )
         license = _license(root / "tasks")
         with tempfile.TemporaryDirectory(prefix="crf-corpus-base-") as tmp:
             metas = []
@@ -342,7 +353,8 @@ def _build_package(
             settings=key,
             tasks=len(tasks),
             license=license,
-            seconds=round(time.perf_counter() - t0, 1),
+            seconds=round(time.perf_counter() - t0 + (earlier.seconds if resume and earlier else 0.0), 1),
+            turns=1 + (earlier.turns if resume and earlier else 0),
             setup=setup,
         )
     except (InfraError, MissingExtraError):
@@ -396,6 +408,8 @@ class _Progress:
         self.done = self.tasks = self.failed = self.built = 0
         """``built``: tasks made in this run (resumed packages' tasks do not count towards the rate)."""
         self.total = packages
+        self.turns: dict[str, int] = {}
+        """Tasks of packages whose turn ended, counted in ``built`` already."""
         self.t0 = time.perf_counter()
         if self.tty:
             # start-up: +199 ms on every command
@@ -415,14 +429,14 @@ class _Progress:
     def package(self, slug: str, status: PackageStatus, resumed: bool) -> None:
         self.done += 1
         self.tasks += status.tasks
-        self.built += 0 if resumed else status.tasks
+        self.built += 0 if resumed else status.tasks - self.turns.pop(slug, 0)
         self.failed += status.status == "failed"
         rate = self.built / max((time.perf_counter() - self.t0) / 60, 1e-9)
         if status.status == "done":
             what = f"{status.tasks} tasks in {status.seconds:.0f}s"
         elif status.status == "partial":
-            why = "early to make room for waiting packages" if status.reason else "at the time limit"
-            what = f"{status.tasks} tasks in {status.seconds:.0f}s, stopped {why} (it runs again next time)"
+            why = "its turn ended while others waited, not continued" if status.reason else "stopped"
+            what = f"{status.tasks} tasks in {status.seconds:.0f}s, {why} at the time limit (it continues next time)"
         elif status.status == "cancelled":
             what = "cancelled (time limit; it runs again next time)"
         else:
@@ -434,6 +448,19 @@ class _Progress:
         if self.tty:
             self.bar.update(self.pkgs, completed=self.done)
             self.bar.update(self.tk, completed=self.tasks)
+            self.bar.console.print(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def turn(self, slug: str, status: PackageStatus) -> None:
+        """A package's turn ended while others waited: it continues once every package has started."""
+        self.built += status.tasks - self.turns.get(slug, 0)
+        self.turns[slug] = status.tasks
+        line = (
+            f"featdel corpus: [{self.done}/{self.total} packages] {slug}: {status.tasks} tasks in "
+            f"{status.seconds:.0f}s, its turn is over (others wait); it continues once every package has started"
+        )
+        if self.tty:
             self.bar.console.print(line)
         else:
             print(line, file=sys.stderr, flush=True)
@@ -457,6 +484,23 @@ def _stopped_early(summary: GenerateSummary, tasks: int, seconds: float) -> str:
         f"stopped early to make room for packages waiting to start: {tasks} tasks in {seconds:.0f} s "
         f"({60 * tasks / seconds:.1f}/min), {left} candidates unchecked"
     )
+
+
+def next_package(unstarted: list[SourceLine], again: list[SourceLine], rates: Mapping[str, float]) -> SourceLine:
+    """Taken off its list: the first package not started yet; once all have started, the one whose turn made tasks
+    fastest (``rates``: tasks per second of validation; the earliest queued of equals)."""
+    if unstarted:
+        return unstarted.pop(0)
+    return again.pop(max(range(len(again)), key=lambda i: (rates[again[i].slug], -i)))
+
+
+def turn_rate(pkg_dir: Path, status: PackageStatus) -> float:
+    """Tasks per second of validation of a package's turn (its setup is paid: what counts is what it makes next)."""
+    try:
+        seconds = GenerateSummary.model_validate_json((pkg_dir / "tasks" / "summary.json").read_text()).seconds
+    except (OSError, ValueError):
+        return 0.0
+    return status.tasks / max(seconds.get("validate", 0.0), 1e-9)
 
 
 def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, PackageStatus]:
@@ -496,30 +540,45 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
             try:
                 workers = max(1, int(-(-config.cpus_per_package // 1)))
                 remote = ray.remote(num_cpus=config.cpus_per_package, max_retries=0)(build_package)
+                cpus = config.num_cpus or os.cpu_count() or 1
+                if config.ray_address:
+                    cpus = int(ray.cluster_resources().get("CPU", 1))
+                slots = max(1, int(cpus // config.cpus_per_package))
                 limit = config.time_limit_s
                 stop_at = None if limit is None else time.time() + limit  # wall clock: the workers' processes
                 queue = Queue(
                     run=uuid.uuid4().hex,
                     peers=tuple(str(root / s.slug) for s in todo),
-                    slow_rate=config.slow_rate,
-                    slow_after_s=config.slow_after_s,
+                    turn_s=config.turn_s,
+                    no_task_turns=NO_TASK_TURNS,
                 )
-                pending = {
-                    remote.remote(s.spec, str(root / s.slug), settings[s.slug], workers, tmp_root, stop_at, queue): s
-                    for s in todo
-                }
+                unstarted = list(todo)
+                again: list[SourceLine] = []  # turn over, to continue once every package has started
+                rates: dict[str, float] = {}
+                pending: dict = {}
                 at_limit = None if limit is None else time.monotonic() + limit
                 deadline = None if at_limit is None else at_limit + config.grace_s
+
+                def submit() -> None:  # the driver queues: Ray would start its tasks in no set order
+                    while len(pending) < slots and (unstarted or again) and (limit is None or at_limit is not None):
+                        s = next_package(unstarted, again, rates)
+                        ref = remote.remote(
+                            s.spec, str(root / s.slug), settings[s.slug], workers, tmp_root, stop_at, queue
+                        )
+                        pending[ref] = s
 
                 def cancel(refs: list, reason: str) -> None:  # left for the next run
                     for ref in refs:
                         s = pending.pop(ref)
                         ray.cancel(ref, force=True)
-                        results[s.slug] = PackageStatus(
-                            spec=s.spec, status="cancelled", settings=keys[s.slug], reason=reason
-                        )
+                        turn = results.get(s.slug)  # a continuation cancelled: its first turn's tasks stand
+                        if turn is None:
+                            results[s.slug] = PackageStatus(
+                                spec=s.spec, status="cancelled", settings=keys[s.slug], reason=reason
+                            )
                         progress.package(s.slug, results[s.slug], resumed=False)
 
+                submit()
                 while pending:
                     until = at_limit if at_limit is not None else deadline
                     left = None if until is None else max(0.0, until - time.monotonic())
@@ -550,7 +609,22 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                         )
                         _write_atomic(root / s.slug / "status.json", st.model_dump_json(indent=2) + "\n")
                     results[s.slug] = st
-                    progress.package(s.slug, st, resumed=False)
+                    if st.status == "partial" and st.reason:  # its turn ended while others waited
+                        again.append(s)
+                        rates[s.slug] = turn_rate(root / s.slug, st)
+                        progress.turn(s.slug, st)
+                    else:
+                        progress.package(s.slug, st, resumed=False)
+                    submit()
+                for s in [*unstarted, *again]:  # never started, or not continued, before the time limit
+                    if s.slug not in results:
+                        results[s.slug] = PackageStatus(
+                            spec=s.spec,
+                            status="cancelled",
+                            settings=keys[s.slug],
+                            reason="not started before the time limit",
+                        )
+                    progress.package(s.slug, results[s.slug], resumed=False)
             finally:
                 if started:
                     ray.shutdown()

@@ -42,6 +42,8 @@ class PackageRow(BaseModel):
     split: str = ""
     suite_tests: int = 0
     seconds: float = 0.0
+    turns: int = 1
+    """Runs that made its tasks (``PackageStatus.turns``)."""
     reason: str = ""
     setup: list[str] = Field(default_factory=list)
     """What the setup loop did to run the suite (installed test dependencies, discovery, ignored modules,
@@ -117,6 +119,7 @@ def assemble(
             license=st.license,
             tasks=st.tasks,
             seconds=st.seconds,
+            turns=st.turns,
             reason=st.reason.splitlines()[0][:300] if st.reason else "",
             setup=st.setup.actions() if st.setup else [],
             deselected=[f"{n}: {why}" for n, why in st.setup.deselected.items()] if st.setup else [],
@@ -282,7 +285,7 @@ def dataset_card(summary: CorpusSummary, metas: list[TaskMeta]) -> str:
         "|---|---|---|---:|---:|---|---|",
     ]
     for row in summary.packages.values():
-        partial = "partial (stopped early: slow while others waited)" if row.reason else "partial (time limit)"
+        partial = "partial (its turn ended while others waited)" if row.reason else "partial (time limit)"
         status = {"done": "ok", "partial": partial, "cancelled": "not finished (time limit)"}.get(
             row.status, f"failed: {row.reason[:120].replace('|', '/')}"
         )

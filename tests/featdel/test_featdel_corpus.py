@@ -47,6 +47,34 @@ def _sources(tmp_path: Path) -> Path:
     return sources
 
 
+@pytest.mark.ray
+@pytest.mark.bwrap
+def test_a_package_whose_turn_ended_continues_once_every_package_has_started(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One CPU, two packages, turns that end at once: alpha's turn ends before its first mutation score (gamma
+    waits), gamma runs to its end (nobody waits), then alpha continues and runs to its end; the corpus holds the same
+    tasks as a run where each package runs in one go."""
+    pytest.importorskip("ray")
+    project(tmp_path / "src" / "alpha", "alpha")
+    project(tmp_path / "src" / "gamma", "gamma", lib=GAMMA, tests=GAMMA_TESTS)
+    (tmp_path / "sources.txt").write_text("src/alpha\nsrc/gamma\n")
+    args = ["featdel", "corpus", "--sources", str(tmp_path / "sources.txt"), "--num-cpus", "1"]
+    args += ["--max-tasks", "20", "--granularities", "block", "--eval-fraction", "0"]
+    assert main([*args, "--out", str(tmp_path / "turns"), "--turn-s", "1e-9"]) == 0
+    err = capsys.readouterr().err
+    lines = [x.split("] ", 1)[1] for x in err.splitlines() if x.startswith("featdel corpus: [")]
+    assert [x.split("-", 1)[0] for x in lines] == ["alpha", "gamma", "alpha"]
+    assert "0 tasks in " in lines[0] and "its turn is over (others wait)" in lines[0]
+    rows = json.loads((tmp_path / "turns" / "summary.json").read_text())["packages"]
+    assert [(r["status"], r["turns"]) for r in rows.values()] == [("done", 2), ("done", 1)]
+    assert main([*args, "--out", str(tmp_path / "one-go"), "--turn-s", "0"]) == 0
+    one_go = json.loads((tmp_path / "one-go" / "summary.json").read_text())["packages"]
+    assert [(r["status"], r["turns"]) for r in one_go.values()] == [("done", 1), ("done", 1)]
+    assert [t.task_id for t in load_tasks(tmp_path / "turns")] == [t.task_id for t in load_tasks(tmp_path / "one-go")]
+    assert [r["tasks"] for r in rows.values()] == [3, 1]  # as in test_corpus_end_to_end
+
+
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.bwrap

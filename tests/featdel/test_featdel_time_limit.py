@@ -23,13 +23,15 @@ from crf_prime.featdel.corpus import (
     Queue,
     _Progress,
     build_package,
+    next_package,
     package_settings,
     read_sources,
     resumable,
+    turn_rate,
 )
 from crf_prime.featdel.corpus_build import assemble
 from crf_prime.featdel.generate import load_tasks
-from crf_prime.featdel.models import PackageStatus
+from crf_prime.featdel.models import GenerateSummary, PackageStatus, SourceInfo, SourceLine
 
 pytestmark = pytest.mark.bwrap
 
@@ -146,33 +148,56 @@ def test_a_run_in_flight_at_the_limit_is_stopped_there(tmp_path: Path, capsys: p
     assert "no valid task among 0 checked candidates of " in err and "(stopped at --time-limit-s 20)" in err
 
 
-def test_a_slow_package_stops_early_only_while_others_wait(tmp_path: Path) -> None:
-    """``slow_rate``: a package with a task but under the rate after ``slow_after_s`` stops while a peer has not
-    started; with every peer started, with no task yet, before ``slow_after_s`` or at the rate, it goes on."""
+def test_a_turn_ends_only_while_others_wait(tmp_path: Path) -> None:
+    """``turn_s``: a package with a task stops after its turn while a peer has not started, one without a task after
+    three turns; with every peer started it goes on."""
     me, peer = tmp_path / "me", tmp_path / "peer"
     me.mkdir()
-    queue = Queue(run="run-1", peers=(str(me), str(peer)), slow_rate=4.0, slow_after_s=120.0)
+    queue = Queue(run="run-1", peers=(str(me), str(peer)), turn_s=60.0)
     (me / STARTED).write_text("run-1")
     judge = queue.keep_going
     assert queue.waiting() == 1
-    assert judge(1, 300.0) is False  # 0.2 tasks per minute of validation, a peer waits
-    assert judge(0, 300.0) is True  # no task yet: it goes on until it has one
-    assert judge(20, 300.0) is True  # 4 tasks/min: at the rate
-    assert judge(19, 300.0) is False
-    assert judge(1, 119.0) is True  # judged after slow_after_s only
+    assert judge(1, 59.9) is True and judge(1, 60.0) is False  # a task: one turn
+    assert judge(0, 179.9) is True and judge(0, 180.0) is False  # no task yet: three
     peer.mkdir()
     (peer / STARTED).write_text("run-0")  # an earlier run's marker: still waiting in this one
-    assert judge(1, 300.0) is False
+    assert judge(1, 60.0) is False
     (peer / STARTED).write_text("run-1")
-    assert queue.waiting() == 0 and judge(1, 300.0) is True  # nobody waits: it runs to the end
+    assert queue.waiting() == 0 and judge(1, 600.0) is True and judge(0, 600.0) is True  # nobody waits
 
 
-def test_a_package_stopped_early_keeps_its_tasks_as_partial(
+def test_the_next_package_is_an_unstarted_one_then_the_fastest_turn(tmp_path: Path) -> None:
+    """Every package gets a turn before any gets a second; then tasks per second of the turn's validation, the
+    earliest queued of equals."""
+    line = {n: SourceLine(spec=f"pypi:{n}==1", slug=n, line=i) for i, n in enumerate("abcde", 1)}
+    rates = {"a": 0.1, "b": 0.15, "c": 0.0, "d": 0.15}
+    unstarted, again = [line["e"]], [line["a"], line["b"], line["c"], line["d"]]
+    order = [next_package(unstarted, again, rates).slug for _ in range(5)]
+    assert order == ["e", "b", "d", "a", "c"] and not unstarted and not again
+    # the rate of a turn: its tasks over generate's seconds of validation, not the setup's
+    summary = GenerateSummary(
+        source=SourceInfo(spec="pypi:a==1", name="a", version="1", sha256="0" * 64),
+        suite_tests=3,
+        functions=3,
+        candidates=9,
+        checked=4,
+        valid=3,
+        seconds={"venv": 40.0, "validate": 60.0, "total": 100.0},
+    )
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "summary.json").write_text(summary.model_dump_json())
+    st = PackageStatus(spec="pypi:a==1", status="partial", settings="k", tasks=3, seconds=130.0)
+    assert turn_rate(tmp_path, st) == 3 / 60.0
+    assert turn_rate(tmp_path / "absent", st) == 0.0
+
+
+def test_a_package_whose_turn_ends_keeps_its_tasks_and_continues_where_it_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Through ``build_package``: stopped once it has a task (a peer waits, the package is slow), inside its first
-    batch of four: the other three candidates are graded and recorded but not verified (unchecked); it keeps the task
-    it validated, its status is ``partial`` with the reason, and the corpus README says so."""
+    """Through ``build_package``: its turn ends once it has a task (a peer waits), inside its first batch of four:
+    the other three candidates are graded and recorded but not verified (unchecked); it keeps the task it validated,
+    its status is ``partial`` with the reason, and the corpus README says so. With nobody waiting, the next call
+    continues it: the first task kept as it was, no candidate checked twice, and the same tasks as one run in one go."""
     project(tmp_path / "src" / "alpha", "alpha")
     (tmp_path / "sources.txt").write_text("src/alpha\n")
     line = read_sources(tmp_path / "sources.txt")[0]
@@ -180,7 +205,7 @@ def test_a_package_stopped_early_keeps_its_tasks_as_partial(
     settings = package_settings(config, line)
     pkg = config.out / "packages" / line.slug
     monkeypatch.setattr(generate_module, "SHARED_BATCH", 4)
-    queue = Queue(run="r", peers=(str(pkg), str(tmp_path / "waiting")), slow_rate=1e9, slow_after_s=1e-9)
+    queue = Queue(run="r", peers=(str(pkg), str(tmp_path / "waiting")), turn_s=1e-9, no_task_turns=1e18)
     st = PackageStatus.model_validate(build_package(line.spec, str(pkg), settings, 1, queue=queue))
     assert (st.status, st.tasks) == ("partial", 1)
     assert st.reason.startswith("stopped early to make room for packages waiting to start: 1 tasks in ")
@@ -188,15 +213,31 @@ def test_a_package_stopped_early_keeps_its_tasks_as_partial(
     progress = _Progress(1, 10)
     progress.package(line.slug, st, resumed=False)
     progress.close()
-    assert "stopped early to make room for waiting packages (it runs again next time)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "its turn ended while others waited, not continued at the time limit (it continues next time)" in err
     generated = json.loads((pkg / "tasks" / "summary.json").read_text())
     assert generated["stopped_early"] is True and generated["time_limit_reached"] is False
     assert generated["checked"] == 1 < generated["candidates"]
     summary = assemble(config.out, [line], {line.slug: st}, eval_fraction=0.0)
-    assert "| partial (stopped early: slow while others waited) |" in (config.out / "README.md").read_text()
+    assert "| partial (its turn ended while others waited) |" in (config.out / "README.md").read_text()
     assert summary.packages_partial == 1
-    # nobody waiting: the same package runs to the end
+    first = load_tasks(pkg / "tasks")
+    # nobody waiting: the same package continues where it stopped and runs to the end
     done = PackageStatus.model_validate(
         build_package(line.spec, str(pkg), settings, 1, queue=queue.model_copy(update={"peers": (str(pkg),)}))
     )
-    assert done.status == "done" and done.tasks > 1 and done.reason == ""
+    assert (done.status, done.reason, done.turns) == ("done", "", 2) and done.tasks > 1
+    assert done.seconds > st.seconds  # both turns
+    tasks = load_tasks(pkg / "tasks")
+    assert tasks[0].model_dump() == first[0].model_dump()  # kept, not made again
+    continued = json.loads((pkg / "tasks" / "summary.json").read_text())
+    assert continued["continued"] == 1 and continued["stopped_early"] is False
+    assert continued["candidates"] == generated["candidates"]
+    assert continued["checked"] == len(tasks) + len(continued["rejections"])  # no candidate checked twice
+    assert len({r["candidate"] for r in continued["rejections"]} | {t.task_id for t in tasks}) == continued["checked"]
+    for t in tasks:  # every task's replay files are there
+        assert t.replay is not None
+        assert (pkg / "tasks" / t.replay.calls_file).is_file() and (pkg / "tasks" / t.replay.expected_file).is_file()
+    one_go = PackageStatus.model_validate(build_package(line.spec, str(tmp_path / "one-go"), settings, 1))
+    assert (one_go.status, one_go.turns) == ("done", 1)
+    assert [t.task_id for t in load_tasks(tmp_path / "one-go" / "tasks")] == [t.task_id for t in tasks]
