@@ -54,6 +54,7 @@ from crf_prime.featdel.models import (
     GenerateSummary,
     GradeResult,
     Granularity,
+    MutationScore,
     RateStats,
     Rejection,
     SourceInfo,
@@ -762,9 +763,27 @@ def verifiable(
     task = task.model_copy(update={"unreplayed_targets": gaps})
     if not cfg.mutants_per_task or task.replay is None:
         return task
-    score = mutation_score(
-        task, task_dir, cap=cfg.mutants_per_task, sandbox=sandbox, env=env, tests_wall_s=cfg.mutant_tests_wall_s
-    )
+    budget = time.monotonic() + cfg.mutation_wall_s
+    stop = budget if sandbox.deadline is None else min(budget, sandbox.deadline)
+    try:
+        score: MutationScore | None = mutation_score(
+            task,
+            task_dir,
+            cap=cfg.mutants_per_task,
+            sandbox=sandbox.with_deadline(stop),
+            env=env,
+            tests_wall_s=cfg.mutant_tests_wall_s,
+        )
+    except Exception:
+        if time.monotonic() < budget:
+            raise
+        score = None  # a run stopped at the budget broke the measurement
+    if score is None or time.monotonic() >= budget:  # its runs were stopped there: the score is not the grader's
+        return Rejection(
+            candidate=task.task_id,
+            reason="slow-mutants",
+            detail=f"grading gold's mutants took over {cfg.mutation_wall_s:g} s (--mutation-wall-s)",
+        )
     if score.rate is not None and score.rate < cfg.min_mutation_rate:
         return Rejection(
             candidate=task.task_id,

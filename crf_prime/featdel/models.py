@@ -29,6 +29,10 @@ class VerifyConfig(BaseModel):
     0 measures nothing."""
     min_mutation_rate: Annotated[float, Field(ge=0, le=1)] = 0.95
     """Keep a task only when its grader rejects at least this share of the behaviour-changing mutants."""
+    mutation_wall_s: Annotated[float, Field(gt=0)] = 90.0
+    """Wall limit (seconds) of one task's mutation score: a task whose gold mutants take longer to grade is rejected
+    (``slow-mutants``): its grader cannot be measured at a cost a corpus can pay. (arrow's ``next_weekday``: mutants
+    that send dateutil's ``rrule`` searching for seconds a call held a worker 3 minutes; most tasks take seconds.)"""
     mutant_tests_wall_s: Annotated[float, Field(gt=0)] = 60.0
     """Wall limit (seconds) of one mutant's target-test run. A mutant still running then is counted as timed out,
     on neither side of the rate: the served grader allows the longer grading limit, in which it might pass. (A
@@ -338,6 +342,7 @@ RejectReason = Literal[
     "grader-mismatch",
     "no-replay-coverage",
     "weak-grader",
+    "slow-mutants",
     "not-servable",
     "error",
 ]

@@ -30,7 +30,7 @@ from crf_prime.featdel.corpus import (
     turn_rate,
 )
 from crf_prime.featdel.corpus_build import assemble
-from crf_prime.featdel.generate import load_tasks
+from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
 from crf_prime.featdel.models import GenerateSummary, PackageStatus, SourceInfo, SourceLine
 
 pytestmark = pytest.mark.bwrap
@@ -241,3 +241,18 @@ def test_a_package_whose_turn_ends_keeps_its_tasks_and_continues_where_it_stoppe
     one_go = PackageStatus.model_validate(build_package(line.spec, str(tmp_path / "one-go"), settings, 1))
     assert (one_go.status, one_go.turns) == ("done", 1)
     assert [t.task_id for t in load_tasks(tmp_path / "one-go" / "tasks")] == [t.task_id for t in tasks]
+
+
+def test_a_task_whose_mutants_take_too_long_to_grade_is_rejected_as_such(tmp_path: Path) -> None:
+    """``mutation_wall_s``: a mutation score past it is stopped there (its runs end at the budget) and the task is
+    rejected as ``slow-mutants``, not kept with a score its stopped runs made up; within it the same task is kept."""
+    src = project(tmp_path / "src" / "alpha", "alpha")
+    cfg = GenerateConfig(source=str(src), out=tmp_path / "slow", max_tasks=1, workers=1, mutation_wall_s=1e-3)
+    start = time.monotonic()
+    tasks, summary = generate(cfg)
+    assert tasks == [] and summary.checked >= 1 and time.monotonic() - start < 120
+    slow = [r for r in summary.rejections if r.reason == "slow-mutants"]
+    assert slow and {r.detail for r in slow} == {"grading gold's mutants took over 0.001 s (--mutation-wall-s)"}
+    kept, _ = generate(cfg.model_copy(update={"out": tmp_path / "kept", "mutation_wall_s": 90.0}))
+    assert [t.task_id for t in kept] == [slow[0].candidate]
+    assert kept[0].mutation is not None and kept[0].mutation.rate == 1.0
