@@ -94,7 +94,7 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     """Start the packages in order of their sdist's size, smallest first (local and git sources first, in listed
     order): under a time limit the packages left unstarted are then the large, slow ones, not whichever the list
     happens to name last. False: the listed order."""
-    turn_s: Annotated[float, Field(ge=0)] = 30.0
+    turn_s: Annotated[float, Field(ge=0)] = 60.0
     """Each package's first turn while others wait to start: after this many seconds of validation with a task (three
     times as long without one) it stops before its next batch or mutation score, keeps its tasks and queues again.
     Once every package has started, the queued ones continue where they stopped (``generate(resume=True)``),
