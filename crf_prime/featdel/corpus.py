@@ -550,7 +550,6 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                     run=uuid.uuid4().hex,
                     peers=tuple(str(root / s.slug) for s in todo),
                     turn_s=config.turn_s,
-                    no_task_turns=NO_TASK_TURNS,
                 )
                 unstarted = list(todo)
                 again: list[SourceLine] = []  # turn over, to continue once every package has started
@@ -571,11 +570,10 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                     for ref in refs:
                         s = pending.pop(ref)
                         ray.cancel(ref, force=True)
-                        turn = results.get(s.slug)  # a continuation cancelled: its first turn's tasks stand
-                        if turn is None:
-                            results[s.slug] = PackageStatus(
-                                spec=s.spec, status="cancelled", settings=keys[s.slug], reason=reason
-                            )
+                        results.setdefault(  # a continuation cancelled: its first turn's tasks stand
+                            s.slug,
+                            PackageStatus(spec=s.spec, status="cancelled", settings=keys[s.slug], reason=reason),
+                        )
                         progress.package(s.slug, results[s.slug], resumed=False)
 
                 submit()
