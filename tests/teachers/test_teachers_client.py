@@ -131,7 +131,9 @@ async def test_stream_assembles_tool_call_deltas_and_usage():
 async def test_slow_stream_times_out_and_is_not_retried():
     rec, server = await ask([answer(stall_s=1.5), answer()], stream=True, timeout_s=0.3)
     assert not rec.ok and rec.error_type == "timeout" and rec.possibly_paid
-    assert rec.attempt == 1 and len(server.requests) == 1
+    # the request that reached the provider is never sent again; an attempt whose 0.3 s ran out before its request
+    # was on the wire (a loaded machine) was not sent, and is retried
+    assert len(server.requests) == 1
 
 
 async def test_cost_from_usage_cost_when_present():
