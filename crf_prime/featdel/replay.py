@@ -10,6 +10,7 @@ is a mismatch (score 0), never a skip.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -137,6 +138,23 @@ def _tree_paths(task: FeatdelTask, env: TestEnv, repo: Path) -> list[str]:
     return paths
 
 
+def imported_modules(repo: Path, files: Collection[str]) -> list[str]:
+    """Module names that ``files`` of the tree at ``repo`` import absolutely (``import a.b``, ``from a.b import c``):
+    a many-tree box imports the standard library's among them once, before forking its trees (``replay_box``)."""
+    names: set[str] = set()
+    for rel in files:
+        try:
+            tree = ast.parse((repo / rel).read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names.add(node.module)
+    return sorted(names)
+
+
 Sites = Mapping[str, Sequence[int]]
 """Where a tree's project code calls ``getattr``/``setattr``/``delattr`` with a computed name (file -> lines)."""
 
@@ -254,6 +272,7 @@ def run_variants(
         "strict": strict,
         "sequence": sequence,
         "differs": differs,
+        "preload": imported_modules(repos[0], task.source_files) if repos else [],
     }
     _launch(sandbox, env, task, run_dir, repos, outs, calls, cfg, call_timeout_s, 30.0 + wall * len(picked), seed)
     return [_results(out) if out.is_file() else None for out in outs]

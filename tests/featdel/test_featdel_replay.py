@@ -9,6 +9,7 @@ import json
 import pickle
 import random
 import subprocess
+import sys
 import textwrap
 from collections import Counter, OrderedDict
 from pathlib import Path
@@ -17,13 +18,23 @@ import pytest
 from featdel_support import INFLECTION, TOOLZ, agent_tree, generated
 
 from crf_prime.featdel import record as record_module
+from crf_prime.featdel import replay_box as replay_box_module
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import GenerateConfig, generate
 from crf_prime.featdel.grade import materialise
 from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.inputs import generate as generate_inputs
 from crf_prime.featdel.inputs import variations
-from crf_prime.featdel.replay import SEQ, compare, load_replay, module_of, replayed_calls, strip_tests, targets_of
+from crf_prime.featdel.replay import (
+    SEQ,
+    compare,
+    imported_modules,
+    load_replay,
+    module_of,
+    replayed_calls,
+    strip_tests,
+    targets_of,
+)
 from crf_prime.featdel.replay_box import MAX_NODES, Opaque, canonical
 
 
@@ -64,6 +75,79 @@ def test_canonical_orders_sets_and_dicts_but_not_sequences() -> None:
     assert canonical([1, 2]) != canonical([2, 1])
     # an OrderedDict is compared by its reduction, which keeps the order
     assert canonical(OrderedDict(a=1, b=2)) != canonical(OrderedDict(b=2, a=1))
+
+
+class _Node:
+    def __init__(self, **state) -> None:
+        self.__dict__.update(state)
+
+
+def _reference_canonical(tree):
+    """The canonical form's definition: every dict's entries (and every object's state) sorted by their whole text."""
+    if not isinstance(tree, list):
+        return tree
+    tree = [_reference_canonical(x) for x in tree]
+    if len(tree) == 2 and tree[0] == "dict" and isinstance(tree[1], list):
+        return ["dict", sorted(tree[1], key=lambda e: json.dumps(e, sort_keys=True, separators=(",", ":")))]
+    return tree
+
+
+def test_canonical_sorts_entries_exactly_as_by_their_whole_text() -> None:
+    """Entries are ordered by their key's text where keys' texts differ; that is the whole-text order, also for keys
+    whose texts are prefixes of each other, for keys with the same text ("1" and 1 are not; 1 and 1.0 are not; two
+    equal-state objects are) and for the cut marker of a container past the node budget."""
+    rng = random.Random(5)
+
+    def value(depth: int):
+        kind = rng.randrange(6 if depth < 4 else 3)
+        if kind == 0:
+            return rng.choice([1, 12, 1.5, "1", "12", "a", "a b", 'a"', None, True])
+        if kind == 1:
+            return rng.choice(["", "ab", "a\\b", "é", 0, -1])
+        if kind == 2:
+            return (rng.random(),)
+        if kind == 3:
+            keys = rng.sample(
+                [1, 12, "1", "12", "a", "a b", 'a"', (1,), (1, 2), 1.5, True, None, "é"], rng.randrange(6)
+            )
+            return {k: value(depth + 1) for k in keys}
+        if kind == 4:
+            same = value(depth + 1)
+            return {_Node(x=same): 1, _Node(x=same): value(depth + 1), _Node(y=1): 2}
+        return _Node(**{rng.choice(["b", "a", "a b", "ab", "_x"]): value(depth + 1) for _ in range(rng.randrange(4))})
+
+    big = {i: list(range(3)) for i in range(MAX_NODES)}  # cut: a marker among the entries
+    for v in [big, {"x": big, 1: big}] + [value(0) for _ in range(300)]:
+        got = canonical(v)
+        assert got == _reference_canonical(got)
+
+
+def test_a_many_tree_box_imports_the_standard_library_once_unless_a_tree_shadows_it(tmp_path: Path) -> None:
+    """The standard-library modules the project's files import absolutely are imported once by the box's parent (its
+    trees' children inherit them); one a tree's path provides is left to the tree, as is everything not the standard
+    library's and a relative import."""
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "a.py").write_text(
+        "import xml.sax.saxutils, os\nfrom email import parser\nfrom . import b\nfrom .b import c\n"
+        "def f():\n    from json.decoder import JSONDecoder\n    import colorsys, not_stdlib_here\n"
+    )
+    (repo / "pkg" / "broken.py").write_text("def (:\n")
+    names = imported_modules(repo, ["pkg/a.py", "pkg/broken.py", "pkg/absent.py"])
+    assert names == ["colorsys", "email", "json.decoder", "not_stdlib_here", "os", "xml.sax.saxutils"]
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "colorsys.py").write_text("")
+    probe = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(Path(replay_box_module.__file__).parent)!r})\n"
+        "import replay_box\n"
+        f"done = replay_box.preload({names!r}, [{str(shadow)!r}])\n"
+        "print(json.dumps([done, 'colorsys' in sys.modules, 'xml.sax.saxutils' in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-S", "-s", "-c", probe], capture_output=True, text=True, check=True)
+    done, colorsys, saxutils = json.loads(out.stdout)
+    assert done == ["email", "json.decoder", "os", "xml.sax.saxutils"] and saxutils and not colorsys
 
 
 def test_canonical_consumes_iterators_whatever_their_type() -> None:
