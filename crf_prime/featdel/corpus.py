@@ -227,11 +227,17 @@ class Queue(BaseModel):
     def waiting(self) -> int:
         return sum(1 for d in self.peers if _read(Path(d) / STARTED) != self.run)
 
+    def left_s(self, tasks: int, seconds: float) -> float | None:
+        """Seconds left of this turn after ``seconds`` of validation with ``tasks`` validated (the setup is not
+        counted: it is paid once, and the waiting package has its own still to pay); None while nobody waits."""
+        if not self.turn_s or not self.waiting():
+            return None
+        return self.turn_s * (1 if tasks else self.no_task_turns) - seconds
+
     def keep_going(self, tasks: int, seconds: float) -> bool:
-        """``generate``'s ``keep_going``: ``tasks`` validated in ``seconds`` of validation of this turn (the setup is
-        not counted: it is paid once, and the waiting package has its own still to pay)."""
-        over = seconds >= self.turn_s * (1 if tasks else self.no_task_turns)
-        return not (over and self.waiting())
+        """``generate``'s turn: whether it has time left."""
+        left = self.left_s(tasks, seconds)
+        return left is None or left > 0
 
 
 STARTED = "started"
@@ -332,10 +338,8 @@ def _build_package(
             if phase == "validate" and not (root / VALIDATING).exists():
                 (root / VALIDATING).touch()
 
-        keep_going = None if queue is None or not queue.turn_s else queue.keep_going
-        tasks, summary = generate(
-            cfg.model_copy(update={"time_limit_s": left}), progress, keep_going=keep_going, resume=resume
-        )
+        turn = None if queue is None or not queue.turn_s else queue
+        tasks, summary = generate(cfg.model_copy(update={"time_limit_s": left}), progress, turn=turn, resume=resume)
         license = _license(root / "tasks")
         with tempfile.TemporaryDirectory(prefix="crf-corpus-base-") as tmp:
             metas = []

@@ -31,7 +31,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Protocol
 
 from pydantic import AliasChoices, Field
 from pydantic_config import BaseConfig
@@ -509,20 +509,46 @@ def validate_task(
     return None
 
 
-KeepGoing = Callable[[int, float], bool]
-"""(tasks validated so far, seconds since validation started) -> whether to validate another batch."""
+class Turn(Protocol):
+    """The caller's turn (a corpus ends a package's turn while others wait), asked with the tasks this run validated
+    and its seconds of validation."""
+
+    def keep_going(self, tasks: int, seconds: float) -> bool:
+        """Whether to validate another batch or mutation score."""
+        ...
+
+    def left_s(self, tasks: int, seconds: float) -> float | None:
+        """Seconds left of the turn (None: no end in sight): a batch's grading and recording cannot be stopped
+        halfway, so batches are sized to fit."""
+        ...
+
+
+TURN_BATCH = 4
+"""The first batch of a turn with an end: small, so that a slow package's first grading and recording (minutes for
+sixteen candidates of a heavy suite) end near its turn's end; later ones fit what is left of it."""
+
+
+def batch_len(default: int, workers: int, left_s: float | None, unbroken_s: float, graded: int) -> int:
+    """Candidates of the next batch: ``default``, or while a turn has ``left_s`` seconds left, as many as its
+    grading and recording fit at the rate measured so far (``unbroken_s`` over ``graded`` candidates;
+    :data:`TURN_BATCH` before any), never fewer than ``workers``."""
+    if left_s is None:
+        return default
+    fit = TURN_BATCH if not graded else int(left_s * graded / max(unbroken_s, 1e-9))
+    return max(workers, min(default, fit))
 
 
 def generate(
     cfg: GenerateConfig,
     progress: ProgressFn | None = None,
     *,
-    keep_going: KeepGoing | None = None,
+    turn: Turn | None = None,
     resume: bool = False,
 ) -> tuple[list[FeatdelTask], GenerateSummary]:
     """Run the whole pipeline and write ``tasks.jsonl``, ``summary.json`` and the base archive under ``cfg.out``.
-    ``keep_going``: asked before each batch after the first and before each mutation score; False stops validation
-    there (what is not verified yet is left unchecked), keeping what it has. ``resume``: ``cfg.out`` holds an
+    ``turn``: its ``keep_going`` is asked before each batch after the first and before each mutation score; False
+    stops validation there (what is not verified yet is left unchecked), keeping what it has; batches fit what is
+    left of it (:func:`batch_len`). ``resume``: ``cfg.out`` holds an
     earlier run of the same settings that stopped with candidates left (time limit, ``keep_going``): its tasks and
     rejections are kept and validation goes on with the candidates it did not check (a project whose archive
     differs from that run's starts afresh)."""
@@ -531,7 +557,7 @@ def generate(
     t0 = time.perf_counter()
     stop_at = None if cfg.time_limit_s is None else t0 + cfg.time_limit_s
     timed_out = stopped = False
-    in_batch = 0  # tasks verified in the batch being checked (keep_going counts them)
+    in_batch = 0  # tasks verified in the batch being checked (the turn counts them)
     seconds: dict[str, float] = {}
     progress = progress or (lambda phase, done, total: None)
     check_out(cfg.out)
@@ -664,13 +690,15 @@ def generate(
             in_batch += isinstance(got, FeatdelTask) and not got.not_servable
             return got
 
+        def made() -> int:
+            return len(covered) + len(uncovered) + in_batch - (0 if earlier is None else len(earlier[0]))
+
         def halted() -> bool:
-            """Whether ``keep_going`` (asked before each batch and each mutation score, with the tasks this run
-            validated and its seconds of validation) has stopped validation."""
+            """Whether the turn's ``keep_going`` (asked before each batch and each mutation score, with the tasks this
+            run validated and its seconds of validation) has stopped validation."""
             nonlocal stopped
-            if keep_going is not None and not stopped:
-                made = len(covered) + len(uncovered) + in_batch - (0 if earlier is None else len(earlier[0]))
-                stopped = not keep_going(made, time.perf_counter() - t)
+            if turn is not None and not stopped:
+                stopped = not turn.keep_going(made(), time.perf_counter() - t)
             return stopped
 
         def more() -> bool:
@@ -685,11 +713,15 @@ def generate(
         with ThreadPoolExecutor(max_workers=workers) as pool:
             while more():
                 need = cfg.max_tasks - len(covered)
-                batch = cands[pos : pos + max(workers, min(SHARED_BATCH, need))]
+                left = None if turn is None else turn.left_s(made(), time.perf_counter() - t)
+                unbroken = seconds.get("grade", 0.0) + seconds.get("record", 0.0)
+                batch = cands[
+                    pos : pos + batch_len(max(workers, min(SHARED_BATCH, need)), workers, left, unbroken, pos)
+                ]
                 pos += len(batch)
                 for task, rej, dropped in check(pool, batch):
                     if task is None and rej is None:
-                        timed_out = timed_out or not stopped  # unchecked: the time limit, or keep_going
+                        timed_out = timed_out or not stopped  # unchecked: the time limit, or the turn
                         continue
                     checked += 1
                     if rej is not None:

@@ -396,7 +396,7 @@ class GenerateSummary(BaseModel):
     time_limit_reached: bool = False
     """``time_limit_s`` stopped validation with candidates left to check."""
     stopped_early: bool = False
-    """The caller's ``keep_going`` stopped validation with candidates left to check (a corpus making room for the
+    """The caller's turn ended validation with candidates left to check (a corpus making room for the
     packages waiting to start)."""
     continued: int = 0
     """Tasks kept from the earlier run of the same settings this one continued (``generate(resume=True)``); the

@@ -30,7 +30,7 @@ from crf_prime.featdel.corpus import (
     turn_rate,
 )
 from crf_prime.featdel.corpus_build import assemble
-from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
+from crf_prime.featdel.generate import TURN_BATCH, GenerateConfig, batch_len, generate, load_tasks
 from crf_prime.featdel.models import GenerateSummary, PackageStatus, SourceInfo, SourceLine
 
 pytestmark = pytest.mark.bwrap
@@ -162,8 +162,45 @@ def test_a_turn_ends_only_while_others_wait(tmp_path: Path) -> None:
     peer.mkdir()
     (peer / STARTED).write_text("run-0")  # an earlier run's marker: still waiting in this one
     assert judge(1, 60.0) is False
+    assert queue.left_s(1, 20.0) == 40.0 and queue.left_s(0, 20.0) == 160.0 and queue.left_s(1, 70.0) == -10.0
     (peer / STARTED).write_text("run-1")
     assert queue.waiting() == 0 and judge(1, 600.0) is True and judge(0, 600.0) is True  # nobody waits
+    assert queue.left_s(1, 20.0) is None
+
+
+def test_a_batch_fits_what_is_left_of_the_turn() -> None:
+    """The first batch of a turn with an end is ``TURN_BATCH``; later ones as many candidates as the grading and
+    recording measured so far fit in the time left; never fewer than the workers, never more than the default."""
+    assert TURN_BATCH == 4
+    assert batch_len(16, 1, None, 0.0, 0) == 16  # no end in sight
+    assert batch_len(16, 1, 50.0, 0.0, 0) == 4  # nothing measured yet
+    assert batch_len(3, 1, 50.0, 0.0, 0) == 3
+    assert batch_len(16, 1, 50.0, 40.0, 4) == 5  # 10 s per candidate
+    assert batch_len(16, 2, 50.0, 10.0, 4) == 16  # 20 fit
+    assert batch_len(16, 2, 1.0, 40.0, 4) == 2  # none fits: one per worker
+
+
+def test_a_turn_with_others_waiting_validates_in_small_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the real ``generate`` (six candidates, ``TURN_BATCH`` set to 1): with a turn that has time left, the
+    first batch is ``TURN_BATCH`` candidates and the next fits the measured rate into what is left (all five here);
+    without a turn, one batch of all six."""
+    src = project(tmp_path / "src" / "alpha", "alpha")
+    sizes: list[int] = []
+    real = generate_module.validate_batch
+
+    def counted(tasks, *args, **kwargs):
+        sizes.append(len(tasks))
+        return real(tasks, *args, **kwargs)
+
+    monkeypatch.setattr(generate_module, "validate_batch", counted)
+    monkeypatch.setattr(generate_module, "TURN_BATCH", 1)
+    cfg = GenerateConfig(source=str(src), out=tmp_path / "turn", max_tasks=20, workers=1, mutants_per_task=0)
+    left = SimpleNamespace(keep_going=lambda tasks, seconds: True, left_s=lambda tasks, seconds: 1e9)
+    _, summary = generate(cfg, turn=left)
+    assert summary.candidates == 6 and sizes == [1, 5]
+    sizes.clear()
+    generate(cfg.model_copy(update={"out": tmp_path / "none"}), turn=None)
+    assert sizes == [6]
 
 
 def test_the_next_package_is_an_unstarted_one_then_the_fastest_turn(tmp_path: Path) -> None:
