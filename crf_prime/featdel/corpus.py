@@ -216,22 +216,40 @@ corpus needs most from it."""
 
 class Queue(BaseModel):
     """How a package learns whether others wait for a worker: each package of the run writes ``run`` to its
-    directory's :data:`STARTED` file when it starts; a peer without it has not started."""
+    directory's :data:`STARTED` file when it starts (a peer without it has not started), and the driver keeps the
+    best turn rate among the packages queued for a continuation in ``board`` (:func:`write_board`)."""
 
     run: str
     peers: tuple[str, ...]
     """Package directories of this run."""
     turn_s: float
     no_task_turns: float = NO_TASK_TURNS
+    board: str = ""
+    """The driver's board file ("": none)."""
 
     def waiting(self) -> int:
         return sum(1 for d in self.peers if _read(Path(d) / STARTED) != self.run)
 
+    def queued_rate(self) -> float | None:
+        """Tasks per second of the fastest package queued for a continuation; None when none is queued."""
+        try:
+            data = json.loads(_read(Path(self.board)) or "null") if self.board else None
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.get("run") != self.run or data.get("rate") is None:
+            return None
+        return float(data["rate"])
+
     def left_s(self, tasks: int, seconds: float) -> float | None:
         """Seconds left of this turn after ``seconds`` of validation with ``tasks`` validated (the setup is not
-        counted: it is paid once, and the waiting package has its own still to pay); None while nobody waits."""
-        if not self.turn_s or not self.waiting():
+        counted: it is paid once, and the waiting package has its own still to pay); None while nobody waits: no
+        package waits to start and none queued made tasks faster than this turn does."""
+        if not self.turn_s:
             return None
+        if not self.waiting():
+            best = self.queued_rate()
+            if best is None or tasks / max(seconds, 1e-9) >= best:
+                return None
         return self.turn_s * (1 if tasks else self.no_task_turns) - seconds
 
     def keep_going(self, tasks: int, seconds: float) -> bool:
@@ -240,8 +258,16 @@ class Queue(BaseModel):
         return left is None or left > 0
 
 
+def write_board(path: Path, run: str, again: list[SourceLine], rates: Mapping[str, float]) -> None:
+    """The driver's board for :class:`Queue`: the best rate among the packages queued for a continuation."""
+    best = max((rates[s.slug] for s in again), default=None)
+    _write_atomic(path, json.dumps({"run": run, "rate": best}))
+
+
 STARTED = "started"
 """Written in a package's directory when it starts: the run's token (:class:`Queue`)."""
+BOARD = "queue.json"
+"""In the packages directory while a run lasts: the run's token and the best rate queued (:func:`write_board`)."""
 
 
 def _read(path: Path) -> str:
@@ -462,7 +488,8 @@ class _Progress:
         self.turns[slug] = status.tasks
         line = (
             f"featdel corpus: [{self.done}/{self.total} packages] {slug}: {status.tasks} tasks in "
-            f"{status.seconds:.0f}s, its turn is over (others wait); it continues once every package has started"
+            f"{status.seconds:.0f}s, its turn is over (others wait); it continues once every package has started and "
+            "none queued is faster"
         )
         if self.tty:
             self.bar.console.print(line)
@@ -485,7 +512,7 @@ def resumable(st: PackageStatus | None, spec: str, key: str, retry_failed: bool)
 def _stopped_early(summary: GenerateSummary, tasks: int, seconds: float) -> str:
     left = summary.candidates - summary.checked
     return (
-        f"stopped early to make room for packages waiting to start: {tasks} tasks in {seconds:.0f} s "
+        f"stopped early to make room for waiting packages: {tasks} tasks in {seconds:.0f} s "
         f"({60 * tasks / seconds:.1f}/min), {left} candidates unchecked"
     )
 
@@ -554,10 +581,12 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                     run=uuid.uuid4().hex,
                     peers=tuple(str(root / s.slug) for s in todo),
                     turn_s=config.turn_s,
+                    board=str(root / BOARD),
                 )
                 unstarted = list(todo)
                 again: list[SourceLine] = []  # turn over, to continue once every package has started
                 rates: dict[str, float] = {}
+                write_board(root / BOARD, queue.run, again, rates)
                 pending: dict = {}
                 at_limit = None if limit is None else time.monotonic() + limit
                 deadline = None if at_limit is None else at_limit + config.grace_s
@@ -565,6 +594,7 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                 def submit() -> None:  # the driver queues: Ray would start its tasks in no set order
                     while len(pending) < slots and (unstarted or again) and (limit is None or at_limit is not None):
                         s = next_package(unstarted, again, rates)
+                        write_board(root / BOARD, queue.run, again, rates)
                         ref = remote.remote(
                             s.spec, str(root / s.slug), settings[s.slug], workers, tmp_root, stop_at, queue
                         )
@@ -614,6 +644,7 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                     if st.status == "partial" and st.reason:  # its turn ended while others waited
                         again.append(s)
                         rates[s.slug] = turn_rate(root / s.slug, st)
+                        write_board(root / BOARD, queue.run, again, rates)
                         progress.turn(s.slug, st)
                     else:
                         progress.package(s.slug, st, resumed=False)
@@ -631,6 +662,7 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                 if started:
                     ray.shutdown()
                 shutil.rmtree(tmp_root, ignore_errors=True)  # what force-cancelled packages left
+                (root / BOARD).unlink(missing_ok=True)
     finally:
         progress.close()
     return {s.slug: results[s.slug] for s in lines}

@@ -28,6 +28,7 @@ from crf_prime.featdel.corpus import (
     read_sources,
     resumable,
     turn_rate,
+    write_board,
 )
 from crf_prime.featdel.corpus_build import assemble
 from crf_prime.featdel.generate import TURN_BATCH, GenerateConfig, batch_len, generate, load_tasks
@@ -166,6 +167,22 @@ def test_a_turn_ends_only_while_others_wait(tmp_path: Path) -> None:
     (peer / STARTED).write_text("run-1")
     assert queue.waiting() == 0 and judge(1, 600.0) is True and judge(0, 600.0) is True  # nobody waits
     assert queue.left_s(1, 20.0) is None
+    # every package started: a package queued for a continuation that made tasks faster than this turn waits too
+    board = tmp_path / "queue.json"
+    queue = queue.model_copy(update={"board": str(board)})
+    judge = queue.keep_going
+    assert queue.queued_rate() is None and queue.left_s(1, 20.0) is None  # no board yet
+    again = [SourceLine(spec="pypi:a==1", slug="a", line=1), SourceLine(spec="pypi:b==1", slug="b", line=2)]
+    write_board(board, "run-1", again, {"a": 0.1, "b": 0.05})
+    assert queue.queued_rate() == 0.1
+    assert queue.left_s(1, 20.0) == 40.0 and judge(1, 60.0) is False  # 0.05 tasks/s < 0.1
+    assert queue.left_s(0, 20.0) == 160.0
+    assert queue.left_s(3, 20.0) is None and judge(3, 20.0) is True  # 0.15 >= 0.1: nobody faster waits
+    assert judge(3, 600.0) is False  # 0.005 < 0.1 past the turn
+    write_board(board, "run-1", [], {})
+    assert queue.queued_rate() is None and queue.left_s(0, 600.0) is None
+    write_board(board, "run-0", again, {"a": 0.1, "b": 0.05})  # an earlier run's board
+    assert queue.queued_rate() is None
 
 
 def test_a_batch_fits_what_is_left_of_the_turn() -> None:
@@ -201,6 +218,24 @@ def test_a_turn_with_others_waiting_validates_in_small_batches(tmp_path: Path, m
     sizes.clear()
     generate(cfg.model_copy(update={"out": tmp_path / "none"}), turn=None)
     assert sizes == [6]
+
+
+def test_a_batch_still_grading_at_the_turns_end_is_stopped_there_and_left_unchecked(tmp_path: Path) -> None:
+    """A batch's grading and recording runs stop at its turn's end (they cannot be stopped halfway otherwise): the
+    batch is left unchecked, nothing is rejected for runs the turn cut short, the run says it stopped early, and a
+    continuation without a turn makes the tasks a run in one go makes."""
+    src = project(tmp_path / "src" / "alpha", "alpha")
+    cfg = GenerateConfig(source=str(src), out=tmp_path / "cut", max_tasks=20, workers=1)
+    ends = SimpleNamespace(keep_going=lambda tasks, seconds: True, left_s=lambda tasks, seconds: 1e-3)
+    start = time.monotonic()
+    tasks, summary = generate(cfg, turn=ends)
+    assert tasks == [] and summary.checked == 0 and summary.rejections == ()
+    assert summary.stopped_early is True and summary.time_limit_reached is False
+    assert time.monotonic() - start < 60
+    continued, after = generate(cfg, resume=True)
+    one_go, _ = generate(cfg.model_copy(update={"out": tmp_path / "one-go"}))
+    assert after.stopped_early is False and [t.task_id for t in continued] == [t.task_id for t in one_go]
+    assert continued and after.checked == len(continued) + len(after.rejections)
 
 
 def test_the_next_package_is_an_unstarted_one_then_the_fastest_turn(tmp_path: Path) -> None:
@@ -245,7 +280,7 @@ def test_a_package_whose_turn_ends_keeps_its_tasks_and_continues_where_it_stoppe
     queue = Queue(run="r", peers=(str(pkg), str(tmp_path / "waiting")), turn_s=1e-9, no_task_turns=1e18)
     st = PackageStatus.model_validate(build_package(line.spec, str(pkg), settings, 1, queue=queue))
     assert (st.status, st.tasks) == ("partial", 1)
-    assert st.reason.startswith("stopped early to make room for packages waiting to start: 1 tasks in ")
+    assert st.reason.startswith("stopped early to make room for waiting packages: 1 tasks in ")
     assert (pkg / STARTED).read_text() == "r"
     progress = _Progress(1, 10)
     progress.package(line.slug, st, resumed=False)
