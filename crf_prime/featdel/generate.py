@@ -622,7 +622,14 @@ def generate(
             originals = {p: (baseline.project.root / p).read_text() for p in task.broken_files}
             return collection_untouched(c, baseline.collection, originals, dict(task.broken_files))
 
-        def check(pool: ThreadPoolExecutor, batch: list[Candidate]) -> list[Checked]:
+        def check(pool: ThreadPoolExecutor, batch: list[Candidate], turn_end: float | None = None) -> list[Checked]:
+            """The batch's candidates checked, in order; ``turn_end`` (``time.monotonic()``): the turn's end, where
+            its grading and recording runs are stopped and the batch is left unchecked (a slow package's first
+            recording took five minutes)."""
+            nonlocal stopped
+            box = sandbox
+            if turn_end is not None:
+                box = sandbox.with_deadline(turn_end if sandbox.deadline is None else min(turn_end, sandbox.deadline))
             built: list[FeatdelTask | Rejection] = []
             for c in batch:
                 try:
@@ -634,25 +641,31 @@ def generate(
                 b.task_id for c, b in zip(batch, built, strict=True) if isinstance(b, FeatdelTask) and collects(c, b)
             }
             t_grade = time.perf_counter()
-            verdicts = validate_batch(tasks, staging, sandbox=sandbox, env=env, pool=pool, collects=quiet, pycs=pycs)
+            verdicts = validate_batch(tasks, staging, sandbox=box, env=env, pool=pool, collects=quiet, pycs=pycs)
             accepted = [t for t in tasks if verdicts[t.task_id] is None]
             t_record = time.perf_counter()
             seconds["grade"] = seconds.get("grade", 0.0) + t_record - t_grade
             unchecked: list[Checked] = [(None, b if isinstance(b, Rejection) else None, Counter()) for b in built]
             if stop_at is not None and t_record >= stop_at:  # graded past the limit (runs stopped there)
                 return unchecked
+            if turn_end is not None and time.monotonic() >= turn_end:  # graded past the turn's end
+                stopped = True
+                return unchecked
             replays: dict[str, tuple[FeatdelTask, Counter[str]]] = {}
             if cfg.replay:
-                replays = shared_replay(accepted, staging, sandbox=sandbox, env=env)
+                replays = shared_replay(accepted, staging, sandbox=box, env=env)
                 alone = [t for t in accepted if t.task_id not in replays]
                 for t, (task, _, dropped) in zip(
-                    alone, pool.map(lambda t: _with_replay(t, staging, sandbox, env), alone), strict=True
+                    alone, pool.map(lambda t: _with_replay(t, staging, box, env), alone), strict=True
                 ):
                     replays[t.task_id] = (task, dropped)
             ready = [replays[t.task_id][0] if cfg.replay else t for t in accepted]
             t_verify = time.perf_counter()
             seconds["record"] = seconds.get("record", 0.0) + t_verify - t_record
             if stop_at is not None and t_verify >= stop_at:  # recorded past the limit (runs stopped there)
+                return unchecked
+            if turn_end is not None and time.monotonic() >= turn_end:  # recorded past the turn's end
+                stopped = True
                 return unchecked
             final = {t.task_id: v for t, v in zip(ready, pool.map(verify, ready), strict=True)}
             seconds["verify"] = seconds.get("verify", 0.0) + time.perf_counter() - t_verify
@@ -719,7 +732,8 @@ def generate(
                     pos : pos + batch_len(max(workers, min(SHARED_BATCH, need)), workers, left, unbroken, pos)
                 ]
                 pos += len(batch)
-                for task, rej, dropped in check(pool, batch):
+                turn_end = None if left is None else time.monotonic() + left
+                for task, rej, dropped in check(pool, batch, turn_end):
                     if task is None and rej is None:
                         timed_out = timed_out or not stopped  # unchecked: the time limit, or the turn
                         continue
