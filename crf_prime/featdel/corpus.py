@@ -95,12 +95,13 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     order): under a time limit the packages left unstarted are then the large, slow ones, not whichever the list
     happens to name last. False: the listed order."""
     turn_s: Annotated[float, Field(ge=0)] = 60.0
-    """Each package's first turn while others wait to start: after this many seconds of validation with a task (three
-    times as long without one) it stops before its next batch or mutation score, keeps its tasks and queues again.
-    Once every package has started, the queued ones continue where they stopped (``generate(resume=True)``),
-    fastest first (tasks per second of their turn), to their end. Under a time limit every listed package gets a
-    turn before any takes a second, and the time left goes to the packages that make tasks fastest. 0: each package
-    runs to its end in one go."""
+    """A package's turn while others wait: after this many seconds of validation with a task (three times as long
+    without one) it stops before its next batch or mutation score (a batch's grading and recording runs stop at the
+    turn's end), keeps its tasks and queues again. Others wait while a package has not started, and once all have,
+    while a queued one made tasks faster than the running turn does; the queued ones continue where they stopped
+    (``generate(resume=True)``), fastest first (tasks per second of their turns). Under a time limit every listed
+    package gets a turn before any takes a second, and the time left goes to the packages that make tasks fastest.
+    0: each package runs to its end in one go."""
     auto_setup: bool = True
     """Before generating, get each suite running as a person would (crf_prime/featdel/suite_setup.py): install
     the distributions its tests import, find tests pytest's defaults miss, deselect tests that fail as shipped.
