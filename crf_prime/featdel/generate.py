@@ -549,7 +549,7 @@ def generate(
     ``turn``: its ``keep_going`` is asked before each batch after the first and before each mutation score; False
     stops validation there (what is not verified yet is left unchecked), keeping what it has; batches fit what is
     left of it (:func:`batch_len`). ``resume``: ``cfg.out`` holds an
-    earlier run of the same settings that stopped with candidates left (time limit, ``keep_going``): its tasks and
+    earlier run of the same settings that stopped with candidates left (time limit, the turn): its tasks and
     rejections are kept and validation goes on with the candidates it did not check (a project whose archive
     differs from that run's starts afresh)."""
     if cfg.replay:  # MissingExtraError (exit 6) now, not a warning per task and tasks without their replay

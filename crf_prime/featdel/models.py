@@ -396,8 +396,8 @@ class GenerateSummary(BaseModel):
     time_limit_reached: bool = False
     """``time_limit_s`` stopped validation with candidates left to check."""
     stopped_early: bool = False
-    """The caller's turn ended validation with candidates left to check (a corpus making room for the
-    packages waiting to start)."""
+    """The caller's turn ended validation with candidates left to check (a corpus making room for waiting
+    packages)."""
     continued: int = 0
     """Tasks kept from the earlier run of the same settings this one continued (``generate(resume=True)``); the
     counts and seconds above include that run's."""
