@@ -138,6 +138,12 @@ def _tree_paths(task: FeatdelTask, env: TestEnv, repo: Path) -> list[str]:
     return paths
 
 
+def order_seed() -> int:
+    """A fresh seed of a replay's call order (and the box's hash seed): no grading run sees the calls in an order
+    known in advance."""
+    return int.from_bytes(os.urandom(4), "little")
+
+
 def imported_modules(repo: Path, files: Collection[str]) -> list[str]:
     """Module names that ``files`` of the tree at ``repo`` import absolutely (``import a.b``, ``from a.b import c``):
     a many-tree box imports the standard library's among them once, before forking its trees (``replay_box``)."""
@@ -511,7 +517,7 @@ def replay_tree(
     try:
         build(run_dir / "repo")
         strip_tests(task, run_dir / "repo")
-        seed = int.from_bytes(os.urandom(4), "little")
+        seed = order_seed()
         got = run_driver(
             sandbox,
             env,
@@ -567,7 +573,7 @@ def replay_trees(
             build(run_dir / f"v{i}" / "repo")
             strip_tests(task, run_dir / f"v{i}" / "repo")
             link_sources(pycs, run_dir / f"v{i}" / "repo")
-        seed = int.from_bytes(os.urandom(4), "little")
+        seed = order_seed()
 
         def run(only: list[int] | None, differs: dict[str, str] | None) -> list[object]:
             return run_variants(
