@@ -74,21 +74,27 @@ async def test_faults_become_records_across_ray_processes_and_the_ledger_matches
     recs = {o.state_id: o.records[0] for o in outcomes}
     got = {sid: (r.ok, r.error_type, r.attempt, r.possibly_paid) for sid, r in recs.items()}
     # the provider's view: a request it received is never sent again (the hang and the stall were bought once)
-    assert {sid: n for (_, sid), n in router.calls.items()} == {
-        "s0000": 1, "s0001": 2, "s0002": 2, "s0003": 1, "s0004": 1, "s0005": 1, "s0006": 1,
-    }  # fmt: skip
+    calls = {sid: n for (_, sid), n in router.calls.items()}
+    assert {sid: calls[sid] for sid in ("s0000", "s0003", "s0004", "s0005", "s0006")} == dict.fromkeys(
+        ("s0000", "s0003", "s0004", "s0005", "s0006"), 1
+    )
     # the client's view: an attempt that timed out before reaching the wire (a loaded box) is retried by design, so
-    # the hang's and the stall's attempt counts are 1, or 2 when the first never left; everything else is exact
+    # the hang's and the stall's attempt counts are 1, or 2 when the first never left. On a box loaded enough that a
+    # loopback answer takes over the 8-s timeout, s0001 and s0002 reach the provider once: their first answer came
+    # too late (bought, so not retried) or their retry timed out before the wire (unpaid). Everything else is exact
     timed_out = {sid: got.pop(sid) for sid in ("s0003", "s0006")}
     assert all(v in {(False, "timeout", 1, True), (False, "timeout", 2, True)} for v in timed_out.values()), timed_out
+    retried = {"s0001": (True, "", 2, False), "s0002": (False, "server_error", 2, False)}
+    assert all(calls[sid] in (1, 2) for sid in retried), calls
+    late = {sid: got.pop(sid) for sid in retried if calls[sid] == 1}
+    assert all(v in {(False, "timeout", 1, True), (False, "timeout", 2, False)} for v in late.values()), late
     assert got == {
         "s0000": (True, "", 1, False),
-        "s0001": (True, "", 2, False),
-        "s0002": (False, "server_error", 2, False),
+        **{sid: v for sid, v in retried.items() if sid not in late},
         "s0004": (False, "provider_error", 1, False),
         "s0005": (False, "malformed", 1, True),
     }
-    assert len(server.requests) == 9
+    assert len(server.requests) == 5 + calls["s0001"] + calls["s0002"]
     rows = list(read_journal(tmp_path / "journal.jsonl"))
     assert {r.key for r in rows} == {(s.state_id, "streamed") for s in states}
     assert sum(r.cost_usd for r in rows) == pytest.approx(server.charged_usd, abs=1e-12) and server.charged_usd > 0
