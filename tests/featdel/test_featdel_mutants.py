@@ -375,8 +375,6 @@ def test_one_box_for_many_trees_gives_each_tree_s_own_verdict() -> None:
         assert grader.score_run(grader.run_tests(changes, first_failure=True, pycs=pycs), changes).score == score
 
 
-@pytest.mark.bwrap
-@pytest.mark.slow
 def _first(n: int, seed: int) -> int:
     """The call the replay box runs first with ``seed`` (``replay_box._run_calls``' shuffle)."""
     order = list(range(n))
@@ -384,6 +382,8 @@ def _first(n: int, seed: int) -> int:
     return order[0]
 
 
+@pytest.mark.bwrap
+@pytest.mark.slow
 def test_a_mutant_s_tree_stops_at_its_first_difference_with_the_same_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
     task_dir, tasks, _ = generated(TOOLZ, 2)
     task = tasks[0]
