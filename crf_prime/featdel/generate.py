@@ -48,7 +48,7 @@ from crf_prime.featdel.deletion import (
 )
 from crf_prime.featdel.grade import materialise
 from crf_prime.featdel.grader import Grader, grade_changes
-from crf_prime.featdel.granularity import Candidate, class_candidates, delete, statement_candidates
+from crf_prime.featdel.granularity import Candidate, class_candidates, delete, is_dunder, statement_candidates
 from crf_prime.featdel.models import (
     FeatdelTask,
     GenerateSummary,
@@ -172,7 +172,7 @@ def find_candidates(baseline: Baseline, cfg: GenerateConfig) -> tuple[list[Candi
     covered: dict[tuple[str, str], set[str]] = {(f.path, f.qualname): tests_of(f) for f in functions}
     cands: list[Candidate] = []
     public = [f for f in functions if f.public]
-    private = [f for f in functions if not f.public and not _is_dunder(f.qualname.rsplit(".", 1)[-1])]
+    private = [f for f in functions if not f.public and not is_dunder(f.qualname)]
     for f in [*public, *private]:  # private ones are validated after the public ones (validation_order)
         tests = covered[(f.path, f.qualname)]
         reason = ""
@@ -210,8 +210,9 @@ def central_limit(cfg: GenerateConfig, suite_tests: int) -> int:
 
 
 def validation_order(cands: list[Candidate], cfg: GenerateConfig, suite_tests: int) -> list[Candidate]:
-    """Candidates in validation order: the others, then private functions (``_helper``: an implementation detail, for
-    a package short of public ones such as u-msgpack-python, whose one public function dispatches to private ones),
+    """Candidates in validation order: the others, then private functions and their blocks and tails (``_helper``: an
+    implementation detail, for a package short of public ones such as u-msgpack-python, whose one public function
+    dispatches to private ones),
     then central ones (:func:`central_limit`); each group in a random order drawn from one ``random.Random(seed)``,
     the first group first (so its order is what it was before the later groups existed)."""
     limit = central_limit(cfg, suite_tests)
@@ -225,11 +226,8 @@ def validation_order(cands: list[Candidate], cfg: GenerateConfig, suite_tests: i
 
 
 def _private(c: Candidate) -> bool:
-    return c.granularity == "function" and not c.functions[0].public
-
-
-def _is_dunder(name: str) -> bool:
-    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+    """A private function's body, block or tail (a feature or class candidate is a public name's)."""
+    return c.granularity in ("function", "block", "tail") and not c.functions[0].public
 
 
 def _key(path: str, qualnames: list[str]) -> str:

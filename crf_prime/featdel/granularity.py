@@ -2,9 +2,11 @@
 
 - ``function``: one public function's body; ``feature``: a public class's covered methods, or a public function with
   the private helpers only it calls (both found in generate.py);
-- ``block``: the body of one ``if``/``for``/``while``/``with``/``try`` inside a public function — the rest of the
+- ``block``: the body of one ``if``/``for``/``while``/``with``/``try`` inside a function — the rest of the
   function stays as context;
-- ``tail``: a public function's statements after its first ones (the first third, at least one, stay);
+- ``tail``: a function's statements after its first ones (the first third, at least one, stay);
+  both in public and private functions (not dunders): a small library keeps most of its code in private helpers
+  (xmltodict's ``_DictSAXHandler``), and its tasks run out with them left out;
 - ``class``: every method of a public class that a test executes, private and dunder ones included (a method no
   test executes stays in the snapshot: nothing could check its re-implementation).
 
@@ -56,6 +58,12 @@ TestsOf = Callable[[str, frozenset[int]], set[str]]
 """(path, lines) -> node ids of the tests that execute any of those lines."""
 
 
+def is_dunder(qualname: str) -> bool:
+    """Whether the function's own name is a dunder (``__init__``): never a candidate on its own."""
+    name = qualname.rsplit(".", 1)[-1]
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
 def granularity_of(key: str) -> Granularity:
     """The granularity named by a candidate key or task id (``block:...`` / ``..__block__...``; plain = function)."""
     for g in GRANULARITIES[1:]:
@@ -72,12 +80,13 @@ def statement_candidates(
     min_statements: int,
     key: Callable[[str, list[str]], str],
 ) -> list[Candidate]:
-    """``block`` and ``tail`` candidates of the public functions in ``sources`` (path -> text)."""
+    """``block`` and ``tail`` candidates of the functions in ``sources`` (path -> text), public and private (dunders
+    aside, as for function candidates)."""
     out: list[Candidate] = []
     for path in sorted(sources):
         nodes = function_nodes(sources[path])
         for f in functions:
-            fn = nodes.get(f.qualname) if f.path == path and f.public else None
+            fn = nodes.get(f.qualname) if f.path == path and not is_dunder(f.qualname) else None
             if fn is None:
                 continue
             blocks = [b for b in inner_blocks(fn) if statement_count(b.body) >= max(2, min_statements)]

@@ -18,6 +18,7 @@ from crf_prime.cli import main
 from crf_prime.featdel.generate import GenerateConfig, central_limit, load_tasks, validation_order
 from crf_prime.featdel.grader import grade_tree
 from crf_prime.featdel.granularity import Candidate
+from crf_prime.featdel.models import Granularity
 
 pytestmark = pytest.mark.bwrap
 
@@ -51,9 +52,9 @@ def _generate(tmp_path: Path, name: str, lib: str, tests: str) -> Path:
     return out
 
 
-def _cand(key: str, tests: int, public: bool = True) -> Candidate:
+def _cand(key: str, tests: int, public: bool = True, granularity: Granularity = "function") -> Candidate:
     fn = SimpleNamespace(public=public)
-    return Candidate(key, "function", (fn,), tuple(f"t{i}" for i in range(tests)))  # type: ignore[arg-type]
+    return Candidate(key, granularity, (fn,), tuple(f"t{i}" for i in range(tests)))  # type: ignore[arg-type]
 
 
 def test_central_candidates_come_after_the_others_in_the_seeded_order() -> None:
@@ -85,6 +86,20 @@ def test_private_functions_come_after_the_public_ones_and_before_the_central_one
     for seed in range(5):
         got = validation_order(cands, cfg.model_copy(update={"seed": seed}), 1000)
         assert [c.key for c in got] == ["pub", "_priv", "central", "_pc"]
+
+
+def test_a_private_functions_blocks_and_tails_are_validated_with_the_private_functions() -> None:
+    cands = [
+        _cand("pub_block", 3, granularity="block"),
+        _cand("_priv_block", 3, public=False, granularity="block"),
+        _cand("_priv_tail", 3, public=False, granularity="tail"),
+        _cand("class", 3, public=False, granularity="class"),  # a public class's, whatever its first method is
+        _cand("central", 50),
+    ]
+    for seed in range(5):
+        got = validation_order(cands, GenerateConfig(seed=seed), 1000)
+        assert {c.key for c in got[:2]} == {"pub_block", "class"}
+        assert {c.key for c in got[2:4]} == {"_priv_block", "_priv_tail"} and got[4].key == "central"
 
 
 PACK = """\

@@ -104,6 +104,36 @@ def test_statement_candidates_follow_coverage() -> None:
     ]
 
 
+HELPERS = textwrap.dedent(
+    """\
+    class _Handler:
+        def __init__(self, items):
+            for x in items:
+                self.a = x
+                self.b = x
+
+        def _push(self, x):
+            x = x or None
+            if x:
+                self.a = x
+                self.b = x
+            return self.a
+    """
+)
+
+
+def test_private_functions_have_block_and_tail_candidates_but_dunders_do_not() -> None:
+    """A small library's code is mostly private helpers (xmltodict's ``_DictSAXHandler``): their blocks and tails are
+    candidates, as their bodies are; a dunder's are not (nor is its body)."""
+    functions = iter_functions("m.py", HELPERS)
+    assert not any(f.public for f in functions)
+    cands = statement_candidates({"m.py": HELPERS}, functions, lambda p, lines: {"t.py::t"}, 40, 2, lambda p, q: q[0])
+    assert [(c.key, c.granularity, c.functions[0].qualname) for c in cands] == [
+        ("block:_Handler._push.L9", "block", "_Handler._push"),
+        ("tail:_Handler._push", "tail", "_Handler._push"),
+    ]
+
+
 def test_class_candidates_take_every_tested_method_of_public_classes() -> None:
     functions = iter_functions("m.py", SRC)
     lines = {f.qualname: f.body_lines for f in functions}
