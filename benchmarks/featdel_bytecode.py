@@ -5,8 +5,8 @@ venv, alternating the two ways per round so that the machine's load hits both al
 
 - **snapshot test run**: the target tests on the snapshot, stopped at the first failure (generation's check that
   the deletion fails a test), without (the baseline) and with the compiled modules linked into the tree;
-- **mutant replay**: gold's mutants replayed in one box (the screen of mutation testing: a sample of the calls,
-  each alone, a child per tree), without and with them.
+- **mutant replay**: gold's mutants replayed in one box (mutation testing's replay: a child per tree, each stopped
+  at its first difference from gold), without and with them.
 
 Prints the totals and the ratio with/without; the verdicts must be the same both ways (it stops if they are not).
 
@@ -25,7 +25,7 @@ from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import GraderConfig
 from crf_prime.featdel.mutants import gold_mutants
 from crf_prime.featdel.pycache import source_entry
-from crf_prime.featdel.strength import SCREEN_CALLS, mutation_seed
+from crf_prime.featdel.strength import mutation_seed
 
 
 def main() -> None:
@@ -54,7 +54,7 @@ def main() -> None:
                     verdicts["tests"].add(grader.score_run(run, {}).score)
                     if task.replay is not None and attempts:
                         t0 = time.perf_counter()
-                        got = grader.replay_many(attempts, sample=SCREEN_CALLS, base=base, pycs=linked)
+                        got = grader.replay_many(attempts, base=base, pycs=linked, stop_early=True)
                         seconds["replay", way] += time.perf_counter() - t0
                         verdicts["replay"].add(tuple(v.ok for v in got))
         if any(len(v) > 1 for v in verdicts.values()):

@@ -189,13 +189,12 @@ class Grader:
         self,
         attempts: list[Changes],
         *,
-        sample: int | None = None,
         base: Path | None = None,
         pycs: Path | None = None,
         stop_early: bool = False,
     ) -> list[ReplayVerdict]:
-        """:meth:`replay` for many attempts in one box (mutation testing); ``sample``: a screen on that many calls,
-        each alone (crf_prime/featdel/replay.py ``replay_trees``). The trees share one built base by hard links
+        """:meth:`replay` for many attempts in one box (mutation testing: crf_prime/featdel/replay.py
+        ``replay_trees``). The trees share one built base by hard links
         (``base``, else one built for this call) and, for gold's mutants only, its compiled modules (``pycs``) and
         gold's outcomes in the box, to stop each tree at its first difference (``stop_early``)."""
         if self.task.replay is None:
@@ -204,14 +203,13 @@ class Grader:
             return []
         if base is None:
             with self.shared_base() as built:
-                return self.replay_many(attempts, sample=sample, base=built, pycs=pycs, stop_early=stop_early)
+                return self.replay_many(attempts, base=built, pycs=pycs, stop_early=stop_early)
         return replay_trees(
             self.sandbox,
             self.env,
             self.task,
             self.task_dir,
             [functools.partial(overlay_tree, self.task, base, changes) for changes in attempts],
-            sample=sample,
             call_timeout_s=self.config.call_timeout_s,
             strict=self.config.strict_canon,
             generated=self.config.generated_calls,

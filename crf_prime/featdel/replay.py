@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import pickle
-import random
 import shutil
 import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -543,7 +542,6 @@ def replay_trees(
     task_dir: Path,
     builds: list[Callable[[Path], None]],
     *,
-    sample: int | None = None,
     call_timeout_s: float = CALL_TIMEOUT_S,
     strict: bool = True,
     generated: bool = True,
@@ -551,22 +549,15 @@ def replay_trees(
     pycs: Path | None = None,
     stop_early: bool = False,
 ) -> list[ReplayVerdict]:
-    """:func:`replay_tree` for many trees in one box (mutation testing: every mutant of a task's gold). ``sample``:
-    replay only that many of the calls (the same deterministic sample for every tree), each alone and not in
-    sequence: a screen whose every mismatch is one the whole replay would find too. ``pycs``: the base's compiled
-    modules for every tree (``pycache.source_entry``; gold and its mutants only, never an agent's tree).
+    """:func:`replay_tree` for many trees in one box (mutation testing: every mutant of a task's gold). ``pycs``: the
+    base's compiled modules for every tree (``pycache.source_entry``; gold and its mutants only, never an agent's
+    tree).
 
     ``stop_early`` (gold and its mutants only: the box then sees gold's outcomes): each tree stops at its first call
     whose outcome differs from gold's as text; the host judges the calls it ran, and a tree stopped at a difference
     the host does not count (an int for a float) is replayed again in full. The verdicts are the ones without it;
     only the mismatches listed are fewer (the first found)."""
     calls, expected = _served(task, task_dir, generated=generated)
-    sequence = SEQUENCE and sample is None
-    if sample is not None and sample < len(calls):
-        calls = [calls[i] for i in sorted(random.Random(task.task_id).sample(range(len(calls)), sample))]
-    if sample is not None:
-        ids = {c["id"] for c in calls}
-        expected = {i: want for i, want in expected.items() if i in ids}
     run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-replays-"))
     try:
         for i, build in enumerate(builds):
@@ -584,7 +575,7 @@ def replay_trees(
                 len(builds),
                 calls,
                 seed=seed,
-                sequence=sequence,
+                sequence=SEQUENCE,
                 call_timeout_s=call_timeout_s,
                 strict=strict,
                 lookups=lookups,

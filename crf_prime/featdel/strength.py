@@ -4,8 +4,8 @@ Mutation testing applied to the grader (EvalPlus, Liu et al. 2023, measured test
 mutant of gold's deleted code (crf_prime/featdel/mutants.py) is graded as the task is served — the replay of the
 task's recorded and generated calls and the target tests in a fresh grading tree, both through
 :class:`crf_prime.featdel.grader.Grader` — and the verdict is the grader's (1.0 only when both pass). The replay runs
-first because it is the cheaper of the two, for all mutants of a task in one box: a screen on a sample of the calls,
-then the whole replay for the mutants the screen does not reject. A mutant the grader accepts
+first because it is the cheaper of the two, for all mutants of a task in one box, each tree stopped at its first
+difference from gold. A mutant the grader accepts
 is then replayed on **held-out calls**: inputs generated (crf_prime/featdel/inputs.py) from every served call,
 recorded or generated — a second step away from what the tests did — with another seed and more per target than
 the served replay, minus the served inputs themselves, kept where gold is deterministic; all such mutants of a task in
@@ -37,8 +37,6 @@ HELD_OUT_PER_TARGET = 200
 """Held-out calls generated per target (the served replay generates ``record.GENERATED_PER_TARGET``)."""
 MAX_HELD_OUT = 400
 """Held-out calls kept per task (a deterministic sample), so that one task's check stays within seconds."""
-SCREEN_CALLS = 16
-"""Calls of the replay's first pass over every mutant (crf_prime/featdel/replay.py ``replay_trees``)."""
 HELD_OUT_SEED = 7919
 """Added to the task's seed: the held-out variations are not the served ones."""
 
@@ -97,21 +95,15 @@ class HeldOut:
 def replay_rejects(
     grader: Grader, mutants: list[Mutant], *, base: Path | None = None, pycs: Path | None = None
 ) -> list[bool]:
-    """Whether the replay rejects each mutant: every mutant first on a sample of the calls, then those the sample
-    does not tell from gold on every call, each pass one box for all (a mismatch on the sample is one the whole replay
-    finds too; most mutants differ from gold on the first calls), each tree stopped at its first difference.
-    ``base``: :meth:`Grader.shared_base`'s tree; ``pycs``: its compiled modules (``pycache.source_entry``)."""
+    """Whether the replay rejects each mutant: all mutants in one box, each tree stopped at its first difference
+    from gold (most mutants differ on their first calls; one that does not runs every call, as the served replay
+    does). ``base``: :meth:`Grader.shared_base`'s tree; ``pycs``: its compiled modules (``pycache.source_entry``).
+    A first pass on a sample of the calls cost more than it saved once each tree stops at its first difference: the
+    mutants it did not reject ran those calls twice, in a second box."""
     if grader.task.replay is None:
         return [False] * len(mutants)
-    screen = grader.replay_many(
-        [{m.path: m.text} for m in mutants], sample=SCREEN_CALLS, base=base, pycs=pycs, stop_early=True
-    )
-    left = [i for i, v in enumerate(screen) if v.ok]
-    full = grader.replay_many([{mutants[i].path: mutants[i].text} for i in left], base=base, pycs=pycs, stop_early=True)
-    rejects = [not v.ok for v in screen]
-    for i, v in zip(left, full, strict=True):
-        rejects[i] = not v.ok
-    return rejects
+    verdicts = grader.replay_many([{m.path: m.text} for m in mutants], base=base, pycs=pycs, stop_early=True)
+    return [not v.ok for v in verdicts]
 
 
 TestsVerdict = Literal["pass", "fail", "timeout"]
@@ -202,7 +194,6 @@ def mutation_score(
 
 __all__ = [
     "HELD_OUT_PER_TARGET",
-    "SCREEN_CALLS",
     "HeldOut",
     "held_out_verdicts",
     "mutation_score",

@@ -4,6 +4,7 @@ grader rejects the behaviour-changing mutants (a branch only held-out inputs rea
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import random
@@ -30,7 +31,7 @@ from crf_prime.featdel.mutants import OPERATORS, Mutant, file_mutants, gold_muta
 from crf_prime.featdel.pycache import source_entry
 from crf_prime.featdel.replay import LENIENT, SEQ, TYPE_LOOSE, judged, judged_texts, load_replay
 from crf_prime.featdel.replay_box import _forked
-from crf_prime.featdel.strength import SCREEN_CALLS, mutation_score, mutation_seed, replay_rejects, verdict_of_tests
+from crf_prime.featdel.strength import mutation_score, mutation_seed, replay_rejects, verdict_of_tests
 from crf_prime.placement import GRADING_LIMITS, GradingSandbox
 from crf_prime.sandbox import Sandbox
 
@@ -340,7 +341,7 @@ def _hanging(task: FeatdelTask) -> dict[str, str | None]:
 
 @pytest.mark.bwrap
 @pytest.mark.slow
-def test_one_box_for_many_trees_gives_each_tree_s_own_verdict() -> None:
+def test_one_box_for_many_trees_gives_each_tree_s_own_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
     task_dir, tasks, _ = generated(TOOLZ, 2)
     task = tasks[0]
     original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
@@ -355,12 +356,20 @@ def test_one_box_for_many_trees_gives_each_tree_s_own_verdict() -> None:
     assert [v.calls for v in together] == [v.calls for v in alone]
     assert together[0].ok and together[-1].ok  # gold, also after a tree whose calls time out
     assert not together[1].ok and not together[-2].ok  # the snapshot raises NotImplementedError; the loop times out
-    # the screen: a sample of the calls, each alone; whatever it rejects, the whole replay rejects too
-    screen = grader.replay_many(attempts, sample=SCREEN_CALLS)
-    assert all(v.calls == min(SCREEN_CALLS, task.replay.recorded + task.replay.derived) for v in screen)
-    assert screen[0].ok and screen[-1].ok and not screen[1].ok
-    assert all(set(s.mismatches) <= set(t.mismatches) for s, t in zip(screen, together, strict=True))
-    assert replay_rejects(grader, mutants) == [not v.ok for v in alone[2:-2]]
+    boxes: list[bool] = []
+    real_run_variants = replay_module.run_variants
+
+    def run_variants(*args, **kwargs):
+        boxes.append(kwargs["differs"] is not None)
+        return real_run_variants(*args, **kwargs)
+
+    same = dataclasses.replace(mutants[0], text=original[mutants[0].path])  # gold's own text: no call differs
+    with monkeypatch.context() as m:
+        m.setattr(replay_module, "run_variants", run_variants)
+        assert replay_rejects(grader, [*mutants, same]) == [*(not v.ok for v in alone[2:-2]), False]
+    # one box, each tree stopped at its first difference (a tree stopped at one the host does not count is run again,
+    # in full: not a stop-early box)
+    assert boxes.count(True) == 1 and boxes[0]
     # the base's compiled modules beside every tree: the snapshot's and the mutants' files are not the source of
     # their compiled file (gold's), which Python then never runs: the same verdicts
     archive = task_dir / task.base_archive
@@ -409,8 +418,6 @@ def test_a_mutant_s_tree_stops_at_its_first_difference_with_the_same_verdicts(mo
     for s, w in zip(stopped[1:-1], whole[1:-1], strict=True):
         assert len(s.mismatches) == 1 or s.mismatches == w.mismatches, (s, w)
     assert len(stopped[1].mismatches) == 1 < len(whole[1].mismatches)
-    screen = grader.replay_many(attempts, sample=SCREEN_CALLS)
-    assert [v.ok for v in grader.replay_many(attempts, sample=SCREEN_CALLS, stop_early=True)] == [v.ok for v in screen]
     # a difference in text the host does not count (here: every text differs from gold's) stops a tree after one
     # call; gold's agrees with itself there, so its tree is replayed in full: still accepted, every call checked
     monkeypatch.setattr(replay_module, "judged_texts", lambda expected: dict.fromkeys(expected, "differs"))
