@@ -464,14 +464,16 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
 
     run_args, first, repo = full_run()
     for _ in range(MAX_ROUNDS):  # what failing tests lack, installed before the suite runs again: a fixture or
-        # async support a plugin provides, or a module a test imports only when it runs (httpcore's `h2`)
+        # async support a plugin provides, or a module a test imports only when it runs (httpcore's `h2`); all that
+        # one run names at once, as a person would (soupsieve's tests named html5lib and lxml: a run each cost 55 s)
         needs = [n for n in missing_plugins(first) if n not in given_up]
         lazy = [m for m in missing_modules(first) if m not in given_up and not _is_own(project, m)]
         if not needs and not lazy:
             break
         rounds += 1
-        need, cands = (needs[0], plugin_candidates(needs[0], venv.hints)) if needs else (lazy[0], [])
-        if venv.add(need, cands or candidates(need, venv.hints), still="still missing"):
+        wanted = [(n, plugin_candidates(n, venv.hints)) for n in needs] + [(m, []) for m in lazy]
+        changed = [venv.add(need, cands or candidates(need, venv.hints), still="still missing") for need, cands in wanted]
+        if any(changed):
             run_args, first, repo = full_run()
     failed = failures(first, repo)
     deselected: dict[str, str] = {}

@@ -10,6 +10,7 @@ import pytest
 from corpus_support import project, write
 from test_featdel_reach_env import wheel
 
+from crf_prime.featdel import suite_setup
 from crf_prime.featdel.corpus import smallest_first
 from crf_prime.featdel.generate import GenerateConfig
 from crf_prime.featdel.models import SourceLine
@@ -55,6 +56,34 @@ def test_a_module_tests_import_only_when_they_run_is_installed(tmp_path: Path, m
     assert got.installed == {"crflazy_dep": "crflazy-dep==999.0"}
     assert got.deselected == {}
     assert got.collected == 7
+
+
+@pytest.mark.slow
+def test_every_module_one_run_lacks_is_installed_before_the_suite_runs_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """soupsieve's tests import html5lib and lxml as they run: both are installed after the first full run, and
+    the suite runs once more (it ran once per module, 55 s each)."""
+    for name in ("crflazy-one", "crflazy-two"):
+        wheel(tmp_path / "wheels", name, "999.0")
+    monkeypatch.setenv("PIP_FIND_LINKS", f"{tmp_path / 'wheels'} {os.environ.get('PIP_FIND_LINKS', '')}".strip())
+    lazy = "".join(
+        f"def test_{m}():\n    import crflazy_{m}\n    assert crflazy_{m}.VALUE == 1\n\n\n" for m in ("one", "two")
+    )
+    src = project(tmp_path / "twolib", "twolib")
+    write(src, {"tests/test_lazy.py": lazy})
+    full_runs: list[bool] = []
+    real = suite_setup.run_pytest
+
+    def run_pytest(*args, **kwargs):
+        if not kwargs["collect_only"]:
+            full_runs.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(suite_setup, "run_pytest", run_pytest)
+    got = prepare_suite(GenerateConfig(source=str(src), unsandboxed=True))
+    assert got.installed == {"crflazy_one": "crflazy-one==999.0", "crflazy_two": "crflazy-two==999.0"}
+    assert (got.deselected, got.collected, got.rounds, len(full_runs)) == ({}, 7, 2, 2)
 
 
 def test_a_verbose_addopts_does_not_hide_the_collected_tests(tmp_path: Path) -> None:
