@@ -472,7 +472,9 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
             break
         rounds += 1
         wanted = [(n, plugin_candidates(n, venv.hints)) for n in needs] + [(m, []) for m in lazy]
-        changed = [venv.add(need, cands or candidates(need, venv.hints), still="still missing") for need, cands in wanted]
+        changed = [
+            venv.add(need, cands or candidates(need, venv.hints), still="still missing") for need, cands in wanted
+        ]
         if any(changed):
             run_args, first, repo = full_run()
     failed = failures(first, repo)
