@@ -623,7 +623,9 @@ def generate(
         def check(pool: ThreadPoolExecutor, batch: list[Candidate], turn_end: float | None = None) -> list[Checked]:
             """The batch's candidates checked, in order; ``turn_end`` (``time.monotonic()``): the turn's end, where
             its grading and recording runs are stopped and the batch is left unchecked (a slow package's first
-            recording took five minutes)."""
+            recording took five minutes). The replay is recorded before the snapshot is graded: a candidate whose
+            recorded calls cannot be served (made under a patch, or none of a target) is rejected without its test
+            runs (a quarter of the candidates graded on the picked list)."""
             nonlocal stopped
             box = sandbox
             if turn_end is not None:
@@ -634,52 +636,64 @@ def generate(
                     built.append(build_task(baseline, c, cfg, base_rel, base_sha))
                 except Exception as e:
                     built.append(Rejection(candidate=c.key, reason="error", detail=f"{type(e).__name__}: {e}"[:500]))
-            tasks = [t for t in built if isinstance(t, FeatdelTask)]
-            quiet = {
-                b.task_id for c, b in zip(batch, built, strict=True) if isinstance(b, FeatdelTask) and collects(c, b)
-            }
-            t_grade = time.perf_counter()
-            verdicts = validate_batch(tasks, staging, sandbox=box, env=env, pool=pool, collects=quiet, pycs=pycs)
-            accepted = [t for t in tasks if verdicts[t.task_id] is None]
-            t_record = time.perf_counter()
-            seconds["grade"] = seconds.get("grade", 0.0) + t_record - t_grade
             unchecked: list[Checked] = [(None, b if isinstance(b, Rejection) else None, Counter()) for b in built]
-            if stop_at is not None and t_record >= stop_at:  # graded past the limit (runs stopped there)
-                return unchecked
-            if turn_end is not None and time.monotonic() >= turn_end:  # graded past the turn's end
-                stopped = True
-                return unchecked
+            early: dict[str, Rejection] = {}  # rejected before grading: the policy, then the recorded replay
+            for b in built:
+                if isinstance(b, FeatdelTask) and (violation := gold_violation(b, staging)) is not None:
+                    early[b.task_id] = violation
+            tasks = [b for b in built if isinstance(b, FeatdelTask) and b.task_id not in early]
+            built_by_id = {t.task_id: t for t in tasks}
+            t_record = time.perf_counter()
             replays: dict[str, tuple[FeatdelTask, Counter[str]]] = {}
             if cfg.replay:
-                replays = shared_replay(accepted, staging, sandbox=box, env=env)
-                alone = [t for t in accepted if t.task_id not in replays]
+                replays = shared_replay(tasks, staging, sandbox=box, env=env)
+                alone = [t for t in tasks if t.task_id not in replays]
                 for t, (task, _, dropped) in zip(
                     alone, pool.map(lambda t: _with_replay(t, staging, box, env), alone), strict=True
                 ):
                     replays[t.task_id] = (task, dropped)
-            ready = [replays[t.task_id][0] if cfg.replay else t for t in accepted]
+                t_grade = time.perf_counter()
+                seconds["record"] = seconds.get("record", 0.0) + t_grade - t_record
+                if stop_at is not None and t_grade >= stop_at:  # recorded past the limit (runs stopped there)
+                    return unchecked
+                if turn_end is not None and time.monotonic() >= turn_end:  # recorded past the turn's end
+                    stopped = True
+                    return unchecked
+            ready: list[FeatdelTask] = []
+            for t in tasks:
+                got = check_replay(replays[t.task_id][0] if cfg.replay else t, staging, cfg)
+                if isinstance(got, Rejection):
+                    early[t.task_id] = got
+                else:
+                    ready.append(got)
+            quiet = {
+                b.task_id for c, b in zip(batch, built, strict=True) if isinstance(b, FeatdelTask) and collects(c, b)
+            }
+            t_grade = time.perf_counter()
+            graded = [built_by_id[t.task_id] for t in ready]  # as built: the snapshot must fail a target test itself
+            verdicts = validate_batch(graded, staging, sandbox=box, env=env, pool=pool, collects=quiet, pycs=pycs)
+            accepted = [t for t in ready if verdicts[t.task_id] is None]
             t_verify = time.perf_counter()
-            seconds["record"] = seconds.get("record", 0.0) + t_verify - t_record
-            if stop_at is not None and t_verify >= stop_at:  # recorded past the limit (runs stopped there)
+            seconds["grade"] = seconds.get("grade", 0.0) + t_verify - t_grade
+            if stop_at is not None and t_verify >= stop_at:  # graded past the limit (runs stopped there)
                 return unchecked
-            if turn_end is not None and time.monotonic() >= turn_end:  # recorded past the turn's end
+            if turn_end is not None and time.monotonic() >= turn_end:  # graded past the turn's end
                 stopped = True
                 return unchecked
-            final = {t.task_id: v for t, v in zip(ready, pool.map(verify, ready), strict=True)}
+            final = {t.task_id: v for t, v in zip(accepted, pool.map(verify, accepted), strict=True)}
             seconds["verify"] = seconds.get("verify", 0.0) + time.perf_counter() - t_verify
             out: list[Checked] = []
             for b in built:  # in candidate order: deterministic
                 if isinstance(b, Rejection):
                     out.append((None, b, Counter()))
+                elif b.task_id in early:
+                    out.append((None, early[b.task_id], Counter()))
                 elif b.task_id not in final:
                     out.append((b, verdicts[b.task_id], Counter()))
                 elif (got := final[b.task_id]) is None:
                     out.append((None, None, Counter()))  # not verified before the time limit: not checked
                 elif isinstance(got, Rejection):
                     out.append((None, got, Counter()))
-                elif got.not_servable:
-                    rej = Rejection(candidate=b.task_id, reason="not-servable", detail=got.not_servable)
-                    out.append((None, rej, Counter()))
                 else:
                     out.append((got, None, replays[b.task_id][1] if cfg.replay else Counter()))
             return out
@@ -690,15 +704,13 @@ def generate(
                 return None  # the time limit: left unchecked (a mutation score takes seconds to minutes)
             if halted():
                 return None  # the caller stopped it: left unchecked (a slow package's batch can take minutes)
-            if task.not_servable:
-                return task  # rejected as such below
             try:
-                got: FeatdelTask | Rejection = verifiable(task, staging, cfg, sandbox=sandbox, env=env)
+                got: FeatdelTask | Rejection = check_mutants(task, staging, cfg, sandbox=sandbox, env=env)
             except Exception as e:
                 got = Rejection(candidate=task.task_id, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
             if stop_at is not None and time.perf_counter() >= stop_at:
                 return None  # finished past the limit, its runs stopped there: not checked
-            in_batch += isinstance(got, FeatdelTask) and not got.not_servable
+            in_batch += isinstance(got, FeatdelTask)
             return got
 
         def made() -> int:
@@ -792,19 +804,27 @@ def unreplayed(task: FeatdelTask, task_dir: Path) -> tuple[str, ...]:
     return tuple(t.qualname for i, t in enumerate(task.targets) if i not in hit)
 
 
-def verifiable(
-    task: FeatdelTask, task_dir: Path, cfg: GenerateConfig, *, sandbox, env: TestEnv
-) -> FeatdelTask | Rejection:
-    """The task with its replay gaps and mutation score, or why it is not written: a target without replayed calls
-    (unless ``allow_unreplayed`` or the replay is off) or a grader that lets behaviour-changing mutants through."""
-    from crf_prime.featdel.strength import mutation_score  # start-up: +25 ms on every command
-
+def check_replay(task: FeatdelTask, task_dir: Path, cfg: GenerateConfig) -> FeatdelTask | Rejection:
+    """The task with its replay gaps, or why it cannot be served: its target tests called a target under a patch
+    (the replay cannot reproduce the patch), or a target has no replayed call (unless ``allow_unreplayed`` or the
+    replay is off). Known once the replay is recorded, before any test run of the task."""
+    if task.not_servable:
+        return Rejection(candidate=task.task_id, reason="not-servable", detail=task.not_servable)
     gaps = unreplayed(task, task_dir)
     if gaps and cfg.replay and not cfg.allow_unreplayed:
         return Rejection(
             candidate=task.task_id, reason="no-replay-coverage", detail=f"no replayed call of {', '.join(gaps)}"
         )
-    task = task.model_copy(update={"unreplayed_targets": gaps})
+    return task.model_copy(update={"unreplayed_targets": gaps})
+
+
+def check_mutants(
+    task: FeatdelTask, task_dir: Path, cfg: GenerateConfig, *, sandbox, env: TestEnv
+) -> FeatdelTask | Rejection:
+    """The task (its replay gaps known) with its mutation score, or why it is not written: a grader that lets
+    behaviour-changing mutants through, or whose mutants' grading outlasts ``mutation_wall_s``."""
+    from crf_prime.featdel.strength import mutation_score  # start-up: +25 ms on every command
+
     if not cfg.mutants_per_task or task.replay is None:
         return task
     budget = time.monotonic() + cfg.mutation_wall_s

@@ -13,7 +13,7 @@ from corpus_support import write
 
 from crf_prime.featdel import record
 from crf_prime.featdel.deletion import apply_unified_diff
-from crf_prime.featdel.generate import GenerateConfig, generate, unreplayed, verifiable
+from crf_prime.featdel.generate import GenerateConfig, check_replay, generate, unreplayed
 from crf_prime.featdel.grader import Grader, grade_changes
 from crf_prime.featdel.models import FeatdelTask, Rejection
 from crf_prime.featdel.record import deleted_lines, record_replay, split_reached, with_reach
@@ -134,14 +134,14 @@ def _check(render: FeatdelTask, shout: FeatdelTask, out: Path, cfg: GenerateConf
     render_calls = Grader(render, out).replay_data()
     assert render_calls is not None and render_calls.calls and all(not c.reaches for c in render_calls.calls)
     assert unreplayed(render, out) == ("render",)
-    verdict = verifiable(render, out, strict, sandbox=None, env=None)
+    verdict = check_replay(render, out, strict)
     assert isinstance(verdict, Rejection)
     assert (verdict.reason, verdict.detail) == ("no-replay-coverage", "no replayed call of render")
     shout_calls = Grader(shout, out).replay_data()
     assert shout_calls is not None and unreplayed(shout, out) == ()
     assert [c.reaches for c in shout_calls.calls] == [_times(c.payload) > 1 for c in shout_calls.calls]  # type: ignore[operator]
     assert any(c.reaches for c in shout_calls.calls) and not all(c.reaches for c in shout_calls.calls)
-    assert verifiable(shout, out, strict, sandbox=None, env=None) == shout
+    assert check_replay(shout, out, strict) == shout
 
 
 def _recorded_alone(task: FeatdelTask, out: Path) -> FeatdelTask:
@@ -173,7 +173,7 @@ def test_a_block_is_covered_only_by_calls_that_run_it(tmp_path: Path, monkeypatc
     monkeypatch.setattr(record, "REACHING", frozenset())
     render = _recorded_alone(render, out)
     assert unreplayed(render, out) == ()
-    served = verifiable(render, out, cfg.model_copy(update={"allow_unreplayed": False}), sandbox=None, env=None)
+    served = check_replay(render, out, cfg.model_copy(update={"allow_unreplayed": False}))
     assert served == render.model_copy(update={"unreplayed_targets": ()})
     table = GATE.replace('text = text.upper() + "!"\n        text = "<" + text + ">"', 'return "<3!>"')
     assert table != GATE

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from featdel_support import INFLECTION, TOOLZ, agent_tree, generated
 
+from crf_prime.featdel import generate as generate_module
 from crf_prime.featdel import record as record_module
 from crf_prime.featdel import replay_box as replay_box_module
 from crf_prime.featdel.deletion import apply_unified_diff
@@ -415,10 +416,21 @@ def test_gold_s_second_run_runs_alone_only_the_calls_its_sequence_does_not_settl
 
 @pytest.mark.bwrap
 @pytest.mark.slow
-def test_generation_drops_what_gold_cannot_reproduce_and_prefers_covered_tasks(mini: Path, tmp_path: Path) -> None:
+def test_generation_drops_what_gold_cannot_reproduce_and_prefers_covered_tasks(
+    mini: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "all"
+    graded: list[str] = []
+    real_validate_task = generate_module.validate_task
+
+    def validate_task(task, *args, **kwargs):
+        graded.append(task.targets[0].qualname)
+        return real_validate_task(task, *args, **kwargs)
+
+    monkeypatch.setattr(generate_module, "validate_task", validate_task)
     # allow_unreplayed: noisy (no reproducible call) is written, after the covered task, and its row says so
     tasks, summary = generate(GenerateConfig(source=str(mini), out=out, max_tasks=3, workers=2, allow_unreplayed=True))
+    assert sorted(graded) == ["noisy", "scale"]  # label's recording showed it unservable: its snapshot never ran
     by = {t.targets[0].qualname: t for t in tasks}
     assert sorted(by) == ["noisy", "scale"] and summary.replay_checked == 2
     assert by["noisy"].replay is None  # random: two gold runs disagree

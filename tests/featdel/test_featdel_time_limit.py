@@ -39,8 +39,9 @@ pytestmark = pytest.mark.bwrap
 
 def _limit_reached_after_the_first(monkeypatch: pytest.MonkeyPatch, stage: str, limit: float) -> list[str]:
     """Batches of one candidate; generate's clock moves ``limit`` seconds on once the first candidate has been through
-    ``stage``: "grade" (the batch's grading runs took the whole limit) or "verify" (its mutation score ended just
-    before the limit: the clock moves after the one reading that follows). Returns the stages' calls."""
+    ``stage``: "record" or "grade" (the batch's recording or grading runs took the whole limit) or "verify" (its
+    mutation score ended just before the limit: the clock moves after the one reading that follows). Returns the
+    stages' calls."""
     calls: list[str] = []
     offset = [0.0]
     armed = [False]
@@ -51,7 +52,7 @@ def _limit_reached_after_the_first(monkeypatch: pytest.MonkeyPatch, stage: str, 
                 return real(*args, **kwargs)
             finally:
                 calls.append(name)
-                if name == stage == "grade":  # the grading took the whole limit
+                if name == stage and stage in ("record", "grade"):  # the runs took the whole limit
                     offset[0] = limit
                 elif name == stage:  # verified just before the limit: it passes once the result is in
                     armed[0] = True
@@ -64,7 +65,7 @@ def _limit_reached_after_the_first(monkeypatch: pytest.MonkeyPatch, stage: str, 
             armed[0], offset[0] = False, limit
         return now
 
-    for name, attr in (("grade", "validate_batch"), ("record", "_with_replay"), ("verify", "verifiable")):
+    for name, attr in (("grade", "validate_batch"), ("record", "_with_replay"), ("verify", "check_mutants")):
         monkeypatch.setattr(generate_module, attr, at_the_limit_after(name, getattr(generate_module, attr)))
     monkeypatch.setattr(generate_module, "SHARED_BATCH", 1)
     fake = SimpleNamespace(perf_counter=clock, monotonic=time.monotonic)
@@ -81,20 +82,21 @@ def test_generate_writes_the_tasks_validated_before_its_time_limit(
     args = ["featdel", "generate", "--source", str(src), "--out", str(out), "--workers", "1", "--max-tasks", "10"]
     assert main([*args, "--time-limit-s", "1000"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert calls == ["grade", "record", "verify"] and summary["checked"] == 1  # no candidate after the limit
+    assert calls == ["record", "grade", "verify"] and summary["checked"] == 1  # no candidate after the limit
     assert summary["candidates"] > 1 and summary["time_limit_reached"] is True
     assert summary["valid"] == len(load_tasks(out)) == 1  # the first candidate (alpha's are all valid) is kept
     assert f"wrote 1 tasks to {out / 'tasks.jsonl'} (stopped at --time-limit-s 1000 with candidates left)" in (
         capsys.readouterr().out
     )
-    # the limit reached while a batch is graded: its recordings and mutation scores are not started, its candidates
-    # not checked
-    monkeypatch.undo()
-    calls = _limit_reached_after_the_first(monkeypatch, "grade", limit=1000.0)
-    assert main([*args, "--time-limit-s", "1000"]) == 5
-    assert calls == ["grade"]
-    assert "no valid task among 0 checked candidates of " in (err := capsys.readouterr().err)
-    assert err.rstrip().endswith("(stopped at --time-limit-s 1000)")
+    # the limit reached while a batch is recorded or graded: its grading runs (after a recording) and mutation
+    # scores are not started, its candidates not checked
+    for stage, ran in (("record", ["record"]), ("grade", ["record", "grade"])):
+        monkeypatch.undo()
+        calls = _limit_reached_after_the_first(monkeypatch, stage, limit=1000.0)
+        assert main([*args, "--time-limit-s", "1000"]) == 5
+        assert calls == ran
+        assert "no valid task among 0 checked candidates of " in (err := capsys.readouterr().err)
+        assert err.rstrip().endswith("(stopped at --time-limit-s 1000)")
     # without a limit the same run checks every candidate
     monkeypatch.undo()
     assert main([*args, "--seed", "0"]) == 0
@@ -117,7 +119,7 @@ def test_a_package_stopped_by_the_corpus_time_limit_keeps_its_tasks_and_runs_aga
 
     calls = _limit_reached_after_the_first(monkeypatch, "verify", limit=2000.0)
     st = PackageStatus.model_validate(build_package(line.spec, str(pkg), settings, 1, stop_at=time.time() + 1000))
-    assert calls == ["grade", "record", "verify"] and (st.status, st.tasks) == ("partial", 1)
+    assert calls == ["record", "grade", "verify"] and (st.status, st.tasks) == ("partial", 1)
     assert PackageStatus.model_validate_json((pkg / "status.json").read_text()) == st
     summary = assemble(config.out, [line], {line.slug: st}, eval_fraction=0.0)
     assert (summary.tasks, summary.packages_partial, summary.packages_done) == (1, 1, 0)
