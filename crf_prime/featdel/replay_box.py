@@ -52,6 +52,14 @@ def sequence_timeout(call_timeout_s: float, n_calls: int) -> float:
 
 _R = TypeVar("_R")
 _PRIMITIVES = (type(None), bool, int, str, bytes)
+# Builtin types live as long as the process, so no other object ever has their id: a type is one of them exactly
+# when its id is in the set (a set of the types themselves would hash them through a metaclass's ``__hash__``).
+_PRIMITIVE_IDS = frozenset(map(id, _PRIMITIVES))
+_SEQUENCE_IDS = frozenset(map(id, (list, tuple)))
+_SET_IDS = frozenset(map(id, (set, frozenset)))
+_FUNCTION_IDS = frozenset(
+    map(id, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.BuiltinMethodType))
+)
 _HEAPTYPE = 1 << 9
 """``Py_TPFLAGS_HEAPTYPE``: a class made by a ``class`` statement (one the agent could have written)."""
 
@@ -89,11 +97,6 @@ class Unreadable(Exception):
 
 def _qual(t: type) -> str:
     return f"{t.__module__}.{t.__qualname__}"
-
-
-def _is(t, *candidates) -> bool:
-    """``t`` is one of ``candidates`` by identity (``in`` would call a metaclass's ``__eq__``)."""
-    return any(t is c for c in candidates)
 
 
 def _mro(t: type) -> tuple:
@@ -154,16 +157,56 @@ def canonical(value, *, consume: bool = True):
     the agent cannot have written (C types, standard-library classes) their reduction. With ``consume=False``
     iterators and callables raise :class:`Opaque`; state that cannot be read that way raises :class:`Unreadable`.
     """
-    budget = [MAX_NODES]
-    return _canon(value, budget, (), consume)
+    return _canon(value, _Walk(), (), consume)
 
 
-def _canon(v, budget: list[int], stack: tuple[int, ...], consume: bool):
-    budget[0] -= 1
-    if budget[0] < 0:
+class _Walk:
+    """One :func:`canonical` walk: the node budget left, and what it learned of each class it met (a deep state holds
+    thousands of instances of a few classes; their class dicts were read again for each one). A class is read as it
+    was when the walk first met it: an iterator the walk consumes runs the value's code, which may change a class,
+    and an instance met after that is read through the descriptors Python made, as before the change."""
+
+    def __init__(self) -> None:
+        self.left = MAX_NODES
+        self.classes: dict[int, _Class] = {}
+
+    def of(self, t: type) -> _Class:
+        got = self.classes.get(id(t))
+        if got is None:  # the entry holds ``t``: its id is not reused while the walk lasts
+            got = self.classes[id(t)] = _Class(t)
+        return got
+
+
+class _Class:
+    """What the canonical form needs of a class, read once per walk through the same primitives, in the same order
+    (the first that raises ends the walk as it did)."""
+
+    def __init__(self, t: type) -> None:
+        self.t = t
+        self.is_type = _subclass(t, type)
+        self.iterator = _is_iterator(t)
+        self._object: tuple | None = None
+
+    def object(self) -> tuple:
+        """(name, the ``__dict__`` member or None, the slot members by name, the builtin base or None, trusted, its
+        ``__reduce_ex__``) of a class whose instances are read as objects (STRICT)."""
+        if self._object is None:
+            t = self.t
+            name = type_name(t)
+            member = _dict_member(t)
+            slots = _slot_members(t)
+            base = _base_of(t)
+            trusted = _trusted(t)
+            self._object = (name, member, slots, base, trusted, _lookup(t, "__reduce_ex__") if trusted else None)
+        return self._object
+
+
+def _canon(v, walk: _Walk, stack: tuple[int, ...], consume: bool):
+    walk.left -= 1
+    if walk.left < 0:
         return ["cut", None]
     t = type(v)
-    if _is(t, *_PRIMITIVES):
+    if id(t) in _PRIMITIVE_IDS:
         return [t.__name__, v if t is not bytes else v.hex()]
     if t is float:
         return ["float", repr(v) if not math.isnan(v) else "nan"]
@@ -176,24 +219,25 @@ def _canon(v, budget: list[int], stack: tuple[int, ...], consume: bool):
     inner = (*stack, id(v))
 
     def rec(x):
-        return _canon(x, budget, inner, consume)
+        return _canon(x, walk, inner, consume)
 
-    if _is(t, list, tuple):
-        return [t.__name__, _items(v, len(v), rec, budget)]
-    if _is(t, set, frozenset):
-        return [t.__name__, sorted(_items(v, len(v), rec, budget), key=_text)]
+    if id(t) in _SEQUENCE_IDS:
+        return [t.__name__, _items(v, len(v), rec, walk)]
+    if id(t) in _SET_IDS:
+        return [t.__name__, sorted(_items(v, len(v), rec, walk), key=_text)]
     if t is dict:
-        entries = _items(dict.items(v), dict.__len__(v), lambda kv: [rec(kv[0]), rec(kv[1])], budget)
+        entries = _items(dict.items(v), dict.__len__(v), lambda kv: [rec(kv[0]), rec(kv[1])], walk)
         return ["dict", _by_first_text(entries)]
-    if _subclass(t, type):
+    cls = walk.of(t)
+    if cls.is_type:
         return ["type", type_name(v)]
     if t is types.ModuleType:
         return ["module", v.__name__]
-    if _is(t, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.BuiltinMethodType):
+    if id(t) in _FUNCTION_IDS:
         if not consume:
             raise Opaque("callable")
         return ["function", getattr(v, "__qualname__", "?")]
-    if _is_iterator(t):
+    if cls.iterator:
         if not consume:
             raise Opaque("iterator")
         items, error = [], None
@@ -205,17 +249,35 @@ def _canon(v, budget: list[int], stack: tuple[int, ...], consume: bool):
         except Exception as e:
             error = type_name(type(e))
         return ["iterator", [items, error]]
-    return ["object", [type_name(t), _state(v, rec)]]
+    if not STRICT:
+        return ["object", [type_name(t), _loose_state(v, rec)]]
+    name, member, slots, base, trusted, reduce_ex = cls.object()
+    state = []
+    d = _instance_dict(v, t, member)
+    if type(d) is dict:
+        state.append(["dict", _by_first_text([[k, rec(x)] for k, x in dict.items(d)])])
+    for slot, present, x in _slots(v, t, slots):
+        state.append(["slot", slot, rec(x) if present else None])
+    content = None if base is None else _base_view(v, base)
+    if content is not None:
+        state.append(["base", rec(content)])
+    if trusted:
+        try:
+            reduced = reduce_ex(v, 4)
+            state.append(["reduce", rec(tuple(reduced[1:]) if type(reduced) is tuple else reduced)])
+        except Exception as e:
+            state.append(["unreducible", type_name(type(e))])
+    return ["object", [name, state]]
 
 
-def _items(values, size: int, rec, budget: list[int]) -> list:
+def _items(values, size: int, rec, walk: _Walk) -> list:
     """Each item's tree; with ``CUT_ONCE``, once the node budget ran out, one marker with the number of items left
     (a container's size stays compared: output cut short past the budget does not pass for the whole)."""
     if not CUT_ONCE:
         return [rec(x) for x in values]
     out: list = []
     for x in values:
-        if budget[0] <= 0:
+        if walk.left <= 0:
             out.append(["cut", size - len(out)])
             break
         out.append(rec(x))
@@ -231,18 +293,18 @@ def _is_iterator(t: type) -> bool:
 _BASES = (str, bytes, bool, int, float, complex, tuple, list, dict, set, frozenset)
 
 
-def _base_view(v, t: type):
-    """The builtin content of an instance of a builtin's subclass, read with the builtin's own (C) methods."""
-    for base in _BASES:
-        if _subclass(t, base) if STRICT else isinstance(v, base):
-            break
-    else:
-        return None
+def _base_of(t: type) -> type | None:
+    """The builtin ``t`` subclasses (the first of ``_BASES`` in its MRO), or None."""
+    return next((base for base in _BASES if _subclass(t, base)), None)
+
+
+def _base_view(v, base: type):
+    """The builtin content of an instance of a subclass of ``base``, read with the builtin's own (C) methods."""
     if base is str:
         return str.__str__(v)
     if base is bytes:
         return bytes(memoryview(v))
-    if base in (bool, int):
+    if base is bool or base is int:
         return int.__index__(v)
     if base is float:
         return float.__float__(v)
@@ -262,8 +324,6 @@ def _stdlib(t: type) -> bool:
 
 def _trusted(t: type) -> bool:
     """A class whose methods the agent cannot have written: a C type, or a standard-library class by its real name."""
-    if not STRICT:
-        return _stdlib(t)
     if not _heap(t):
         return True
     module, qualname = _T_MODULE(t), _T_QUALNAME(t)
@@ -275,40 +335,35 @@ def _trusted(t: type) -> bool:
     )
 
 
-def _instance_dict(v, t: type):
-    """The instance's real ``__dict__`` (None when it has none). A ``__dict__`` defined by a class statement other
-    than the descriptor Python made for it is refused: it could show any state it likes."""
-    if not STRICT:
-        try:
-            return object.__getattribute__(v, "__dict__")
-        except AttributeError:
-            return None
+def _dict_member(t: type) -> tuple[type, object] | None:
+    """(the class along ``t``'s MRO that holds ``__dict__``, its descriptor), None when instances have none. A
+    ``__dict__`` a class statement defines other than the descriptor Python made for it is refused: it could show any
+    state it likes."""
     for c in _mro(t):
         found = _PROXY_GET(_T_DICT(c), "__dict__")
         if found is None:
             continue
-        if not _heap(c):
-            return found.__get__(v, t)  # a C type's own descriptor
-        if type(found) is not types.GetSetDescriptorType:
+        if _heap(c) and type(found) is not types.GetSetDescriptorType:
             raise Unreadable(f"{type_name(c)} defines __dict__")
-        try:
-            return _GETSET_GET(found, v, t)
-        except TypeError as e:
-            raise Unreadable(f"{type_name(c)}.__dict__ is not its own") from e
+        return c, found
     return None
 
 
-def _slots(v, t: type) -> list:
-    """(name, value) of every slot, found as the member descriptors the class statements made (sorted by name)."""
-    if not STRICT:
-        names = [s for c in t.__mro__ for s in c.__dict__.get("__slots__", ()) if s not in ("__dict__", "__weakref__")]
-        out = []
-        for name in sorted(set(names) if not isinstance(names, str) else {names}):
-            try:
-                out.append((name, True, object.__getattribute__(v, name)))
-            except AttributeError:
-                out.append((name, False, None))
-        return out
+def _instance_dict(v, t: type, member: tuple[type, object] | None):
+    """The instance's real ``__dict__`` through :func:`_dict_member`'s descriptor (None when it has none)."""
+    if member is None:
+        return None
+    c, found = member
+    if not _heap(c):
+        return found.__get__(v, t)  # type: ignore[attr-defined]  # a C type's own descriptor
+    try:
+        return _GETSET_GET(found, v, t)
+    except TypeError as e:
+        raise Unreadable(f"{type_name(c)}.__dict__ is not its own") from e
+
+
+def _slot_members(t: type) -> list[tuple[str, types.MemberDescriptorType]]:
+    """Every slot's member descriptor the class statements along ``t``'s MRO made, sorted by name."""
     found: dict[str, types.MemberDescriptorType] = {}
     for c in _mro(t):
         if not _heap(c):
@@ -316,10 +371,15 @@ def _slots(v, t: type) -> list:
         for name, d in dict.items(dict(_T_DICT(c))):
             if type(d) is types.MemberDescriptorType and type(name) is str and name not in found:
                 found[name] = d
+    return sorted(found.items())
+
+
+def _slots(v, t: type, members: list[tuple[str, types.MemberDescriptorType]]) -> list:
+    """(name, present, value) of every slot, read through :func:`_slot_members`' descriptors."""
     out = []
-    for name in sorted(found):
+    for name, d in members:
         try:
-            out.append((name, True, _MEMBER_GET(found[name], v, t)))
+            out.append((name, True, _MEMBER_GET(d, v, t)))
         except AttributeError:
             out.append((name, False, None))
         except TypeError as e:
@@ -327,27 +387,34 @@ def _slots(v, t: type) -> list:
     return out
 
 
-def _state(v, rec):
-    """An object's own state, read without calling its methods: its real ``__dict__`` and slots, the builtin content
-    of a builtin's subclass, and for classes the agent cannot have written their reduction (OrderedDict order,
-    defaultdict factory, a C type's value)."""
-    t = type(v)
+def _loose_state(v, rec):
+    """An object's state read through its own (overridable) methods: what the box reads with the defence off
+    (``STRICT`` False, the hack suites' control runs)."""
     state = []
-    d = _instance_dict(v, t)
+    try:
+        d = object.__getattribute__(v, "__dict__")
+    except AttributeError:
+        d = None
     if type(d) is dict:
         state.append(["dict", _by_first_text([[k, rec(x)] for k, x in dict.items(d)])])
-    for name, present, x in _slots(v, t):
-        state.append(["slot", name, rec(x) if present else None])
-    base = _base_view(v, t)
-    if base is not None:
-        state.append(["base", rec(base)])
-    if _trusted(t):
+    names = [
+        s for c in type(v).__mro__ for s in c.__dict__.get("__slots__", ()) if s not in ("__dict__", "__weakref__")
+    ]
+    for name in sorted(set(names) if not isinstance(names, str) else {names}):
         try:
-            reduced = (_lookup(t, "__reduce_ex__") if STRICT else v.__reduce_ex__)(*((v, 4) if STRICT else (4,)))
+            state.append(["slot", name, rec(object.__getattribute__(v, name))])
+        except AttributeError:
+            state.append(["slot", name, None])
+    base = next((b for b in _BASES if isinstance(v, b)), None)
+    if base is not None:
+        state.append(["base", rec(_base_view(v, base))])
+    if _stdlib(type(v)):
+        try:
+            reduced = v.__reduce_ex__(4)
             state.append(["reduce", rec(tuple(reduced[1:]) if type(reduced) is tuple else reduced)])
         except Exception as e:
             state.append(["unreducible", type_name(type(e))])
-    elif not STRICT and not state:
+    elif not state:
         try:
             reduced = object.__reduce_ex__(v, 4)
             state.append(["reduce", rec(tuple(reduced[1:]) if isinstance(reduced, tuple) else reduced)])
