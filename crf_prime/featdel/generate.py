@@ -626,7 +626,6 @@ def generate(
             recording took five minutes). The replay is recorded before the snapshot is graded: a candidate whose
             recorded calls cannot be served (made under a patch, or none of a target) is rejected without its test
             runs (a quarter of the candidates graded on the picked list)."""
-            nonlocal stopped
             box = sandbox
             if turn_end is not None:
                 box = sandbox.with_deadline(turn_end if sandbox.deadline is None else min(turn_end, sandbox.deadline))
@@ -652,12 +651,7 @@ def generate(
                     alone, pool.map(lambda t: _with_replay(t, staging, box, env), alone), strict=True
                 ):
                     replays[t.task_id] = (task, dropped)
-                t_grade = time.perf_counter()
-                seconds["record"] = seconds.get("record", 0.0) + t_grade - t_record
-                if stop_at is not None and t_grade >= stop_at:  # recorded past the limit (runs stopped there)
-                    return unchecked
-                if turn_end is not None and time.monotonic() >= turn_end:  # recorded past the turn's end
-                    stopped = True
+                if over("record", t_record, turn_end):
                     return unchecked
             ready: list[FeatdelTask] = []
             for t in tasks:
@@ -673,13 +667,9 @@ def generate(
             graded = [built_by_id[t.task_id] for t in ready]  # as built: the snapshot must fail a target test itself
             verdicts = validate_batch(graded, staging, sandbox=box, env=env, pool=pool, collects=quiet, pycs=pycs)
             accepted = [t for t in ready if verdicts[t.task_id] is None]
+            if over("grade", t_grade, turn_end):
+                return unchecked
             t_verify = time.perf_counter()
-            seconds["grade"] = seconds.get("grade", 0.0) + t_verify - t_grade
-            if stop_at is not None and t_verify >= stop_at:  # graded past the limit (runs stopped there)
-                return unchecked
-            if turn_end is not None and time.monotonic() >= turn_end:  # graded past the turn's end
-                stopped = True
-                return unchecked
             final = {t.task_id: v for t, v in zip(accepted, pool.map(verify, accepted), strict=True)}
             seconds["verify"] = seconds.get("verify", 0.0) + time.perf_counter() - t_verify
             out: list[Checked] = []
@@ -697,6 +687,19 @@ def generate(
                 else:
                     out.append((got, None, replays[b.task_id][1] if cfg.replay else Counter()))
             return out
+
+        def over(stage: str, began: float, turn_end: float | None) -> bool:
+            """Count ``stage``'s seconds since ``began``; whether the time limit or the turn's end came while it ran:
+            its runs were stopped there, so the batch is left unchecked."""
+            nonlocal stopped
+            now = time.perf_counter()
+            seconds[stage] = seconds.get(stage, 0.0) + now - began
+            if stop_at is not None and now >= stop_at:
+                return True
+            if turn_end is not None and time.monotonic() >= turn_end:
+                stopped = True
+                return True
+            return False
 
         def verify(task: FeatdelTask) -> FeatdelTask | Rejection | None:
             nonlocal in_batch
