@@ -212,9 +212,9 @@ def central_limit(cfg: GenerateConfig, suite_tests: int) -> int:
 def validation_order(cands: list[Candidate], cfg: GenerateConfig, suite_tests: int) -> list[Candidate]:
     """Candidates in validation order: the others, then private functions and their blocks and tails (``_helper``: an
     implementation detail, for a package short of public ones such as u-msgpack-python, whose one public function
-    dispatches to private ones),
-    then central ones (:func:`central_limit`); each group in a random order drawn from one ``random.Random(seed)``,
-    the first group first (so its order is what it was before the later groups existed)."""
+    dispatches to private ones), then central ones (:func:`central_limit`); each group in a random order drawn from
+    one ``random.Random(seed)``, the first group first (so its order is what it was before the later groups
+    existed)."""
     limit = central_limit(cfg, suite_tests)
     rng = random.Random(cfg.seed)
     out: list[Candidate] = []
