@@ -179,7 +179,7 @@ class _Walk:
 
 class _Class:
     """What the canonical form needs of a class, read once per walk through the same primitives, in the same order
-    (the first that raises ends the walk as it did)."""
+    (a read that raises is kept nowhere: the next instance reads the class again, and raises the same way)."""
 
     def __init__(self, t: type) -> None:
         self.t = t
