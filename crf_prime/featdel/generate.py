@@ -655,11 +655,11 @@ def generate(
                     return unchecked
             ready: list[FeatdelTask] = []
             for t in tasks:
-                got = check_replay(replays[t.task_id][0] if cfg.replay else t, staging, cfg)
-                if isinstance(got, Rejection):
-                    early[t.task_id] = got
+                servable = check_replay(replays[t.task_id][0] if cfg.replay else t, staging, cfg)
+                if isinstance(servable, Rejection):
+                    early[t.task_id] = servable
                 else:
-                    ready.append(got)
+                    ready.append(servable)
             quiet = {
                 b.task_id for c, b in zip(batch, built, strict=True) if isinstance(b, FeatdelTask) and collects(c, b)
             }

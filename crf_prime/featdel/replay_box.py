@@ -30,7 +30,7 @@ import sys
 import time
 import types
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 MAX_NODES = 5000
 """Canonical trees are cut (with a marker) beyond this many nodes; both sides are cut the same way."""
@@ -252,7 +252,7 @@ def _canon(v, walk: _Walk, stack: tuple[int, ...], consume: bool):
     if not STRICT:
         return ["object", [type_name(t), _loose_state(v, rec)]]
     name, member, slots, base, trusted, reduce_ex = cls.object()
-    state = []
+    state: list[list] = []
     d = _instance_dict(v, t, member)
     if type(d) is dict:
         state.append(["dict", _by_first_text([[k, rec(x)] for k, x in dict.items(d)])])
@@ -314,7 +314,7 @@ def _base_view(v, base: type):
         return dict(
             dict.items(v)
         )  # an exact dict: compared like one (order-free); OrderedDict order is in its reduction
-    return base(base.__iter__(v))  # type: ignore[union-attr, arg-type]  # base is one of tuple/list/set/frozenset here (the scalars returned above): the builtin's iterator, not an override
+    return base(base.__iter__(v))  # type: ignore[attr-defined]  # base is one of tuple/list/set/frozenset here (the scalars returned above): the builtin's iterator, not an override
 
 
 def _stdlib(t: type) -> bool:
@@ -335,7 +335,7 @@ def _trusted(t: type) -> bool:
     )
 
 
-def _dict_member(t: type) -> tuple[type, object] | None:
+def _dict_member(t: type) -> tuple[type, Any] | None:
     """(the class along ``t``'s MRO that holds ``__dict__``, its descriptor), None when instances have none. A
     ``__dict__`` a class statement defines other than the descriptor Python made for it is refused: it could show any
     state it likes."""
@@ -349,13 +349,13 @@ def _dict_member(t: type) -> tuple[type, object] | None:
     return None
 
 
-def _instance_dict(v, t: type, member: tuple[type, object] | None):
+def _instance_dict(v, t: type, member: tuple[type, Any] | None):
     """The instance's real ``__dict__`` through :func:`_dict_member`'s descriptor (None when it has none)."""
     if member is None:
         return None
     c, found = member
     if not _heap(c):
-        return found.__get__(v, t)  # type: ignore[attr-defined]  # a C type's own descriptor
+        return found.__get__(v, t)  # a C type's own descriptor
     try:
         return _GETSET_GET(found, v, t)
     except TypeError as e:
