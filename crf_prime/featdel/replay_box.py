@@ -402,9 +402,11 @@ def _loose_state(v, rec):
     ]
     for name in sorted(set(names) if not isinstance(names, str) else {names}):
         try:
-            state.append(["slot", name, rec(object.__getattribute__(v, name))])
+            x = object.__getattribute__(v, name)
         except AttributeError:
             state.append(["slot", name, None])
+            continue
+        state.append(["slot", name, rec(x)])
     base = next((b for b in _BASES if isinstance(v, b)), None)
     if base is not None:
         state.append(["base", rec(_base_view(v, base))])

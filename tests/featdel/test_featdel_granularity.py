@@ -124,7 +124,7 @@ HELPERS = textwrap.dedent(
 
 def test_private_functions_have_block_and_tail_candidates_but_dunders_do_not() -> None:
     """A small library's code is mostly private helpers (xmltodict's ``_DictSAXHandler``): their blocks and tails are
-    candidates, as their bodies are; a dunder's are not (nor is its body)."""
+    candidates, as their bodies are; a dunder's are not."""
     functions = iter_functions("m.py", HELPERS)
     assert not any(f.public for f in functions)
     cands = statement_candidates({"m.py": HELPERS}, functions, lambda p, lines: {"t.py::t"}, 40, 2, lambda p, q: q[0])
