@@ -22,7 +22,7 @@ import types
 
 import cloudpickle
 import pytest
-from replay_box import Opaque, canonical, resolve
+from replay_box import Opaque, canonical, dumps, resolve
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -125,7 +125,7 @@ class Recorder:
         method = self.methods[target]
         try:
             args, kwargs = _bound(code, frame.f_locals, False)
-            data = cloudpickle.dumps((args, kwargs, method), protocol=4)
+            data = dumps((args, kwargs, method))
         except Exception:
             self.unpicklable[target] = self.unpicklable.get(target, 0) + 1
             return
@@ -186,7 +186,7 @@ class Recorder:
             if owner is not None and (first is None or frame.f_locals.get(first) is not owner):
                 continue
             try:
-                call["followups"].append(cloudpickle.dumps(_bound(code, frame.f_locals, skip_self), protocol=4))
+                call["followups"].append(dumps(_bound(code, frame.f_locals, skip_self)))
             except Exception:
                 continue
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.machinery
+import io
 import json
 import math
 import os
@@ -468,6 +469,90 @@ def resolve(module: str, qualname: str) -> types.FunctionType:
     raise LookupError(f"{module}.{qualname}: no plain function named {name!r} behind it")
 
 
+# -- pickling a call's inputs --------------------------------------------------------------------------------------
+
+
+def dumps(value: object, protocol: int = 4) -> bytes:
+    """``cloudpickle.dumps(value, protocol)``, except that the items of an instance of a subclass of ``dict`` or
+    ``list`` are stored back by ``dict``'s and ``list``'s own methods, as they were: pickle stores them through the
+    subclass's ``__setitem__`` or ``append`` before the instance has its attributes, so a class whose ``__setitem__``
+    reads one (prettytable's ``ObservableDict``) fails to load, and every call given one is lost to the replay. The
+    loads stay plain ``pickle.loads`` (:func:`_exact_items`)."""
+    buf = io.BytesIO()
+    _pickler()(buf, protocol=protocol).dump(value)
+    return buf.getvalue()
+
+
+_PICKLER: type | None = None
+
+
+def _pickler() -> type:
+    """The pickler class of :func:`dumps`, made on first use: cloudpickle is imported after the project's paths."""
+    global _PICKLER
+    if _PICKLER is None:
+        import cloudpickle
+
+        class ExactItems(cloudpickle.Pickler):
+            def reducer_override(self, obj):
+                t = type(obj)
+                if t is not dict and t is not list and isinstance(obj, (dict, list)) and _heap(t):
+                    rv = _exact_items(obj)
+                    if rv is not None:
+                        return rv
+                return super().reducer_override(obj)
+
+        _PICKLER = ExactItems
+    return _PICKLER
+
+
+def _exact_items(obj) -> tuple | None:
+    """pickle's own reduction of ``obj`` (``__reduce_ex__(4)``: its class, arguments and state), with its items
+    read and stored back by ``dict``'s and ``list``'s own methods (:data:`_SET_EXACT`), in pickle's order: the items,
+    then the state. None for a class that pickles itself its own way (``__reduce__``, ``__reduce_ex__``)."""
+    t = type(obj)
+    if t.__reduce_ex__ is not object.__reduce_ex__ or t.__reduce__ is not object.__reduce__:
+        return None
+    try:
+        rv = obj.__reduce_ex__(4)
+    except Exception:
+        return None  # pickle meets the same error and reports it
+    if not isinstance(rv, tuple) or len(rv) < 3:
+        return None
+    items = list(dict.items(obj)) if isinstance(obj, dict) else list(list.__iter__(obj))
+    return rv[0], rv[1], (items, rv[2]), None, None, _SET_EXACT
+
+
+def _exact_setter():
+    """The state setter of :func:`_exact_items`, made inside a function so that cloudpickle pickles it by value (it
+    has no importable name): the replay box loads it without this module."""
+
+    def set_exactly(obj, packed) -> None:
+        """The items by ``dict.update`` / ``list.extend``, then the state as pickle's BUILD sets it."""
+        items, state = packed
+        if isinstance(obj, dict):
+            dict.update(obj, items)
+        else:
+            list.extend(obj, items)
+        if state is None:
+            return
+        setstate = getattr(obj, "__setstate__", None)
+        if setstate is not None:
+            setstate(state)
+            return
+        slots = None
+        if isinstance(state, tuple) and len(state) == 2:
+            state, slots = state
+        if state:
+            obj.__dict__.update(state)
+        for key, value in (slots or {}).items():
+            setattr(obj, key, value)
+
+    return set_exactly
+
+
+_SET_EXACT = _exact_setter()
+
+
 # -- deriving fresh calls ------------------------------------------------------------------------------------------
 
 
@@ -783,7 +868,6 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
     """Fresh calls generated from the recorded ones on gold's tree (inputs.py), pickled back with their parent's id."""
     import hashlib  # in the box: the driver imports from its own directory
 
-    import cloudpickle  # in the box: the driver imports from its own directory (after the project's paths)
     from inputs import followup_variations, generate  # in the box: the driver imports from its own directory
 
     targets = cfg["targets"]
@@ -805,7 +889,7 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
     rng = random.Random(cfg.get("seed", 0))
     for f in generate(seeds, fns, rng, cfg["per_target"]):
         try:
-            data = cloudpickle.dumps((f.args, f.kwargs, f.method), protocol=4)
+            data = dumps((f.args, f.kwargs, f.method))
         except Exception:
             continue
         key = (f.target, hashlib.sha256(data).hexdigest())
@@ -816,7 +900,7 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
         j = made[parent["id"]] = made.get(parent["id"], -1) + 1
         meta = {"varied": f.varied, "operator": f.operator, "keys": f.keys, "parent_keys": f.seed_keys}
         followups = parent.get("followups", [])
-        more = followup_variations(followups, rng, cloudpickle.dumps, cfg.get("followups", 4))
+        more = followup_variations(followups, rng, dumps, cfg.get("followups", 4))
         fresh.append(
             {
                 **parent,

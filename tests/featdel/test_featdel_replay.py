@@ -506,6 +506,129 @@ def test_the_replay_box_keeps_the_project_metadata_its_import_reads(tmp_path: Pa
     assert (repo_copy / meta).is_file() and not (repo_copy / "tests" / "test_versioned.py").exists()
 
 
+WATCHED = {
+    "miniwatch/__init__.py": '''
+        class Watched(dict):
+            """A dict that counts its writes: its ``__setitem__`` reads an attribute ``__init__`` sets."""
+
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                self.writes = 0
+
+            def __setitem__(self, key, value):
+                self.writes += 1
+                super().__setitem__(key, value)
+
+
+        class Capped(list):
+            """A list that refuses items past ``cap``: ``append`` and ``extend`` read an attribute."""
+
+            def __init__(self, cap):
+                super().__init__()
+                self.cap = cap
+
+            def append(self, item):
+                if len(self) >= self.cap:
+                    raise OverflowError(item)
+                super().append(item)
+
+            def extend(self, items):
+                for item in items:
+                    self.append(item)
+
+
+        def heaviest(weights):
+            """The key of the largest weight (the first of equals)."""
+            best = None
+            for key, weight in weights.items():
+                if best is None or weight > weights[best]:
+                    best = key
+            return best
+        ''',
+    "tests/test_miniwatch.py": """
+        from miniwatch import Watched, heaviest
+
+
+        def test_heaviest():
+            weights = Watched()
+            weights["a"], weights["b"], weights["c"] = 1, 3, 2
+            assert heaviest(weights) == "b"
+        """,
+}
+
+
+def _load_plain(data: bytes, paths: list[str]) -> str:
+    """``pickle.loads(data)`` in a fresh interpreter that has ``paths`` and the standard library only (as the
+    replay box has): the loaded value's items and attributes, or the error."""
+    probe = (
+        "import json, pickle, sys\n"
+        f"sys.path[:0] = {paths!r}\n"
+        "try:\n"
+        "    out = [[type(v).__name__, list(dict.items(v)) if isinstance(v, dict) else list(v), vars(v)]\n"
+        f"           for v in pickle.loads(sys.stdin.buffer.read())]\n"
+        "except Exception as e:\n"
+        "    out = type(e).__name__\n"
+        "print(json.dumps(out))\n"
+    )
+    run = subprocess.run([sys.executable, "-S", "-s", "-c", probe], input=data, capture_output=True, check=True)
+    return json.loads(run.stdout)
+
+
+def test_a_dict_or_list_subclass_that_reads_its_attributes_loads_with_its_items_as_they_were(tmp_path: Path) -> None:
+    """pickle stores a dict subclass's items through its ``__setitem__`` (a list's through ``extend``) before the
+    instance has its attributes: ``Watched`` and ``Capped`` do not load, and a call given one (prettytable's
+    ``PrettyTable`` holds such dicts) was lost to the replay. ``dumps`` stores the items by dict's and list's own
+    methods: they load exactly as they were (``writes`` not counted again), in a process without this package;
+    what it does not touch pickles byte for byte as cloudpickle pickles it."""
+    import cloudpickle
+
+    root = tmp_path / "src"
+    (root / "miniwatch").mkdir(parents=True)
+    (root / "miniwatch" / "__init__.py").write_text(textwrap.dedent(WATCHED["miniwatch/__init__.py"]).lstrip())
+    sys.path.insert(0, str(root))
+    try:
+        from miniwatch import Capped, Watched  # type: ignore[import-not-found]
+
+        weights = Watched(a=1)
+        weights["b"] = 3
+        capped = Capped(2)
+        capped.extend([4, 5])
+        value = [weights, capped]
+        paths = [str(root), str(Path(cloudpickle.__file__).parent.parent)]
+        assert _load_plain(cloudpickle.dumps(value, protocol=4), paths) == "AttributeError"
+        assert _load_plain(replay_box_module.dumps(value), paths) == [
+            ["Watched", [["a", 1], ["b", 3]], {"writes": 1}],
+            ["Capped", [4, 5], {"cap": 2}],
+        ]
+        for untouched in ([1, {"a": (2, 3)}], Counter("abca"), OrderedDict(a=1), {"k": [Point(1, 2)]}):
+            assert replay_box_module.dumps(untouched) == cloudpickle.dumps(untouched, protocol=4)
+    finally:
+        sys.path.remove(str(root))
+        for name in [m for m in sys.modules if m == "miniwatch" or m.startswith("miniwatch.")]:
+            del sys.modules[name]
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_a_call_given_a_dict_subclass_that_reads_its_attributes_is_replayed(tmp_path: Path) -> None:
+    """End to end: ``heaviest`` is called with a ``Watched`` dict; its recorded call, and the calls generated from it,
+    load in gold's box, so the task has a replay (before, every call was dropped as ``gold-load-error`` and the
+    candidate rejected as ``no-replay-coverage``)."""
+    root = tmp_path / "src" / "miniwatch"
+    for rel, text in WATCHED.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text).lstrip())
+    cfg = GenerateConfig(source=str(root), out=tmp_path / "out", max_tasks=1, workers=1, granularities=["function"], mutants_per_task=0)  # fmt: skip
+    tasks, summary = generate(cfg)
+    assert [t.targets[0].qualname for t in tasks] == ["heaviest"] and summary.rejected == {}
+    assert "gold-load-error" not in summary.replay_dropped
+    calls, expected = load_replay(tasks[0], tmp_path / "out")
+    info = tasks[0].replay
+    assert info is not None and info.recorded == 1 and expected["c0"]["returned"] == ["str", "b"]
+    # inputs generated from it in the box (other Watched dicts, pickled there the same way) load in gold's box too
+    assert info.derived > 0 and len(calls) == info.recorded + info.derived
+
+
 # -- curated sources: gold scores 1.0 with the replay, the snapshot 0, and the replay covers every task ------------
 
 
