@@ -516,8 +516,8 @@ class Turn(Protocol):
         ...
 
     def left_s(self, tasks: int, seconds: float) -> float | None:
-        """Seconds left of the turn (None: no end in sight): a batch's grading and recording cannot be stopped
-        halfway, so batches are sized to fit."""
+        """Seconds left of the turn (None: no end in sight; negative: it ended that long ago): batches are sized to
+        fit."""
         ...
 
 
@@ -526,14 +526,22 @@ TURN_BATCH = 4
 sixteen candidates of a heavy suite) end near its turn's end; later ones fit what is left of it."""
 
 
-def batch_len(default: int, workers: int, left_s: float | None, unbroken_s: float, graded: int) -> int:
-    """Candidates of the next batch: ``default``, or while a turn has ``left_s`` seconds left, as many as its
-    grading and recording fit at the rate measured so far (``unbroken_s`` over ``graded`` candidates;
-    :data:`TURN_BATCH` before any), never fewer than ``workers``."""
+def batch_len(default: int, workers: int, left_s: float | None, spent_s: float, taken: int) -> int:
+    """Candidates of the next batch: ``default``, or while a turn has ``left_s`` seconds left, as many as fit in it
+    at the cost per candidate measured so far (``spent_s`` seconds of recording, grading and verification over
+    ``taken`` candidates; :data:`TURN_BATCH` before any), never fewer than ``workers``; 0 when not one fits (the turn
+    ends there: a batch begun would have its recording or grading cut at the turn's end, and be lost). Verification
+    counts: a batch sized by its grading and recording alone ran into the turn's end while verifying."""
     if left_s is None:
         return default
-    fit = TURN_BATCH if not graded else int(left_s * graded / max(unbroken_s, 1e-9))
-    return max(workers, min(default, fit))
+    fit = TURN_BATCH if not taken else int(left_s * taken / max(spent_s, 1e-9))
+    return 0 if fit < 1 else max(workers, min(default, fit))
+
+
+FINISH_SHARE = 1.0
+"""A batch's verification goes on past the turn's end for this share of the seconds its recording and grading
+took: stopping would throw that work away (the candidates are left unchecked and checked again in a continuation,
+if any), so finishing may cost the waiting package up to as much. 0: stop at the turn's end."""
 
 
 def generate(
@@ -545,8 +553,9 @@ def generate(
 ) -> tuple[list[FeatdelTask], GenerateSummary]:
     """Run the whole pipeline and write ``tasks.jsonl``, ``summary.json`` and the base archive under ``cfg.out``.
     ``turn``: its ``keep_going`` is asked before each batch after the first and before each mutation score; False
-    stops validation there (what is not verified yet is left unchecked), keeping what it has; batches fit what is
-    left of it (:func:`batch_len`). ``resume``: ``cfg.out`` holds an
+    stops validation there (what is not verified yet is left unchecked; a batch's verification goes on past the
+    turn's end for :data:`FINISH_SHARE` of its recording and grading seconds), keeping what it has; batches fit what
+    is left of it (:func:`batch_len`). ``resume``: ``cfg.out`` holds an
     earlier run of the same settings that stopped with candidates left (time limit, the turn): its tasks and
     rejections are kept and validation goes on with the candidates it did not check (a project whose archive
     differs from that run's starts afresh)."""
@@ -556,6 +565,7 @@ def generate(
     stop_at = None if cfg.time_limit_s is None else t0 + cfg.time_limit_s
     timed_out = stopped = False
     in_batch = 0  # tasks verified in the batch being checked (the turn counts them)
+    sunk = 0.0  # seconds the batch in hand took to record and grade
     seconds: dict[str, float] = {}
     progress = progress or (lambda phase, done, total: None)
     check_out(cfg.out)
@@ -669,6 +679,8 @@ def generate(
             accepted = [t for t in ready if verdicts[t.task_id] is None]
             if over("grade", t_grade, turn_end):
                 return unchecked
+            nonlocal sunk
+            sunk = time.perf_counter() - t_record
             t_verify = time.perf_counter()
             final = {t.task_id: v for t, v in zip(accepted, pool.map(verify, accepted), strict=True)}
             seconds["verify"] = seconds.get("verify", 0.0) + time.perf_counter() - t_verify
@@ -705,7 +717,7 @@ def generate(
             nonlocal in_batch
             if stop_at is not None and time.perf_counter() >= stop_at:
                 return None  # the time limit: left unchecked (a mutation score takes seconds to minutes)
-            if halted():
+            if halted() and not finishing():
                 return None  # the caller stopped it: left unchecked (a slow package's batch can take minutes)
             try:
                 got: FeatdelTask | Rejection = check_mutants(task, staging, cfg, sandbox=sandbox, env=env)
@@ -727,6 +739,12 @@ def generate(
                 stopped = not turn.keep_going(made(), time.perf_counter() - t)
             return stopped
 
+        def finishing() -> bool:
+            """Whether the turn ended less than :data:`FINISH_SHARE` of the batch's recording and grading seconds
+            ago (its ``left_s`` says how long ago)."""
+            left = None if turn is None else turn.left_s(made(), time.perf_counter() - t)
+            return left is not None and left > -FINISH_SHARE * sunk
+
         def more() -> bool:
             nonlocal timed_out, in_batch
             in_batch = 0
@@ -740,10 +758,12 @@ def generate(
             while more():
                 need = cfg.max_tasks - len(covered)
                 left = None if turn is None else turn.left_s(made(), time.perf_counter() - t)
-                unbroken = seconds.get("grade", 0.0) + seconds.get("record", 0.0)
-                batch = cands[
-                    pos : pos + batch_len(max(workers, min(SHARED_BATCH, need)), workers, left, unbroken, pos)
-                ]
+                spent = sum(seconds.get(stage, 0.0) for stage in ("record", "grade", "verify"))
+                size = batch_len(max(workers, min(SHARED_BATCH, need)), workers, left, spent, pos)
+                if not size:  # not one candidate fits in what is left of the turn: it ends here
+                    stopped = True
+                    break
+                batch = cands[pos : pos + size]
                 pos += len(batch)
                 turn_end = None if left is None else time.monotonic() + left
                 for task, rej, dropped in check(pool, batch, turn_end):

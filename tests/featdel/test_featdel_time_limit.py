@@ -188,15 +188,59 @@ def test_a_turn_ends_only_while_others_wait(tmp_path: Path) -> None:
 
 
 def test_a_batch_fits_what_is_left_of_the_turn() -> None:
-    """The first batch of a turn with an end is ``TURN_BATCH``; later ones as many candidates as the grading and
-    recording measured so far fit in the time left; never fewer than the workers, never more than the default."""
+    """The first batch of a turn with an end is ``TURN_BATCH``; later ones as many candidates as fit in the time left
+    at the recording, grading and verification seconds per candidate measured so far; never fewer than the workers
+    (none when not one fits: the turn ends), never more than the default."""
     assert TURN_BATCH == 4
     assert batch_len(16, 1, None, 0.0, 0) == 16  # no end in sight
     assert batch_len(16, 1, 50.0, 0.0, 0) == 4  # nothing measured yet
     assert batch_len(3, 1, 50.0, 0.0, 0) == 3
     assert batch_len(16, 1, 50.0, 40.0, 4) == 5  # 10 s per candidate
     assert batch_len(16, 2, 50.0, 10.0, 4) == 16  # 20 fit
-    assert batch_len(16, 2, 1.0, 40.0, 4) == 2  # none fits: one per worker
+    assert batch_len(16, 2, 12.0, 40.0, 4) == 2  # one fits: one per worker
+    assert batch_len(16, 2, 9.0, 40.0, 4) == 0  # not one fits
+
+
+def _first_batch_then(left_after: float) -> SimpleNamespace:
+    """A turn with no end before the first task, then one ``left_after`` seconds from its end (negative: past it)."""
+    return SimpleNamespace(
+        keep_going=lambda tasks, seconds: tasks == 0 or left_after > 0,
+        left_s=lambda tasks, seconds: 1e9 if tasks == 0 else left_after,
+    )
+
+
+def test_a_batch_is_verified_past_its_turn_s_end_for_as_long_as_it_took_to_grade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn ends (1 ms ago) once the first task of the first batch is verified. The batch's other candidates are
+    graded and recorded: they are verified too (``FINISH_SHARE`` of the batch's recording and grading seconds is
+    more than 1 ms), and no batch follows. With ``FINISH_SHARE`` 0 (the old way) they are left unchecked and that
+    work is lost."""
+    src = project(tmp_path / "src" / "alpha", "alpha")
+    cfg = GenerateConfig(source=str(src), out=tmp_path / "finish", max_tasks=20, workers=1)
+    tasks, summary = generate(cfg, turn=_first_batch_then(-1e-3))
+    assert len(tasks) == summary.checked == TURN_BATCH and summary.stopped_early
+    monkeypatch.setattr(generate_module, "FINISH_SHARE", 0.0)
+    tasks, summary = generate(cfg.model_copy(update={"out": tmp_path / "stop"}), turn=_first_batch_then(-1e-3))
+    assert len(tasks) == summary.checked == 1 and summary.stopped_early
+
+
+def test_a_turn_ends_before_a_batch_that_does_not_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 µs of the turn is left after the first batch: not one candidate fits, so no batch begins (its recording
+    would be cut at the turn's end and lost); the turn ends with the first batch's tasks."""
+    src = project(tmp_path / "src" / "alpha", "alpha")
+    built: list[str] = []
+    real = generate_module.build_task
+
+    def counted(baseline, cand, *args, **kwargs):
+        built.append(cand.key)
+        return real(baseline, cand, *args, **kwargs)
+
+    monkeypatch.setattr(generate_module, "build_task", counted)
+    cfg = GenerateConfig(source=str(src), out=tmp_path / "fit", max_tasks=20, workers=1, mutants_per_task=0)
+    tasks, summary = generate(cfg, turn=_first_batch_then(1e-6))
+    assert summary.candidates > TURN_BATCH and len(built) == summary.checked == TURN_BATCH
+    assert len(tasks) == TURN_BATCH and summary.stopped_early
 
 
 def test_a_turn_with_others_waiting_validates_in_small_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
