@@ -97,7 +97,8 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     turn_s: Annotated[float, Field(ge=0)] = 60.0
     """A package's turn while others wait: after this many seconds of validation with a task (three times as long
     without one) it stops before its next batch or mutation score (a batch's grading and recording runs stop at the
-    turn's end), keeps its tasks and queues again. Others wait while a package has not started, and once all have,
+    turn's end; its verification goes on past it for as long as they took: ``generate.FINISH_SHARE``), keeps its
+    tasks and queues again. Others wait while a package has not started, and once all have,
     while a queued one made tasks faster than the running turn does; the queued ones continue where they stopped
     (``generate(resume=True)``), fastest first (tasks per second of their turns). Under a time limit every listed
     package gets a turn before any takes a second, and the time left goes to the packages that make tasks fastest.
