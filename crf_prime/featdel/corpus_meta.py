@@ -127,30 +127,45 @@ def _normalised(nodes: list[ast.AST]) -> str:
     return "\n".join(ast.dump(renamer.visit(ast.parse(ast.unparse(n)))) for n in nodes)
 
 
-def task_meta(task: FeatdelTask, base: Path, *, license: str = "") -> TaskMeta:
-    """Difficulty proxies and duplicate keys of ``task``; ``base`` is its extracted base tree (for callers)."""
+def _added(task: FeatdelTask) -> list[str]:
+    """The lines the gold patch puts back."""
+    return [ln[1:] for ln in task.gold_patch.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+
+
+def _target_nodes(task: FeatdelTask) -> list[tuple[ast.AST, ast.AST]]:
+    """(gold's, the snapshot's) node of each target, by path, then in the task's order."""
     original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
-    added = [ln[1:] for ln in task.gold_patch.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
-    deleted_statements = decisions = 0
-    orig_nodes: list[ast.AST] = []
-    broken_nodes: list[ast.AST] = []
+    pairs: list[tuple[ast.AST, ast.AST]] = []
     for path in sorted({t.path for t in task.targets}):
         before, after = function_nodes(original[path]), function_nodes(task.broken_files[path])
-        for t in (t for t in task.targets if t.path == path):
-            o, b = before[t.qualname], after[t.qualname]
-            deleted_statements += _statements(o) - _statements(b) + _stubs(b) - _stubs(o)
-            decisions += _decisions(o) - _decisions(b)
-            orig_nodes.append(o)
-            broken_nodes.append(b)
-    exact = hashlib.sha256("\n".join(ln.strip() for ln in added).encode()).hexdigest()
-    near = hashlib.sha256((_normalised(orig_nodes) + "\0" + _normalised(broken_nodes)).encode()).hexdigest()
+        pairs += [(before[t.qualname], after[t.qualname]) for t in task.targets if t.path == path]
+    return pairs
+
+
+def duplicate_keys(task: FeatdelTask, pairs: list[tuple[ast.AST, ast.AST]] | None = None) -> tuple[str, str]:
+    """``task``'s duplicate keys: (exact: the lines put back, stripped; near: gold's and the snapshot's targets with
+    their names normalised). ``pairs``: :func:`_target_nodes`, when already at hand."""
+    pairs = _target_nodes(task) if pairs is None else pairs
+    exact = hashlib.sha256("\n".join(ln.strip() for ln in _added(task)).encode()).hexdigest()
+    near = hashlib.sha256(
+        (_normalised([o for o, _ in pairs]) + "\0" + _normalised([b for _, b in pairs])).encode()
+    ).hexdigest()
+    return exact, near
+
+
+def task_meta(task: FeatdelTask, base: Path, *, license: str = "") -> TaskMeta:
+    """Difficulty proxies and duplicate keys of ``task``; ``base`` is its extracted base tree (for callers)."""
+    pairs = _target_nodes(task)
+    deleted_statements = sum(_statements(o) - _statements(b) + _stubs(b) - _stubs(o) for o, b in pairs)
+    decisions = sum(_decisions(o) - _decisions(b) for o, b in pairs)
+    exact, near = duplicate_keys(task, pairs)
     return TaskMeta(
         task_id=task.task_id,
         project=task.source.name,
         version=task.source.version,
         license=license,
         granularity=granularity_of(task.task_id) if task.granularity == "function" else task.granularity,
-        deleted_lines=len(added),
+        deleted_lines=len(_added(task)),
         deleted_statements=deleted_statements,
         cyclomatic=1 + max(decisions, 0),
         target_tests=len(task.target_tests),
@@ -178,4 +193,4 @@ def callers(task: FeatdelTask, base: Path) -> int:
     return n
 
 
-__all__ = ["TaskMeta", "callers", "task_meta"]
+__all__ = ["TaskMeta", "callers", "duplicate_keys", "task_meta"]

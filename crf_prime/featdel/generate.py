@@ -39,6 +39,7 @@ from pydantic_config import BaseConfig
 from crf_prime.errors import InputError
 from crf_prime.extras import require
 from crf_prime.featdel.baseline import Baseline, run_baseline
+from crf_prime.featdel.corpus_meta import duplicate_keys
 from crf_prime.featdel.deletion import (
     FunctionInfo,
     apply_unified_diff,
@@ -622,6 +623,11 @@ def generate(
             checked = before.checked
             done = {t.task_id for t in kept} | {r.candidate for r in rejections}
             cands = [c for c in cands if task_id_of(project, c) not in done and c.key not in done]
+        code_of: dict[str, str] = {}  # duplicate key (corpus_meta.duplicate_keys) -> the validated task that has it
+        deferred: list[Candidate] = []  # copies the last batch held back, to check once their twin's verdict is in
+        for task in covered + uncovered:
+            for key in duplicate_keys(task):
+                code_of.setdefault(key, task.task_id)
         pos = 0
         budget = max(cfg.max_tasks, int(cfg.replay_search * cfg.max_tasks))
         progress("validate", 0, cfg.max_tasks)
@@ -646,11 +652,24 @@ def generate(
                 except Exception as e:
                     built.append(Rejection(candidate=c.key, reason="error", detail=f"{type(e).__name__}: {e}"[:500]))
             unchecked: list[Checked] = [(None, b if isinstance(b, Rejection) else None, Counter()) for b in built]
-            early: dict[str, Rejection] = {}  # rejected before grading: the policy, then the recorded replay
-            for b in built:
-                if isinstance(b, FeatdelTask) and (violation := gold_violation(b, staging)) is not None:
-                    early[b.task_id] = violation
-            tasks = [b for b in built if isinstance(b, FeatdelTask) and b.task_id not in early]
+            early: dict[str, Rejection] = {}  # rejected before grading: a copy, the policy, then the recorded replay
+            mine: dict[str, str] = {}  # duplicate key -> the candidate of this batch that has it
+            held: list[Candidate] = []  # a copy of an earlier candidate of this batch: checked in the next batch
+            for c, b in zip(batch, built, strict=True):
+                if not isinstance(b, FeatdelTask):
+                    continue
+                keys = duplicate_keys(b)
+                if twin := next((code_of[k] for k in keys if k in code_of), None):
+                    early[b.task_id] = Rejection(candidate=b.task_id, reason="duplicate", detail=f"the code of {twin}")
+                elif any(k in mine for k in keys):
+                    held.append(c)
+                else:
+                    mine.update(dict.fromkeys(keys, b.task_id))
+                    if (violation := gold_violation(b, staging)) is not None:
+                        early[b.task_id] = violation
+            later = {c.key for c in held}
+            tasks = [b for c, b in zip(batch, built, strict=True) if isinstance(b, FeatdelTask) and c.key not in later]
+            tasks = [b for b in tasks if b.task_id not in early]
             built_by_id = {t.task_id: t for t in tasks}
             t_record = time.perf_counter()
             replays: dict[str, tuple[FeatdelTask, Counter[str]]] = {}
@@ -685,7 +704,9 @@ def generate(
             final = {t.task_id: v for t, v in zip(accepted, pool.map(verify, accepted), strict=True)}
             seconds["verify"] = seconds.get("verify", 0.0) + time.perf_counter() - t_verify
             out: list[Checked] = []
-            for b in built:  # in candidate order: deterministic
+            for c, b in zip(batch, built, strict=True):  # in candidate order: deterministic
+                if c.key in later:
+                    continue
                 if isinstance(b, Rejection):
                     out.append((None, b, Counter()))
                 elif b.task_id in early:
@@ -698,6 +719,7 @@ def generate(
                     out.append((None, got, Counter()))
                 else:
                     out.append((got, None, replays[b.task_id][1] if cfg.replay else Counter()))
+            deferred[:] = held
             return out
 
         def over(stage: str, began: float, turn_end: float | None) -> bool:
@@ -766,6 +788,7 @@ def generate(
                 batch = cands[pos : pos + size]
                 pos += len(batch)
                 turn_end = None if left is None else time.monotonic() + left
+                deferred.clear()
                 for task, rej, dropped in check(pool, batch, turn_end):
                     if task is None and rej is None:
                         timed_out = timed_out or not stopped  # unchecked: the time limit, or the turn
@@ -777,6 +800,9 @@ def generate(
                         preferred = not task.unreplayed_targets or not cfg.replay  # no replay: first found
                         (covered if preferred else uncovered).append(task)
                         lost[task.task_id] = dropped
+                        for key in duplicate_keys(task):
+                            code_of.setdefault(key, task.task_id)
+                cands[pos:pos] = deferred  # the next batch begins with them
                 progress("validate", min(len(covered) + len(uncovered), cfg.max_tasks), cfg.max_tasks)
         valid = (covered + uncovered)[: cfg.max_tasks]
         _remove_unused_replays(staging, valid)

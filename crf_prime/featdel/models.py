@@ -344,6 +344,7 @@ RejectReason = Literal[
     "weak-grader",
     "slow-mutants",
     "not-servable",
+    "duplicate",
     "error",
 ]
 

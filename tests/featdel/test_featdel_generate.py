@@ -232,6 +232,68 @@ def test_gold_violating_the_code_policy_is_rejected(tmp_path: Path, monkeypatch:
     assert summary.rejected == {"gold-violates-policy": 1}
 
 
+TWINS = {
+    "twins/__init__.py": '''
+        def first_positive(values):
+            """The first value above zero (None without one)."""
+            for value in values:
+                if value > 0:
+                    return value
+            return None
+
+
+        def first_above_zero(numbers):
+            """first_positive under other names: the corpus keeps one of the two (a near duplicate)."""
+            for n in numbers:
+                if n > 0:
+                    return n
+            return None
+
+
+        def last_negative(values):
+            """The last value below zero (None without one)."""
+            found = None
+            for value in values:
+                if value < 0:
+                    found = value
+            return found
+        ''',
+    "tests/test_twins.py": """
+        from twins import first_above_zero, first_positive, last_negative
+
+
+        def test_first_positive():
+            assert first_positive([-1, 0, 4, 5]) == 4 and first_positive([-2]) is None
+
+
+        def test_first_above_zero():
+            assert first_above_zero([0, 7, 1]) == 7 and first_above_zero([]) is None
+
+
+        def test_last_negative():
+            assert last_negative([-1, 2, -3, 4]) == -3 and last_negative([1]) is None
+        """,
+}
+
+
+def test_a_copy_of_a_validated_task_s_code_is_not_validated_again(tmp_path: Path) -> None:
+    """first_above_zero is first_positive under other names (the corpus's near-duplicate key): both are in the first
+    batch, so the second waits for the next batch, where the first is validated and the copy is rejected as a
+    duplicate without being recorded, graded or verified. last_negative, after them, is checked as ever."""
+    root = tmp_path / "twins"
+    for rel, text in TWINS.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text).lstrip())
+    cfg = GenerateConfig(source=str(root), out=tmp_path / "out", max_tasks=10, granularities=["function"])
+    tasks, summary = generate(cfg)
+    ids = sorted(t.task_id.rsplit(".", 1)[-1] for t in tasks)
+    assert len(ids) == 2 and "last_negative" in ids and summary.rejected == {"duplicate": 1}
+    [rej] = summary.rejections
+    kept = next(i for i in ids if i != "last_negative")
+    assert {rej.candidate.rsplit(".", 1)[-1], kept} == {"first_positive", "first_above_zero"}
+    assert rej.detail == f"the code of twins-local__twins.{kept}" and summary.checked == 3
+
+
 def test_suite_failing_as_shipped_is_a_clear_error(tmp_path: Path) -> None:
     src = _project(tmp_path / "minilib", GOOD_TESTS + "\n\ndef test_broken():\n    assert slugify('A') == 'b'\n")
     with pytest.raises(
