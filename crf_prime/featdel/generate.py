@@ -625,9 +625,9 @@ def generate(
             cands = [c for c in cands if task_id_of(project, c) not in done and c.key not in done]
         code_of: dict[str, str] = {}  # duplicate key (corpus_meta.duplicate_keys) -> the validated task that has it
         deferred: list[Candidate] = []  # copies the last batch held back, to check once their twin's verdict is in
-        for task in covered + uncovered:
-            for key in duplicate_keys(task):
-                code_of.setdefault(key, task.task_id)
+        for kept_task in covered + uncovered:
+            for key in duplicate_keys(kept_task):
+                code_of.setdefault(key, kept_task.task_id)
         pos = 0
         budget = max(cfg.max_tasks, int(cfg.replay_search * cfg.max_tasks))
         progress("validate", 0, cfg.max_tasks)
