@@ -200,6 +200,12 @@ def plain_calls(recorded: list[dict]) -> list[dict]:
     return [{k: v for k, v in c.items() if k not in drop} for c in recorded]
 
 
+def patched(recorded: list[dict]) -> int:
+    """Recorded calls made while the test patched the code under test. A task with one is not servable (unless
+    ``PATCHED_SERVABLE``) whatever gold's runs would say, so they are not run: known once the tests are recorded."""
+    return 0 if PATCHED_SERVABLE else sum(1 for c in recorded if c.get("patched"))
+
+
 def gold_runs(
     sandbox: Sandbox,
     env: TestEnv,
@@ -406,6 +412,9 @@ def record_replay(
             raise RuntimeError(f"task {task.task_id}: the recorder cannot find {'; '.join(report['unresolved'])}")
         recorded: list[dict] = report["calls"]
         if not recorded:
+            return None, dropped
+        if n := patched(recorded):  # not servable: gold's runs would be thrown away
+            dropped[UNDER_PATCH] += n
             return None, dropped
         gold = work / "gold"
         shutil.copytree(work / "rec" / "repo", gold / "repo", symlinks=True)

@@ -27,7 +27,9 @@ from crf_prime.featdel.models import FeatdelTask, GradeResult
 from crf_prime.featdel.record import (
     GENERATED_PER_TARGET,
     MAX_CALLS_PER_TARGET,
+    UNDER_PATCH,
     gold_runs,
+    patched,
     plain_calls,
     reach_of,
     record_calls,
@@ -121,7 +123,8 @@ def shared_replay(
 ) -> dict[str, tuple[FeatdelTask, Counter[str]]]:
     """task id -> (the task with its replay, calls dropped by reason) for the tasks :func:`shareable` keeps, from one
     recording run, one derivation and two gold boxes on the original tree. Tasks absent are recorded on their own
-    (all of them when a shared run fails)."""
+    (all of them when a shared run fails). Gold's boxes run only the calls a task keeps, and none of a task whose
+    tests called a target under a patch: it comes back not servable, whatever gold's runs would say."""
     group = shareable(tasks, task_dir)
     if len(group) < 2:
         return {}
@@ -149,7 +152,15 @@ def shared_replay(
             wall_seconds=_wall(sandbox, len(group)),
         )
         recorded: list[dict] = report["calls"]
-        plain = plain_calls(recorded)
+        unresolved = {
+            i for i, m in enumerate(targets_of(probe)) for u in report["unresolved"] if u.startswith(_name(m) + ":")
+        }
+        recs = {t.task_id: own_calls(t, recorded, index) for t in group}
+        # gold runs only what a task will be served: not the calls of a task recorded on its own, nor those of one
+        # whose tests patched the code (not servable, whatever gold says), nor calls no task's tests keep
+        served = [t for t in group if _resolved(t, index, unresolved, report) and not patched(recs[t.task_id])]
+        needed = {c["id"] for t in served for c in recs[t.task_id]}
+        plain = plain_calls([c for c in recorded if c["id"] in needed])
         first: dict = {}
         second: dict = {}
         derived: list[dict] = []
@@ -179,26 +190,21 @@ def shared_replay(
         return {}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    unresolved = {
-        i for i, m in enumerate(targets_of(probe)) for u in report["unresolved"] if u.startswith(_name(m) + ":")
-    }
     out: dict[str, tuple[FeatdelTask, Counter[str]]] = {}
     for t in group:
-        mine = {index[(x.path, x.qualname)]: j for j, x in enumerate(t.targets)}
-        if unresolved & set(mine) or len(report["unresolved"]) > len(unresolved):
+        if not _resolved(t, index, unresolved, report):
             continue  # recorded on its own, which says what the recorder cannot find
-        own = set(t.target_tests)
-        taken: Counter[int] = Counter()
-        rec: list[dict] = []
-        for c in recorded:  # the calls this task's own target tests made, the first ones per target
-            if c["target"] in mine and own.intersection(c["tests"]) and taken[c["target"]] < MAX_CALLS_PER_TARGET:
-                taken[c["target"]] += 1
-                rec.append(c)
-        ids = {c["id"] for c in rec}
-        calls = [c for c in plain if c["id"] in ids] + [c for c in derived if c["id"].split("~", 1)[0] in ids]
+        mine = {index[(x.path, x.qualname)]: j for j, x in enumerate(t.targets)}
+        rec = recs[t.task_id]
         dropped: Counter[str] = Counter()
         for reason in ("unpicklable", "too_large"):
             dropped[reason.replace("_", "-")] += sum(report[f"{reason}_by_target"].get(i, 0) for i in mine)
+        if n := patched(rec):  # not servable: gold's runs were spared
+            dropped[UNDER_PATCH] = n
+            out[t.task_id] = (servable(t, None, dropped), +dropped)
+            continue
+        ids = {c["id"] for c in rec}
+        calls = [c for c in plain if c["id"] in ids] + [c for c in derived if c["id"].split("~", 1)[0] in ids]
         keep, expected, lost = reproduced(calls, first, second, rec)
         keep = with_reach(keep, ran, reach[t.task_id])
         dropped = +(dropped + lost)
@@ -209,6 +215,27 @@ def shared_replay(
         info = write_replay(t, task_dir, keep, expected, dropped)
         out[t.task_id] = (servable(t, info, dropped), dropped)
     return out
+
+
+def own_calls(task: FeatdelTask, recorded: list[dict], index: dict[tuple[str, str], int]) -> list[dict]:
+    """The recorded calls ``task`` keeps: those its own target tests made, the first ``MAX_CALLS_PER_TARGET`` per
+    target (``index``: a target's number in the shared recording)."""
+    mine = {index[(x.path, x.qualname)] for x in task.targets}
+    own = set(task.target_tests)
+    taken: Counter[int] = Counter()
+    rec: list[dict] = []
+    for c in recorded:
+        if c["target"] in mine and own.intersection(c["tests"]) and taken[c["target"]] < MAX_CALLS_PER_TARGET:
+            taken[c["target"]] += 1
+            rec.append(c)
+    return rec
+
+
+def _resolved(task: FeatdelTask, index: dict[tuple[str, str], int], unresolved: set[int], report: dict) -> bool:
+    """Whether the shared recording found every target of ``task`` (else it is recorded on its own, which says
+    what the recorder cannot find)."""
+    mine = {index[(x.path, x.qualname)] for x in task.targets}
+    return not (unresolved & mine or len(report["unresolved"]) > len(unresolved))
 
 
 def _renumbered(call_id: str, renum: dict[str, str]) -> str:

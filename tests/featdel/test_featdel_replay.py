@@ -20,6 +20,7 @@ from featdel_support import INFLECTION, TOOLZ, agent_tree, generated
 from crf_prime.featdel import generate as generate_module
 from crf_prime.featdel import record as record_module
 from crf_prime.featdel import replay_box as replay_box_module
+from crf_prime.featdel import shared as shared_module
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import GenerateConfig, generate
 from crf_prime.featdel.grade import materialise
@@ -375,6 +376,35 @@ TALLY = {
             assert minitally.twice(4) == [4, 4]
         """,
 }
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+@pytest.mark.parametrize("together", [True, False], ids=["shared", "alone"])
+def test_gold_never_runs_the_calls_of_a_task_its_tests_patched(
+    mini: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, together: bool
+) -> None:
+    # label's test monkeypatches the module it reads: the task is not servable whatever gold's runs say, so they
+    # are not run; its rejection says the same as when they were
+    ran: Counter[str] = Counter()
+    real = record_module.gold_runs
+
+    def gold_runs(sandbox, env, task, gold, calls, *args, **kw):
+        names = [t["qualname"] for t in targets_of(task)]
+        ran.update(names[c["target"]] for c in calls)
+        return real(sandbox, env, task, gold, calls, *args, **kw)
+
+    monkeypatch.setattr(record_module, "gold_runs", gold_runs)
+    monkeypatch.setattr(shared_module, "gold_runs", gold_runs)
+    if not together:  # every task recorded on its own, as when a shared recording fails
+        monkeypatch.setattr(generate_module, "shared_replay", lambda *a, **kw: {})
+    cfg = GenerateConfig(source=str(mini), out=tmp_path / "out", max_tasks=3, workers=2, mutants_per_task=0)
+    tasks, summary = generate(cfg)
+    assert sorted(t.targets[0].qualname for t in tasks) == ["scale"]
+    assert summary.rejected == {"no-replay-coverage": 1, "not-servable": 1}
+    label = next(r for r in summary.rejections if r.reason == "not-servable")
+    assert label.candidate.endswith("label") and label.detail.startswith("1 recorded call(s) were made while the test")
+    assert ran["scale"] > 0 and ran["noisy"] > 0 and "label" not in ran
 
 
 @pytest.mark.bwrap
