@@ -149,15 +149,34 @@ def imported_modules(repo: Path, files: Collection[str]) -> list[str]:
     names: set[str] = set()
     for rel in files:
         try:
-            tree = ast.parse((repo / rel).read_bytes())
-        except (OSError, SyntaxError, ValueError):
+            names |= _imports(hashlib.sha256(source := (repo / rel).read_bytes()).digest(), source)
+        except OSError:
             continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-                names.add(node.module)
     return sorted(names)
+
+
+_IMPORTS: dict[bytes, frozenset[str]] = {}
+"""A source file's absolute imports by the SHA-256 of its bytes: a task's trees share all their files but one, and
+each of its boxes asks again (parsing a package's files took 50 ms a box)."""
+
+
+def _imports(digest: bytes, source: bytes) -> frozenset[str]:
+    if (known := _IMPORTS.get(digest)) is not None:
+        return known
+    names: set[str] = set()
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        tree = None
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module)
+    if len(_IMPORTS) >= 4096:  # a long run's many packages: start again rather than grow
+        _IMPORTS.clear()
+    _IMPORTS[digest] = found = frozenset(names)
+    return found
 
 
 Sites = Mapping[str, Sequence[int]]
@@ -393,6 +412,8 @@ def _agrees(want: object, got: object) -> bool:
     """Gold's outcome ``want`` and the tree's ``got`` agree: equal up to int vs float of the same value (Python's own
     ``==``, which the tests use), and for a retyped call up to list vs tuple too; raising is also fine where gold's
     is marked lenient or the call is retyped."""
+    if got == want:  # most calls: what the rest decides for two equal trees, without rebuilding them
+        return True
     raised = isinstance(got, dict) and "raised" in got
     retyped = isinstance(want, dict) and bool(want.get(TYPE_LOOSE))
     if isinstance(want, dict) and (want.get(LENIENT) or retyped) and raised:
