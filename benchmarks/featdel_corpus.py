@@ -1,7 +1,8 @@
 """Feature Deletion at corpus scale: validated tasks per hour from the curated package list, on local Ray.
 
 Runs ``crf-prime featdel corpus`` on ``configs/featdel/sources.txt`` (every package checked: the table says which
-gave tasks and why the others did not) under a time limit, samples the load average while it runs, and prints:
+gave tasks and why the others did not) under a time limit, samples the load average while it runs (and the machine's busy, kernel and idle CPU shares
+over it), and prints:
 per package (status, tasks, seconds, tasks/min, tasks per granularity), per granularity (validated, rejected,
 yield), rejections by reason, and the totals against the issue's bar (>= 1,000 validated tasks from >= 20 packages
 within one hour). The ratio column compares, in the same run, all granularities with the function + feature
@@ -56,6 +57,32 @@ class LoadSampler(threading.Thread):
             self.stop.wait(self.every)
 
 
+def cpu_ticks() -> list[int] | None:
+    """The machine's CPU time so far by kind (``/proc/stat``'s first line: user nice system idle iowait irq softirq
+    steal); None where there is none."""
+    try:
+        with open("/proc/stat") as fh:
+            return [int(x) for x in fh.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_shares(before: list[int] | None, after: list[int] | None) -> dict[str, float] | None:
+    """Shares (%) of the machine's CPU time between two :func:`cpu_ticks` readings: busy (user, nice and the
+    kernel's), the kernel's own (system, irq, softirq) and idle (idle, iowait). Whether the run left cores
+    unused, and how much of the work is the kernel's (forks, sandboxes, trees of hard links)."""
+    if before is None or after is None:
+        return None
+    d = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(d) or 1
+    idle = d[3] + d[4]
+    return {
+        "busy": round(100 * (total - idle - d[7]) / total, 1),
+        "kernel": round(100 * (d[2] + d[5] + d[6]) / total, 1),
+        "idle": round(100 * idle / total, 1),
+    }
+
+
 def time_split(out: Path) -> dict[str, float]:
     """Package-seconds by stage, summed over the packages that ran: ``setup`` (download, setup loop: collection,
     plugin installs, the suite once or twice), then ``featdel generate``'s own stages (``source``, ``venv``,
@@ -78,7 +105,9 @@ def time_split(out: Path) -> dict[str, float]:
     return {k: round(v, 1) for k, v in split.items()}
 
 
-def report(out: Path, wall_s: float, loads: list[tuple[float, float]], started: float = 0.0) -> dict:
+def report(
+    out: Path, wall_s: float, loads: list[tuple[float, float]], started: float = 0.0, cpu: dict | None = None
+) -> dict:
     """Print the tables; ``started`` (epoch seconds): packages finished before it were resumed, and their tasks do
     not count towards this run's rate."""
     summary = json.loads((out / "summary.json").read_text())
@@ -157,6 +186,7 @@ def report(out: Path, wall_s: float, loads: list[tuple[float, float]], started: 
             "mean": round(sum(load_values) / len(load_values), 2) if load_values else 0,
             "max": max(load_values, default=0),
         },
+        "cpu_percent": cpu,
         "difficulty_median": {
             f: sorted(getattr(m, f) for m in metas)[len(metas) // 2] if metas else 0
             for f in ("deleted_lines", "deleted_statements", "cyclomatic", "target_tests", "callers")
@@ -169,6 +199,7 @@ def report(out: Path, wall_s: float, loads: list[tuple[float, float]], started: 
         "tasks/min made in this run; all granularities / function+feature = "
         f"{result['ratio_all_vs_baseline']}x; load average (1 min) mean {result['load_avg_1m']['mean']} "
         f"max {result['load_avg_1m']['max']} over {len(load_values)} samples on {os.cpu_count()} cores"
+        + (f"; CPU busy {cpu['busy']} % (kernel {cpu['kernel']} %), idle {cpu['idle']} %" if cpu else "")
     )
     split = time_split(out)
     result["package_seconds_by_stage"] = split
@@ -250,7 +281,7 @@ def run(args: argparse.Namespace, out: Path, *, mutants: int) -> dict:
         shutil.rmtree(out)
     sampler = LoadSampler()
     sampler.start()
-    t0, started = time.perf_counter(), time.time()
+    t0, started, ticks = time.perf_counter(), time.time(), cpu_ticks()
     try:
         with signals_interrupt(), contextlib.suppress(NothingProduced):  # SIGTERM unwinds like Ctrl-C; a run
             # that made no task still gets its table (why each package gave none)
@@ -271,7 +302,7 @@ def run(args: argparse.Namespace, out: Path, *, mutants: int) -> dict:
     finally:
         sampler.stop.set()
     wall = time.perf_counter() - t0
-    result = report(out, wall, sampler.samples, started)
+    result = report(out, wall, sampler.samples, started, cpu_shares(ticks, cpu_ticks()))
     (out / "benchmark.json").write_text(json.dumps({"samples": sampler.samples, **result}, indent=2) + "\n")
     return result
 
