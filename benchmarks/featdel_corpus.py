@@ -1,8 +1,8 @@
 """Feature Deletion at corpus scale: validated tasks per hour from the curated package list, on local Ray.
 
 Runs ``crf-prime featdel corpus`` on ``configs/featdel/sources.txt`` (every package checked: the table says which
-gave tasks and why the others did not) under a time limit, samples the load average while it runs (and the machine's busy, kernel and idle CPU shares
-over it), and prints:
+gave tasks and why the others did not) under a time limit, samples the load average while it runs (and the
+machine's busy, kernel and idle CPU shares over it), and prints:
 per package (status, tasks, seconds, tasks/min, tasks per granularity), per granularity (validated, rejected,
 yield), rejections by reason, and the totals against the issue's bar (>= 1,000 validated tasks from >= 20 packages
 within one hour). The ratio column compares, in the same run, all granularities with the function + feature
