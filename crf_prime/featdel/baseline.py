@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 from crf_prime.extras import require
 from crf_prime.featdel import suite_cache
 from crf_prime.featdel.models import TestEnvSpec
-from crf_prime.featdel.runner import PytestRun, node_id, run_pytest
+from crf_prime.featdel.runner import PytestRun, junit_key, node_id, run_pytest
 from crf_prime.featdel.source import Project, SourceError, protected_paths
 from crf_prime.featdel.testenv import TestEnv
 from crf_prime.placement import GradingSandbox
@@ -101,12 +102,24 @@ def remember(
     cfg: GenerateConfig,
     run: PytestRun,
     run_dir: Path,
+    left_out: Collection[str] = (),
 ) -> bool:
     """Store a coverage run of the whole suite with ``args`` as the baseline when every test passed (the setup
-    loop's run is then generation's baseline); True when stored."""
-    if run.exit_code != 0 or not run.outcomes or _suite_failures(run, run_dir / "repo"):
+    loop's run is then generation's baseline); True when stored. ``left_out``: node ids ``args`` deselects: the run
+    may fail in those tests only, and they are left out of it as if they had not run (what they executed is not
+    theirs, the number of tests is without them)."""
+    repo = run_dir / "repo"
+    gone = {key for key in run.outcomes if node_id(repo, key) in set(left_out)}
+    failing = {key for key, (s, _) in run.outcomes.items() if s in ("failed", "error")}
+    if run.exit_code not in ((0, 1) if gone else (0,)) or not run.outcomes or failing - gone:
         return False
-    entry = suite_cache.CachedBaseline.of(args, len(run.outcomes), *_read_coverage(run_dir, project, run))
+    coverage, collection = _read_coverage(run_dir, project, run)
+    if gone:
+        coverage = {
+            path: {ln: {t for t in ids if junit_key(t) not in gone} for ln, ids in lines.items()}
+            for path, lines in coverage.items()
+        }
+    entry = suite_cache.CachedBaseline.of(args, len(run.outcomes) - len(gone), coverage, collection)
     suite_cache.store(cache_key(project, spec, args, cfg), entry)
     return True
 

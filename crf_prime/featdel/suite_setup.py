@@ -13,12 +13,14 @@
    At most :data:`MAX_ROUNDS` rounds and :data:`MAX_INSTALLS` installs.
 3. Run the suite under coverage, as generation's baseline does (a test that fails only under the tracer, such as a
    timing test, fails here too); when tests fail, run the failing ones again: tests that fail the same way twice
-   are deselected ("fails as shipped"), tests that fail once are deselected as flaky; then run the suite without
-   them. The project is refused when fewer than :data:`MIN_KEPT` of its collected tests are left, or when more test
-   modules cannot be collected than can (modules left out for not being test modules, such as doctests in the
-   package or a README, do not count).
-4. The last full run, when every test in it passed, is stored as generation's coverage baseline
-   (:func:`crf_prime.featdel.baseline.remember`): generation does not run the suite again.
+   are deselected ("fails as shipped"), tests that fail once are deselected as flaky. The project is refused when
+   fewer than :data:`MIN_KEPT` of its collected tests are left, or when more test modules cannot be collected than
+   can (modules left out for not being test modules, such as doctests in the package or a README, do not count).
+4. That full run, without the deselected tests (every other test passed in it; what the deselected ones executed
+   is not counted), is stored as generation's coverage baseline (:func:`crf_prime.featdel.baseline.remember`):
+   generation does not run the suite again. The suite is not run once more without them: a test that passes only
+   after a deselected one ran fails the first time it is a candidate's target test, and that candidate is refused
+   (``original-fails``).
 
 The result is a :class:`SuiteSetup`: pins (they become the task rows' ``test_env``, so grading installs exactly
 the same), pytest arguments, deselected node ids, and a line per action for the corpus summary.
@@ -53,9 +55,6 @@ MAX_INSTALLS = 8
 """Distributions the loop may add to the test venv (each costs a resolve and a venv build: seconds with uv)."""
 MIN_KEPT = 0.5
 """Share of the collected tests that must be left after deselection."""
-CONFIRM_RUNS = 2
-"""Coverage runs of the suite without the deselected tests (the baseline) before the loop stops deselecting tests
-that fail only there."""
 NOT_A_TEST_MODULE = "tests in a module not named as a test module (it would be deletable source)"
 """Why a collected module outside the test paths (doctests in the package, a README) is left out; such modules do
 not count as modules that cannot be collected."""
@@ -463,6 +462,7 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         return run_args, *run_once(venv.env, run_args, collect_only=False)
 
     run_args, first, repo = full_run()
+    first_dir = repo.parent
     for _ in range(MAX_ROUNDS):  # what failing tests lack, installed before the suite runs again: a fixture or
         # async support a plugin provides, or a module a test imports only when it runs (httpcore's `h2`); all that
         # one run names at once, as a person would (soupsieve's tests named html5lib and lxml: a run each cost 55 s)
@@ -477,6 +477,7 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         ]
         if any(changed):
             run_args, first, repo = full_run()
+            first_dir = repo.parent
     failed = failures(first, repo)
     deselected: dict[str, str] = {}
     if failed or first.exit_code != 0:
@@ -494,19 +495,10 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
     total = max(n_collected, len(first.outcomes))
     if total == 0:
         raise SourceError(f"{project.info.spec}: no tests collected ({how})")
-    if not deselected:  # the suite passed whole under coverage: that run is generation's baseline
-        remember(project, venv.spec, run_args, cfg, first, repo.parent)
-    for _ in range(CONFIRM_RUNS if deselected else 0):
-        _too_few_left(project, deselected, total)
-        # the suite without them, under coverage: generation's baseline; a test that fails only now is flaky
-        confirm_args = (*run_args, *(a for n in deselected for a in ("--deselect", n)))
-        confirm, repo = run_once(venv.env, confirm_args, collect_only=False)
-        new = {n: r for n, r in failures(confirm, repo).items() if n not in deselected}
-        if not new:
-            remember(project, venv.spec, confirm_args, cfg, confirm, repo.parent)
-            break
-        deselected |= {n: f"flaky (passed in the first run, then {r})" for n, r in new.items()}
     _too_few_left(project, deselected, total)
+    # the full run without the deselected tests is generation's baseline: every other test passed in it
+    baseline_args = (*run_args, *(a for n in deselected for a in ("--deselect", n)))
+    remember(project, venv.spec, baseline_args, cfg, first, first_dir, left_out=deselected)
     return SuiteSetup(
         extra_requirements=tuple(venv.extra),
         installed=venv.installed,

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import featdel_support  # noqa: F401  (one temporary cache per session)
 import pytest
-from corpus_support import project, write
+from corpus_support import LIB, project, write
 
 from crf_prime.featdel import baseline, suite_cache, suite_setup
 from crf_prime.featdel.generate import GenerateConfig, env_spec, generate
+from crf_prime.featdel.runner import run_pytest
 from crf_prime.featdel.source import load_project
 from crf_prime.featdel.suite_setup import prepare_suite
 from crf_prime.featdel.testenv import ensure_test_env
@@ -126,8 +127,71 @@ def test_a_test_that_fails_only_under_coverage_is_deselected_by_the_setup_loop(
     )
     tasks, summary = generate(cfg.model_copy(update={"out": tmp_path / "out"}))
     assert len(tasks) == 1 and summary.suite_tests == 5
-    # the full run, the failing test again, the suite without it (that run is the baseline: generation runs none)
-    assert coverage_runs == ["suite_setup", "suite_setup", "suite_setup"]
+    # the full run and the failing test again; the full run without it is the baseline: generation runs none
+    assert coverage_runs == ["suite_setup", "suite_setup"]
+
+
+SPARE = "\n\ndef spare(x):\n    y = x * 2\n    return y + 1\n"
+
+
+def test_the_setup_run_less_its_deselected_tests_is_the_baseline(
+    tmp_path: Path, suites: Path, coverage_runs: list[str]
+) -> None:
+    """A test that fails as shipped is deselected and the setup's one full run is generation's baseline without it:
+    the suite is not run again, the lines only that test executed have no covering test, and it is not counted."""
+    src = project(tmp_path / "leftlib", "leftlib", lib=LIB + SPARE)
+    test_file = src / "tests/test_leftlib.py"
+    test_file.write_text(
+        test_file.read_text() + "\n\ndef test_spare_wrong():\n    from leftlib import spare\n\n"
+        "    assert spare(1) == 0\n"
+    )
+    cfg = GenerateConfig(source=str(src), unsandboxed=True, max_tasks=1, workers=1, replay=False, mutants_per_task=0)
+    setup = prepare_suite(cfg)
+    assert list(setup.deselected) == ["tests/test_leftlib.py::test_spare_wrong"]
+    assert setup.deselected["tests/test_leftlib.py::test_spare_wrong"].startswith("fails as shipped")
+    assert coverage_runs == ["suite_setup", "suite_setup"]  # the full run, the failing test again
+
+    cfg = cfg.model_copy(update={"deselect": list(setup.deselected)})
+    proj = load_project(cfg.source, tmp_path / "ws")
+    spec = env_spec(proj, cfg)
+    got = baseline.run_baseline(proj, ensure_test_env(spec, proj.top_level), Sandbox(cfg), cfg, tmp_path / "ws", spec)
+    assert got.cached and coverage_runs == ["suite_setup", "suite_setup"]
+    lines = got.coverage["leftlib/__init__.py"]
+    spare_body = [
+        n
+        for n, text in enumerate((src / "leftlib/__init__.py").read_text().splitlines(), 1)
+        if text.strip() in ("y = x * 2", "return y + 1")
+    ]
+    assert len(spare_body) == 2 and all(lines[n] == set() for n in spare_body)  # ran, by the deselected test only
+    assert not any("test_spare_wrong" in t for ids in lines.values() for t in ids)
+    assert got.suite_tests == 5  # the shipped suite's 5, without the deselected one
+
+
+def test_a_passing_test_left_out_of_the_baseline_covers_nothing(tmp_path: Path, suites: Path) -> None:
+    """``remember(left_out=...)``: a test the setup deselected after a run in which it passed (flaky: it failed in
+    the second run only) is taken out of that run as if it had not run."""
+    src = project(tmp_path / "passlib", "passlib")
+    cfg = GenerateConfig(source=str(src), unsandboxed=True)
+    proj = load_project(cfg.source, tmp_path / "ws")
+    spec = env_spec(proj, cfg)
+    env = ensure_test_env(spec, proj.top_level)
+    whole = baseline.run_baseline(proj, env, Sandbox(cfg), cfg, tmp_path / "ws", spec)
+    gone = "tests/test_passlib.py::test_clamp_low"
+    assert any(gone in ids for ids in whole.coverage["passlib/__init__.py"].values())
+
+    run_dir = tmp_path / "ws" / "baseline-0"  # the run above, still on disk
+    run = run_pytest(
+        Sandbox(cfg), env, run_dir, pythonpath=proj.pythonpath, pytest_args=(), with_coverage=proj.package_dirs
+    )
+    assert run.exit_code == 0
+    args = ("--deselect", gone)
+    assert baseline.remember(proj, spec, args, cfg, run, run_dir, left_out=[gone])
+    left = suite_cache.load(baseline.cache_key(proj, spec, args, cfg), suite_cache.CachedBaseline)
+    assert left is not None and left.suite_tests == whole.suite_tests - 1
+    covering = {t for ids in left.coverage_map()["passlib/__init__.py"].values() for t in ids}
+    assert gone not in covering and covering == {
+        t for ids in whole.coverage["passlib/__init__.py"].values() for t in ids
+    } - {gone}
 
 
 def test_a_test_that_ran_the_code_but_did_not_pass_is_never_a_target(tmp_path: Path, suites: Path) -> None:
