@@ -998,6 +998,7 @@ def violations(
     return None if found is None else [v for v in found if v.rule != DEFERRED]
 
 
+@functools.lru_cache(maxsize=64)
 def _judged(
     source: str | bytes,
     allowed_modules: frozenset[str],
@@ -1005,12 +1006,15 @@ def _judged(
     own_modules: frozenset[str] | None,
     known_names: frozenset[str],
     runtime_lookups: bool,
-) -> list[Violation] | None:
-    """:func:`violations` with the :data:`DEFERRED` sites among them."""
+) -> tuple[Violation, ...] | None:
+    """:func:`violations` with the :data:`DEFERRED` sites among them. Kept per file and settings: generation judges
+    the same original module for every candidate that deletes code from it (gold's check: a scan of a large file
+    takes a tenth of a second)."""
     try:
-        return _judge(source, allowed_modules, gadgets, own_modules, known_names, runtime_lookups)
+        found = _judge(source, allowed_modules, gadgets, own_modules, known_names, runtime_lookups)
     except (RecursionError, MemoryError) as e:  # the file is too deep or too large to judge: never a crash
-        return [Violation(f"{CHECKER_LIMIT} ({type(e).__name__})", "", 0)]
+        return (Violation(f"{CHECKER_LIMIT} ({type(e).__name__})", "", 0),)
+    return None if found is None else tuple(found)
 
 
 def _judge(
