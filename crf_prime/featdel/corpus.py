@@ -304,6 +304,30 @@ def build_package(
         tempfile.tempdir = previous
 
 
+RAM_SCRATCH = Path("/dev/shm")
+"""The RAM file system the packages' temporary trees go to when it has room (:func:`scratch_parent`)."""
+RAM_SCRATCH_MIN_FREE = 4 << 30
+"""Free bytes :data:`RAM_SCRATCH` must have (a container's default /dev/shm has 64 MiB: the trees go to disk)."""
+
+
+def scratch_parent(
+    ram: Path = RAM_SCRATCH, min_free: int = RAM_SCRATCH_MIN_FREE, environ: Mapping[str, str] = os.environ
+) -> str | None:
+    """Where the run's temporary trees go: ``ram`` when it is a writable directory with ``min_free`` bytes free and
+    ``TMPDIR`` does not say otherwise, else the system's temporary directory (None). Validation makes and removes
+    tens of thousands of small files (a grading tree per run, a copy per mutant); on ext4 they cost several times
+    what they cost in RAM (round 24: 3,000 directories with a file and a link each, 1.6 s against 0.2 s)."""
+    if environ.get("TMPDIR"):
+        return None
+    try:
+        free = os.statvfs(ram)
+    except OSError:
+        return None
+    if not ram.is_dir() or not os.access(ram, os.W_OK | os.X_OK) or free.f_bavail * free.f_frsize < min_free:
+        return None
+    return str(ram)
+
+
 VALIDATING = "validating"
 """Written in a package's directory when its validation starts: at the time limit, a package without it (setting up
 its suite, venv or coverage) is cancelled at once, since it has no task to keep; the others get ``grace_s``."""
@@ -569,7 +593,7 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
                 )
             if config.smallest_first:
                 todo = smallest_first(todo)
-            tmp_root = tempfile.mkdtemp(prefix="crf-corpus-tmp-")
+            tmp_root = tempfile.mkdtemp(prefix="crf-corpus-tmp-", dir=scratch_parent())
             try:
                 workers = max(1, int(-(-config.cpus_per_package // 1)))
                 remote = ray.remote(num_cpus=config.cpus_per_package, max_retries=0)(build_package)
@@ -670,4 +694,4 @@ def run_packages(config: CorpusConfig, lines: list[SourceLine]) -> dict[str, Pac
     return {s.slug: results[s.slug] for s in lines}
 
 
-__all__ = ["CorpusConfig", "build_package", "read_sources", "resumable", "run_packages"]
+__all__ = ["CorpusConfig", "build_package", "read_sources", "resumable", "run_packages", "scratch_parent"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -14,7 +15,7 @@ import pytest
 from corpus_support import GAMMA, GAMMA_TESTS, project, renamed, write
 
 from crf_prime.cli import main
-from crf_prime.featdel.corpus import read_sources
+from crf_prime.featdel.corpus import read_sources, scratch_parent
 from crf_prime.featdel.corpus_build import export_hf, load_split, split_projects
 from crf_prime.featdel.corpus_meta import TaskMeta
 from crf_prime.featdel.generate import load_tasks
@@ -274,3 +275,21 @@ def test_a_force_cancelled_package_leaves_no_temporary_tree(
         ("cancelled", "not started before the time limit"),
     ]
     assert leftovers == []
+
+
+def test_the_trees_go_to_a_ram_file_system_with_room(tmp_path: Path) -> None:
+    """The run's temporary trees go to the RAM file system when it is there with room and ``TMPDIR`` names no other
+    place; else to the system's temporary directory (None)."""
+    ram = tmp_path / "shm"
+    ram.mkdir()
+    stat = os.statvfs(ram)
+    free = stat.f_bavail * stat.f_frsize
+    assert scratch_parent(ram, min_free=1, environ={}) == str(ram)
+    assert scratch_parent(ram, min_free=free + (1 << 40), environ={}) is None  # no room
+    assert scratch_parent(ram, min_free=1, environ={"TMPDIR": str(tmp_path)}) is None  # the user's choice
+    assert scratch_parent(tmp_path / "absent", min_free=1, environ={}) is None
+    ram.chmod(0o500)
+    try:
+        assert scratch_parent(ram, min_free=1, environ={}) is (None if os.geteuid() else str(ram))  # root writes
+    finally:
+        ram.chmod(0o700)
