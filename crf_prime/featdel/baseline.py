@@ -108,8 +108,8 @@ def remember(
     loop's run is then generation's baseline); True when stored. ``left_out``: node ids ``args`` deselects: the run
     may fail in those tests only, and they are left out of it as if they had not run (what they executed is not
     theirs, the number of tests is without them)."""
-    repo = run_dir / "repo"
-    gone = {key for key in run.outcomes if node_id(repo, key) in set(left_out)}
+    repo, deselected = run_dir / "repo", set(left_out)
+    gone = {key for key in run.outcomes if node_id(repo, key) in deselected}
     failing = {key for key, (s, _) in run.outcomes.items() if s in ("failed", "error")}
     if run.exit_code not in ((0, 1) if gone else (0,)) or not run.outcomes or failing - gone:
         return False
