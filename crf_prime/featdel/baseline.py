@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -103,25 +103,48 @@ def remember(
     run: PytestRun,
     run_dir: Path,
     left_out: Collection[str] = (),
+    earlier: Sequence[tuple[PytestRun, Path]] = (),
 ) -> bool:
     """Store a coverage run of the whole suite with ``args`` as the baseline when every test passed (the setup
     loop's run is then generation's baseline); True when stored. ``left_out``: node ids ``args`` deselects: the run
     may fail in those tests only, and they are left out of it as if they had not run (what they executed is not
-    theirs, the number of tests is without them)."""
+    theirs, the number of tests is without them). ``earlier``: runs (and their directories) of the rest of the suite
+    whose passing tests ``run`` did not run again: their tests and coverage count with ``run``'s."""
     repo, deselected = run_dir / "repo", set(left_out)
     gone = {key for key in run.outcomes if node_id(repo, key) in deselected}
     failing = {key for key, (s, _) in run.outcomes.items() if s in ("failed", "error")}
     if run.exit_code not in ((0, 1) if gone else (0,)) or not run.outcomes or failing - gone:
         return False
     coverage, collection = _read_coverage(run_dir, project, run)
+    tests = len(run.outcomes) - len(gone)
+    for before, before_dir in earlier:
+        more, outside = _read_coverage(before_dir, project, before)  # only its passing tests: not run again
+        coverage, collection = merged_coverage(coverage, more), merged_lines(collection, outside)
+        tests += sum(1 for key, (s, _) in before.outcomes.items() if s == "passed" and key not in run.outcomes)
     if gone:
         coverage = {
             path: {ln: {t for t in ids if junit_key(t) not in gone} for ln, ids in lines.items()}
             for path, lines in coverage.items()
         }
-    entry = suite_cache.CachedBaseline.of(args, len(run.outcomes) - len(gone), coverage, collection)
+    entry = suite_cache.CachedBaseline.of(args, tests, coverage, collection)
     suite_cache.store(cache_key(project, spec, args, cfg), entry)
     return True
+
+
+def merged_coverage(
+    a: dict[str, dict[int, set[str]]], b: dict[str, dict[int, set[str]]]
+) -> dict[str, dict[int, set[str]]]:
+    """path -> line -> test ids of two coverage maps together."""
+    out = {path: {ln: set(ids) for ln, ids in lines.items()} for path, lines in a.items()}
+    for path, lines in b.items():
+        mine = out.setdefault(path, {})
+        for ln, ids in lines.items():
+            mine.setdefault(ln, set()).update(ids)
+    return out
+
+
+def merged_lines(a: dict[str, set[int]], b: dict[str, set[int]]) -> dict[str, set[int]]:
+    return {path: a.get(path, set()) | b.get(path, set()) for path in a.keys() | b.keys()}
 
 
 def run_baseline(

@@ -463,7 +463,8 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
 
     run_args, first, repo = full_run()
     first_dir = repo.parent
-    for _ in range(MAX_ROUNDS):  # what failing tests lack, installed before the suite runs again: a fixture or
+    passed_before: list[tuple[PytestRun, Path]] = []  # earlier runs whose passing tests did not run again
+    for _ in range(MAX_ROUNDS):  # what failing tests lack, installed before they run again: a fixture or
         # async support a plugin provides, or a module a test imports only when it runs (httpcore's `h2`); all that
         # one run names at once, as a person would (soupsieve's tests named html5lib and lxml: a run each cost 55 s)
         needs = [n for n in missing_plugins(first) if n not in given_up]
@@ -476,8 +477,9 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
             venv.add(need, cands or candidates(need, venv.hints), still="still missing") for need, cands in wanted
         ]
         if any(changed):
-            run_args, first, repo = full_run()
+            run_args, first, repo, rest = _again(run_once, venv.env, run_args, first, repo, bool(passed_before))
             first_dir = repo.parent
+            passed_before = [*passed_before, *rest] if rest else []
     failed = failures(first, repo)
     deselected: dict[str, str] = {}
     if failed or first.exit_code != 0:
@@ -492,13 +494,13 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         for node in sorted(set(failed) | set(again)):
             same = failed.get(node) == again.get(node)
             deselected[node] = f"fails as shipped ({failed[node]})" if same else "flaky (failed in one of two runs)"
-    total = max(n_collected, len(first.outcomes))
+    total = max(n_collected, len(first.outcomes) + sum(len(_passed(r, d / "repo")) for r, d in passed_before))
     if total == 0:
         raise SourceError(f"{project.info.spec}: no tests collected ({how})")
     _too_few_left(project, deselected, total)
     # the full run without the deselected tests is generation's baseline: every other test passed in it
     baseline_args = (*run_args, *(a for n in deselected for a in ("--deselect", n)))
-    remember(project, venv.spec, baseline_args, cfg, first, first_dir, left_out=deselected)
+    remember(project, venv.spec, baseline_args, cfg, first, first_dir, left_out=deselected, earlier=passed_before)
     return SuiteSetup(
         extra_requirements=tuple(venv.extra),
         installed=venv.installed,
@@ -509,6 +511,28 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
         collected=total,
         rounds=rounds,
     )
+
+
+def _passed(run: PytestRun, repo: Path) -> set[str]:
+    return {node_id(repo, key) for key, (status, _) in run.outcomes.items() if status == "passed"}
+
+
+def _again(
+    run_once: _Runner, env: TestEnv, run_args: tuple[str, ...], last: PytestRun, repo: Path, kept: bool
+) -> tuple[tuple[str, ...], PytestRun, Path, list[tuple[PytestRun, Path]]]:
+    """The tests that did not pass in ``last`` run again once the venv has what they lacked (``run_args``, the run,
+    its tree, and ``[(last, its directory)]``: the passing tests it keeps); the whole suite again when none passed
+    in it or before it (``kept``: earlier runs kept passing tests), or when pytest does not run exactly the tests
+    named (a node id it cannot find). A second whole run of soupsieve's suite, once html5lib and lxml were there,
+    cost 103 s."""
+    passed = _passed(last, repo)
+    todo = sorted({node_id(repo, key) for key in last.outcomes} - passed)
+    if todo and (passed or kept):
+        run, again = run_once(env, (*run_args, *todo), collect_only=False)
+        if {node_id(again, key) for key in run.outcomes} == set(todo):
+            return run_args, run, again, [(last, repo.parent)]
+    run, again = run_once(env, run_args, collect_only=False)
+    return run_args, run, again, []
 
 
 def _too_few_left(project: Project, deselected: dict[str, str], total: int) -> None:

@@ -4,12 +4,14 @@ second setup or generation of the same source reads both back, the tasks are the
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from pathlib import Path
 
 import featdel_support  # noqa: F401  (one temporary cache per session)
 import pytest
 from corpus_support import LIB, project, write
+from test_featdel_reach_env import wheel
 
 from crf_prime.featdel import baseline, suite_cache, suite_setup
 from crf_prime.featdel.generate import GenerateConfig, env_spec, generate
@@ -165,6 +167,55 @@ def test_the_setup_run_less_its_deselected_tests_is_the_baseline(
     assert len(spare_body) == 2 and all(lines[n] == set() for n in spare_body)  # ran, by the deselected test only
     assert not any("test_spare_wrong" in t for ids in lines.values() for t in ids)
     assert got.suite_tests == 5  # the shipped suite's 5, without the deselected one
+
+
+@pytest.mark.slow
+def test_after_an_install_only_the_tests_that_did_not_pass_run_again(
+    tmp_path: Path, suites: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """soupsieve's tests skip where lxml is missing (``pytest.importorskip``); once the setup has installed it, those
+    run again, not the whole suite, and the baseline is both runs together: each test's coverage, every test
+    counted."""
+    wheel(tmp_path / "wheels", "crflazy-skip", "999.0")  # a version no index serves: the resolver takes this one
+    monkeypatch.setenv("PIP_FIND_LINKS", f"{tmp_path / 'wheels'} {os.environ.get('PIP_FIND_LINKS', '')}".strip())
+    src = project(tmp_path / "skiplib", "skiplib")
+    test_file = src / "tests/test_skiplib.py"
+    test_file.write_text(
+        test_file.read_text() + "\n\ndef test_needs_dep():\n    import pytest\n\n"
+        '    dep = pytest.importorskip("crflazy_skip")\n    from skiplib import tally\n\n'
+        "    assert tally([dep.VALUE]) == {1: 1}\n"
+    )
+    full_runs: list[tuple[str, ...]] = []
+    real = suite_setup.run_pytest
+
+    def spy(*args, **kwargs):
+        if kwargs.get("with_coverage"):
+            full_runs.append(tuple(kwargs["pytest_args"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(suite_setup, "run_pytest", spy)
+    cfg = GenerateConfig(source=str(src), unsandboxed=True, max_tasks=1, workers=1, replay=False, mutants_per_task=0)
+    setup = prepare_suite(cfg)
+    assert setup.installed == {"crflazy_skip": "crflazy-skip==999.0"}
+    assert (setup.deselected, setup.collected) == ({}, 6)
+    assert len(full_runs) == 2
+    assert full_runs[1][-1] == "tests/test_skiplib.py::test_needs_dep"
+    assert not any("::test_" in a for a in full_runs[1][:-1])  # that test alone
+
+    cfg = cfg.model_copy(update={"extra_requirements": list(setup.extra_requirements)})
+    proj = load_project(cfg.source, tmp_path / "ws")
+    spec = env_spec(proj, cfg)
+    got = baseline.run_baseline(proj, ensure_test_env(spec, proj.top_level), Sandbox(cfg), cfg, tmp_path / "ws", spec)
+    assert got.cached and len(full_runs) == 2
+    assert got.suite_tests == 6
+    lines = got.coverage["skiplib/__init__.py"]
+    tally_body = [
+        n
+        for n, text in enumerate((src / "skiplib/__init__.py").read_text().splitlines(), 1)
+        if text.strip() == "counts = {}"
+    ]
+    assert len(tally_body) == 1
+    assert lines[tally_body[0]] == {"tests/test_skiplib.py::test_tally", "tests/test_skiplib.py::test_needs_dep"}
 
 
 def test_a_passing_test_left_out_of_the_baseline_covers_nothing(tmp_path: Path, suites: Path) -> None:
