@@ -477,7 +477,7 @@ def setup_suite(project: Project, sandbox: Sandbox, cfg: GenerateConfig, workspa
             venv.add(need, cands or candidates(need, venv.hints), still="still missing") for need, cands in wanted
         ]
         if any(changed):
-            run_args, first, repo, rest = _again(run_once, venv.env, run_args, first, repo, bool(passed_before))
+            first, repo, rest = _again(run_once, venv.env, run_args, first, repo, bool(passed_before))
             first_dir = repo.parent
             passed_before = [*passed_before, *rest] if rest else []
     failed = failures(first, repo)
@@ -519,9 +519,9 @@ def _passed(run: PytestRun, repo: Path) -> set[str]:
 
 def _again(
     run_once: _Runner, env: TestEnv, run_args: tuple[str, ...], last: PytestRun, repo: Path, kept: bool
-) -> tuple[tuple[str, ...], PytestRun, Path, list[tuple[PytestRun, Path]]]:
-    """The tests that did not pass in ``last`` run again once the venv has what they lacked (``run_args``, the run,
-    its tree, and ``[(last, its directory)]``: the passing tests it keeps); the whole suite again when none passed
+) -> tuple[PytestRun, Path, list[tuple[PytestRun, Path]]]:
+    """The tests that did not pass in ``last`` run again once the venv has what they lacked (the run, its tree, and
+    ``[(last, its directory)]``: the passing tests it keeps); the whole suite again when none passed
     in it or before it (``kept``: earlier runs kept passing tests), or when pytest does not run exactly the tests
     named (a node id it cannot find). A second whole run of soupsieve's suite, once html5lib and lxml were there,
     cost 103 s."""
@@ -530,9 +530,9 @@ def _again(
     if todo and (passed or kept):
         run, again = run_once(env, (*run_args, *todo), collect_only=False)
         if {node_id(again, key) for key in run.outcomes} == set(todo):
-            return run_args, run, again, [(last, repo.parent)]
+            return run, again, [(last, repo.parent)]
     run, again = run_once(env, run_args, collect_only=False)
-    return run_args, run, again, []
+    return run, again, []
 
 
 def _too_few_left(project: Project, deselected: dict[str, str], total: int) -> None:

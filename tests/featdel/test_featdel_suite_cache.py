@@ -15,7 +15,7 @@ from test_featdel_reach_env import wheel
 
 from crf_prime.featdel import baseline, suite_cache, suite_setup
 from crf_prime.featdel.generate import GenerateConfig, env_spec, generate
-from crf_prime.featdel.runner import run_pytest
+from crf_prime.featdel.runner import PytestRun, run_pytest
 from crf_prime.featdel.source import load_project
 from crf_prime.featdel.suite_setup import prepare_suite
 from crf_prime.featdel.testenv import ensure_test_env
@@ -216,6 +216,37 @@ def test_after_an_install_only_the_tests_that_did_not_pass_run_again(
     ]
     assert len(tally_body) == 1
     assert lines[tally_body[0]] == {"tests/test_skiplib.py::test_tally", "tests/test_skiplib.py::test_needs_dep"}
+
+
+def _run(outcomes: dict[tuple[str, str], tuple[str, str]]) -> PytestRun:
+    return PytestRun(0, outcomes, True, 0.0, None, "", "")
+
+
+@pytest.mark.parametrize("found", [True, False])
+def test_a_rerun_must_run_exactly_the_tests_it_names(tmp_path: Path, found: bool) -> None:
+    """After an install the failing and skipped tests run again by node id; a rerun in which pytest did not run each
+    of them (an id it could not find) gives way to the whole suite, and nothing of the first run is kept."""
+    repo = tmp_path / "setup-1" / "repo"
+    write(repo, {"tests/test_a.py": ""})
+    ok, skip, bad = (("tests.test_a", n) for n in ("test_ok", "test_skip", "test_bad"))
+    first = _run({ok: ("passed", ""), skip: ("skipped", "No module named 'x'"), bad: ("failed", "No module named 'x'")})
+    calls: list[tuple[str, ...]] = []
+    reruns = [_run({skip: ("passed", ""), bad: ("passed", "")}) if found else _run({skip: ("passed", "")})]
+    whole = _run({ok: ("passed", ""), skip: ("passed", ""), bad: ("passed", "")})
+
+    def run_once(env, args: tuple[str, ...], *, collect_only: bool) -> tuple[PytestRun, Path]:
+        assert not collect_only
+        calls.append(args)
+        return (reruns.pop(0) if reruns else whole), repo
+
+    got, where, kept = suite_setup._again(run_once, None, ("-q",), first, repo, False)
+    assert calls[0] == ("-q", "tests/test_a.py::test_bad", "tests/test_a.py::test_skip")
+    if found:
+        assert (len(calls), kept) == (1, [(first, repo.parent)])
+        assert set(got.outcomes) == {skip, bad}
+    else:
+        assert (calls[1:], kept, got) == ([("-q",)], [], whole)
+    assert where == repo
 
 
 def test_a_passing_test_left_out_of_the_baseline_covers_nothing(tmp_path: Path, suites: Path) -> None:
