@@ -12,7 +12,9 @@
    is not named as a test module (``source.is_test_path``), since the grader would count it as deletable source.
    At most :data:`MAX_ROUNDS` rounds and :data:`MAX_INSTALLS` installs.
 3. Run the suite under coverage, as generation's baseline does (a test that fails only under the tracer, such as a
-   timing test, fails here too); when tests fail, run the failing ones again: tests that fail the same way twice
+   timing test, fails here too); what its failing or skipped tests lack (a plugin, a module imported only as a test
+   runs) is installed and only the tests that did not pass run again; when tests fail, run the failing ones again:
+   tests that fail the same way twice
    are deselected ("fails as shipped"), tests that fail once are deselected as flaky. The project is refused when
    fewer than :data:`MIN_KEPT` of its collected tests are left, or when more test modules cannot be collected than
    can (modules left out for not being test modules, such as doctests in the package or a README, do not count).
