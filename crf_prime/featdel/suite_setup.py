@@ -14,10 +14,10 @@
 3. Run the suite under coverage, as generation's baseline does (a test that fails only under the tracer, such as a
    timing test, fails here too); what its failing or skipped tests lack (a plugin, a module imported only as a test
    runs) is installed and only the tests that did not pass run again; when tests fail, run the failing ones again:
-   tests that fail the same way twice
-   are deselected ("fails as shipped"), tests that fail once are deselected as flaky. The project is refused when
-   fewer than :data:`MIN_KEPT` of its collected tests are left, or when more test modules cannot be collected than
-   can (modules left out for not being test modules, such as doctests in the package or a README, do not count).
+   tests that fail the same way twice are deselected ("fails as shipped"), tests that fail once are deselected as
+   flaky. The project is refused when fewer than :data:`MIN_KEPT` of its collected tests are left, or when more
+   test modules cannot be collected than can (modules left out for not being test modules, such as doctests in the
+   package or a README, do not count).
 4. That full run, without the deselected tests (every other test passed in it; what the deselected ones executed
    is not counted), is stored as generation's coverage baseline (:func:`crf_prime.featdel.baseline.remember`):
    generation does not run the suite again. The suite is not run once more without them: a test that passes only
