@@ -64,6 +64,7 @@ from crf_prime.featdel.models import (
     VerifyConfig,
 )
 from crf_prime.featdel.pycache import link_sources, source_entry
+from crf_prime.featdel.pytest_server import PytestServer
 from crf_prime.featdel.record import record_replay, servable
 from crf_prime.featdel.runner import run_pytest
 from crf_prime.featdel.shared import shared_gold, shared_replay
@@ -456,11 +457,13 @@ def validate_task(
     gold: GradeResult | None = None,
     collection: bool = True,
     pycs: Path | None = None,
+    warm: PytestServer | None = None,
 ) -> Rejection | None:
     """Gold obeys the code policy and passes every target test, the snapshot fails at least one, the suite collects.
     ``gold``: gold's grade already known (its policy checked) from a run shared with other tasks
     (crf_prime/featdel/shared.py); ``collection=False``: the snapshot is known to collect (no collection run);
-    ``pycs``: the base's compiled modules for the snapshot's runs (``pycache.source_entry``)."""
+    ``pycs``: the base's compiled modules for the snapshot's runs (``pycache.source_entry``); ``warm``: the warm
+    pytest server for the snapshot's grading run (crf_prime/featdel/pytest_server.py)."""
     if gold is None:
         rejection = gold_violation(task, task_dir)
         if rejection is not None:
@@ -482,7 +485,7 @@ def validate_task(
         detail = "; ".join(f"{f.name}: {f.message[:120]}" for f in good.failed[:3])
         return Rejection(candidate=task.task_id, reason="original-fails", detail=detail)
     deleted = Grader(task, task_dir, sandbox=sandbox, env=env)
-    run = deleted.run_tests({}, first_failure=True, pycs=pycs)  # one failure is enough
+    run = deleted.run_tests({}, first_failure=True, pycs=pycs, warm=warm)  # one failure is enough
     bad = deleted.finish(deleted.score_run(run, {}), {})
     if bad.score != 0.0 or not bad.failed:
         return Rejection(candidate=task.task_id, reason="deleted-passes", detail="no target test fails after deletion")
@@ -573,6 +576,7 @@ def generate(
     sandbox = Sandbox(cfg)
     workspace = Path(tempfile.mkdtemp(prefix="crf-featdel-gen-"))
     staging: Path | None = None
+    warm: PytestServer | None = None
     try:
         progress("source", 0, 1)
         project = load_project(cfg.source, workspace)
@@ -588,6 +592,8 @@ def generate(
             )
         spec = env_spec(project, cfg)
         env = ensure_test_env(spec, project.top_level)
+        if not sandbox.unsandboxed:  # the snapshot's and gold mutants' target tests: forks of a warm pytest
+            warm = PytestServer(sandbox, env)
         seconds["venv"] = time.perf_counter() - t
         progress("coverage", 0, 1)
         t = time.perf_counter()
@@ -694,7 +700,9 @@ def generate(
             }
             t_grade = time.perf_counter()
             graded = [built_by_id[t.task_id] for t in ready]  # as built: the snapshot must fail a target test itself
-            verdicts = validate_batch(graded, staging, sandbox=box, env=env, pool=pool, collects=quiet, pycs=pycs)
+            verdicts = validate_batch(
+                graded, staging, sandbox=box, env=env, pool=pool, collects=quiet, pycs=pycs, warm=warm
+            )
             accepted = [t for t in ready if verdicts[t.task_id] is None]
             if over("grade", t_grade, turn_end):
                 return unchecked
@@ -742,7 +750,7 @@ def generate(
             if halted() and not finishing():
                 return None  # the caller stopped it: left unchecked (a slow package's batch can take minutes)
             try:
-                got: FeatdelTask | Rejection = check_mutants(task, staging, cfg, sandbox=sandbox, env=env)
+                got: FeatdelTask | Rejection = check_mutants(task, staging, cfg, sandbox=sandbox, env=env, warm=warm)
             except Exception as e:
                 got = Rejection(candidate=task.task_id, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
             if stop_at is not None and time.perf_counter() >= stop_at:
@@ -841,6 +849,8 @@ def generate(
         _publish(staging, out)
         return valid, summary
     finally:  # also on SIGINT / SIGTERM (the CLI turns SIGTERM into KeyboardInterrupt): nothing half-written stays
+        if warm is not None:
+            warm.close()
         shutil.rmtree(workspace, ignore_errors=True)
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
@@ -868,7 +878,13 @@ def check_replay(task: FeatdelTask, task_dir: Path, cfg: GenerateConfig) -> Feat
 
 
 def check_mutants(
-    task: FeatdelTask, task_dir: Path, cfg: GenerateConfig, *, sandbox, env: TestEnv
+    task: FeatdelTask,
+    task_dir: Path,
+    cfg: GenerateConfig,
+    *,
+    sandbox,
+    env: TestEnv,
+    warm: PytestServer | None = None,
 ) -> FeatdelTask | Rejection:
     """The task (its replay gaps known) with its mutation score, or why it is not written: a grader that lets
     behaviour-changing mutants through, or whose mutants' grading outlasts ``mutation_wall_s``."""
@@ -886,6 +902,7 @@ def check_mutants(
             sandbox=sandbox.with_deadline(stop),
             env=env,
             tests_wall_s=cfg.mutant_tests_wall_s,
+            warm=warm,
         )
     except Exception:
         if time.monotonic() < budget:
@@ -921,6 +938,7 @@ def validate_batch(
     pool: ThreadPoolExecutor,
     collects: Collection[str] = (),
     pycs: Path | None = None,
+    warm: PytestServer | None = None,
 ) -> dict[str, Rejection | None]:
     """:func:`validate_task` for many tasks of one package whose gold obeys the code policy (generate checks
     :func:`gold_violation` before the recording: a large module's check took 0.2 s a task), gold graded once for those
@@ -941,6 +959,7 @@ def validate_batch(
             gold=golds.get(t.task_id),
             collection=t.task_id not in collects,
             pycs=pycs,
+            warm=warm,
         ),
         tasks,
     )

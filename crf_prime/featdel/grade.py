@@ -40,6 +40,7 @@ from crf_prime.featdel.policy import (
     project_modules,
     project_own_modules,
 )
+from crf_prime.featdel.pytest_server import PytestServer
 from crf_prime.featdel.runner import PytestRun, run_pytest
 from crf_prime.featdel.source import SourceError, extract_archive, is_test_path, strip_tree
 from crf_prime.featdel.testenv import TestEnv
@@ -385,6 +386,7 @@ def grading_run(
     lookups: Mapping[str, Sequence[int]] | None = None,
     first_failure: bool = False,
     pycs: Path | None = None,
+    warm: PytestServer | None = None,
 ) -> PytestRun:
     """The target tests run in a fresh grading tree (pristine base + snapshot + allow-listed ``changes``); the
     tree is removed afterwards. No policy scan here: callers judge ``changes`` first. ``wall_seconds`` replaces the
@@ -392,10 +394,12 @@ def grading_run(
     only: code under test must not write through a shared inode). ``first_failure``: stop at the first failing test
     (the tests not run then read as failed: for callers that only ask whether every test passes). ``pycs``: the
     base's compiled modules (``pycache.source_entry``), for generation's runs of gold, its mutants and the snapshot
-    only: never a tree an agent's code runs in."""
+    only: never a tree an agent's code runs in. ``warm``: run it in that server's warm box (generation's runs of gold's
+    mutants and the snapshot only, crf_prime/featdel/pytest_server.py)."""
     if base is not None and not read_only_tree:
         raise ValueError("grading_run: a shared base needs read_only_tree")
-    run_dir = Path(tempfile.mkdtemp(prefix="crf-featdel-grade-"))
+    prefix = "crf-featdel-grade-"
+    run_dir = warm.run_dir(prefix) if warm is not None else Path(tempfile.mkdtemp(prefix=prefix))
     try:
         if base is None:
             build_grading_tree(task, task_dir, changes, run_dir / "repo")
@@ -419,6 +423,7 @@ def grading_run(
             guarded=guarded,
             lookups=lookups,
             first_failure=first_failure,
+            warm=warm,
         )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

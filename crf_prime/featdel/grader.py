@@ -29,6 +29,7 @@ from crf_prime.featdel.grade import (
     result_from_run,
 )
 from crf_prime.featdel.models import FeatdelTask, GraderConfig, GradeResult, ReplayCall, ReplayData
+from crf_prime.featdel.pytest_server import PytestServer
 from crf_prime.featdel.replay import ReplayVerdict, load_replay, replay_tree, replay_trees
 from crf_prime.featdel.runner import PytestRun
 from crf_prime.featdel.testenv import TestEnv, ensure_test_env
@@ -137,12 +138,14 @@ class Grader:
         base: Path | None = None,
         first_failure: bool = False,
         pycs: Path | None = None,
+        warm: PytestServer | None = None,
     ) -> PytestRun:
         """The target tests on a fresh grading tree in the sandbox (no policy scan: call :meth:`policy` first).
         ``base``: a tree from :meth:`shared_base` to make it from by hard links (only a read-only tree uses it).
         ``first_failure``: stop at the first failing test, when only "do they all pass" matters (validation, mutants):
         the score is the same, the failures listed are the first one and the tests not run. ``pycs``: the base's
-        compiled modules, for generation's runs of gold, its mutants and the snapshot only."""
+        compiled modules, for generation's runs of gold, its mutants and the snapshot only; ``warm``: the warm pytest
+        server for generation's runs of gold's mutants and the snapshot (crf_prime/featdel/pytest_server.py)."""
         return grading_run(
             self.task,
             self.task_dir,
@@ -155,6 +158,7 @@ class Grader:
             lookups=self.lookup_sites(changes),
             first_failure=first_failure,
             pycs=pycs,
+            warm=warm,
         )
 
     def score_run(self, run: PytestRun, changes: Changes) -> GradeResult:

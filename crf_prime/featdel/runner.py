@@ -8,16 +8,21 @@ starts empty. Results come from the junit XML, never from stdout.
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
+import shutil
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from crf_prime.featdel import hide_test_id
+from crf_prime.featdel.pytest_server import BoxDied, PytestServer
 from crf_prime.featdel.testenv import TestEnv
 from crf_prime.sandbox import Sandbox
 
+logger = logging.getLogger(__name__)
 Outcome = tuple[str, str]  # (status: "passed" | "failed" | "error" | "skipped", message)
 
 
@@ -111,6 +116,7 @@ def run_pytest(
     guarded: Sequence[str] = (),
     lookups: Mapping[str, Sequence[int]] | None = None,
     first_failure: bool = False,
+    warm: PytestServer | None = None,
 ) -> PytestRun:
     """Run pytest on ``run_dir/repo``; ``with_coverage`` = source dirs to measure with per-test contexts.
 
@@ -121,12 +127,65 @@ def run_pytest(
     tree) the project's code may not open (``hide_test_id.guard``). ``lookups``: where (file under the tree -> lines) the
     project's code calls ``getattr``/``setattr``/``delattr`` with a computed name, judged when it runs (``lookup_guard``).
     ``first_failure``: stop at the first failing test (``-x``), for callers that only ask whether every test passes.
+    ``warm``: run it in that server's warm box (a read-only tree of gold's own code under its runs directory, no
+    coverage; crf_prime/featdel/pytest_server.py), the same run without the interpreter's start and pytest's import.
     """
-    repo, out = run_dir / "repo", run_dir / "out"
+    if warm is not None and not (read_only_tree and not with_coverage and warm.holds(run_dir)):
+        raise ValueError("run_pytest: a warm run needs a read-only tree under the server's runs directory, no coverage")
+    run = functools.partial(
+        _run,
+        sandbox,
+        env,
+        run_dir,
+        pythonpath=pythonpath,
+        pytest_args=pytest_args,
+        node_ids=node_ids,
+        protected=protected,
+        collect_only=collect_only,
+        with_coverage=with_coverage,
+        wall_seconds=wall_seconds,
+        read_only_tree=read_only_tree,
+        guarded=guarded,
+        lookups=lookups,
+        first_failure=first_failure,
+    )
+    if warm is not None:
+        out = warm.out_dir()
+        try:
+            return run(out, warm)
+        except BoxDied as e:
+            logger.warning("featdel: %s; running it cold", e)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+    out = run_dir / "out"
     out.mkdir(parents=True, exist_ok=True)
+    return run(out, None)
+
+
+def _run(
+    sandbox: Sandbox,
+    env: TestEnv,
+    run_dir: Path,
+    out: Path,
+    warm: PytestServer | None,
+    *,
+    pythonpath: Sequence[str],
+    pytest_args: Sequence[str],
+    node_ids: Sequence[str],
+    protected: Sequence[str],
+    collect_only: bool,
+    with_coverage: Sequence[str],
+    wall_seconds: float | None,
+    read_only_tree: bool,
+    guarded: Sequence[str],
+    lookups: Mapping[str, Sequence[int]] | None,
+    first_failure: bool,
+) -> PytestRun:
+    """:func:`run_pytest` with its output directory ``out`` chosen (the warm box's raises :class:`BoxDied`)."""
+    repo = run_dir / "repo"
     junit = out / "junit.xml"
     junit.unlink(missing_ok=True)
-    argv: list[str] = [str(env.python), "-s", "-P", "-B"]
+    head: list[str] = [str(env.python), "-s", "-P", "-B"]
     extra_paths: list[Path] = [hide_test_id.install_into(run_dir / "grader")]  # read-only in the box, beside the repo
     if guarded:
         hide_test_id.guard_into(extra_paths[0], repo, guarded)
@@ -135,29 +194,33 @@ def run_pytest(
     if with_coverage:
         rc = out / "coveragerc"
         rc.write_text("[run]\n")  # ignore the project's own coverage config (plugins, omit lists)
-        argv += ["-m", "coverage", "run", f"--rcfile={rc}", f"--data-file={out / 'coverage.db'}"]
-        argv += [f"--source={','.join(str(repo / d) for d in with_coverage)}"]
-        argv += ["-m", "pytest", "-p", "crf_featdel_ctx"]
+        head += ["-m", "coverage", "run", f"--rcfile={rc}", f"--data-file={out / 'coverage.db'}"]
+        head += [f"--source={','.join(str(repo / d) for d in with_coverage)}"]
+        head += ["-m", "pytest", "-p", "crf_featdel_ctx"]
         extra_paths.append(env.plugin_dir)
     else:
-        argv += ["-m", "pytest"]
-    argv += ["-p", "no:cacheprovider", "-p", hide_test_id.MODULE, "-q", f"--rootdir={repo}", f"--junitxml={junit}"]
-    argv += pytest_args
+        head += ["-m", "pytest"]
+    args = ["-p", "no:cacheprovider", "-p", hide_test_id.MODULE, "-q", f"--rootdir={repo}", f"--junitxml={junit}"]
+    args += pytest_args
     if collect_only:
-        argv.append("--collect-only")
+        args.append("--collect-only")
     if first_failure:
-        argv.append("-x")
-    argv += list(node_ids)
+        args.append("-x")
+    args += list(node_ids)
     box = sandbox if wall_seconds is None else sandbox.with_limits(wall_seconds=wall_seconds)
-    result = box.run(
-        argv,
-        workdir=run_dir,
-        cwd=repo,
-        ro_binds=[env.venv, *([env.plugin_dir] if with_coverage else [])],
-        protected=[repo / p for p in protected if (repo / p).exists()],
-        env=pytest_env(repo, pythonpath, extra_paths),
-        writable=[out] if read_only_tree else None,
-    )
+    run_env = pytest_env(repo, pythonpath, extra_paths)
+    if warm is not None:  # the warm box is ``head`` already
+        result = warm.run(args, run_dir=run_dir, cwd=repo, env=run_env, out=out, limits=box.limits_now())
+    else:
+        result = box.run(
+            [*head, *args],
+            workdir=run_dir,
+            cwd=repo,
+            ro_binds=[env.venv, *([env.plugin_dir] if with_coverage else [])],
+            protected=[repo / p for p in protected if (repo / p).exists()],
+            env=run_env,
+            writable=[out] if read_only_tree else None,
+        )
     outcomes: dict[tuple[str, str], Outcome] = {}
     found = junit.is_file()
     if found:

@@ -28,6 +28,7 @@ from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import FeatdelTask, GraderConfig, MutationScore, VerifyConfig
 from crf_prime.featdel.mutants import Mutant, gold_mutants
 from crf_prime.featdel.pycache import link_sources, source_entry
+from crf_prime.featdel.pytest_server import PytestServer
 from crf_prime.featdel.record import gold_runs, reproduced
 from crf_prime.featdel.replay import SEQUENCE, compare, load_replay, run_driver, run_variants, strip_tests
 from crf_prime.featdel.testenv import TestEnv
@@ -109,13 +110,22 @@ def replay_rejects(
 TestsVerdict = Literal["pass", "fail", "timeout"]
 
 
-def verdict_of_tests(grader: Grader, m: Mutant, base: Path, wall_s: float, pycs: Path | None = None) -> TestsVerdict:
+def verdict_of_tests(
+    grader: Grader,
+    m: Mutant,
+    base: Path,
+    wall_s: float,
+    pycs: Path | None = None,
+    warm: PytestServer | None = None,
+) -> TestsVerdict:
     """Whether the target tests all pass on mutant ``m`` (stopped at the first failure: only that is asked), in at
     most ``wall_s`` seconds. "timeout": still running then, below the served wall limit, where it might still pass
     (a mutated loop condition that never ends would cost the served limit, minutes, to find out)."""
     changes: dict[str, str | None] = {m.path: m.text}
     served = grader.sandbox.limits.wall_seconds
-    run = grader.run_tests(changes, base=base, first_failure=True, wall_seconds=min(wall_s, served), pycs=pycs)
+    run = grader.run_tests(
+        changes, base=base, first_failure=True, wall_seconds=min(wall_s, served), pycs=pycs, warm=warm
+    )
     if run.limit_hit == "wall" and wall_s < served:
         return "timeout"
     return "pass" if grader.score_run(run, changes).score == 1.0 else "fail"
@@ -154,10 +164,12 @@ def mutation_score(
     sandbox: Sandbox,
     env: TestEnv,
     tests_wall_s: float = VerifyConfig().mutant_tests_wall_s,
+    warm: PytestServer | None = None,
 ) -> MutationScore:
     """Grade up to ``cap`` mutants of ``task``'s gold (deterministic for the task's seed) and count the verdicts.
     The rate is measured only for tasks whose every target has replayed calls (None otherwise). A mutant whose
-    target tests run past ``tests_wall_s`` is counted apart (``timed_out``), in neither side of the rate."""
+    target tests run past ``tests_wall_s`` is counted apart (``timed_out``), in neither side of the rate. ``warm``: the
+    test venv's warm pytest server, for the mutants' target-test runs (crf_prime/featdel/pytest_server.py)."""
     original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
     broken = {p: task.broken_files[p] for p in original}
     mutants = gold_mutants(broken, original, cap=cap, seed=mutation_seed(task))
@@ -171,7 +183,9 @@ def mutation_score(
     with grader.shared_base() as base:  # one grading tree for every mutant, each made from it by hard links
         rejects = replay_rejects(grader, mutants, base=base, pycs=pycs)
         tests = {
-            i: verdict_of_tests(grader, mutants[i], base, tests_wall_s, pycs) for i, r in enumerate(rejects) if not r
+            i: verdict_of_tests(grader, mutants[i], base, tests_wall_s, pycs, warm)
+            for i, r in enumerate(rejects)
+            if not r
         }
         passing = [i for i, v in tests.items() if v == "pass"]
         verdicts_held = held_out_verdicts(grader, [mutants[i] for i in passing], held, base, pycs)

@@ -20,9 +20,9 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from crf_prime.sandbox.bwrap import DEFAULT_PATH, build_argv
 from crf_prime.sandbox.cgroups import RunCgroup, detect_layout
@@ -105,6 +105,67 @@ def _signal_of(code: int) -> int | None:
     if 128 < code < 128 + 65:
         return code - 128
     return None
+
+
+def box_env(workdir: Path, env: Mapping[str, str] | None) -> dict[str, str]:
+    """A box's whole environment: a fixed base (HOME is the workdir) and ``env`` over it; nothing of the host's."""
+    return {
+        "PATH": DEFAULT_PATH,
+        "HOME": str(workdir),
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **(env or {}),
+    }
+
+
+def outcome(
+    code: int,
+    duration: float,
+    stderr: str,
+    lim: SandboxLimits,
+    enforced: tuple[str, ...],
+    fired: LimitName | None,
+    timed_out: bool,
+    flooded: bool,
+) -> tuple[int | None, LimitName | None]:
+    """(exit code, limit hit) of a finished command from its raw status ``code`` (negative: killed by that signal)
+    and what was seen around it (``fired``: what its cgroup counted). The exit code is None when a limit killed it."""
+    sig = _signal_of(code)
+    if code < 0:
+        code = 128 - code  # report like a shell / bwrap does: 128 + the signal number
+    limit_hit = fired
+    if limit_hit is None:
+        if timed_out:
+            limit_hit = "wall"
+        elif flooded:
+            limit_hit = "output"
+        elif lim.cpu_seconds is not None and (
+            sig == signal.SIGXCPU or (sig == signal.SIGKILL and duration >= lim.cpu_seconds)
+        ):
+            limit_hit = "cpu"
+        elif lim.file_size_mb is not None and (sig == signal.SIGXFSZ or "File too large" in stderr):
+            limit_hit = "file_size"
+        elif lim.memory_mb is not None and "memory:rlimit-as" in enforced and "MemoryError" in stderr:
+            limit_hit = "memory"
+    killed = limit_hit in ("wall", "output") or (limit_hit is not None and sig is not None)
+    return (None if killed else code), limit_hit
+
+
+def captured(path: Path, cap: int) -> tuple[str, bool]:
+    """(text, truncated) of an output file, kept as a run's stream is: its first ``cap`` bytes and a marker."""
+    out = _Capture(cap)
+    with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+        while chunk := fh.read(_READ_CHUNK):
+            out.feed(chunk)
+    return out.text(), out.dropped > 0
+
+
+class _Launch(NamedTuple):
+    cmd: list[str]
+    env: dict[str, str] | None
+    cwd: str | None
+    cgroup: RunCgroup | None
+    enforced: tuple[str, ...]
 
 
 class Sandbox:
@@ -202,10 +263,66 @@ class Sandbox:
         ``writable``: when given, ``workdir`` is read-only inside the box except these paths (existing, inside it);
         ``protected`` paths inside them stay read-only. Only bubblewrap enforces it (``unsandboxed`` cannot).
         """
+        lim = self.limits_now(limits)
+        launch = self._launch(argv, workdir, ro_binds, protected, env, cwd, writable, lim)
+        try:
+            return await self._execute(launch.cmd, launch.env, launch.cwd, stdin, lim, launch.cgroup, launch.enforced)
+        finally:
+            if launch.cgroup is not None:
+                await _remove_cgroup(launch.cgroup)
+
+    def limits_now(self, limits: SandboxLimits | None = None) -> SandboxLimits:
+        """The limits of a run started now: ``limits`` (else this box's) with the wall limit cut at the deadline."""
         lim = limits or self.limits
-        if self.deadline is not None:
-            left = max(0.001, self.deadline - time.monotonic())
-            lim = lim.model_copy(update={"wall_seconds": min(lim.wall_seconds, left)})
+        if self.deadline is None:
+            return lim
+        left = max(0.001, self.deadline - time.monotonic())
+        return lim.model_copy(update={"wall_seconds": min(lim.wall_seconds, left)})
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        workdir: Path,
+        ro_binds: Sequence[Path] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        writable: Sequence[Path] | None = None,
+        stderr: IO[bytes] | None = None,
+    ) -> BoxProcess:
+        """Start ``argv`` in a box laid out as :meth:`arun` lays it out, under this box's limits but no wall limit,
+        and leave it running, its stdin and stdout piped to the caller: a server that answers many requests (the
+        caller bounds each). :meth:`BoxProcess.close` kills it. ``stderr``: a file for its stderr (else dropped)."""
+        lim = self.limits
+        launch = self._launch(argv, workdir, ro_binds, (), env, cwd, writable, lim)
+        try:
+            proc = subprocess.Popen(
+                launch.cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr if stderr is not None else subprocess.DEVNULL,
+                env=launch.env,
+                cwd=launch.cwd,
+                start_new_session=True,
+            )
+        except BaseException:
+            if launch.cgroup is not None:
+                _remove_cgroup_now(launch.cgroup)
+            raise
+        return BoxProcess(self, proc, launch.cgroup, launch.enforced, lim)
+
+    def _launch(
+        self,
+        argv: Sequence[str],
+        workdir: Path,
+        ro_binds: Sequence[Path],
+        protected: Sequence[Path],
+        env: Mapping[str, str] | None,
+        cwd: Path | None,
+        writable: Sequence[Path] | None,
+        lim: SandboxLimits,
+    ) -> _Launch:
+        """The checked layout as a command line (launcher, bwrap, ``argv``), with the run's cgroup made."""
         if not argv:
             raise ValueError("argv is empty")
         workdir_p = Path(os.path.realpath(workdir))
@@ -228,8 +345,7 @@ class Sandbox:
         for p in rw or ():
             if workdir_p not in p.parents or not p.exists():
                 raise ValueError(f"writable: {p} is not an existing path inside workdir {workdir_p}")
-        full_env = {"PATH": DEFAULT_PATH, "HOME": str(workdir_p), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-        full_env.update(env or {})
+        full_env = box_env(workdir_p, env)
 
         enforced: list[str] = []
         layout = detect_layout()
@@ -267,10 +383,11 @@ class Sandbox:
                 cmd, popen_env, popen_cwd = list(argv), full_env, str(cwd_p)
             joins = cgroup.join_targets() if cgroup else []
             cmd = [*_launcher(joins, lim, rlimit_as_mb), *cmd]
-            return await self._execute(cmd, popen_env, popen_cwd, stdin, lim, cgroup, tuple(enforced))
-        finally:
+        except BaseException:
             if cgroup is not None:
-                await _remove_cgroup(cgroup)
+                _remove_cgroup_now(cgroup)
+            raise
+        return _Launch(cmd, popen_env, popen_cwd, cgroup, tuple(enforced))
 
     # -- internals -----------------------------------------------------------------------------------------------
     async def _execute(
@@ -340,26 +457,10 @@ class Sandbox:
         if proc.returncode == _JOIN_FAILED_CODE and _JOIN_FAILED in err.text():
             raise RuntimeError(f"{_JOIN_FAILED} {list(cgroup.dirs.values()) if cgroup else []}")
         code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-        sig = _signal_of(code)
-        if code < 0:
-            code = 128 - code  # report like a shell / bwrap does: 128 + the signal number
-        limit_hit: LimitName | None = cgroup.limit_fired() if cgroup is not None else None
-        if limit_hit is None:
-            if timed_out:
-                limit_hit = "wall"
-            elif flooded:
-                limit_hit = "output"
-            elif lim.cpu_seconds is not None and (
-                sig == signal.SIGXCPU or (sig == signal.SIGKILL and duration >= lim.cpu_seconds)
-            ):
-                limit_hit = "cpu"
-            elif lim.file_size_mb is not None and (sig == signal.SIGXFSZ or "File too large" in err.text()):
-                limit_hit = "file_size"
-            elif lim.memory_mb is not None and "memory:rlimit-as" in enforced and "MemoryError" in err.text():
-                limit_hit = "memory"
-        killed = limit_hit in ("wall", "output") or (limit_hit is not None and sig is not None)
+        fired = cgroup.limit_fired() if cgroup is not None else None
+        exit_code, limit_hit = outcome(code, duration, err.text(), lim, enforced, fired, timed_out, flooded)
         return RunResult(
-            exit_code=None if killed else code,
+            exit_code=exit_code,
             stdout=out.text(),
             stderr=err.text(),
             stdout_truncated=out.dropped > 0,
@@ -386,6 +487,39 @@ class Sandbox:
                 os.killpg(proc.pid, signal.SIGKILL)
         if cgroup is not None:
             cgroup.kill_all()
+
+
+class BoxProcess:
+    """A box started by :meth:`Sandbox.spawn`: its process (stdin and stdout piped), cgroup and limits."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        proc: subprocess.Popen,
+        cgroup: RunCgroup | None,
+        enforced: tuple[str, ...],
+        limits: SandboxLimits,
+    ) -> None:
+        self.sandbox, self.proc, self.cgroup, self.enforced, self.limits = sandbox, proc, cgroup, enforced, limits
+
+    def counters(self) -> tuple[int, int]:
+        """What the box's cgroup has counted so far (:meth:`RunCgroup.counters`); (0, 0) without one."""
+        return self.cgroup.counters() if self.cgroup is not None else (0, 0)
+
+    def fired_since(self, before: tuple[int, int]) -> LimitName | None:
+        """The cgroup limit a request ran into since :meth:`counters` read ``before``."""
+        return self.cgroup.limit_fired(since=before) if self.cgroup is not None else None
+
+    def close(self) -> None:
+        """Kill the box (its whole tree) and remove its cgroup."""
+        self.sandbox._kill(self.proc, self.cgroup)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        self.proc.wait()
+        if self.cgroup is not None:
+            _remove_cgroup_now(self.cgroup)
 
 
 def _watch_pipe(
@@ -463,13 +597,24 @@ def _watch_exit(loop: asyncio.AbstractEventLoop, proc: subprocess.Popen) -> asyn
     return done
 
 
-async def _remove_cgroup(cgroup: RunCgroup, timeout_s: float = 5.0) -> None:
-    """Remove the run's cgroup(s); the box's pid-1 may still be exiting for a moment after bwrap returned."""
+def _removal_pauses(cgroup: RunCgroup, timeout_s: float) -> Iterator[float]:
+    """Pauses to wait between tries at removing the cgroup(s): the box's pid-1 may still be exiting for a moment after
+    bwrap returned. Ends once they are removed, or with a warning at ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     pause = 0.0005
     while not cgroup.try_remove():
         if time.monotonic() > deadline:
             logger.warning("crf_prime.sandbox: could not remove cgroup(s) %s", cgroup.created)
             return
-        await asyncio.sleep(pause)
+        yield pause
         pause = min(pause * 2, 0.02)
+
+
+async def _remove_cgroup(cgroup: RunCgroup, timeout_s: float = 5.0) -> None:
+    for pause in _removal_pauses(cgroup, timeout_s):
+        await asyncio.sleep(pause)
+
+
+def _remove_cgroup_now(cgroup: RunCgroup, timeout_s: float = 5.0) -> None:
+    for pause in _removal_pauses(cgroup, timeout_s):
+        time.sleep(pause)

@@ -171,15 +171,22 @@ class RunCgroup:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
 
-    def limit_fired(self) -> Literal["memory", "pids"] | None:
-        """Which cgroup limit the run ran into (an OOM kill, or a refused fork)."""
-        mem = self.dirs.get("memory")
-        if mem is not None:
-            events = mem / ("memory.oom_control" if self.layout.version == "v1" else "memory.events")
-            if _counter(events, "oom_kill") > 0:
-                return "memory"
-        pids = self.dirs.get("pids")
-        if pids is not None and _counter(pids / "pids.events", "max") > 0:
+    def counters(self) -> tuple[int, int]:
+        """(OOM kills, forks refused at the pids limit) counted so far."""
+        oom = forks = 0
+        if (mem := self.dirs.get("memory")) is not None:
+            oom = _counter(mem / ("memory.oom_control" if self.layout.version == "v1" else "memory.events"), "oom_kill")
+        if (pids := self.dirs.get("pids")) is not None:
+            forks = _counter(pids / "pids.events", "max")
+        return oom, forks
+
+    def limit_fired(self, since: tuple[int, int] = (0, 0)) -> Literal["memory", "pids"] | None:
+        """Which cgroup limit the run ran into (an OOM kill, or a refused fork) since :meth:`counters` read
+        ``since``."""
+        oom, forks = self.counters()
+        if oom > since[0]:
+            return "memory"
+        if forks > since[1]:
             return "pids"
         return None
 

@@ -343,3 +343,54 @@ def test_cgroup_join_targets_per_version(tmp_path: Path) -> None:
         assert step in script
     assert f"echo 0 > {tmp_path / 'm' / 'tasks'}" in script
     assert script.endswith('exec "$@"')
+
+
+@pytest.mark.bwrap
+def test_a_spawned_box_serves_until_closed_laid_out_as_a_run(tmp_path: Path) -> None:
+    """``spawn``: the layout of ``run`` (a read-only workdir but its writable paths, the venv-like read-only bind, a
+    fresh environment), the process left running with its stdin and stdout piped; ``close`` kills it and its
+    cgroup goes."""
+    (tmp_path / "box" / "out").mkdir(parents=True)
+    (tmp_path / "box" / "here.txt").write_text("x")
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "hidden.txt").write_text("secret")
+    (tmp_path / "box" / "out" / "w").write_text("")
+    server = (
+        'while read p; do if [ "$p" = env ]; then echo "$CRF_ASK:$HOME"; '
+        'elif [ ! -e "$p" ]; then echo "absent $p"; '
+        'elif echo w > "$p" 2>/dev/null; then echo "wrote $p"; else echo "read-only $p"; fi; done'
+    )
+    box = Sandbox(SandboxConfig(limits=LIMITS)).spawn(
+        ["sh", "-c", server],
+        workdir=tmp_path / "box",
+        ro_binds=[tmp_path / "ro"],
+        env={"CRF_ASK": "asked"},
+        writable=[Path("out")],
+    )
+    assert box.proc.stdin is not None and box.proc.stdout is not None
+    answers = []
+    for ask in (
+        "env",
+        tmp_path / "box" / "out" / "w",
+        tmp_path / "box" / "here.txt",
+        tmp_path / "ro",
+        tmp_path / "hidden.txt",
+    ):
+        box.proc.stdin.write(f"{ask}\n".encode())
+        box.proc.stdin.flush()
+        answers.append(box.proc.stdout.readline().decode().strip())
+    cgroups = list(box.cgroup.created if box.cgroup else [])
+    box.close()
+    box_dir = (tmp_path / "box").resolve()
+    assert answers == [
+        f"asked:{box_dir}",
+        f"wrote {tmp_path / 'box' / 'out' / 'w'}",
+        f"read-only {tmp_path / 'box' / 'here.txt'}",
+        f"read-only {tmp_path / 'ro'}",
+        f"absent {tmp_path / 'hidden.txt'}",
+    ]
+    assert (tmp_path / "box" / "here.txt").read_text() == "x" and (tmp_path / "box" / "out" / "w").read_text() == "w\n"
+    assert (tmp_path / "hidden.txt").read_text() == "secret"
+    assert box.proc.returncode is not None
+    assert not any(p.exists() for p in cgroups)
+    assert box.counters() == (0, 0)
