@@ -45,9 +45,11 @@ class PytestServer:
 
     def __init__(self, sandbox: Sandbox, env: TestEnv) -> None:
         if sandbox.unsandboxed:
-            raise ValueError("a warm pytest server needs an isolated sandbox (its box empties its own /tmp per run)")
+            raise ValueError(
+                "a warm pytest server needs an isolated sandbox (its box cleans its own /tmp and processes)"
+            )
         self.sandbox, self.env = sandbox, env
-        self.home = Path(tempfile.mkdtemp(prefix="crf-featdel-warm-"))
+        self.home = Path(os.path.realpath(tempfile.mkdtemp(prefix="crf-featdel-warm-")))
         self.root = self.home / "box"
         self.runs, self.outs = self.root / "runs", self.root / "outs"
         for d in (self.runs, self.outs, self.root / "zygote"):
@@ -74,6 +76,7 @@ class PytestServer:
         return Path(tempfile.mkdtemp(dir=self.outs))
 
     def holds(self, run_dir: Path) -> bool:
+        """Whether ``run_dir`` is under the runs directory (the only trees a warm box sees)."""
         return self.runs in Path(os.path.realpath(run_dir)).parents
 
     def run(
@@ -86,8 +89,8 @@ class PytestServer:
         out: Path,
         limits: SandboxLimits,
     ) -> RunResult:
-        """``python -s -P -B -m pytest PYTEST_ARGV`` as a cold box at ``run_dir`` would run it (``env`` on the box's base
-        environment, ``limits.wall_seconds`` its wall limit), stdout and stderr kept in ``out``. Raises
+        """``python -s -P -B -m pytest PYTEST_ARGV`` as a cold box at ``run_dir`` would run it (``env`` on the box's
+        base environment, ``limits.wall_seconds`` its wall limit), stdout and stderr kept in ``out``. Raises
         :class:`BoxDied` when the box stops answering (the caller runs it cold)."""
         if not self.holds(run_dir):
             raise ValueError(f"{run_dir} is not under this server's runs directory {self.runs}")
@@ -148,7 +151,7 @@ class PytestServer:
                 box.close()
         with (self.home / "stderr").open("ab") as err:
             box = self.sandbox.spawn(
-                [str(self.env.python), "-s", "-P", "-B", str(self.script), "--empty-tmp"],
+                [str(self.env.python), "-s", "-P", "-B", str(self.script), "--own-box"],
                 workdir=self.root,
                 ro_binds=[self.env.venv],
                 env={"PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1"},

@@ -1,14 +1,14 @@
 """Warm pytest: runs INSIDE a box started by ``Sandbox.spawn``, with only the standard library and the test venv.
 
-Copied into the box and run as ``python -s -P -B pytest_zygote.py --empty-tmp`` (the flags of a cold run); it imports pytest
-once, then answers requests on stdin, one JSON line each: fork a child, which becomes what ``python -s -P -B -m
-pytest ARGS`` would be at that point (its own process group, stdin from /dev/null, stdout and stderr to the files
+Copied into the box and run as ``python -s -P -B pytest_zygote.py --own-box`` (the flags of a cold run); it imports
+pytest once, then answers requests on stdin, one JSON line each: fork a child, which becomes what ``python -s -P -B
+-m pytest ARGS`` would be at that point (its own process group, stdin from /dev/null, stdout and stderr to the files
 named, the working directory, the whole environment and ``PYTHONPATH``'s entries at the front of ``sys.path`` as the
 request gives them) and runs pytest's ``__main__`` as ``-m`` does, exiting as that interpreter would. The server
-waits for it (killing its group at the request's wall limit), empties ``/tmp`` for the next run (with ``--empty-tmp``
-only: the box's own ``/tmp``, never the host's; what was there at the start, the way down to the box's own bound
-directories, is left), and answers one JSON
-line on stdout: the wait status, whether the wall limit killed it, the seconds it took. It saves each run the
+waits for it (killing its group at the request's wall limit), and with ``--own-box`` (it is alone in its own box,
+never on the host) kills every other process the run left in the box and empties ``/tmp`` (but what was there at
+the start: the way down to the box's bound directories), so the next run starts as in a fresh box. It answers one
+JSON line on stdout: the wait status, whether the wall limit killed it, the seconds it took. It saves each run the
 interpreter's start and pytest's import (about half of a short target-test run); it never runs an agent's code
 (crf_prime/featdel/pytest_server.py).
 """
@@ -25,6 +25,8 @@ import sys
 import time
 
 TMP = "/tmp"
+SWEEP_WAIT_S = 10.0
+"""How long the server waits for each process it killed after a run to exit."""
 
 
 def _lines(fd: int):
@@ -59,6 +61,23 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def _sweep() -> None:
+    """Kill every process in the box but its init (pid 1) and this server: what a run left running (a daemon that
+    left the run's process group too), and wait until each has exited (the box's init reaps them)."""
+    me = os.getpid()
+    fds = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in (1, me):
+            with contextlib.suppress(OSError):  # gone already
+                fds.append(os.pidfd_open(int(name)))
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    for fd in fds:
+        select.select([fd], [], [], SWEEP_WAIT_S)  # readable once it has exited
+        os.close(fd)
+
+
 def _empty_tmp(keep: frozenset[str]) -> None:
     """Remove what runs left in ``/tmp``: every entry but those there when the box started (``keep``: the way down
     to the directories bound into the box, which must never be walked)."""
@@ -73,11 +92,11 @@ def _empty_tmp(keep: frozenset[str]) -> None:
                 os.unlink(path)
 
 
-def serve(empty_tmp: bool) -> dict | None:
+def serve(own_box: bool) -> dict | None:
     """Answer requests until stdin closes (None); in a forked child, return its request instead."""
     import pytest  # noqa: F401  # the point: every run is forked from a process that imported it
 
-    keep = frozenset(os.listdir(TMP)) if empty_tmp else frozenset()
+    keep = frozenset(os.listdir(TMP)) if own_box else frozenset()
 
     for line in _lines(0):
         request = json.loads(line)
@@ -86,7 +105,8 @@ def serve(empty_tmp: bool) -> dict | None:
         if pid == 0:
             return request
         status, timed_out = _wait(pid, float(request["wall_s"]))
-        if empty_tmp:
+        if own_box:
+            _sweep()
             _empty_tmp(keep)
         reply = {"status": status, "timed_out": timed_out, "seconds": time.monotonic() - started}
         data = (json.dumps(reply) + "\n").encode()
@@ -116,7 +136,7 @@ def become(request: dict) -> None:
 
 
 def main() -> None:
-    request = serve(sys.argv[1:] == ["--empty-tmp"])
+    request = serve(sys.argv[1:] == ["--own-box"])
     if request is None:
         return
     become(request)

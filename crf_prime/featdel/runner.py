@@ -3,7 +3,9 @@
 Each run gets its own directory ``<run>/repo`` (the tree, cwd) + ``<run>/out`` (junit XML, coverage data); only
 ``<run>`` is writable inside the box (only ``<run>/out`` with ``read_only_tree``, as grading runs), test files and
 test configuration are re-bound read-only (``protected``), the test venv is bound read-only, and the environment
-starts empty. Results come from the junit XML, never from stdout.
+starts empty. Results come from the junit XML, never from stdout. A warm run (generation's runs of gold's own
+code only) is a fork of a warm pytest box instead, its report directory under that box's
+(crf_prime/featdel/pytest_server.py).
 """
 
 from __future__ import annotations

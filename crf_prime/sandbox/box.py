@@ -4,6 +4,8 @@ One implementation (asyncio) serves both ``arun`` and ``run``. Each run: a per-r
 child joins before ``exec``, rlimits (CPU, file size, address space when no memory cgroup), a wall-clock timeout
 that kills the whole tree (the box is a pid namespace whose init dies with bwrap; the cgroup is swept too), output
 captured up to a cap per stream, the cgroup removed afterwards. Cancelling ``arun`` kills the box as well.
+``spawn`` starts a box with the same layout and limits but no wall limit, left running as a server on its stdin and
+stdout until ``BoxProcess.close``.
 """
 
 from __future__ import annotations

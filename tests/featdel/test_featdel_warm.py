@@ -161,7 +161,7 @@ def test_a_run_that_kills_its_warm_box_is_made_cold(
         import os, signal
         def test_kills_the_warm_box():
             parent = os.getppid()
-            if open(f"/proc/{parent}/cmdline", "rb").read().endswith(b"--empty-tmp\\0"):
+            if open(f"/proc/{parent}/cmdline", "rb").read().endswith(b"--own-box\\0"):
                 os.kill(parent, signal.SIGKILL)  # the warm box: the host sees it die
     """)
     with PytestServer(sandbox, env) as warm:
@@ -195,6 +195,31 @@ def test_a_warm_run_cannot_write_its_tree_or_the_hosts_tmp(sandbox: Sandbox, env
     assert run.exit_code == 0, run.tail()
     assert not Path("/tmp/crfwarm-left-behind").exists()
     assert not home.exists()  # closed: nothing of the server is left
+
+
+def test_a_warm_run_leaves_no_process_behind(sandbox: Sandbox, env: TestEnv) -> None:
+    daemon = textwrap.dedent("""
+        import os, subprocess, time
+        def sleepers():
+            me = b"sleep\\x00607\\x00"
+            return [p for p in os.listdir("/proc") if p.isdigit() and open(f"/proc/{p}/cmdline", "rb").read() == me]
+        def test_leaves_a_daemon():
+            subprocess.Popen(["sleep", "607"], start_new_session=True)  # out of the run's process group
+            deadline = time.monotonic() + 30
+            while not sleepers() and time.monotonic() < deadline:
+                pass  # its command line shows once its exec is through
+            assert len(sleepers()) == 1
+        def test_finds_none():
+            assert sleepers() == []
+    """)
+    with PytestServer(sandbox, env) as warm:
+        runs = []
+        for node in ("tests/test_daemon.py::test_leaves_a_daemon", "tests/test_daemon.py::test_finds_none"):
+            run_dir = _tree(warm.run_dir("w-"))
+            (run_dir / "repo" / "tests" / "test_daemon.py").write_text(daemon)
+            runs.append(_run(sandbox, env, run_dir, warm, node_ids=[node]))
+        assert len(warm._started) == 1
+    assert [r.exit_code for r in runs] == [0, 0], [r.tail() for r in runs]
 
 
 def test_a_warm_server_needs_an_isolated_sandbox(env: TestEnv) -> None:
