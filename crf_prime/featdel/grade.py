@@ -398,6 +398,7 @@ def grading_run(
     mutants and the snapshot only, crf_prime/featdel/pytest_server.py)."""
     if base is not None and not read_only_tree:
         raise ValueError("grading_run: a shared base needs read_only_tree")
+    warm = warm if read_only_tree else None  # a warm box sees its trees read-only only
     prefix = "crf-featdel-grade-"
     run_dir = warm.run_dir(prefix) if warm is not None else Path(tempfile.mkdtemp(prefix=prefix))
     try:

@@ -17,6 +17,7 @@ from featdel_support import INFLECTION, TOOLZ, generated
 
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.grader import Grader
+from crf_prime.featdel.models import GraderConfig
 from crf_prime.featdel.pytest_server import PytestServer
 from crf_prime.featdel.runner import PytestRun, run_pytest
 from crf_prime.featdel.strength import mutation_score
@@ -261,3 +262,14 @@ def test_grading_runs_warm_and_cold_agree_and_leave_nothing() -> None:
                 assert hot.outcomes == cold.outcomes and hot.exit_code == cold.exit_code
                 assert grader.score_run(hot, changes).score == score and len(hot.outcomes) == len(task.target_tests)
             assert sorted(os.listdir(warm.runs)) == [] and sorted(os.listdir(warm.outs)) == []
+
+
+def test_a_grader_with_a_writable_tree_runs_cold_even_when_offered_a_warm_box() -> None:
+    task_dir, tasks, _ = generated(INFLECTION, 3)
+    task = tasks[0]
+    grader = Grader(task, task_dir, config=GraderConfig(read_only_tree=False))
+    gold = dict(apply_unified_diff(dict(task.broken_files), task.gold_patch))
+    with PytestServer(grader.sandbox, grader.env) as warm:
+        run = grader.run_tests(gold, warm=warm)
+        assert warm._started == []  # never asked
+    assert grader.score_run(run, gold).score == 1.0
