@@ -24,12 +24,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import load_tasks
 from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import GraderConfig
-from crf_prime.featdel.mutants import gold_mutants
-from crf_prime.featdel.strength import mutation_seed, replay_rejects
+from crf_prime.featdel.strength import replay_rejects, task_mutants
 
 
 def main() -> None:
@@ -46,9 +44,7 @@ def main() -> None:
     single: list[float] = []
     batched: list[float] = []
     for i, task in enumerate(tasks):
-        original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
-        broken = {p: task.broken_files[p] for p in original}
-        mutants = gold_mutants(broken, original, cap=args.cap, seed=mutation_seed(task))
+        mutants = task_mutants(task, args.cap)[1]
         grader = Grader(task, args.tasks, config=GraderConfig(scan=False))
         timed: dict[str, tuple[float, list[bool]]] = {}
         order = ("single", "batched") if i % 2 == 0 else ("batched", "single")

@@ -18,14 +18,12 @@ import contextlib
 import time
 from pathlib import Path
 
-from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import load_tasks
 from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import GraderConfig
-from crf_prime.featdel.mutants import gold_mutants
 from crf_prime.featdel.pycache import source_entry
 from crf_prime.featdel.pytest_server import PytestServer
-from crf_prime.featdel.strength import mutation_seed
+from crf_prime.featdel.strength import task_mutants
 
 
 def main() -> None:
@@ -40,9 +38,7 @@ def main() -> None:
         grader = Grader(task, args.task_dir, config=GraderConfig(scan=False))
         archive = args.task_dir / task.base_archive
         pycs = source_entry(archive, task.base_sha256, task.source_files, sandbox=grader.sandbox, env=grader.env)
-        original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
-        broken = {p: task.broken_files[p] for p in original}
-        attempts = [{}] + [{m.path: m.text} for m in gold_mutants(broken, original, cap=10, seed=mutation_seed(task))]
+        attempts = [{}] + [{m.path: m.text} for m in task_mutants(task, 10)[1]]
         verdicts: dict[str, list[float]] = {}
         with grader.shared_base() as base:
             for _ in range(args.rounds):

@@ -46,6 +46,14 @@ def mutation_seed(task: FeatdelTask) -> str:
     return f"{task.seed}:{task.task_id}"
 
 
+def task_mutants(task: FeatdelTask, cap: int) -> tuple[dict[str, str], list[Mutant]]:
+    """Gold's changed files (path -> text) and up to ``cap`` of its mutants: the deterministic sample
+    :func:`mutation_score` grades."""
+    original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
+    broken = {p: task.broken_files[p] for p in original}
+    return original, gold_mutants(broken, original, cap=cap, seed=mutation_seed(task))
+
+
 class HeldOut:
     """Held-out calls of a task and gold's outcomes on them, derived on first use (most tasks never need them)."""
 
@@ -170,9 +178,7 @@ def mutation_score(
     The rate is measured only for tasks whose every target has replayed calls (None otherwise). A mutant whose
     target tests run past ``tests_wall_s`` is counted apart (``timed_out``), in neither side of the rate. ``warm``: the
     test venv's warm pytest server, for the mutants' target-test runs (crf_prime/featdel/pytest_server.py)."""
-    original = apply_unified_diff(dict(task.broken_files), task.gold_patch)
-    broken = {p: task.broken_files[p] for p in original}
-    mutants = gold_mutants(broken, original, cap=cap, seed=mutation_seed(task))
+    original, mutants = task_mutants(task, cap)
     measurable = task.replay is not None and not task.unreplayed_targets
     grader = Grader(task, task_dir, sandbox=sandbox, env=env, config=GraderConfig(scan=False))
     base_archive = task_dir / task.base_archive
@@ -213,5 +219,6 @@ __all__ = [
     "mutation_score",
     "mutation_seed",
     "replay_rejects",
+    "task_mutants",
     "verdict_of_tests",
 ]
