@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -148,11 +149,16 @@ def test_the_wall_limit_stops_a_warm_run_and_the_box_serves_on(sandbox: Sandbox,
         box = warm._idle[0]
         after = _run(sandbox, env, _tree(warm.run_dir("w-")), warm, node_ids=["tests/test_it.py::test_passes"])
         assert warm._started == warm._idle == [box]
+        run_dir = _tree(warm.run_dir("w-"))  # a deadline already passed: killed at once, before it could run
+        (run_dir / "repo" / "conftest.py").write_text("import os\nos.environ['CRFWARM_SLEEP'] = '1'\n")
+        late = _run(sandbox.with_deadline(time.monotonic() - 1), env, run_dir, warm, node_ids=["tests/test_it.py"])
+        assert warm._started == warm._idle == [box]
     cold_dir = _tree(tmp_path / "cold")
     (cold_dir / "repo" / "conftest.py").write_text("import os\nos.environ['CRFWARM_SLEEP'] = '1'\n")
     cold = _run(slow, env, cold_dir, None, node_ids=["tests/test_it.py::test_sleeps"])
     assert (hung.limit_hit, hung.exit_code) == (cold.limit_hit, cold.exit_code) == ("wall", None)
     assert after.exit_code == 0 and after.status_of("tests/test_it.py::test_passes")[0] == "passed"
+    assert (late.limit_hit, late.exit_code) == ("wall", None)
 
 
 def test_a_run_that_kills_its_warm_box_is_made_cold(
