@@ -14,7 +14,9 @@ agent could have written. Operators:
 - ``branch``: an ``if`` test replaced by ``False`` (its body removed) or, when it has an ``else``, by ``True``;
 - ``return``: a returned value replaced by ``None``.
 
-Each mutant is the whole file with one expression or statement replaced in place (byte positions from ``ast``), so the
+Docstrings, f-strings, annotations and patterns are not mutated, nor what a failure says (the exception a ``raise``
+builds, an ``assert``'s message): the replay judges a raise only as raised. Each mutant is the whole file with one
+expression or statement replaced in place (byte positions from ``ast``), so the
 rest of the file is gold's exact text. Mutants that do not parse, or parse to gold's own tree, are left out; the
 sample is deterministic for a seed (round-robin over operators, each operator's sites shuffled).
 """
@@ -113,12 +115,19 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 
 def _unmutable(tree: ast.AST) -> set[int]:
-    """ids of nodes no operator touches: docstrings and everything inside f-strings, annotations and patterns."""
+    """ids of nodes no operator touches: docstrings, everything inside f-strings, annotations and patterns, and what
+    a failure says: the exception a ``raise`` builds (and its cause) and an ``assert``'s message. The replay judges a
+    raise only as raised, so a mutant that changes only those is not a behaviour the grader scores; it would pass the
+    replay and cost a test run and the held-out calls to be counted equivalent."""
     out = _docstrings(tree)
     for node in ast.walk(tree):
         inner: list[ast.AST] = []
         if isinstance(node, ast.JoinedStr | ast.match_case):
             inner = [node]
+        elif isinstance(node, ast.Raise):
+            inner = [n for n in (node.exc, node.cause) if n is not None]
+        elif isinstance(node, ast.Assert) and node.msg is not None:
+            inner = [node.msg]
         elif isinstance(node, ast.arg | ast.AnnAssign) and node.annotation is not None:
             inner = [node.annotation]
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None:

@@ -92,6 +92,32 @@ def test_mutants_cover_every_operator_and_only_the_restored_lines() -> None:
     assert not any("XXtotal" in t for t in texts)  # f-strings are left alone
 
 
+FAILS = textwrap.dedent(
+    """\
+    def check(n, cause):
+        if n < 0:
+            raise ValueError("negative: %d" % (n + 1)) from KeyError("k" * 2)
+        assert n != 3, "three is " + "out"
+        return n
+    """
+)
+
+
+def test_what_a_failure_says_is_not_mutated_but_whether_it_fails_is() -> None:
+    """The replay judges a raise only as raised: the exception a ``raise`` builds (its message, its cause) and an
+    ``assert``'s message are left alone; the raise and the assert themselves, and their conditions, are mutated."""
+    mutants = file_mutants("m.py", FAILS, frozenset(range(1, 6)))
+    changed = {line for m in mutants for line in _changed(FAILS, m.text)}
+    texts = [m.text for m in mutants]
+    assert changed == {2, 3, 4, 5}
+    for kept in ('("negative: %d" % (n + 1))', 'KeyError("k" * 2)', '"three is " + "out"'):
+        assert all(kept in t or re.search(r"^ +pass$", t, re.M) for t in texts), kept  # gone with its statement only
+    for edit in ("if (n <= 0):", "if False:", "        pass\n    assert", "assert (n == 3), ", "return None"):
+        assert any(edit in t for t in texts), edit
+    for left_alone in ("XX", "(n - 1)", "(n + 2)", '"k" * (3)', '"k" / 2'):  # inside the raise and the message
+        assert not any(left_alone in t for t in texts), left_alone
+
+
 def _whole_file_mutants(source: str, lines: frozenset[int]) -> list[tuple[int, str, str]]:
     """The definition file_mutants implements: every edit on ``lines``, kept when the whole mutated file parses to a
     tree neither gold's nor an earlier mutant's."""
