@@ -301,8 +301,8 @@ def _compile(venv: Path) -> None:
                 todo.append((source, compiled, kept))
     pairs = json.dumps([[str(source), str(compiled)] for source, compiled, _ in todo])
     subprocess.run([str(venv / "bin" / "python"), "-c", _COMPILE], input=pairs, text=True, capture_output=True)
-    for _, compiled, kept in todo:
-        if compiled.is_file():
+    for source, compiled, kept in todo:
+        if _current(compiled, source.stat()):  # not a stale one the compile could not replace
             kept.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileExistsError):
                 os.link(compiled, kept)
