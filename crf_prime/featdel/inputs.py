@@ -14,11 +14,18 @@ one thing of one seed, bound to the target's parameters by name:
 - default <-> given: an omitted parameter gets a value, a given one falls back to its default;
 - recombination: the value another call passed for this parameter, or another parameter passed, of the same type;
 - keyword <-> positional spelling of the same call;
-- another type for the same data (``retyped``): a list as a tuple and back, integer items as the equal floats. Code
+- another type for the same data (``retyped``): a list as a tuple and back, integer items as the equal floats (all of
+  them, and one among the others: ``[1, 2, 1.0]``, where items compared by their text differ and by ``==`` do not). Code
   that special-cases the exact types the tests used (fixed only when every item is an ``int``, or only for a
   ``list``) fails there. Kept only where gold's outcome is the same for both types, and compared type-loosely: an
   implementation may return ``1.0`` for ``1`` or a list for a tuple, and may raise on a type the tests never used
   (crf_prime/featdel/record.py);
+- a stream (``streamed``): a list or tuple passed as an endless one-shot iterator of its items (the driver makes it
+  after loading the call: ``replay_box.Endless``). Kept only where gold returns an iterator over it and finishes in
+  time: gold then reads its input lazily, and code that reads every item first (``list(seq)``) never returns there.
+  How far an implementation reads ahead is not compared, only what it yields;
+- each of the first ``ELEMENT_VARIATIONS`` items of a ``*args`` parameter varied as a value and as a stream
+  (``diff(*seqs)``: the sequences are the data);
 - the receiver of a method, or an argument that is an instance of a project class: another recorded one of the same
   class, or a new one built by the class's own constructor (gold's code, at generation) from the recorded one's
   attributes with one constructor argument varied as above (``instances``). A state reached only that way is one the
@@ -63,7 +70,28 @@ UNDECLARED_NONE = "none-undeclared"
 RETYPE = "retype"
 """Operator of a fresh call that passes the same data under another type (``retyped``)."""
 
+STREAM = "stream"
+"""Operator of a fresh call that passes a list or tuple argument as an endless iterator of its items (``streamed``)."""
+
 _P = inspect.Parameter
+
+
+class Stream:
+    """A stream argument of a generated call while it is built: the items to pass as an endless iterator.
+    :func:`generate` puts the items back in its place and says where (``Fresh.stream``)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list | tuple) -> None:
+        self.items = items
+
+    def __repr__(self) -> str:
+        return f"Stream({self.items!r})"
+
+
+def streamed(value) -> list:
+    """``value`` as a stream (:class:`Stream`): only a non-empty list or tuple, whose items are the data."""
+    return [Stream(value)] if type(value) in (list, tuple) and value else []
 
 
 def variations(value, rng: random.Random, depth: int = 2) -> list:
@@ -85,15 +113,21 @@ FLOAT_EXACT = 2**53
 
 def retyped(value) -> list:
     """The same data under other types: a list as a tuple and a tuple as a list, and a list or tuple of numbers
-    with its integer items as the equal floats. Not for scalars: how an honest rewrite formats ``3.0`` where gold
-    formats ``3`` is not the task (``"%d"`` vs ``str``)."""
+    with its integer items as the equal floats, and with one of them as its float among the others (an item equal to
+    an earlier one where there is one: ``[1, 2, 1]`` gives ``[1, 2, 1.0]``, where code that compares items by their
+    text, ``repr`` or ``str``, sees three distinct items and Python's ``==`` two). Not for scalars: how an honest
+    rewrite formats ``3.0`` where gold formats ``3`` is not the task (``"%d"`` vs ``str``)."""
     t = type(value)
     if t not in (list, tuple):
         return []
     out = [tuple(value) if t is list else list(value)]
     numbers = all(type(x) is float or (type(x) is int and abs(x) <= FLOAT_EXACT) for x in value)
-    if numbers and any(type(x) is int for x in value):
+    ints = [i for i, x in enumerate(value) if type(x) is int] if numbers else []
+    if ints:
         out.append(t(float(x) for x in value))
+    if len(ints) > 1:  # with one int, that one as a float is every int as a float
+        i = next((i for i in ints if value[i] in value[:i]), ints[0])
+        out.append(t([*value[:i], float(value[i]), *value[i + 1 :]]))
     return out
 
 
@@ -379,6 +413,13 @@ def _candidates(
         out.append((group, changed, False))
 
     for name, p in sig.parameters.items():
+        if p.kind is _P.VAR_POSITIONAL and type(bound.get(name)) is tuple:
+            items = bound[name]
+            for k, item in enumerate(items[:ELEMENT_VARIATIONS]):
+                changes = [("vary", v) for v in variations(item, rng)] + [(STREAM, v) for v in streamed(item)]
+                for operator, v in changes:
+                    put(f"{name}:{operator}", name, (*items[:k], v, *items[k + 1 :]))
+            continue
         if p.kind in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD):
             continue
         if name in bound and (name == receiver or not _plain(bound[name])):
@@ -410,6 +451,8 @@ def _candidates(
             put(f"{name}:vary", name, v)
         for v in retyped(value):
             put(f"{name}:{RETYPE}", name, v)
+        for v in streamed(value):
+            put(f"{name}:{STREAM}", name, v)
         for v in seen + list(pools.by_type.get(type(value), {}).values()):
             if _key(v) != _key(value):
                 put(f"{name}:recombine", name, v)
@@ -427,8 +470,8 @@ def _probes(
     out = []
     for i, group, arguments, _ in picked:
         name = group.split(":", 1)[0]
-        if ":" not in group or group.endswith(RETYPE) or name not in arguments or not _plain(arguments[name]):
-            continue  # a retyped value is judged type-loosely against its own seed only
+        if ":" not in group or group.endswith((RETYPE, STREAM)) or name not in arguments or not _plain(arguments[name]):
+            continue  # a retyped value is judged type-loosely against its own seed only; a stream only where gold streams
         for j in [j for j in others if j != i][:PROBES]:
             out.append((j, f"{name}:probe", {**bound[j], name: arguments[name]}, False))
     return out
@@ -451,6 +494,8 @@ class Fresh(NamedTuple):
     """Parameter -> identity of a plain value passed to it (for the host's leniency on validation order)."""
     seed_keys: dict[str, str]
     """The same for the seed call."""
+    stream: int | str | None = None
+    """Where the call passes a stream (``STREAM``): the index in ``args`` or the name in ``kwargs``; None: nowhere."""
 
 
 def keys_of(arguments: dict) -> dict[str, str]:
@@ -505,11 +550,34 @@ def generate(
         picked += _probes(target, picked, seeds, bound)
         for i, group, arguments, keywords in picked:
             args, kwargs = _unbind(target_sig, arguments, keywords=keywords, method=seeds[i][3])
+            args, kwargs, stream = _placed(args, kwargs)
             varied, _, operator = group.rpartition(":")
             out.append(
-                Fresh(i, target, args, kwargs, seeds[i][3], varied, operator, keys_of(arguments), keys_of(bound[i]))
+                Fresh(
+                    i,
+                    target,
+                    args,
+                    kwargs,
+                    seeds[i][3],
+                    varied,
+                    operator,
+                    keys_of(arguments),
+                    keys_of(bound[i]),
+                    stream,
+                )
             )
     return out
+
+
+def _placed(args: tuple, kwargs: dict) -> tuple[tuple, dict, int | str | None]:
+    """``args`` and ``kwargs`` with a :class:`Stream`'s items in its place, and that place (None: no stream)."""
+    for i, value in enumerate(args):
+        if type(value) is Stream:
+            return (*args[:i], value.items, *args[i + 1 :]), kwargs, i
+    for name, value in kwargs.items():
+        if type(value) is Stream:
+            return args, {**kwargs, name: value.items}, name
+    return args, kwargs, None
 
 
 def followup_variations(

@@ -17,7 +17,8 @@
    the same in both in-sequence runs as alone is checked in sequence at grading too (``replay.sequenced``): code
    right only on the first call of a process fails there. A call that passes a seed's data under another type (``inputs.retyped``)
    is kept only where gold's outcome is the same as on its seed up to those types (:func:`type_agnostic`), and is
-   then compared type-loosely (``replay.TYPE_LOOSE``).
+   then compared type-loosely (``replay.TYPE_LOOSE``). A call that passes a list as an endless stream
+   (``inputs.STREAM``) is kept only where gold returns an iterator over it (:func:`streams`).
 
 Inputs and outcomes are written into the task directory; the row gets a :class:`ReplayInfo` pointing at them.
 """
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import cast
 
 from crf_prime.featdel.grade import materialise
-from crf_prime.featdel.inputs import RETYPE, UNDECLARED_NONE
+from crf_prime.featdel.inputs import RETYPE, STREAM, UNDECLARED_NONE
 from crf_prime.featdel.models import FeatdelTask, ReplayInfo
 from crf_prime.featdel.replay import (
     CALL_TIMEOUT_S,
@@ -291,6 +292,8 @@ def reproduced(
             reason = UNDER_PATCH  # what the test patched is not patched here: gold's outcome may not be the test's
         if not reason and call.get("derived") and parent in lost:
             reason = "parent-dropped"  # what made gold's recorded call unreproducible applies to its variants
+        if not reason and call.get("operator") == STREAM and not streams(first[call["id"]]):
+            reason = "not-streamed"  # gold reads the stream whole or returns no iterator: laziness is not its contract
         if not reason and call.get("operator") == RETYPE:
             seed = first[parent] if parent in first else (seeds or {}).get(parent)
             reason = "" if seed is not None and type_agnostic(first[call["id"]], seed) else "type-dependent"
@@ -324,6 +327,14 @@ def too_large(calls: list[dict], outcomes: dict) -> set[str]:
         elif size > MAX_OUTCOME_BYTES:
             large.setdefault(call["target"], []).append((bool(call.get("derived")), -size, i, call["id"]))
     return huge | {cid for group in large.values() for *_, cid in sorted(group)[MAX_LARGE_PER_TARGET:]}
+
+
+def streams(outcome: object) -> bool:
+    """Whether gold's outcome on a stream call (``inputs.STREAM``) returned an iterator: it reads its input as it is
+    read, so an implementation that reads every item first (``list(seq)``) never returns there. Where gold returns
+    anything else (a value, a list, the stream itself) how it reads its input is not what the task specifies."""
+    returned = outcome.get("returned") if isinstance(outcome, dict) else None
+    return isinstance(returned, list) and len(returned) == 2 and returned[0] == "iterator"
 
 
 def type_agnostic(outcome: object, seed_outcome: object) -> bool:

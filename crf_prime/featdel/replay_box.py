@@ -209,6 +209,8 @@ def _canon(v, walk: _Walk, stack: tuple[int, ...], consume: bool):
     t = type(v)
     if id(t) in _PRIMITIVE_IDS:
         return [t.__name__, v if t is not bytes else v.hex()]
+    if t is Endless:
+        return ["stream", None]
     if t is float:
         return ["float", repr(v) if not math.isnan(v) else "nan"]
     if t is complex:
@@ -559,10 +561,42 @@ _SET_EXACT = _exact_setter()
 # -- running one call ---------------------------------------------------------------------------------------------
 
 
-def outcome(fn, payload_bytes: bytes, followups: list[bytes], loads) -> dict:
-    """Call ``fn`` on one pickled input and return its canonical outcome (in the forked child)."""
+class Endless:
+    """A stream argument (``inputs.STREAM``): the items of a recorded list or tuple, again and again, one at a time.
+    Its canonical form is ``["stream", None]`` wherever it is met: how far an implementation read it is not compared,
+    only what it made of the items."""
+
+    __slots__ = ("_at", "_items")
+
+    def __init__(self, items) -> None:
+        self._items = tuple(items)
+        self._at = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = self._items[self._at % len(self._items)]
+        self._at += 1
+        return item
+
+
+def streamed(args: tuple, kwargs: dict, where: int | str | None) -> tuple[tuple, dict]:
+    """``args`` and ``kwargs`` with the items at ``where`` (an index into ``args``, a name in ``kwargs``) passed as an
+    :class:`Endless` stream; as they are for None."""
+    if where is None:
+        return args, kwargs
+    if type(where) is int:
+        return (*args[:where], Endless(args[where]), *args[where + 1 :]), kwargs
+    return args, {**kwargs, where: Endless(kwargs[where])}
+
+
+def outcome(fn, payload_bytes: bytes, followups: list[bytes], loads, stream: int | str | None = None) -> dict:
+    """Call ``fn`` on one pickled input (``stream``: where it passes a stream, :func:`streamed`) and return its
+    canonical outcome (in the forked child)."""
     try:
         args, kwargs, _method = loads(payload_bytes)
+        args, kwargs = streamed(args, kwargs, stream)
     except Exception as e:
         return {"load_error": type_name(type(e))}
     result: dict = {}
@@ -647,7 +681,7 @@ def reaching(body: Callable[[], _R]) -> tuple[_R, dict[str, list[int]]]:
 
 def _run_child(fn, call: dict, loads, write_fd: int) -> None:
     def run() -> dict:
-        return outcome(fn, call["payload"], call.get("followups", []), loads)
+        return outcome(fn, call["payload"], call.get("followups", []), loads, call.get("stream"))
 
     try:
         if REACH and (REACH_TARGETS is None or call["target"] in REACH_TARGETS):
@@ -689,7 +723,8 @@ def run_sequence(fns: dict, calls: list[dict], order: list[int], loads, timeout_
                 continue
             try:
                 line = json.dumps(
-                    [call["id"], outcome(fn, call["payload"], call.get("followups", []), loads)], sort_keys=True
+                    [call["id"], outcome(fn, call["payload"], call.get("followups", []), loads, call.get("stream"))],
+                    sort_keys=True,
                 )
             except BaseException as e:
                 line = json.dumps([call["id"], {"driver_error": type_name(type(e))}])
@@ -873,7 +908,7 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
     targets = cfg["targets"]
     fns: dict[int, object] = {}
     seeds, parents = [], []
-    seen: set[tuple[int, str]] = set()
+    seen: set[tuple[int, str, int | str | None]] = set()
     for call in calls:
         try:
             args, kwargs, method = pickle.loads(call["payload"])
@@ -881,7 +916,7 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
                 fns[call["target"]] = resolve(targets[call["target"]]["module"], targets[call["target"]]["qualname"])
         except Exception:
             continue
-        seen.add((call["target"], hashlib.sha256(call["payload"]).hexdigest()))
+        seen.add((call["target"], hashlib.sha256(call["payload"]).hexdigest(), None))
         seeds.append((call["target"], args, kwargs, method))
         parents.append(call)
     fresh = []
@@ -892,18 +927,20 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
             data = dumps((f.args, f.kwargs, f.method))
         except Exception:
             continue
-        key = (f.target, hashlib.sha256(data).hexdigest())
+        key = (f.target, hashlib.sha256(data).hexdigest(), f.stream)  # a stream's payload is its seed's list
         if key in seen:
             continue
         seen.add(key)
         parent = parents[f.seed]
         j = made[parent["id"]] = made.get(parent["id"], -1) + 1
         meta = {"varied": f.varied, "operator": f.operator, "keys": f.keys, "parent_keys": f.seed_keys}
+        if f.stream is not None:
+            meta["stream"] = f.stream
         followups = parent.get("followups", [])
         more = followup_variations(followups, rng, dumps, cfg.get("followups", 4))
         fresh.append(
             {
-                **parent,
+                **{k: v for k, v in parent.items() if k != "stream"},  # a served stream call as a seed: its list
                 "id": f"{parent['id']}~{j}",
                 "payload": data,
                 "derived": True,

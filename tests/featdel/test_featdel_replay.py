@@ -5,6 +5,7 @@ the curated sources."""
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import pickle
 import random
@@ -862,9 +863,12 @@ def test_retyped_gives_the_same_data_under_another_type() -> None:
     or ints beyond a float's exact range."""
     from crf_prime.featdel.inputs import FLOAT_EXACT, retyped
 
-    assert retyped([4, 1, 3, 2]) == [(4, 1, 3, 2), [4.0, 1.0, 3.0, 2.0]]
-    assert [type(v) for v in retyped([4, 1])] == [tuple, list] and type(retyped([4, 1])[1][0]) is float
+    assert retyped([4, 1, 3, 2]) == [(4, 1, 3, 2), [4.0, 1.0, 3.0, 2.0], [4.0, 1, 3, 2]]
+    assert [type(v) for v in retyped([4, 1])] == [tuple, list, list] and type(retyped([4, 1])[1][0]) is float
+    assert [list(map(type, v)) for v in retyped([4, 1])[1:]] == [[float, float], [float, int]]
     assert retyped((1, 2.5)) == [[1, 2.5], (1.0, 2.5)] and type(retyped((1, 2.5))[1]) is tuple
+    mixed = retyped([1, 2, 1])[2]  # the item equal to an earlier one: by text three distinct items, by == two
+    assert mixed == [1, 2, 1] and list(map(type, mixed)) == [int, int, float]
     assert retyped(["a"]) == [("a",)]
     assert retyped([True, 1]) == [(True, 1)]  # a bool is not a number to retype
     assert retyped([FLOAT_EXACT + 1, 1]) == [(FLOAT_EXACT + 1, 1)]
@@ -878,7 +882,10 @@ def test_generated_inputs_retype_each_container_argument_once_per_seed() -> None
     seeds = [(0, ([4, 1, 3],), {}, False), (0, ([2, 7],), {}, False)]
     fresh = generate_inputs(seeds, {0: total}, random.Random(0), 60)
     retyped = {(f.seed, repr(f.args[0])) for f in fresh if f.operator == "retype"}  # never probed in other seeds
-    assert retyped == {(0, "(4, 1, 3)"), (0, "[4.0, 1.0, 3.0]"), (1, "(2, 7)"), (1, "[2.0, 7.0]")}
+    assert retyped == {
+        *((0, "(4, 1, 3)"), (0, "[4.0, 1.0, 3.0]"), (0, "[4.0, 1, 3]")),
+        *((1, "(2, 7)"), (1, "[2.0, 7.0]"), (1, "[2.0, 7]")),
+    }
     probes = [f.args[0] for f in fresh if f.operator == "probe"]
     assert probes and all(v is None or (type(v) is list and all(type(x) is int for x in v)) for v in probes)
 
@@ -940,6 +947,70 @@ def test_retyped_calls_are_kept_only_where_gold_ignores_the_type() -> None:
     keep, expected, dropped = reproduced(calls, gold, dict(gold), [])
     assert [c["id"] for c in keep] == ["c0", "c0~0"] and dropped == {"type-dependent": 1}
     assert expected["c0~0"] == {**gold["c0~0"], "type_loose": True} and "type_loose" not in expected["c0"]
+
+
+def test_generated_inputs_stream_lists_and_vary_the_items_of_star_args() -> None:
+    """A list argument (named or an item of ``*args``) is also passed as a stream: the call's inputs keep the list,
+    and ``stream`` says where the driver makes it endless; ``*args`` items are varied one at a time as values too
+    (before, ``diff(*seqs)`` had no generated call at all). Neither is probed in other seeds."""
+    from crf_prime.featdel.inputs import STREAM
+
+    def diff(*seqs, key=None):
+        return zip(*seqs, strict=False)
+
+    def total(*, xs, start=0):
+        return sum(xs, start)
+
+    seeds = [(0, ([1, 2, 3], [1, 5, 3]), {}, False), (1, (), {"xs": [4, 1]}, False)]
+    fresh = generate_inputs(seeds, {0: diff, 1: total}, random.Random(0), 200)
+    streams = {(f.target, f.stream, repr(f.args), repr(f.kwargs)) for f in fresh if f.operator == STREAM}
+    assert streams == {(0, 0, "([1, 2, 3], [1, 5, 3])", "{}"), (0, 1, "([1, 2, 3], [1, 5, 3])", "{}"),
+                       (1, "xs", "()", "{'xs': [4, 1]}")}  # fmt: skip
+    assert all(f.stream is None for f in fresh if f.operator != STREAM)
+    varied = [f.args for f in fresh if f.target == 0 and f.operator == "vary"]
+    assert ([1, 2, 3], [1, 5]) in varied and ([1, 2], [1, 5, 3]) in varied
+    assert all(len(a) == 2 and (a[0] == [1, 2, 3] or a[1] == [1, 5, 3]) for a in varied)  # one item at a time
+
+
+def test_the_driver_passes_a_stream_endlessly_and_never_compares_how_far_it_was_read() -> None:
+    from crf_prime.featdel.replay_box import MAX_ITEMS, Endless, outcome
+
+    payload = pickle.dumps((([1, 2],), {"n": [3]}, False))
+
+    def five(xs, n):
+        return list(itertools.islice(xs, 5)), list(itertools.islice(n, 5))
+
+    for where, taken in ((0, ([1, 2, 1, 2, 1], [3])), ("n", ([1, 2], [3, 3, 3, 3, 3]))):
+        got = outcome(five, payload, [], pickle.loads, where)
+        assert got["returned"] == canonical(taken)
+        assert json.dumps(["stream", None]) in json.dumps(got["args_after"])  # read 5 items: its state is not compared
+    lazy = outcome(lambda xs, n: (x * 2 for x in xs), payload, [], pickle.loads, 0)["returned"]
+    assert lazy[0] == "iterator" and len(lazy[1][0]) == MAX_ITEMS  # an endless result is read to MAX_ITEMS items
+    ahead, behind = Endless([1, 2]), Endless([1, 2])
+    next(ahead)
+    assert canonical(ahead) == canonical(behind) == ["stream", None]
+
+
+def test_stream_calls_are_kept_only_where_gold_returns_an_iterator() -> None:
+    from crf_prime.featdel.record import reproduced
+
+    def out(tree: list) -> dict:
+        return {"returned": tree, "args_after": []}
+
+    calls = [
+        {"id": "c0", "target": 0},
+        *({"id": f"c0~{i}", "target": 0, "derived": True, "operator": "stream", "varied": "xs", "keys": {},
+           "stream": 0} for i in range(3)),
+    ]  # fmt: skip
+    gold = {
+        "c0": out(["list", [["int", 2]]]),
+        "c0~0": out(["iterator", [[["int", 2]], None]]),
+        "c0~1": out(["int", 2]),
+        "c0~2": out(["stream", None]),
+    }
+    keep, expected, dropped = reproduced(calls, gold, dict(gold), [])
+    assert [c["id"] for c in keep] == ["c0", "c0~0"] and dropped == {"not-streamed": 2}
+    assert expected["c0~0"] == gold["c0~0"]  # compared strictly: no raise accepted, no type loosened
 
 
 def test_past_a_size_only_the_largest_outcomes_of_each_target_are_kept() -> None:
