@@ -20,10 +20,11 @@ one thing of one seed, bound to the target's parameters by name:
   ``list``) fails there. Kept only where gold's outcome is the same for both types, and compared type-loosely: an
   implementation may return ``1.0`` for ``1`` or a list for a tuple, and may raise on a type the tests never used
   (crf_prime/featdel/record.py);
-- a stream (``streamed``): a list or tuple passed as an endless one-shot iterator of its items (the driver makes it
-  after loading the call: ``replay_box.Endless``). Kept only where gold returns an iterator over it and finishes in
-  time: gold then reads its input lazily, and code that reads every item first (``list(seq)``) never returns there.
-  How far an implementation reads ahead is not compared, only what it yields;
+- a stream (``streamed``): a list or tuple passed as a one-shot iterator of its items cycled ten thousand items long
+  (the driver makes it after loading the call: ``replay_box.Cycled``), then ending in an error no ``except
+  Exception`` catches. Kept only where gold returns an iterator over it and reads it in time: gold then reads its
+  input lazily, and code that reads every item first (``list(seq)``) ends in that error. How far an implementation
+  reads ahead is not compared, only what it yields;
 - each of the first ``ELEMENT_VARIATIONS`` items of a ``*args`` parameter varied as a value and as a stream
   (``diff(*seqs)``: the sequences are the data);
 - the receiver of a method, or an argument that is an instance of a project class: another recorded one of the same
@@ -71,13 +72,13 @@ RETYPE = "retype"
 """Operator of a fresh call that passes the same data under another type (``retyped``)."""
 
 STREAM = "stream"
-"""Operator of a fresh call that passes a list or tuple argument as an endless iterator of its items (``streamed``)."""
+"""Operator of a fresh call that passes a list or tuple argument as a long iterator of its items (``streamed``)."""
 
 _P = inspect.Parameter
 
 
 class Stream:
-    """A stream argument of a generated call while it is built: the items to pass as an endless iterator.
+    """A stream argument of a generated call while it is built: the items to pass as a long iterator.
     :func:`generate` puts the items back in its place and says where (``Fresh.stream``)."""
 
     __slots__ = ("items",)

@@ -17,7 +17,7 @@
    the same in both in-sequence runs as alone is checked in sequence at grading too (``replay.sequenced``): code
    right only on the first call of a process fails there. A call that passes a seed's data under another type (``inputs.retyped``)
    is kept only where gold's outcome is the same as on its seed up to those types (:func:`type_agnostic`), and is
-   then compared type-loosely (``replay.TYPE_LOOSE``). A call that passes a list as an endless stream
+   then compared type-loosely (``replay.TYPE_LOOSE``). A call that passes a list as a long stream
    (``inputs.STREAM``) is kept only where gold returns an iterator over it (:func:`streams`).
 
 Inputs and outcomes are written into the task directory; the row gets a :class:`ReplayInfo` pointing at them.
@@ -330,9 +330,11 @@ def too_large(calls: list[dict], outcomes: dict) -> set[str]:
 
 
 def streams(outcome: object) -> bool:
-    """Whether gold's outcome on a stream call (``inputs.STREAM``) returned an iterator: it reads its input as it is
-    read, so an implementation that reads every item first (``list(seq)``) never returns there. Where gold returns
-    anything else (a value, a list, the stream itself) how it reads its input is not what the task specifies."""
+    """Whether gold's outcome on a stream call (``inputs.STREAM``) returned an iterator (read to its end or to
+    ``MAX_ITEMS``; one that read the stream to its end is uninspectable, and dropped as such): gold reads its input as
+    its result is read, so an implementation that reads every item first (``list(seq)``) ends in the stream's
+    ``StreamEnd`` there. Where gold returns anything else (a value, a list, the stream itself) how it reads its input
+    is not what the task specifies."""
     returned = outcome.get("returned") if isinstance(outcome, dict) else None
     return isinstance(returned, list) and len(returned) == 2 and returned[0] == "iterator"
 

@@ -209,7 +209,7 @@ def _canon(v, walk: _Walk, stack: tuple[int, ...], consume: bool):
     t = type(v)
     if id(t) in _PRIMITIVE_IDS:
         return [t.__name__, v if t is not bytes else v.hex()]
-    if t is Endless:
+    if t is Cycled:
         return ["stream", None]
     if t is float:
         return ["float", repr(v) if not math.isnan(v) else "nan"]
@@ -561,10 +561,20 @@ _SET_EXACT = _exact_setter()
 # -- running one call ---------------------------------------------------------------------------------------------
 
 
-class Endless:
-    """A stream argument (``inputs.STREAM``): the items of a recorded list or tuple, again and again, one at a time.
-    Its canonical form is ``["stream", None]`` wherever it is met: how far an implementation read it is not compared,
-    only what it made of the items."""
+STREAM_ITEMS = 10_000
+"""Items a stream argument gives before it ends with :class:`StreamEnd`: far more than a lazy result's ``MAX_ITEMS``
+need, few enough that code reading every item first fails in milliseconds, not at a call's time limit."""
+
+
+class StreamEnd(BaseException):
+    """A stream argument read past :data:`STREAM_ITEMS`. Not an ``Exception``: code that catches every error still
+    sees it, and gold's outcome there (a raise, or a result that cannot be read) is never kept."""
+
+
+class Cycled:
+    """A stream argument (``inputs.STREAM``): the items of a recorded list or tuple, again and again, one at a time,
+    up to :data:`STREAM_ITEMS`. Its canonical form is ``["stream", None]`` wherever it is met: how far an
+    implementation read it is not compared, only what it made of the items."""
 
     __slots__ = ("_at", "_items")
 
@@ -576,6 +586,8 @@ class Endless:
         return self
 
     def __next__(self):
+        if self._at >= STREAM_ITEMS:
+            raise StreamEnd
         item = self._items[self._at % len(self._items)]
         self._at += 1
         return item
@@ -583,12 +595,12 @@ class Endless:
 
 def streamed(args: tuple, kwargs: dict, where: int | str | None) -> tuple[tuple, dict]:
     """``args`` and ``kwargs`` with the items at ``where`` (an index into ``args``, a name in ``kwargs``) passed as an
-    :class:`Endless` stream; as they are for None."""
+    :class:`Cycled` stream; as they are for None."""
     if where is None:
         return args, kwargs
     if type(where) is int:
-        return (*args[:where], Endless(args[where]), *args[where + 1 :]), kwargs
-    return args, {**kwargs, where: Endless(kwargs[where])}
+        return (*args[:where], Cycled(args[where]), *args[where + 1 :]), kwargs
+    return args, {**kwargs, where: Cycled(kwargs[where])}
 
 
 def outcome(fn, payload_bytes: bytes, followups: list[bytes], loads, stream: int | str | None = None) -> dict:

@@ -1,6 +1,6 @@
 """Kinds of input the tests never pass, end to end through the one front door (``Grader``), on a tiny local project.
 
-Streams: a function that returns an iterator over its input is replayed on an endless stream of a recorded list's
+Streams: a function that returns an iterator over its input is replayed on a long stream of a recorded list's
 items. An eager rewrite (every input read into a list first, then gold's logic) returns the same items as gold on
 every finite input the tests and the other generated calls pass: it scores 1.0 without the stream calls and 0 with
 them. Honest rewrites that read their input at another pace score 1.0, and a function whose gold returns no iterator
@@ -175,8 +175,8 @@ def _grade(task: FeatdelTask, task_dir: Path, tree: Path) -> float:
 
 def test_an_eager_rewrite_of_a_lazy_function_is_caught_by_a_stream(corpus, tmp_path: Path) -> None:
     """``differ`` (``*seqs``) and ``running`` (a named parameter) read every input into a list first, then gold's
-    logic: the same items on every finite input, so 1.0 without the stream calls, and 0 with them (the stream never
-    ends, the rewrite never returns). Honest rewrites that read ahead or in another order score 1.0."""
+    logic: the same items on every finite input, so 1.0 without the stream calls, and 0 with them (read whole, the
+    stream ends in StreamEnd). Honest rewrites that read ahead or in another order score 1.0."""
     task_dir, tasks = corpus
     cases = {
         "differ": (

@@ -972,8 +972,8 @@ def test_generated_inputs_stream_lists_and_vary_the_items_of_star_args() -> None
     assert all(len(a) == 2 and (a[0] == [1, 2, 3] or a[1] == [1, 5, 3]) for a in varied)  # one item at a time
 
 
-def test_the_driver_passes_a_stream_endlessly_and_never_compares_how_far_it_was_read() -> None:
-    from crf_prime.featdel.replay_box import MAX_ITEMS, Endless, outcome
+def test_the_driver_passes_a_long_stream_and_never_compares_how_far_it_was_read() -> None:
+    from crf_prime.featdel.replay_box import MAX_ITEMS, STREAM_ITEMS, Cycled, StreamEnd, outcome
 
     payload = pickle.dumps((([1, 2],), {"n": [3]}, False))
 
@@ -986,9 +986,22 @@ def test_the_driver_passes_a_stream_endlessly_and_never_compares_how_far_it_was_
         assert json.dumps(["stream", None]) in json.dumps(got["args_after"])  # read 5 items: its state is not compared
     lazy = outcome(lambda xs, n: (x * 2 for x in xs), payload, [], pickle.loads, 0)["returned"]
     assert lazy[0] == "iterator" and len(lazy[1][0]) == MAX_ITEMS  # an endless result is read to MAX_ITEMS items
-    ahead, behind = Endless([1, 2]), Endless([1, 2])
+    ahead, behind = Cycled([1, 2]), Cycled([1, 2])
     next(ahead)
     assert canonical(ahead) == canonical(behind) == ["stream", None]
+    eager = outcome(lambda xs, n: iter(list(xs)), payload, [], pickle.loads, 0)  # every item first: ends in StreamEnd
+    assert eager["raised"].split(".")[-1].rstrip("!") == "StreamEnd"
+
+    def later(xs, n):  # every item first, once its result is read
+        items = list(xs)
+        yield from items
+
+    got = outcome(later, payload, [], pickle.loads, 0)["returned"]
+    assert got[0] == "uninspectable" and "StreamEnd" in got[1]
+    whole = Cycled([1, 2])
+    assert list(itertools.islice(whole, STREAM_ITEMS)) == [1, 2] * (STREAM_ITEMS // 2)
+    with pytest.raises(StreamEnd):  # not an Exception: code catching every error still sees it
+        next(whole)
 
 
 def test_stream_calls_are_kept_only_where_gold_returns_an_iterator() -> None:
