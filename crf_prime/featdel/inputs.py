@@ -21,7 +21,7 @@ one thing of one seed, bound to the target's parameters by name:
   implementation may return ``1.0`` for ``1`` or a list for a tuple, and may raise on a type the tests never used
   (crf_prime/featdel/record.py);
 - a stream (``streamed``): a list or tuple passed as a one-shot iterator of its items cycled ten thousand items long
-  (the driver makes it after loading the call: ``replay_box.Cycled``), then ending in an error no ``except
+  (the driver makes it after loading the call: ``replay_box.stream_of``), then ending in an error no ``except
   Exception`` catches. Kept only where gold returns an iterator over it and reads it in time: gold then reads its
   input lazily, and code that reads every item first (``list(seq)``) ends in that error. How far an implementation
   reads ahead is not compared, only what it yields;

@@ -30,7 +30,7 @@ import signal
 import sys
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 MAX_NODES = 5000
@@ -56,6 +56,7 @@ _PRIMITIVES = (type(None), bool, int, str, bytes)
 # Builtin types live as long as the process, so no other object ever has their id: a type is one of them exactly
 # when its id is in the set (a set of the types themselves would hash them through a metaclass's ``__hash__``).
 _PRIMITIVE_IDS = frozenset(map(id, _PRIMITIVES))
+_GENERATOR = types.GeneratorType
 _SEQUENCE_IDS = frozenset(map(id, (list, tuple)))
 _SET_IDS = frozenset(map(id, (set, frozenset)))
 _FUNCTION_IDS = frozenset(
@@ -209,7 +210,7 @@ def _canon(v, walk: _Walk, stack: tuple[int, ...], consume: bool):
     t = type(v)
     if id(t) in _PRIMITIVE_IDS:
         return [t.__name__, v if t is not bytes else v.hex()]
-    if t is Cycled:
+    if t is _GENERATOR and _STREAMS.get(id(v)) is v:
         return ["stream", None]
     if t is float:
         return ["float", repr(v) if not math.isnan(v) else "nan"]
@@ -571,36 +572,35 @@ class StreamEnd(BaseException):
     sees it, and gold's outcome there (a raise, or a result that cannot be read) is never kept."""
 
 
-class Cycled:
+_STREAMS: dict[int, object] = {}
+"""This process's stream arguments by id, held so that an id is not reused while the process lives: the canonical
+form knows a stream by identity (:func:`stream_of`)."""
+
+
+def _cycled(items: tuple):
+    for at in range(STREAM_ITEMS):
+        yield items[at % len(items)]
+    raise StreamEnd
+
+
+def stream_of(items) -> Iterator:
     """A stream argument (``inputs.STREAM``): the items of a recorded list or tuple, again and again, one at a time,
-    up to :data:`STREAM_ITEMS`. Its canonical form is ``["stream", None]`` wherever it is met: how far an
-    implementation read it is not compared, only what it made of the items."""
-
-    __slots__ = ("_at", "_items")
-
-    def __init__(self, items) -> None:
-        self._items = tuple(items)
-        self._at = 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self._at >= STREAM_ITEMS:
-            raise StreamEnd
-        item = self._items[self._at % len(self._items)]
-        self._at += 1
-        return item
+    up to :data:`STREAM_ITEMS`. A generator, so no attribute holds the items (its frame is out of the code policy's
+    reach), and its canonical form is ``["stream", None]`` wherever it is met: how far an implementation read it is
+    not compared, only what it made of the items."""
+    stream = _cycled(tuple(items))
+    _STREAMS[id(stream)] = stream
+    return stream
 
 
 def streamed(args: tuple, kwargs: dict, where: int | str | None) -> tuple[tuple, dict]:
     """``args`` and ``kwargs`` with the items at ``where`` (an index into ``args``, a name in ``kwargs``) passed as an
-    :class:`Cycled` stream; as they are for None."""
+    stream (:func:`stream_of`); as they are for None."""
     if where is None:
         return args, kwargs
     if type(where) is int:
-        return (*args[:where], Cycled(args[where]), *args[where + 1 :]), kwargs
-    return args, {**kwargs, where: Cycled(kwargs[where])}
+        return (*args[:where], stream_of(args[where]), *args[where + 1 :]), kwargs
+    return args, {**kwargs, where: stream_of(kwargs[where])}
 
 
 def outcome(fn, payload_bytes: bytes, followups: list[bytes], loads, stream: int | str | None = None) -> dict:

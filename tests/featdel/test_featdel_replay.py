@@ -973,7 +973,7 @@ def test_generated_inputs_stream_lists_and_vary_the_items_of_star_args() -> None
 
 
 def test_the_driver_passes_a_long_stream_and_never_compares_how_far_it_was_read() -> None:
-    from crf_prime.featdel.replay_box import MAX_ITEMS, STREAM_ITEMS, Cycled, StreamEnd, outcome
+    from crf_prime.featdel.replay_box import MAX_ITEMS, STREAM_ITEMS, StreamEnd, outcome, stream_of
 
     payload = pickle.dumps((([1, 2],), {"n": [3]}, False))
 
@@ -986,9 +986,11 @@ def test_the_driver_passes_a_long_stream_and_never_compares_how_far_it_was_read(
         assert json.dumps(["stream", None]) in json.dumps(got["args_after"])  # read 5 items: its state is not compared
     lazy = outcome(lambda xs, n: (x * 2 for x in xs), payload, [], pickle.loads, 0)["returned"]
     assert lazy[0] == "iterator" and len(lazy[1][0]) == MAX_ITEMS  # an endless result is read to MAX_ITEMS items
-    ahead, behind = Cycled([1, 2]), Cycled([1, 2])
+    ahead, behind = stream_of([1, 2]), stream_of([1, 2])
     next(ahead)
     assert canonical(ahead) == canonical(behind) == ["stream", None]
+    assert canonical(x for x in [1, 2])[0] == "iterator"  # any other generator is read
+    assert not [a for a in dir(ahead) if isinstance(getattr(ahead, a), (list, tuple))]  # no attribute holds the items
     eager = outcome(lambda xs, n: iter(list(xs)), payload, [], pickle.loads, 0)  # every item first: ends in StreamEnd
     assert eager["raised"].split(".")[-1].rstrip("!") == "StreamEnd"
 
@@ -998,7 +1000,7 @@ def test_the_driver_passes_a_long_stream_and_never_compares_how_far_it_was_read(
 
     got = outcome(later, payload, [], pickle.loads, 0)["returned"]
     assert got[0] == "uninspectable" and "StreamEnd" in got[1]
-    whole = Cycled([1, 2])
+    whole = stream_of([1, 2])
     assert list(itertools.islice(whole, STREAM_ITEMS)) == [1, 2] * (STREAM_ITEMS // 2)
     with pytest.raises(StreamEnd):  # not an Exception: code catching every error still sees it
         next(whole)
