@@ -594,7 +594,7 @@ def stream_of(items) -> Iterator:
 
 
 def streamed(args: tuple, kwargs: dict, where: int | str | None) -> tuple[tuple, dict]:
-    """``args`` and ``kwargs`` with the items at ``where`` (an index into ``args``, a name in ``kwargs``) passed as an
+    """``args`` and ``kwargs`` with the items at ``where`` (an index into ``args``, a name in ``kwargs``) passed as a
     stream (:func:`stream_of`); as they are for None."""
     if where is None:
         return args, kwargs
