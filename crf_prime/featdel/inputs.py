@@ -27,6 +27,12 @@ one thing of one seed, bound to the target's parameters by name:
   reads ahead is not compared, only what it yields;
 - each of the first ``ELEMENT_VARIATIONS`` items of a ``*args`` parameter varied as a value and as a stream
   (``diff(*seqs)``: the sequences are the data);
+- a stand-in (``stood_in``): a function passed in an argument (itself, or an item of a list, tuple or dict), in that
+  value and in each of its variations, replaced by a variadic one that returns what it was called with (the driver
+  makes it after loading the call: ``replay_box.stand_in``). The tests' own functions take the arities the tests
+  needed; a stand-in takes any, so an input the tests' functions put out of gold's domain (a three-item form
+  ``(f, a, b)`` where the tests' ``f`` takes two arguments) is in it there, and code right only for the arities the
+  tests used (``f, a = form``) fails;
 - the receiver of a method, or an argument that is an instance of a project class: another recorded one of the same
   class, or a new one built by the class's own constructor (gold's code, at generation) from the recorded one's
   attributes with one constructor argument varied as above (``instances``). A state reached only that way is one the
@@ -47,6 +53,7 @@ import pickle
 import random
 import signal
 import sys
+import types
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -73,6 +80,8 @@ RETYPE = "retype"
 
 STREAM = "stream"
 """Operator of a fresh call that passes a list or tuple argument as a long iterator of its items (``streamed``)."""
+STAND_IN = "stand-in"
+"""Operator of a fresh call that passes variadic stand-ins for the functions in an argument (``stood_in``)."""
 
 _P = inspect.Parameter
 
@@ -93,6 +102,55 @@ class Stream:
 def streamed(value) -> list:
     """``value`` as a stream (:class:`Stream`): only a non-empty list or tuple, whose items are the data."""
     return [Stream(value)] if type(value) in (list, tuple) and value else []
+
+
+class StandIn:
+    """A function in an argument of a generated call while it is built: the driver passes a variadic stand-in in its
+    place. :func:`generate` puts the function back and says where (``Fresh.stand_ins``)."""
+
+    __slots__ = ("original",)
+
+    def __init__(self, original) -> None:
+        self.original = original
+
+    def __repr__(self) -> str:
+        return f"StandIn({self.original!r})"
+
+
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+"""What a stand-in replaces: functions, builtins and methods (never a class: an instance of it is more than the
+result of a call)."""
+
+
+def _function(value) -> bool:
+    return type(value) in _FUNCTIONS
+
+
+def _swapped(value):
+    """``value`` with each function in it (itself, or an item of a list, tuple or dict) as a :class:`StandIn`."""
+    if _function(value):
+        return StandIn(value)
+    if type(value) in (list, tuple):
+        return type(value)(StandIn(x) if _function(x) else x for x in value)
+    if type(value) is dict:
+        return {k: StandIn(x) if _function(x) else x for k, x in value.items()}
+    return value
+
+
+def _holds_function(value) -> bool:
+    if _function(value):
+        return True
+    items = value.values() if type(value) is dict else value if type(value) in (list, tuple) else ()
+    return any(_function(x) for x in items)
+
+
+def stood_in(value, rng: random.Random) -> list:
+    """``value`` and each of its variations that holds a function, with its functions as stand-ins
+    (:class:`StandIn`): the shapes the tests' functions made out of gold's domain (a longer form) are in it with a
+    function that takes any arguments."""
+    if not _holds_function(value):
+        return []
+    return [_swapped(v) for v in [value, *variations(value, rng)] if _holds_function(v)]
 
 
 def variations(value, rng: random.Random, depth: int = 2) -> list:
@@ -418,6 +476,7 @@ def _candidates(
             items = bound[name]
             for k, item in enumerate(items[:ELEMENT_VARIATIONS]):
                 changes = [("vary", v) for v in variations(item, rng)] + [(STREAM, v) for v in streamed(item)]
+                changes += [(STAND_IN, v) for v in stood_in(item, rng)]
                 for operator, v in changes:
                     put(f"{name}:{operator}", name, (*items[:k], v, *items[k + 1 :]))
             continue
@@ -454,6 +513,8 @@ def _candidates(
             put(f"{name}:{RETYPE}", name, v)
         for v in streamed(value):
             put(f"{name}:{STREAM}", name, v)
+        for v in stood_in(value, rng):
+            put(f"{name}:{STAND_IN}", name, v)
         for v in seen + list(pools.by_type.get(type(value), {}).values()):
             if _key(v) != _key(value):
                 put(f"{name}:recombine", name, v)
@@ -471,8 +532,10 @@ def _probes(
     out = []
     for i, group, arguments, _ in picked:
         name = group.split(":", 1)[0]
-        if ":" not in group or group.endswith((RETYPE, STREAM)) or name not in arguments or not _plain(arguments[name]):
+        if ":" not in group or group.endswith((RETYPE, STREAM, STAND_IN)) or name not in arguments:
             continue  # a retyped value is judged type-loosely against its own seed only; a stream only where gold streams
+        if not _plain(arguments[name]):
+            continue
         for j in [j for j in others if j != i][:PROBES]:
             out.append((j, f"{name}:probe", {**bound[j], name: arguments[name]}, False))
     return out
@@ -497,6 +560,9 @@ class Fresh(NamedTuple):
     """The same for the seed call."""
     stream: int | str | None = None
     """Where the call passes a stream (``STREAM``): the index in ``args`` or the name in ``kwargs``; None: nowhere."""
+    stand_ins: tuple[tuple[int | str, ...], ...] = ()
+    """Where the call passes stand-ins (``STAND_IN``): each an index in ``args`` or a name in ``kwargs``, then the
+    index or key in that list, tuple or dict when the function is an item of it."""
 
 
 def keys_of(arguments: dict) -> dict[str, str]:
@@ -552,6 +618,7 @@ def generate(
         for i, group, arguments, keywords in picked:
             args, kwargs = _unbind(target_sig, arguments, keywords=keywords, method=seeds[i][3])
             args, kwargs, stream = _placed(args, kwargs)
+            args, kwargs, stand_ins = _stand_ins_placed(args, kwargs)
             varied, _, operator = group.rpartition(":")
             out.append(
                 Fresh(
@@ -565,6 +632,7 @@ def generate(
                     keys_of(arguments),
                     keys_of(bound[i]),
                     stream,
+                    stand_ins,
                 )
             )
     return out
@@ -579,6 +647,27 @@ def _placed(args: tuple, kwargs: dict) -> tuple[tuple, dict, int | str | None]:
         if type(value) is Stream:
             return args, {**kwargs, name: value.items}, name
     return args, kwargs, None
+
+
+def _stand_ins_placed(args: tuple, kwargs: dict) -> tuple[tuple, dict, tuple[tuple[int | str, ...], ...]]:
+    """``args`` and ``kwargs`` with each :class:`StandIn`'s function back in its place, and those places."""
+    places: list[tuple[int | str, ...]] = []
+
+    def put_back(where: int | str, value):
+        if type(value) is StandIn:
+            places.append((where,))
+            return value.original
+        if type(value) in (list, tuple) and any(type(x) is StandIn for x in value):
+            places.extend((where, i) for i, x in enumerate(value) if type(x) is StandIn)
+            return type(value)(x.original if type(x) is StandIn else x for x in value)
+        if type(value) is dict and any(type(x) is StandIn for x in value.values()):
+            places.extend((where, k) for k, x in value.items() if type(x) is StandIn)
+            return {k: x.original if type(x) is StandIn else x for k, x in value.items()}
+        return value
+
+    args = tuple(put_back(i, v) for i, v in enumerate(args))
+    kwargs = {name: put_back(name, v) for name, v in kwargs.items()}
+    return args, kwargs, tuple(places)
 
 
 def followup_variations(

@@ -18,7 +18,9 @@
    right only on the first call of a process fails there. A call that passes a seed's data under another type (``inputs.retyped``)
    is kept only where gold's outcome is the same as on its seed up to those types (:func:`type_agnostic`), and is
    then compared type-loosely (``replay.TYPE_LOOSE``). A call that passes a list as a long stream
-   (``inputs.STREAM``) is kept only where gold returns an iterator over it (:func:`streams`).
+   (``inputs.STREAM``) is kept only where gold returns an iterator over it (:func:`streams`); one that passes
+   stand-ins for functions (``inputs.STAND_IN``) only where gold returns (what it makes of a stand-in's result where it
+   raises is not the task).
 
 Inputs and outcomes are written into the task directory; the row gets a :class:`ReplayInfo` pointing at them.
 """
@@ -38,7 +40,7 @@ from pathlib import Path
 from typing import cast
 
 from crf_prime.featdel.grade import materialise
-from crf_prime.featdel.inputs import RETYPE, STREAM, UNDECLARED_NONE
+from crf_prime.featdel.inputs import RETYPE, STAND_IN, STREAM, UNDECLARED_NONE
 from crf_prime.featdel.models import FeatdelTask, ReplayInfo
 from crf_prime.featdel.replay import (
     CALL_TIMEOUT_S,
@@ -294,6 +296,8 @@ def reproduced(
             reason = "parent-dropped"  # what made gold's recorded call unreproducible applies to its variants
         if not reason and call.get("operator") == STREAM and not streams(first[call["id"]]):
             reason = "not-streamed"  # gold reads the stream whole or returns no iterator: laziness is not its contract
+        if not reason and call.get("operator") == STAND_IN and "raised" in first[call["id"]]:
+            reason = "stand-in-raised"  # what gold makes of a stand-in's result where it raises is not the task
         if not reason and call.get("operator") == RETYPE:
             seed = first[parent] if parent in first else (seeds or {}).get(parent)
             reason = "" if seed is not None and type_agnostic(first[call["id"]], seed) else "type-dependent"

@@ -603,12 +603,67 @@ def streamed(args: tuple, kwargs: dict, where: int | str | None) -> tuple[tuple,
     return args, {**kwargs, where: stream_of(kwargs[where])}
 
 
-def outcome(fn, payload_bytes: bytes, followups: list[bytes], loads, stream: int | str | None = None) -> dict:
-    """Call ``fn`` on one pickled input (``stream``: where it passes a stream, :func:`streamed`) and return its
-    canonical outcome (in the forked child)."""
+def stand_in(original, tag: str):
+    """A variadic stand-in for a function of a generated call (``inputs.STAND_IN``): it takes any arguments and
+    returns a value that says which stand-in was called with what: ``(tag, arguments by name)`` where they bind to the
+    function's own signature, defaults applied (``f(x, d)`` and ``f(x, default=d)`` are one call, as they are for the
+    function), else ``(tag, args, keyword items)``. It bears the function's names, so no name tells it from a function
+    the tests could have passed."""
+    import inspect  # only where a call passes stand-ins
+
+    try:
+        sig: inspect.Signature | None = inspect.signature(original)
+    except (TypeError, ValueError):
+        sig = None
+
+    def called(*args, **kwargs):
+        if sig is not None:
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError:
+                pass
+            else:
+                bound.apply_defaults()
+                return (tag, tuple(bound.arguments.items()))
+        return (tag, args, tuple(sorted(kwargs.items())))
+
+    for name in ("__name__", "__qualname__", "__module__", "__doc__"):
+        value = getattr(original, name, None)
+        if type(value) is str or (name == "__doc__" and value is None):
+            setattr(called, name, value)
+    return called
+
+
+def with_stand_ins(args: tuple, kwargs: dict, places) -> tuple[tuple, dict]:
+    """``args`` and ``kwargs`` with a :func:`stand_in` at each of ``places`` (``inputs.Fresh.stand_ins``: an index
+    in ``args`` or a name in ``kwargs``, then the index or key in that list, tuple or dict)."""
+    if not places:
+        return args, kwargs
+    held: dict = {**dict(enumerate(args)), **{("k", k): v for k, v in kwargs.items()}}
+    for n, (where, *inner) in enumerate(places):
+        key = where if type(where) is int else ("k", where)
+        value = held[key]
+        tag = f"{getattr(value if not inner else value[inner[0]], '__qualname__', '?')}#{n}"
+        if not inner:
+            held[key] = stand_in(value, tag)
+        elif type(value) is dict:
+            held[key] = {**value, inner[0]: stand_in(value[inner[0]], tag)}
+        else:
+            items = list(value)
+            items[inner[0]] = stand_in(items[inner[0]], tag)
+            held[key] = type(value)(items)
+    return tuple(held[i] for i in range(len(args))), {k: held[("k", k)] for k in kwargs}
+
+
+def outcome(
+    fn, payload_bytes: bytes, followups: list[bytes], loads, stream: int | str | None = None, stand_ins=()
+) -> dict:
+    """Call ``fn`` on one pickled input (``stream``: where it passes a stream, :func:`streamed`; ``stand_ins``: where
+    it passes stand-ins, :func:`with_stand_ins`) and return its canonical outcome (in the forked child)."""
     try:
         args, kwargs, _method = loads(payload_bytes)
         args, kwargs = streamed(args, kwargs, stream)
+        args, kwargs = with_stand_ins(args, kwargs, stand_ins)
     except Exception as e:
         return {"load_error": type_name(type(e))}
     result: dict = {}
@@ -693,7 +748,9 @@ def reaching(body: Callable[[], _R]) -> tuple[_R, dict[str, list[int]]]:
 
 def _run_child(fn, call: dict, loads, write_fd: int) -> None:
     def run() -> dict:
-        return outcome(fn, call["payload"], call.get("followups", []), loads, call.get("stream"))
+        return outcome(
+            fn, call["payload"], call.get("followups", []), loads, call.get("stream"), call.get("stand_ins", ())
+        )
 
     try:
         if REACH and (REACH_TARGETS is None or call["target"] in REACH_TARGETS):
@@ -735,7 +792,17 @@ def run_sequence(fns: dict, calls: list[dict], order: list[int], loads, timeout_
                 continue
             try:
                 line = json.dumps(
-                    [call["id"], outcome(fn, call["payload"], call.get("followups", []), loads, call.get("stream"))],
+                    [
+                        call["id"],
+                        outcome(
+                            fn,
+                            call["payload"],
+                            call.get("followups", []),
+                            loads,
+                            call.get("stream"),
+                            call.get("stand_ins", ()),
+                        ),
+                    ],
                     sort_keys=True,
                 )
             except BaseException as e:
@@ -920,7 +987,7 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
     targets = cfg["targets"]
     fns: dict[int, object] = {}
     seeds, parents = [], []
-    seen: set[tuple[int, str, int | str | None]] = set()
+    seen: set[tuple[int, str, int | str | None, tuple]] = set()
     for call in calls:
         try:
             args, kwargs, method = pickle.loads(call["payload"])
@@ -928,7 +995,7 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
                 fns[call["target"]] = resolve(targets[call["target"]]["module"], targets[call["target"]]["qualname"])
         except Exception:
             continue
-        seen.add((call["target"], hashlib.sha256(call["payload"]).hexdigest(), None))
+        seen.add((call["target"], hashlib.sha256(call["payload"]).hexdigest(), None, ()))
         seeds.append((call["target"], args, kwargs, method))
         parents.append(call)
     fresh = []
@@ -939,7 +1006,8 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
             data = dumps((f.args, f.kwargs, f.method))
         except Exception:
             continue
-        key = (f.target, hashlib.sha256(data).hexdigest(), f.stream)  # a stream's payload is its seed's list
+        # a stream's payload is its seed's list, a stand-in's its seed's function
+        key = (f.target, hashlib.sha256(data).hexdigest(), f.stream, f.stand_ins)
         if key in seen:
             continue
         seen.add(key)
@@ -948,11 +1016,14 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
         meta = {"varied": f.varied, "operator": f.operator, "keys": f.keys, "parent_keys": f.seed_keys}
         if f.stream is not None:
             meta["stream"] = f.stream
+        if f.stand_ins:
+            meta["stand_ins"] = f.stand_ins
         followups = parent.get("followups", [])
         more = followup_variations(followups, rng, dumps, cfg.get("followups", 4))
         fresh.append(
             {
-                **{k: v for k, v in parent.items() if k != "stream"},  # a served stream call as a seed: its list
+                # a served stream or stand-in call as a seed: its list, its functions
+                **{k: v for k, v in parent.items() if k not in ("stream", "stand_ins")},
                 "id": f"{parent['id']}~{j}",
                 "payload": data,
                 "derived": True,

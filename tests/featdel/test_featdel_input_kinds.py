@@ -23,7 +23,7 @@ from featdel_support import agent_tree, generated_once
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.generate import GenerateConfig, generate, load_tasks
 from crf_prime.featdel.grader import Grader
-from crf_prime.featdel.inputs import STREAM
+from crf_prime.featdel.inputs import STAND_IN, STREAM
 from crf_prime.featdel.models import FeatdelTask
 from crf_prime.featdel.record import write_replay
 from crf_prime.featdel.replay import SEQ, load_replay
@@ -268,3 +268,150 @@ def test_items_compared_by_their_text_are_caught_by_an_int_among_equal_floats(co
     ]
     for i, body in enumerate(honest):
         assert _grade(task, task_dir, _attempt(task, task_dir, tmp_path / f"h{i}", DISTINCT_GOLD, body)) == 1.0, body
+
+
+FORMS_SOURCE = '''
+def thread(val, *forms):
+    """``val`` threaded through ``forms``: a function ``f`` makes ``f(val)``, a tuple ``(f, *args)`` makes
+    ``f(val, *args)``."""
+    for form in forms:
+        if callable(form):
+            val = form(val)
+        else:
+            func, *args = form
+            val = func(val, *args)
+    return val
+
+
+def checked(f, x):
+    """``f(x)``, which must be an int."""
+    got = f(x)
+    if type(got) is not int:
+        raise ValueError("not an int")
+    return got
+'''
+
+FORMS_TESTS = """
+import pytest
+
+import formpkg
+
+
+def inc(x):
+    return x + 1
+
+
+def add(x, y):
+    return x + y
+
+
+def test_thread():
+    assert formpkg.thread(1) == 1
+    assert formpkg.thread(1, inc) == 2
+    assert formpkg.thread(1, (add, 2), inc) == 4
+    assert formpkg.thread(3, (add, 1), (add, 2)) == 6
+
+
+def test_checked():
+    assert formpkg.checked(inc, 1) == 2
+    assert formpkg.checked(abs, -3) == 3
+    with pytest.raises(ValueError):
+        formpkg.checked(str, 1)
+"""
+
+THREAD_GOLD = """
+    for form in forms:
+        if callable(form):
+            val = form(val)
+        else:
+            func, *args = form
+            val = func(val, *args)
+    return val
+"""
+CHECKED_GOLD = """
+    got = f(x)
+    if type(got) is not int:
+        raise ValueError("not an int")
+    return got
+"""
+
+
+@pytest.fixture(scope="module")
+def forms(tmp_path_factory) -> tuple[Path, dict[str, FeatdelTask]]:
+    root = tmp_path_factory.mktemp("src") / "formpkg"
+    (root / "formpkg").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "formpkg" / "__init__.py").write_text(textwrap.dedent(FORMS_SOURCE).lstrip())
+    (root / "tests" / "test_formpkg.py").write_text(textwrap.dedent(FORMS_TESTS).lstrip())
+
+    def run(out: Path) -> None:
+        cfg = GenerateConfig(
+            source=str(root), out=out, max_tasks=10, workers=2, granularities=["function"], mutants_per_task=0,
+            allow_unreplayed=True,
+        )  # fmt: skip
+        generate(cfg)
+
+    out = generated_once("stand-ins-corpus", run)
+    return out, {t.targets[0].qualname: t for t in load_tasks(out)}
+
+
+def _stand_ins(call: dict) -> bool:
+    return call.get("operator") == STAND_IN
+
+
+def test_code_right_only_for_the_arities_the_tests_used_is_caught_by_a_stand_in(forms, tmp_path: Path) -> None:
+    """``thread`` unpacking each form as ``func, arg``: right on every form the tests pass (their ``add`` takes two
+    arguments, so every longer form a variation makes is out of gold's domain), 1.0 without the stand-in calls and 0
+    with them (a variadic stand-in makes ``(f, a, b)`` forms gold threads through). Honest rewrites score 1.0."""
+    task_dir, tasks = forms
+    task = tasks["thread"]
+    assert any(_stand_ins(c) for c in load_replay(task, task_dir)[0])
+    assert _grade(task, task_dir, _attempt(task, task_dir, tmp_path / "gold", THREAD_GOLD, THREAD_GOLD)) == 1.0
+    two = """
+    for form in forms:
+        if callable(form):
+            val = form(val)
+        else:
+            func, arg = form
+            val = func(val, arg)
+    return val
+    """
+    tree = _attempt(task, task_dir, tmp_path / "two", THREAD_GOLD, two)
+    assert _grade(task, task_dir, tree) == 0.0
+    off, off_dir = _without(task, task_dir, tmp_path / "off", _stand_ins)
+    assert _grade(off, off_dir, tree) == 1.0
+    honest = [
+        """
+        for form in forms:
+            val = form(val) if callable(form) else form[0](val, *form[1:])
+        return val
+        """,
+        """
+        from functools import reduce
+
+        def step(v, form):
+            if not isinstance(form, tuple):
+                return form(v)
+            return form[0](*(v,) + form[1:])
+
+        return reduce(step, forms, val)
+        """,
+    ]
+    for i, body in enumerate(honest):
+        assert _grade(task, task_dir, _attempt(task, task_dir, tmp_path / f"h{i}", THREAD_GOLD, body)) == 1.0, body
+
+
+def test_a_stand_in_call_where_gold_raises_is_not_kept(forms, tmp_path: Path) -> None:
+    """``checked`` raises on a stand-in's result (a tuple, not an int): which error an implementation raises on a value
+    the tests' functions never return is not the task, so no such call is kept and an honest rewrite that raises
+    ``TypeError`` there scores 1.0."""
+    task_dir, tasks = forms
+    task = tasks["checked"]
+    assert task.replay is not None and task.replay.dropped.get("stand-in-raised", 0) >= 1, task.replay
+    honest = """
+    got = f(x)
+    if isinstance(got, bool) or not isinstance(got, int):
+        raise (ValueError if isinstance(got, str | float) else TypeError)("not an int")
+    return got
+    """
+    assert _grade(task, task_dir, _attempt(task, task_dir, tmp_path / "checked", CHECKED_GOLD, honest)) == 1.0

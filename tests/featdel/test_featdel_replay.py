@@ -1006,6 +1006,52 @@ def test_the_driver_passes_a_long_stream_and_never_compares_how_far_it_was_read(
         next(whole)
 
 
+def test_generated_inputs_pass_stand_ins_for_functions_and_the_driver_makes_them() -> None:
+    """A function in an argument (itself, or an item of a tuple such as a ``(f, arg)`` form, here an item of
+    ``*forms``) is also passed as a stand-in, in the value and its variations (longer forms): the call's inputs keep
+    the test's function and ``stand_ins`` says where. The driver's stand-in takes any arguments, bears the function's
+    names, and returns what it was called with, bound to the function's signature where they bind."""
+    import cloudpickle
+
+    from crf_prime.featdel.inputs import STAND_IN
+    from crf_prime.featdel.replay_box import outcome, stand_in, with_stand_ins
+
+    def add(x, y=0):
+        return x + y
+
+    def thread(val, *forms):
+        return val
+
+    def apply(f, x):
+        return f(x)
+
+    seeds = [(0, (1, (add, 2)), {}, False), (1, (abs, -3), {}, False)]
+    fresh = generate_inputs(seeds, {0: thread, 1: apply}, random.Random(0), 200)
+    stood = [f for f in fresh if f.operator == STAND_IN]
+    assert {f.target for f in stood} == {0, 1} and all(f.stand_ins for f in stood)
+    assert all(f.stand_ins == () for f in fresh if f.operator != STAND_IN)
+    assert any(len(f.args[1]) > 2 for f in stood if f.target == 0)  # a longer form, with a stand-in in it
+    for f in stood:
+        for where, *inner in f.stand_ins:
+            value = f.args[where]
+            assert (value[inner[0]] if inner else value) in (add, abs)  # the inputs keep the test's function
+    form = next(f for f in stood if f.target == 0 and f.args[1] == (add, 2, add))
+    assert form.stand_ins == ((1, 0), (1, 2))
+    args, _ = with_stand_ins(form.args, form.kwargs, form.stand_ins)
+    first, _, last = args[1]
+    assert first is not add and (first.__name__, first.__qualname__, first.__module__) == (
+        add.__name__, add.__qualname__, add.__module__,
+    )  # fmt: skip
+    assert first(1, 2, 3) == (f"{add.__qualname__}#0", (1, 2, 3), ())  # any arity
+    assert first(1) == first(1, 0) == first(x=1, y=0) == (f"{add.__qualname__}#0", (("x", 1), ("y", 0)))
+    assert last(1)[0] == f"{add.__qualname__}#1"
+    payload = cloudpickle.dumps((form.args, form.kwargs, False))  # as the box pickles a test's local function
+    got = outcome(lambda v, *fs: fs[0][0](v, *fs[0][1:]), payload, [], pickle.loads, None, form.stand_ins)
+    assert got["returned"] == canonical((f"{add.__qualname__}#0", (1, 2, add), ()))  # a function is its name
+    assert outcome(lambda v, *fs: fs[0][0](v, *fs[0][1:]), payload, [], pickle.loads)["raised"] == "builtins.TypeError"
+    assert stand_in(len, "len#0")("ab") == ("len#0", (("obj", "ab"),))
+
+
 def test_stream_calls_are_kept_only_where_gold_returns_an_iterator() -> None:
     from crf_prime.featdel.record import reproduced
 
