@@ -17,6 +17,8 @@ own: a literal name (the scan's to judge), the project's own code (mistune reads
 at import; a project function that looks names up for its caller stays a gadget for the scan), pytest, the standard
 library, the tests.
 
+``eval`` refuses code that uses a name the policy refuses, for any caller (:func:`_guard_evaluation`): the standard
+library evaluates annotations on code's behalf, and an annotation computed at run time is text no scan saw.
 ``functools.update_wrapper`` (and so ``wraps``) refuses a module on either side, for any caller: it copies names and
 the ``__dict__`` of the wrapped object from the library's own frame. The policy still refuses these builtins as
 values (``partial(getattr, f)``), since a library function calling them on the project's behalf would be the caller.
@@ -52,9 +54,10 @@ def install(sites: Mapping[str, Collection[int]], names: Collection[str], module
     """Replace the four builtins, process-wide and permanently: a call made from one of ``sites`` (file path -> line
     numbers: where the project's code calls them with a computed name) is judged by :func:`refusal`; any other call
     is the builtin's own. With no sites every call would be the builtin's own, so the builtins stay (a Python
-    wrapper around every ``getattr`` of pytest and the project costs a third of a test run); ``update_wrapper``'s
-    guard, which applies to any caller, is installed either way."""
+    wrapper around every ``getattr`` of pytest and the project costs a third of a test run); the guards of
+    ``update_wrapper`` and ``eval``, which apply to any caller, are installed either way."""
     _guard_update_wrapper()
+    _guard_evaluation(frozenset(names))
     if not any(sites.values()):
         return
     where = {os.path.realpath(path): frozenset(lines) for path, lines in sites.items()}
@@ -150,6 +153,52 @@ def _guard_update_wrapper() -> None:
 
     update_wrapper.__doc__ = real.__doc__
     functools.update_wrapper = update_wrapper
+
+
+EVALUATED_REFUSED = frozenset({"getattr", "setattr", "delattr"})
+"""Refused in evaluated code beside the policy's names: a lookup by a computed name there has no site for the guard
+to judge."""
+
+
+def refused_in_code(code: types.CodeType, names: Collection[str]) -> str:
+    """The first name ``code`` (or a function body inside it) uses that the code policy refuses: the guard's
+    ``names`` (``__import__``, ``modules``, frames, interpreter dunders) and :data:`EVALUATED_REFUSED` ('' when
+    none)."""
+    for name in code.co_names:
+        if name in names or name in EVALUATED_REFUSED:
+            return name
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType) and (inner := refused_in_code(const, names)):
+            return inner
+    return ""
+
+
+def _guard_evaluation(names: frozenset[str]) -> None:
+    """``eval`` refuses code that uses a name the code policy refuses (``__import__``, ``modules``, frames, lookups
+    by name: :func:`refused_in_code`). The standard library evaluates text on code's behalf: ``inspect.signature(f,
+    eval_str=True)`` evaluates ``f``'s string annotations and ``typing.ForwardRef`` evaluates the code it compiled
+    from one, and an annotation computed at run time (``"__imp" + "ort__('sys')"``), or a keyword passed as
+    ``**{"eval_" + "str": True}``, is text no scan saw. The refusal is a ``NameError``, as for an annotation naming
+    something undefined. Any caller: the agent's code cannot name ``eval``, so every call is a library's."""
+    real_eval, real_compile, getframe = builtins.eval, builtins.compile, sys._getframe
+
+    def eval(source, globals=None, locals=None, /):  # the builtin's own name: tracebacks read as its own
+        if globals is None:  # the caller's namespaces, as the builtin takes them
+            frame = getframe(1)
+            globals, locals = frame.f_globals, frame.f_locals if locals is None else locals
+        code = source
+        if isinstance(source, str | bytes):
+            text = source.decode() if isinstance(source, bytes) else source
+            try:
+                code = real_compile(text.lstrip(" \t"), "<string>", "eval", dont_inherit=True)
+            except (SyntaxError, ValueError):
+                code = None  # the builtin raises its own error
+        if isinstance(code, types.CodeType) and (name := refused_in_code(code, names)):
+            raise NameError(f"{name!r} in evaluated code: a name the code policy refuses (grader's rule)")
+        return real_eval(source, globals, locals)
+
+    eval.__doc__ = real_eval.__doc__
+    builtins.eval = eval
 
 
 ENABLED = True

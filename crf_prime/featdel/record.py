@@ -39,6 +39,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import cast
 
+from crf_prime.featdel import lookup_guard
 from crf_prime.featdel.grade import materialise
 from crf_prime.featdel.inputs import RETYPE, STAND_IN, STREAM, UNDECLARED_NONE
 from crf_prime.featdel.models import FeatdelTask, ReplayInfo
@@ -247,6 +248,7 @@ def gold_runs(
             call_timeout_s=limit,
             stop_on_timeout=False,  # every call runs (a generated input may hang) under a wall limit that grows
             wall_seconds=wall_seconds,
+            lookups={} if lookup_guard.ENABLED else None,  # the guard's rules for every caller, as in an agent's run
             **how,
         )
         if not isinstance(got, dict):

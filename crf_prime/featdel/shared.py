@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
-from crf_prime.featdel import record
+from crf_prime.featdel import lookup_guard, record
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.grade import _original_sources, grading_run, result_from_run
 from crf_prime.featdel.models import FeatdelTask, GradeResult
@@ -102,6 +102,7 @@ def shared_gold(
         env=env,
         wall_seconds=_wall(sandbox, len(group)),
         pycs=pycs,
+        lookups={} if lookup_guard.ENABLED else None,  # the guard's rules for every caller, as in an agent's run
     )
     if run.limit_hit or not run.junit_found or run.exit_code not in (0, 1):
         return {}
