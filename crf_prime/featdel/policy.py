@@ -63,6 +63,20 @@ HARD_DENIED_MEMBERS = frozenset(
         "types.FrameType", "types.TracebackType", "sys.path", "sys.path_hooks", "os.putenv", "copyreg.constructor",
     }
 )  # fmt: skip
+# members of ``inspect`` that describe a callable's signature or kind, allowed wherever the original imports
+# ``inspect`` (an honest rewrite of toolz's ``has_varargs`` writes ``inspect.Parameter.VAR_POSITIONAL`` where toolz
+# wrote ``p.VAR_POSITIONAL``); its frames, members and sources stay out (``currentframe``, ``getmembers``,
+# ``getsource``), and what evaluates annotations is refused by keyword (``eval_str=``) and judged when it runs (the
+# lookup guard's ``eval``)
+SIGNATURE_MEMBERS = frozenset(
+    f"inspect.{name}"
+    for name in (
+        "Parameter", "Signature", "BoundArguments", "signature", "getfullargspec", "isclass", "isfunction",
+        "ismethod", "isbuiltin", "isroutine", "isgenerator", "isgeneratorfunction", "iscoroutine",
+        "iscoroutinefunction", "isasyncgen", "isasyncgenfunction", "isawaitable", "isabstract", "ismethoddescriptor",
+        "isdatadescriptor", "cleandoc",
+    )
+)  # fmt: skip
 # builtins added code may name: everything except evaluation, namespaces, by-name lookup as a value, interpreter exit
 SAFE_BUILTINS = frozenset(
     n for n in dir(builtins) if isinstance(getattr(builtins, n), type) and issubclass(getattr(builtins, n), BaseException)
@@ -575,7 +589,7 @@ class _Checker(ast.NodeVisitor):
             if target and not _is_safe_module(target) and target not in self.allowed:
                 return f"module {target!r} reached through a safe module's attribute"
             return ""
-        if full in self.allowed or _is_safe_module(full):
+        if full in self.allowed or full in SIGNATURE_MEMBERS or _is_safe_module(full):
             return ""
         return "member the original project does not use, of a module outside the allow-list"
 
@@ -602,7 +616,7 @@ class _Checker(ast.NodeVisitor):
             problem = _attr_name_problem(alias.name) or ("forbidden name" if alias.name in DENIED_NAMES else "")
             if not problem and absolute:
                 sub = f"{absolute}.{alias.name}"
-                sub_why = _denied_module(sub, self.allowed, self.stdlib)
+                sub_why = "" if sub in SIGNATURE_MEMBERS else _denied_module(sub, self.allowed, self.stdlib)
                 if sub_why.startswith("reaches"):  # a listed submodule (importlib.metadata) the original never imports
                     rule = f"import of {sub!r} ({sub_why})"
                 else:

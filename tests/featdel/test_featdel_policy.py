@@ -229,6 +229,26 @@ def f(obj, key="x"):
     ]
 
 
+def test_members_that_describe_a_signature_pass_where_the_original_imports_inspect() -> None:
+    """An original that imports ``inspect`` for ``signature`` alone: added code may also name the members that
+    describe a signature or a callable's kind, and nothing else of ``inspect`` it did not use."""
+    allowed = frozenset({"inspect", "inspect.signature"})
+    honest = (
+        "import inspect\nfrom inspect import Parameter\n\n\ndef f(func):\n"
+        "    if inspect.isclass(func):\n        return False\n"
+        "    kinds = [p.kind for p in inspect.signature(func).parameters.values()]\n"
+        "    return inspect.Parameter.VAR_POSITIONAL in kinds or Parameter.VAR_KEYWORD in kinds\n"
+    )
+    assert _rules(honest, allowed) == []
+    refused = "member the original project does not use, of a module outside the allow-list"
+    for member in ("getsource", "unwrap", "getfile"):
+        assert any(r.startswith(refused) for r in _rules(f"import inspect\n_x = inspect.{member}\n", allowed)), member
+    for member in ("currentframe", "getmembers_static", "stack"):
+        assert _rules(f"import inspect\n_x = inspect.{member}\n", allowed) != [], member
+    assert _rules("from inspect import getsource\n", allowed) != []
+    assert _rules("import inspect\n", frozenset()) != []  # an original that does not import inspect: no
+
+
 def test_syntax_error_is_not_a_hack() -> None:
     assert violations("def f(:\n", ALLOWED) is None
     assert added_violations("x = 1\n", "def f(:\n  import _pytest\n", ALLOWED) == []
