@@ -182,7 +182,7 @@ def _guard_evaluation(names: frozenset[str]) -> None:
     something undefined. Any caller: the agent's code cannot name ``eval``, so every call is a library's."""
     real_eval, real_compile, getframe = builtins.eval, builtins.compile, sys._getframe
 
-    def eval(source, globals=None, locals=None, /):  # the builtin's own name: tracebacks read as its own
+    def eval(source, globals=None, locals=None):  # the builtin's name; keywords as Python 3.13+ takes them
         if globals is None:  # the caller's namespaces, as the builtin takes them
             frame = getframe(1)
             globals, locals = frame.f_globals, frame.f_locals if locals is None else locals
