@@ -115,13 +115,13 @@ FIRST_GOLD = """
 """
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> tuple[Path, dict[str, FeatdelTask]]:
-    root = tmp_path_factory.mktemp("src") / "streampkg"
-    (root / "streampkg").mkdir(parents=True)
+def _generated(tmp_path_factory, package: str, source: str, tests: str, name: str) -> tuple[Path, dict]:
+    """Tasks of a one-module local project (generated once per run), by target."""
+    root = tmp_path_factory.mktemp("src") / package
+    (root / package).mkdir(parents=True)
     (root / "tests").mkdir()
-    (root / "streampkg" / "__init__.py").write_text(textwrap.dedent(SOURCE).lstrip())
-    (root / "tests" / "test_streampkg.py").write_text(textwrap.dedent(TESTS).lstrip())
+    (root / package / "__init__.py").write_text(textwrap.dedent(source).lstrip())
+    (root / "tests" / f"test_{package}.py").write_text(textwrap.dedent(tests).lstrip())
 
     def run(out: Path) -> None:
         cfg = GenerateConfig(
@@ -130,8 +130,13 @@ def corpus(tmp_path_factory) -> tuple[Path, dict[str, FeatdelTask]]:
         )  # fmt: skip
         generate(cfg)
 
-    out = generated_once("streams-corpus", run)
+    out = generated_once(name, run)
     return out, {t.targets[0].qualname: t for t in load_tasks(out)}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[Path, dict[str, FeatdelTask]]:
+    return _generated(tmp_path_factory, "streampkg", SOURCE, TESTS, "streams-corpus")
 
 
 def _attempt(task: FeatdelTask, task_dir: Path, dest: Path, gold: str, body: str) -> Path:
@@ -338,21 +343,7 @@ CHECKED_GOLD = """
 
 @pytest.fixture(scope="module")
 def forms(tmp_path_factory) -> tuple[Path, dict[str, FeatdelTask]]:
-    root = tmp_path_factory.mktemp("src") / "formpkg"
-    (root / "formpkg").mkdir(parents=True)
-    (root / "tests").mkdir()
-    (root / "formpkg" / "__init__.py").write_text(textwrap.dedent(FORMS_SOURCE).lstrip())
-    (root / "tests" / "test_formpkg.py").write_text(textwrap.dedent(FORMS_TESTS).lstrip())
-
-    def run(out: Path) -> None:
-        cfg = GenerateConfig(
-            source=str(root), out=out, max_tasks=10, workers=2, granularities=["function"], mutants_per_task=0,
-            allow_unreplayed=True,
-        )  # fmt: skip
-        generate(cfg)
-
-    out = generated_once("stand-ins-corpus", run)
-    return out, {t.targets[0].qualname: t for t in load_tasks(out)}
+    return _generated(tmp_path_factory, "formpkg", FORMS_SOURCE, FORMS_TESTS, "stand-ins-corpus")
 
 
 def _stand_ins(call: dict) -> bool:
