@@ -13,7 +13,7 @@ import contextlib
 import functools
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from crf_prime.featdel import lookup_guard
@@ -196,18 +196,20 @@ class Grader:
         base: Path | None = None,
         pycs: Path | None = None,
         stop_early: bool = False,
+        alone: list[Collection[str] | None] | None = None,
     ) -> list[ReplayVerdict]:
         """:meth:`replay` for many attempts in one box (mutation testing: crf_prime/featdel/replay.py
         ``replay_trees``). The trees share one built base by hard links
-        (``base``, else one built for this call) and, for gold's mutants only, its compiled modules (``pycs``) and
-        gold's outcomes in the box, to stop each tree at its first difference (``stop_early``)."""
+        (``base``, else one built for this call) and, for gold's mutants only, its compiled modules (``pycs``),
+        gold's outcomes in the box, to stop each tree at its first difference (``stop_early``), and the calls each
+        runs alone (``alone``: those whose gold run reached its mutated code)."""
         if self.task.replay is None:
             return [ReplayVerdict(calls=0, mismatches=()) for _ in attempts]
         if not attempts:
             return []
         if base is None:
             with self.shared_base() as built:
-                return self.replay_many(attempts, base=built, pycs=pycs, stop_early=stop_early)
+                return self.replay_many(attempts, base=built, pycs=pycs, stop_early=stop_early, alone=alone)
         return replay_trees(
             self.sandbox,
             self.env,
@@ -220,6 +222,7 @@ class Grader:
             lookups=[self.lookup_sites(changes) for changes in attempts],
             pycs=pycs,
             stop_early=stop_early,
+            alone=alone,
         )
 
     def replay_data(self) -> ReplayData | None:

@@ -74,6 +74,9 @@ class Mutant:
     operator: Operator
     text: str
     """The whole mutated file."""
+    reach: frozenset[int] | None = None
+    """Lines a call must run for the mutated code to run in it: the edited node's and its statement's first line.
+    None: code that runs when the module is imported (outside every function body), so in every call."""
 
     @property
     def label(self) -> str:
@@ -210,12 +213,32 @@ def _mutated_statement(text: str, span: tuple[int, int], edit: _Edit) -> str:
     return "".join(text.splitlines(keepends=True)[span[0] - 1 : span[1] + shift])
 
 
+def _reach(node: ast.AST, parents: dict[int, ast.AST]) -> frozenset[int] | None:
+    """:attr:`Mutant.reach` of an edit of ``node``: its lines and its innermost statement's first line (a line event
+    fires for one of them whenever its code runs), or None outside every function body."""
+    statement = node if isinstance(node, ast.stmt) else None
+    child, up = node, parents.get(id(node))
+    in_body = False
+    while up is not None:
+        if statement is None and isinstance(up, ast.stmt):
+            statement = up
+        if isinstance(up, ast.FunctionDef | ast.AsyncFunctionDef) and any(child is s for s in up.body):
+            in_body = True
+        if isinstance(up, ast.Lambda) and child is up.body:
+            in_body = True
+        child, up = up, parents.get(id(up))
+    if not in_body or statement is None:
+        return None
+    return frozenset({statement.lineno, *range(node.lineno, node.end_lineno + 1)})  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt)
+
+
 def file_mutants(path: str, source: str, lines: frozenset[int]) -> list[Mutant]:
     """Every mutant of ``source`` whose edited node lies wholly on ``lines``, in source order, but those that parse to
     gold's own tree or to an earlier mutant's. Only the top-level statement holding the edit is parsed again (the rest
     of the file is gold's, byte for byte): for a 1,500-line module that is what makes sampling 10 mutants cheap."""
     tree = ast.parse(source)
     skip = _unmutable(tree)
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     raw = source.encode().splitlines(keepends=True)
     spans = _statement_spans(tree)
     gold_dumps: dict[tuple[int, int], str | None] = {(0, 0): ast.dump(tree)}
@@ -250,7 +273,9 @@ def file_mutants(path: str, source: str, lines: frozenset[int]) -> list[Mutant]:
             if key in seen or key[1] == gold_dumps.get(key[0]):
                 continue
             seen.add(key)
-            out.append(Mutant(path=path, line=edit.node.lineno, operator=edit.operator, text=text))  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt); typeshed declares positions on those subclasses, not on ast.AST
+            line = edit.node.lineno  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt); typeshed declares positions on those subclasses, not on ast.AST
+            reach = _reach(edit.node, parents)
+            out.append(Mutant(path=path, line=line, operator=edit.operator, text=text, reach=reach))
     return out
 
 

@@ -173,6 +173,13 @@ def reach_of(task: FeatdelTask, original: dict[str, str]) -> dict[str, list[int]
     return {rel: deleted_lines(text, original[rel]) for rel, text in sorted(task.broken_files.items())}
 
 
+def restored_of(task: FeatdelTask, original: dict[str, str]) -> dict[str, list[int]]:
+    """Path -> the lines of ``original`` the snapshot deleted, for every task: what gold's first box traces, so that
+    each kept call says which of them it ran (:func:`with_lines`; mutation testing replays a mutant only on the calls
+    that run its code)."""
+    return {rel: deleted_lines(text, original[rel]) for rel, text in sorted(task.broken_files.items())}
+
+
 def split_reached(first: dict, repo: Path) -> tuple[dict, dict[str, dict[str, set[int]]]]:
     """Gold's outcomes without the lines each call ran (``run_driver(reach=...)``), and those lines: call id ->
     path under ``repo`` -> lines."""
@@ -196,6 +203,19 @@ def with_reach(keep: list[dict], ran: dict[str, dict[str, set[int]]], deleted: d
         {**c, "reaches": any(set(deleted.get(rel, ())) & lines for rel, lines in ran.get(c["id"], {}).items())}
         for c in keep
     ]
+
+
+def with_lines(keep: list[dict], ran: dict[str, dict[str, set[int]]], restored: dict[str, list[int]]) -> list[dict]:
+    """``keep`` with each call's ``lines`` (path -> the ``restored`` lines gold's run of it executed, alone); a call
+    gold's first box did not trace is left without them (then no mutant's replay is narrowed to its calls)."""
+    out = []
+    for c in keep:
+        if c["id"] not in ran:
+            out.append(c)
+            continue
+        lines = {rel: sorted(set(restored.get(rel, ())) & ls) for rel, ls in sorted(ran[c["id"]].items())}
+        out.append({**c, "lines": {rel: ls for rel, ls in lines.items() if ls}})
+    return out
 
 
 def plain_calls(recorded: list[dict]) -> list[dict]:
@@ -451,10 +471,10 @@ def record_replay(
             followups=GENERATED_FOLLOWUPS,
         )
         calls = plain + list(cast("list[dict] | None", derived) or [])  # derive mode returns the derived calls
-        reach = reach_of(task, original)
-        first, second, ran = gold_runs(sandbox, env, task, gold, calls, reach)
+        traced = restored_of(task, original)
+        first, second, ran = gold_runs(sandbox, env, task, gold, calls, traced)
         keep, expected, lost = reproduced(calls, first, second, recorded)
-        keep = with_reach(keep, ran, reach)
+        keep = with_lines(with_reach(keep, ran, reach_of(task, original)), ran, traced)
         dropped += lost
     finally:
         shutil.rmtree(work, ignore_errors=True)

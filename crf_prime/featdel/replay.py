@@ -273,14 +273,17 @@ def run_variants(
     lookups: list[Sites | None] | None = None,
     only: list[int] | None = None,
     differs: dict[str, str] | None = None,
+    alone: list[Collection[str] | None] | None = None,
 ) -> list[object]:
     """Replay ``calls`` on each of the trees ``run_dir/v{i}/repo`` (built, tests stripped) in ONE box: the driver
     starts once and forks a child per tree that imports that tree alone (mutation testing grades many gold mutants
     of one task). Each tree's output as :func:`run_driver` returns it, in order. ``lookups``: each tree's lookup
     guard sites (:func:`run_driver`); ``only``: the trees to run (default all ``trees``); ``differs``: gold's judged
     outcome of each call as JSON text (:func:`judged_texts`), given only for trees of gold's own code: a tree stops
-    at its first call whose outcome text differs."""
+    at its first call whose outcome text differs; ``alone``: per tree, the ids of the calls it runs alone (None:
+    every call; the sequence is always whole)."""
     picked = list(range(trees)) if only is None else only
+    alone_of = alone or [None] * trees
     repos = [run_dir / f"v{i}" / "repo" for i in picked]
     wall = _run_wall(call_timeout_s, len(calls), sequence) + 10.0
     outs = [run_dir / "out" / f"v{i}.json" for i in picked]
@@ -288,8 +291,16 @@ def run_variants(
     cfg = {
         "mode": "run",
         "variants": [
-            {"paths": _tree_paths(task, env, repo), "lookups": _lookups(repo, sites), "out": str(out), "wall_s": wall}
-            for repo, out, sites in zip(repos, outs, [sites_of[i] for i in picked], strict=True)
+            {
+                "paths": _tree_paths(task, env, repo),
+                "lookups": _lookups(repo, sites),
+                "out": str(out),
+                "wall_s": wall,
+                "alone": None if ids is None else sorted(ids),
+            }
+            for repo, out, sites, ids in zip(
+                repos, outs, [sites_of[i] for i in picked], [alone_of[i] for i in picked], strict=True
+            )
         ],
         "seed": seed,
         "stop_on_timeout": True,
@@ -323,8 +334,8 @@ def _launch(
     out.mkdir(exist_ok=True)
     for p in outputs:
         p.unlink(missing_ok=True)
-    with open(inputs / "calls.pkl", "wb") as fh:
-        pickle.dump(calls, fh, protocol=4)
+    with open(inputs / "calls.pkl", "wb") as fh:  # what gold's run of each call reached stays with the host
+        pickle.dump([{k: v for k, v in c.items() if k != "lines"} for c in calls], fh, protocol=4)
     cfg = {
         **cfg,
         "targets": targets_of(task),
@@ -569,10 +580,16 @@ def replay_trees(
     lookups: list[Sites | None] | None = None,
     pycs: Path | None = None,
     stop_early: bool = False,
+    alone: list[Collection[str] | None] | None = None,
 ) -> list[ReplayVerdict]:
     """:func:`replay_tree` for many trees in one box (mutation testing: every mutant of a task's gold). ``pycs``: the
     base's compiled modules for every tree (``pycache.source_entry``; gold and its mutants only, never an agent's
     tree).
+
+    ``alone`` (gold's mutants only): per tree, the ids of the calls it runs alone, None for every call. A call whose
+    gold run never reached the mutated code behaves as gold's does (the rest of the tree is gold's, byte for byte),
+    so its outcome is taken as gold's; what a tree runs in sequence is always every call. Where the trace missed a
+    reach, the call that would have differed is not run: the mutant can only look weaker, never stronger.
 
     ``stop_early`` (gold and its mutants only: the box then sees gold's outcomes): each tree stops at its first call
     whose outcome differs from gold's as text; the host judges the calls it ran, and a tree stopped at a difference
@@ -602,9 +619,17 @@ def replay_trees(
                 lookups=lookups,
                 only=only,
                 differs=differs,
+                alone=alone,
             )
 
-        outs = run(None, judged_texts(expected) if stop_early else None)
+        def taken(i: int, got: object) -> object:
+            """Tree ``i``'s outcomes, gold's for the calls it did not run alone."""
+            ids = None if alone is None else alone[i]
+            if ids is None or not isinstance(got, dict):
+                return got
+            return {**{k: w for k, w in expected.items() if not k.endswith(SEQ) and k not in ids}, **got}
+
+        outs = [taken(i, got) for i, got in enumerate(run(None, judged_texts(expected) if stop_early else None))]
         verdicts, again = [], []
         for i, got in enumerate(outs):
             ran = {k: w for k, w in expected.items() if k in got} if stop_early and isinstance(got, dict) else expected
@@ -613,7 +638,7 @@ def replay_trees(
                 again.append(i)  # stopped where the host sees no mismatch: its verdict needs every call
             verdicts.append(ReplayVerdict(calls=replayed_calls(expected), mismatches=bad, detail=detail))
         for i, got in zip(again, run(again, None) if again else [], strict=True):
-            bad, detail = compare(expected, got)
+            bad, detail = compare(expected, taken(i, got))
             verdicts[i] = ReplayVerdict(calls=replayed_calls(expected), mismatches=bad, detail=detail)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -715,25 +715,45 @@ def judged_text(outcome) -> str:
     return json.dumps(judged(outcome), sort_keys=True)
 
 
+_real_paths: dict[str, str] = {}
+"""A code object's file name -> its real path, for :func:`reaching` (filled in the parent by :func:`known_paths`,
+so that each call's child starts with the files imported before it)."""
+
+
+def known_paths() -> None:
+    """Fill :data:`_real_paths` for the modules imported so far (the parent's, before it forks a traced call)."""
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__file__", None)
+        if isinstance(name, str) and name not in _real_paths:
+            _real_paths[name] = os.path.realpath(name)
+
+
 def reaching(body: Callable[[], _R]) -> tuple[_R, dict[str, list[int]]]:
     """``body()`` under a line tracer: its result, and the ``REACH`` lines it executed (file -> sorted lines).
     The whole outcome is traced: a deleted line may run only when a returned iterator is consumed."""
     hit: dict[str, set[int]] = {}
-    watched: dict[types.CodeType, tuple[str, frozenset[int]] | None] = {}
+    watched: dict[types.CodeType, tuple[set[int], set[int]] | None] = {}  # code -> (its lines not hit yet, hit)
 
     def tracer(frame, _event, _arg):
         code = frame.f_code
         if code not in watched:  # line events only in code whose own lines hold a watched one
-            path = os.path.realpath(code.co_filename)
+            path = _real_paths.get(code.co_filename)
+            if path is None:  # once per file name (realpath is a system call per path part)
+                path = _real_paths[code.co_filename] = os.path.realpath(code.co_filename)
             mine = REACH[path].intersection(n for _, _, n in code.co_lines()) if path in REACH else None
-            watched[code] = (path, frozenset(mine)) if mine else None
-        if watched[code] is None:
+            watched[code] = (set(mine), hit.setdefault(path, set())) if mine else None
+        state = watched[code]
+        if state is None:
             return None
-        path, lines = watched[code]
+        left, found = state
 
         def local(frame, event, _arg):
-            if event == "line" and frame.f_lineno in lines:
-                hit.setdefault(path, set()).add(frame.f_lineno)
+            if event == "line" and frame.f_lineno in left:
+                left.discard(frame.f_lineno)
+                found.add(frame.f_lineno)
+                if not left:  # every watched line of this code ran: no more events from it (a loop's lines)
+                    watched[code] = None
+                    frame.f_trace_lines = False
             return local
 
         return local
@@ -743,7 +763,7 @@ def reaching(body: Callable[[], _R]) -> tuple[_R, dict[str, list[int]]]:
         result = body()
     finally:
         sys.settrace(None)
-    return result, {path: sorted(lines) for path, lines in sorted(hit.items())}
+    return result, {path: sorted(lines) for path, lines in sorted(hit.items()) if lines}
 
 
 def _run_child(fn, call: dict, loads, write_fd: int) -> None:
@@ -931,12 +951,14 @@ def _provides(path: str, name: str) -> bool:
 def _variant(cfg: dict, calls: list[dict], variant: dict) -> None:
     """One tree of a ``variants`` run (mutation testing: many trees, one box): its own paths, its own results."""
     _add_paths(variant["paths"], variant.get("lookups"))
-    _run_calls(cfg, calls, variant["out"])
+    _run_calls(cfg, calls, variant["out"], variant.get("alone"))
 
 
-def _run_calls(cfg: dict, calls: list[dict], out_path: str) -> None:
-    """Every call alone (one child each, shuffled; not with ``alone`` off), then in sequence when asked; the outcomes
-    as JSON at ``out_path``."""
+def _run_calls(cfg: dict, calls: list[dict], out_path: str, only: list[str] | None = None) -> None:
+    """Every call alone (one child each, shuffled; not with ``alone`` off; only the calls of ``only`` when given:
+    a gold mutant's tree runs alone only the calls whose gold run reached its code), then in sequence when asked;
+    the outcomes as JSON at ``out_path``."""
+    run_alone = None if only is None else frozenset(only)
     loads = pickle.loads
     targets = cfg["targets"]
     differs: dict[str, str] | None = cfg.get("differs")
@@ -945,6 +967,7 @@ def _run_calls(cfg: dict, calls: list[dict], out_path: str) -> None:
     results: dict[str, dict] = {}
     order = list(range(len(calls)))
     random.Random(cfg.get("seed", 0)).shuffle(order)
+    known = 0  # modules whose files known_paths has seen
     for i in order:
         call = calls[i]
         t = call["target"]
@@ -957,9 +980,12 @@ def _run_calls(cfg: dict, calls: list[dict], out_path: str) -> None:
         if isinstance(fn, BaseException):
             results[call["id"]] = {"unresolvable": type_name(type(fn))}
             continue
-        if not alone:
+        if not alone or (run_alone is not None and call["id"] not in run_alone):
             continue
         slow = cfg.get("derived_timeout_s") if call.get("derived") else None
+        if REACH and len(sys.modules) != known:
+            known_paths()
+            known = len(sys.modules)
         results[call["id"]] = got = run_one(fn, call, loads, min(cfg["timeout_s"], slow or cfg["timeout_s"]))
         if "timeout" in got and cfg.get("stop_on_timeout", True):
             break  # gold finished every kept call in time: the attempt has failed, stop spending time
@@ -1022,8 +1048,9 @@ def _derive_main(cfg: dict, calls: list[dict], out_path: str) -> int:
         more = followup_variations(followups, rng, dumps, cfg.get("followups", 4))
         fresh.append(
             {
-                # a served stream or stand-in call as a seed: its list, its functions
-                **{k: v for k, v in parent.items() if k not in ("stream", "stand_ins")},
+                # a served stream or stand-in call as a seed: its list, its functions; what gold's run of it
+                # reached is its own
+                **{k: v for k, v in parent.items() if k not in ("stream", "stand_ins", "lines", "reaches")},
                 "id": f"{parent['id']}~{j}",
                 "payload": data,
                 "derived": True,

@@ -34,7 +34,9 @@ from crf_prime.featdel.record import (
     reach_of,
     record_calls,
     reproduced,
+    restored_of,
     servable,
+    with_lines,
     with_reach,
     write_replay,
 )
@@ -134,9 +136,11 @@ def shared_replay(
     uses = Counter(index[(x.path, x.qualname)] for t in group for x in t.targets)
     tests = tuple(dict.fromkeys(n for t in group for n in t.target_tests))
     probe = _union(group[0], tests, targets=targets)
-    reach = {t.task_id: reach_of(t, cast("dict[str, str]", original_gold(t, task_dir))) for t in group}
+    originals = {t.task_id: cast("dict[str, str]", original_gold(t, task_dir)) for t in group}
+    reach = {t.task_id: reach_of(t, originals[t.task_id]) for t in group}
+    restored = {t.task_id: restored_of(t, originals[t.task_id]) for t in group}
     lines: dict[str, set[int]] = {}
-    for deleted in reach.values():
+    for deleted in restored.values():
         for rel, ls in deleted.items():
             lines.setdefault(rel, set()).update(ls)
     ran: dict[str, dict[str, set[int]]] = {}
@@ -182,8 +186,7 @@ def shared_replay(
             )
             derived = list(cast("list[dict] | None", made) or [])  # derive mode returns the derived calls
             union = {rel: sorted(ls) for rel, ls in sorted(lines.items())}
-            traced = {index[(x.path, x.qualname)] for t in group if reach[t.task_id] for x in t.targets}
-            first, second, ran = gold_runs(sandbox, env, probe, gold, plain + derived, union, traced)
+            first, second, ran = gold_runs(sandbox, env, probe, gold, plain + derived, union)
     except Exception as e:  # each task is then recorded on its own
         logger.warning(
             "featdel: the shared replay recording failed (%s: %s); recording task by task", type(e).__name__, e
@@ -207,7 +210,7 @@ def shared_replay(
         ids = {c["id"] for c in rec}
         calls = [c for c in plain if c["id"] in ids] + [c for c in derived if c["id"].split("~", 1)[0] in ids]
         keep, expected, lost = reproduced(calls, first, second, rec)
-        keep = with_reach(keep, ran, reach[t.task_id])
+        keep = with_lines(with_reach(keep, ran, reach[t.task_id]), ran, restored[t.task_id])
         dropped = +(dropped + lost)
         # the task's own numbering of targets and calls, as a recording of the task alone gives them
         renum = {c["id"]: f"c{i}" for i, c in enumerate(rec)}

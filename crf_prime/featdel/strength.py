@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import Literal, cast
 
@@ -101,17 +102,31 @@ class HeldOut:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def reaching_calls(calls: list[dict], mutant: Mutant) -> frozenset[str] | None:
+    """Ids of the served ``calls`` whose gold run executed the mutated code (a line of ``mutant.reach``), or None
+    where that is not known: code run at import, or calls recorded without their lines (an older task)."""
+    if mutant.reach is None or any("lines" not in c for c in calls):
+        return None
+    return frozenset(c["id"] for c in calls if not mutant.reach.isdisjoint(c["lines"].get(mutant.path, ())))
+
+
 def replay_rejects(
     grader: Grader, mutants: list[Mutant], *, base: Path | None = None, pycs: Path | None = None
 ) -> list[bool]:
     """Whether the replay rejects each mutant: all mutants in one box, each tree stopped at its first difference
     from gold (most mutants differ on their first calls; one that does not runs every call, as the served replay
-    does). ``base``: :meth:`Grader.shared_base`'s tree; ``pycs``: its compiled modules (``pycache.source_entry``).
+    does), and running alone only the calls whose gold run reached its mutated code (:func:`reaching_calls`; the
+    others cannot differ: a mutant the tests' calls never reach cost a whole replay to pass it). ``base``:
+    :meth:`Grader.shared_base`'s tree; ``pycs``: its compiled modules (``pycache.source_entry``).
     A first pass on a sample of the calls cost more than it saved once each tree stops at its first difference: the
     mutants it did not reject ran those calls twice, in a second box."""
     if grader.task.replay is None:
         return [False] * len(mutants)
-    verdicts = grader.replay_many([{m.path: m.text} for m in mutants], base=base, pycs=pycs, stop_early=True)
+    calls, _ = load_replay(grader.task, grader.task_dir)
+    served = [c for c in calls if grader.config.generated_calls or not c.get("derived")]
+    alone: list[Collection[str] | None] = [reaching_calls(served, m) for m in mutants]
+    attempts: list[dict[str, str | None]] = [{m.path: m.text} for m in mutants]
+    verdicts = grader.replay_many(attempts, base=base, pycs=pycs, stop_early=True, alone=alone)
     return [not v.ok for v in verdicts]
 
 
@@ -218,6 +233,7 @@ __all__ = [
     "held_out_verdicts",
     "mutation_score",
     "mutation_seed",
+    "reaching_calls",
     "replay_rejects",
     "task_mutants",
     "verdict_of_tests",

@@ -183,7 +183,7 @@ def test_a_block_is_covered_only_by_calls_that_run_it(tmp_path: Path, monkeypatc
 
 @pytest.mark.slow
 @pytest.mark.bwrap
-def test_only_the_calls_of_a_target_with_a_deleted_block_are_traced(
+def test_every_call_of_gold_s_first_box_says_which_deleted_lines_it_ran(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     double = '\n\ndef double(n):\n    """``n`` twice, as text."""\n    text = str(n)\n    return text + text\n'
@@ -208,8 +208,13 @@ def test_only_the_calls_of_a_target_with_a_deleted_block_are_traced(
     assert {("function", "double"), ("block", "shout")} <= kinds and ("block", "double") not in kinds
     (traced,) = [b for b in boxes if "double" in b[0]]  # one recording for the batch, double's calls among them
     names, outcomes = traced
+    assert all("reached" in outcome for outcome in outcomes.values())  # mutation testing narrows by them
+    source = (GATE + double).splitlines()
+    start = source.index("def double(n):")
+    lines = [source.index(t, start) + 1 for t in ("    text = str(n)", "    return text + text")]  # its deleted body
     for name, outcome in zip(names, outcomes.values(), strict=True):
-        assert ("reached" in outcome) == (name in {"shout", "render"}), (name, outcome)
+        if name == "double":
+            assert [sorted(ls) for ls in outcome["reached"].values()] == [lines], outcome
     shout = next(t for t in tasks if t.granularity == "block" and t.targets[0].qualname == "shout")
     shout_calls = Grader(shout, out).replay_data()
     assert shout_calls is not None and any(c.reaches for c in shout_calls.calls)

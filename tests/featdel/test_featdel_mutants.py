@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import json
 import os
+import pickle
 import random
 import re
 import select
@@ -192,6 +193,47 @@ def test_parsing_only_the_edited_statement_gives_the_whole_file_s_mutants(module
     assert total > 20
 
 
+def test_a_mutant_names_the_lines_a_call_runs_exactly_when_it_runs_the_mutated_code() -> None:
+    source = textwrap.dedent(
+        """\
+        X = 1 + 2
+        def f(a, b=3):
+            if a > 1:
+                return (a +
+                        b)
+            g = lambda z: z * 2
+            return [x + 1 for x in range(a)]
+        class C:
+            K = 4
+            def m(self):
+                return self.K - 1
+        """
+    )
+    reach = {(m.line, m.operator): m.reach for m in file_mutants("m.py", source, frozenset(range(1, 12)))}
+    # run at import (module and class bodies, a default): in every call
+    assert {k for k, r in reach.items() if r is None} == {
+        (1, "statement"), (1, "arithmetic"), (1, "constant"), (2, "constant"), (9, "statement"), (9, "constant"),
+    }  # fmt: skip
+    # in a body: the edited node's lines and its statement's first line (the `if`'s test, a return's whole value)
+    assert reach[(3, "branch")] == reach[(3, "compare")] == frozenset({3})
+    assert reach[(4, "return")] == reach[(4, "arithmetic")] == frozenset({4, 5})
+    assert reach[(6, "arithmetic")] == frozenset({6}) and reach[(11, "return")] == frozenset({11})
+    # a call narrows a mutant's replay only with its lines known; one without them (an older task) keeps every call
+    at = dataclasses.replace(file_mutants("m.py", source, frozenset(range(1, 12)))[0], path="m.py")
+    calls = [
+        {"id": "c0", "lines": {"m.py": [3, 7]}},
+        {"id": "c1", "lines": {"m.py": [3, 4, 5]}},
+        {"id": "c2", "lines": {}},
+    ]
+    assert strength.reaching_calls(calls, dataclasses.replace(at, reach=frozenset({4, 5}))) == {"c1"}
+    assert strength.reaching_calls(calls, dataclasses.replace(at, reach=frozenset({3}))) == {"c0", "c1"}
+    assert strength.reaching_calls(calls, dataclasses.replace(at, reach=frozenset({6}))) == frozenset()
+    assert strength.reaching_calls(calls, dataclasses.replace(at, reach=None)) is None
+    assert strength.reaching_calls([*calls, {"id": "c3"}], dataclasses.replace(at, reach=frozenset({3}))) is None
+    other = dataclasses.replace(at, path="n.py", reach=frozenset({3}))
+    assert strength.reaching_calls(calls, other) == frozenset()
+
+
 def test_mutants_are_deterministic_for_a_seed_and_capped() -> None:
     broken = {"m.py": delete_bodies(SRC, ["score"])}
     original = {"m.py": SRC}
@@ -341,6 +383,26 @@ def test_generation_keeps_only_verifiable_tasks_with_a_strong_grader(tmp_path: P
     assert tail.mutation is not None and tail.mutation.rate == 1.0 and tail.mutation.survivors == ()
     assert tail.mutation.mutants == tail.mutation.behaviour_changing == tail.mutation.rejected >= 3
     assert tail.unreplayed_targets == ()
+    # gold's first box says which restored lines each kept call ran (describe's control flow, in closed form)
+    original = apply_unified_diff(dict(tail.broken_files), tail.gold_patch)
+    path = "reach/__init__.py"
+    restored = restored_lines(tail.broken_files[path], original[path])
+
+    def ran(n: object) -> set[int]:
+        if n == 4:
+            return {6, 7}
+        try:
+            str(n * 2)  # type: ignore[operator]
+        except Exception:
+            return {6, 8}
+        return {6, 8, 9}
+
+    calls = load_replay(tail, cfg.out)[0]
+    assert restored and any(c.get("derived") for c in calls)
+    for c in calls:
+        args, kwargs, _ = pickle.loads(c["payload"])
+        n = args[0] if args else kwargs["n"]
+        assert c["lines"] == ({path: sorted(ran(n) & restored)} if ran(n) & restored else {}), (n, c["lines"])
     assert summary.mutation is not None and (summary.mutation.tasks, summary.mutation.median) == (1, 1.0)
     assert summary.rejected == {"no-replay-coverage": 2, "weak-grader": 1}
 
@@ -460,6 +522,58 @@ def test_a_mutant_s_tree_stops_at_its_first_difference_with_the_same_verdicts(mo
     assert [v.ok for v in again] == [v.ok for v in whole]
     assert len(again[1].mismatches) == 1  # the snapshot: its first call differs to the host too
     assert again[0].ok and again[0].calls == whole[0].calls
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_a_mutant_s_tree_runs_alone_only_the_calls_that_reach_its_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    task_dir, tasks, _ = generated(TOOLZ, 2)
+    grader_of = {t.task_id: Grader(t, task_dir, config=GraderConfig(scan=False, call_timeout_s=1.0)) for t in tasks}
+    boxes: list[tuple[list, list[object]]] = []
+    sent: list[bool] = []
+    real_run_variants, real_launch = replay_module.run_variants, replay_module._launch
+
+    def run_variants(*args, **kwargs):
+        outs = real_run_variants(*args, **kwargs)
+        boxes.append((kwargs["alone"], outs))
+        return outs
+
+    def launch(*args, **kwargs):
+        real_launch(*args, **kwargs)
+        with open(args[3] / "in" / "calls.pkl", "rb") as fh:  # what the box was given
+            sent.append(any("lines" in c for c in pickle.load(fh)))
+
+    narrowed = 0
+    for task in tasks:
+        grader = grader_of[task.task_id]
+        calls = load_replay(task, task_dir)[0]
+        assert calls and all("lines" in c for c in calls)  # every kept call says what gold's run of it reached
+        mutants = task_mutants_of(task)
+        # a mutant whose code no call runs (a line past the file's end), and gold's own text: neither can differ
+        unreached = dataclasses.replace(mutants[0], reach=frozenset({10**6}))
+        same = dataclasses.replace(mutants[0], text=apply_unified_diff(dict(task.broken_files), task.gold_patch)[mutants[0].path])  # fmt: skip
+        every = [not v.ok for v in grader.replay_many([{m.path: m.text} for m in mutants], stop_early=True)]
+        boxes.clear()
+        with monkeypatch.context() as m:
+            m.setattr(replay_module, "run_variants", run_variants)
+            m.setattr(replay_module, "_launch", launch)
+            got = replay_rejects(grader, [*mutants, same])
+            assert got == [*every, False]  # the verdicts of every call alone
+            assert replay_rejects(grader, [unreached]) == [every[0]]  # its in-sequence run still sees every call
+        alone, outs = boxes[0]
+        want = [strength.reaching_calls(calls, m) for m in [*mutants, same]]
+        assert alone == want
+        for ids, out in zip(alone, outs, strict=True):
+            if ids is not None and isinstance(out, dict):  # a narrowed tree ran alone only its calls
+                assert {k for k in out if not k.endswith(SEQ)} <= set(ids)
+                narrowed += len(ids) < len(calls)
+        assert boxes[-1][0] == [frozenset()] and not {k for k in boxes[-1][1][0] if not k.endswith(SEQ)}
+    assert narrowed  # some mutant's code is reached by some of the calls only
+    assert sent and not any(sent)  # what gold's run reached stays with the host
+
+
+def task_mutants_of(task: FeatdelTask) -> list[Mutant]:
+    return strength.task_mutants(task, 10)[1]
 
 
 def test_the_box_judges_an_outcome_as_the_host_does() -> None:
