@@ -238,7 +238,13 @@ def file_mutants(path: str, source: str, lines: frozenset[int]) -> list[Mutant]:
     of the file is gold's, byte for byte): for a 1,500-line module that is what makes sampling 10 mutants cheap."""
     tree = ast.parse(source)
     skip = _unmutable(tree)
-    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    parents = {  # within the top-level statements that hold a mutated line (the rest is never walked up from)
+        id(child): node
+        for stmt in tree.body
+        if any(n in lines for n in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+        for node in ast.walk(stmt)
+        for child in ast.iter_child_nodes(node)
+    }
     raw = source.encode().splitlines(keepends=True)
     spans = _statement_spans(tree)
     gold_dumps: dict[tuple[int, int], str | None] = {(0, 0): ast.dump(tree)}

@@ -570,6 +570,16 @@ def test_a_mutant_s_tree_runs_alone_only_the_calls_that_reach_its_code(monkeypat
         assert boxes[-1][0] == [frozenset()] and not {k for k in boxes[-1][1][0] if not k.endswith(SEQ)}
     assert narrowed  # some mutant's code is reached by some of the calls only
     assert sent and not any(sent)  # what gold's run reached stays with the host
+    # a tree stopped at a difference the host does not count (here: every text differs) is run again, narrowed too:
+    # the same verdicts, gold's outcomes standing for the calls it does not run alone
+    task = tasks[0]
+    mutants = task_mutants_of(task)
+    every = [not v.ok for v in grader_of[task.task_id].replay_many([{m.path: m.text} for m in mutants])]
+    monkeypatch.setattr(replay_module, "judged_texts", lambda expected: dict.fromkeys(expected, "differs"))
+    boxes.clear()
+    monkeypatch.setattr(replay_module, "run_variants", run_variants)
+    assert replay_rejects(grader_of[task.task_id], mutants) == every
+    assert len(boxes) == 2 and boxes[1][0] == boxes[0][0]  # the second box: the trees run again, as narrowed
 
 
 def task_mutants_of(task: FeatdelTask) -> list[Mutant]:
