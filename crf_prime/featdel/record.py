@@ -35,7 +35,6 @@ import pickle
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Collection
 from pathlib import Path
 from typing import cast
 
@@ -168,9 +167,7 @@ def deleted_lines(broken: str, original: str) -> list[int]:
 def reach_of(task: FeatdelTask, original: dict[str, str]) -> dict[str, list[int]]:
     """Path -> deleted lines of a task that deletes part of a body; empty for one that deletes whole bodies (every
     call of such a target runs its deleted code)."""
-    if task.granularity not in REACHING:
-        return {}
-    return {rel: deleted_lines(text, original[rel]) for rel, text in sorted(task.broken_files.items())}
+    return restored_of(task, original) if task.granularity in REACHING else {}
 
 
 def restored_of(task: FeatdelTask, original: dict[str, str]) -> dict[str, list[int]]:
@@ -237,12 +234,10 @@ def gold_runs(
     gold: Path,
     calls: list[dict],
     reach: dict[str, list[int]] | None = None,
-    reach_targets: Collection[int] | None = None,
 ) -> tuple[dict, dict, dict[str, dict[str, set[int]]]]:
     """Gold's outcomes on ``calls`` from two separate boxes (hash seeds 1 and 2) on the tree at ``gold/repo``, run
     side by side (the second on a hard-linked copy of the tree: each box writes its own inputs and outputs), and
-    which of the ``reach`` lines the first box ran for each call of ``reach_targets`` (default: every call;
-    :func:`split_reached`; empty without ``reach``).
+    which of the ``reach`` lines the first box ran for each call (:func:`split_reached`; empty without ``reach``).
 
     The first box runs each call alone and all in sequence, the second only the sequence: a call whose outcome
     there is its outcome alone in the first box is the same alone in the second (what differs in a process with
@@ -278,7 +273,7 @@ def gold_runs(
     twin = Path(tempfile.mkdtemp(prefix="gold-", dir=gold.parent))
     try:
         shutil.copytree(gold / "repo", twin / "repo", symlinks=True, copy_function=os.link)
-        first = run(gold, calls, 1, reach=reach, reach_targets=reach_targets, derived_timeout_s=GOLD_DERIVED_TIMEOUT_S)
+        first = run(gold, calls, 1, reach=reach, derived_timeout_s=GOLD_DERIVED_TIMEOUT_S)
         first, ran = split_reached(first, gold / "repo")
         failed = {c["id"]: first.get(c["id"]) for c in calls if _failed(first.get(c["id"]))}
         calls = [c for c in calls if c["id"] not in failed]  # dropped whatever a second box says: not run again

@@ -216,15 +216,13 @@ def run_driver(
     lookups: Sites | None = None,
     alone: bool = True,
     sequence: bool | None = None,
-    reach_targets: Collection[int] | None = None,
     derived_timeout_s: float | None = None,
 ) -> object:
     """Run the driver on ``run_dir/repo`` (already built, tests stripped); returns its output, or None if none.
     ``lookups``: the lookup guard's sites in that tree (none: no guard).
     ``stop_on_timeout=False`` runs every call even after one timed out; ``wall_seconds`` replaces the box's wall limit;
     ``strict=False`` lets the box read values through methods their class may override (hack suites only);
-    ``reach`` (file path under ``run_dir/repo`` -> lines): each call alone also says which of these lines it ran
-    (only the calls of ``reach_targets``, when given);
+    ``reach`` (file path under ``run_dir/repo`` -> lines): each call alone also says which of these lines it ran;
     ``alone``, ``sequence``: run each call alone (a child each), all of them in sequence (one child; default
     ``SEQUENCE``); ``derived_timeout_s``: a shorter limit for each generated call alone (a call that timed out alone
     is left out of the sequence)."""
@@ -243,7 +241,6 @@ def run_driver(
         "sequence": sequence,
         "alone": alone,
         "reach": {str((run_dir / "repo" / rel).resolve()): lines for rel, lines in (reach or {}).items()},
-        "reach_targets": None if reach_targets is None else sorted(reach_targets),
         "derived_timeout_s": derived_timeout_s,
     }
     if wall_seconds is None:

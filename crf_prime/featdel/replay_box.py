@@ -82,11 +82,8 @@ STRICT = True
 CUT_ONCE = True
 """``CANON`` 2 (the config's ``canon``): a container stops at the first item cut by the node budget."""
 REACH: dict[str, frozenset[int]] = {}
-"""File (as the box sees it) -> lines deleted from it, in gold's first run at generation of a task that deletes part
-of a body: each call's outcome then says which of them it executed (``reached``). Empty everywhere else."""
-REACH_TARGETS: frozenset[int] | None = None
-"""The targets whose calls are traced for ``REACH`` (None: all): a batch's other calls do not need it, and a line
-tracer slows every call it watches (Python 3.11 runs traced code unspecialised)."""
+"""File (as the box sees it) -> lines deleted from it, in gold's first run at generation: each call's outcome then
+says which of them it executed (``reached``). Empty everywhere else."""
 
 
 class Opaque(Exception):
@@ -773,7 +770,7 @@ def _run_child(fn, call: dict, loads, write_fd: int) -> None:
         )
 
     try:
-        if REACH and (REACH_TARGETS is None or call["target"] in REACH_TARGETS):
+        if REACH:
             got, reached = reaching(run)
             got["reached"] = reached
         else:
@@ -888,11 +885,10 @@ def _forked(body, timeout_s: float, *, partial: bool = False, group: bool = Fals
 def main(config_path: str) -> int:
     with open(config_path) as fh:
         cfg = json.load(fh)
-    global STRICT, REACH, REACH_TARGETS, CUT_ONCE
+    global STRICT, REACH, CUT_ONCE
     STRICT = bool(cfg.get("strict", True))
     CUT_ONCE = cfg.get("canon", CANON) >= 2
     REACH = {path: frozenset(lines) for path, lines in cfg.get("reach", {}).items()}
-    REACH_TARGETS = None if cfg.get("reach_targets") is None else frozenset(cfg["reach_targets"])
     variants = cfg.get("variants")
     if variants is None:
         _add_paths(cfg["paths"], cfg.get("lookups"))
