@@ -620,11 +620,7 @@ def replay_trees(
             )
 
         def taken(i: int, got: object) -> object:
-            """Tree ``i``'s outcomes, gold's for the calls it did not run alone."""
-            ids = None if alone is None else alone[i]
-            if ids is None or not isinstance(got, dict):
-                return got
-            return {**{k: w for k, w in expected.items() if not k.endswith(SEQ) and k not in ids}, **got}
+            return with_gold_alone(expected, None if alone is None else alone[i], got)
 
         outs = [taken(i, got) for i, got in enumerate(run(None, judged_texts(expected) if stop_early else None))]
         verdicts, again = [], []
@@ -640,6 +636,15 @@ def replay_trees(
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     return verdicts
+
+
+def with_gold_alone(expected: dict[str, object], ran: Collection[str] | None, got: object) -> object:
+    """A gold mutant's outcomes ``got`` with gold's ``expected`` ones for the calls it did not run alone (``ran``:
+    the ids it ran alone, None for every call): those calls never reached the mutated code in gold's run, so the
+    mutant's run of them is gold's."""
+    if ran is None or not isinstance(got, dict):
+        return got
+    return {**{k: w for k, w in expected.items() if not k.endswith(SEQ) and k not in ran}, **got}
 
 
 def judged_texts(expected: dict[str, object]) -> dict[str, str]:
@@ -663,4 +668,5 @@ __all__ = [
     "run_variants",
     "sequenced",
     "strip_tests",
+    "with_gold_alone",
 ]

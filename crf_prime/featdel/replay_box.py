@@ -28,6 +28,7 @@ import random
 import select
 import signal
 import sys
+import threading
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -726,7 +727,8 @@ def known_paths() -> None:
 
 
 def reaching(body: Callable[[], _R]) -> tuple[_R, dict[str, list[int]]]:
-    """``body()`` under a line tracer: its result, and the ``REACH`` lines it executed (file -> sorted lines).
+    """``body()`` under a line tracer (in the threads it starts too): its result, and the ``REACH`` lines it executed
+    (file -> sorted lines).
     The whole outcome is traced: a deleted line may run only when a returned iterator is consumed."""
     hit: dict[str, set[int]] = {}
     watched: dict[types.CodeType, tuple[set[int], set[int]] | None] = {}  # code -> (its lines not hit yet, hit)
@@ -756,9 +758,11 @@ def reaching(body: Callable[[], _R]) -> tuple[_R, dict[str, list[int]]]:
         return local
 
     sys.settrace(tracer)
+    threading.settrace(tracer)  # a thread the call starts runs its code too (a pool's worker)
     try:
         result = body()
     finally:
+        threading.settrace(None)
         sys.settrace(None)
     return result, {path: sorted(lines) for path, lines in sorted(hit.items()) if lines}
 

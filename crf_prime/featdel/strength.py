@@ -9,7 +9,8 @@ difference from gold. A mutant the grader accepts
 is then replayed on **held-out calls**: inputs generated (crf_prime/featdel/inputs.py) from every served call,
 recorded or generated — a second step away from what the tests did — with another seed and more per target than
 the served replay, minus the served inputs themselves, kept where gold is deterministic; all such mutants of a task in
-one box. A mutant that differs from gold there is a survivor (behaviour-changing, accepted); one that agrees everywhere
+one box, each running alone only the calls whose gold run reached its code (gold's first run of them is traced, as
+the served calls' is). A mutant that differs from gold there is a survivor (behaviour-changing, accepted); one that agrees everywhere
 counts as equivalent and is left out. The rate is ``rejected / (rejected + survivors)``.
 
 The static code policy is not applied to mutants (it judges constructs, not behaviour; gold passes it).
@@ -30,8 +31,16 @@ from crf_prime.featdel.models import FeatdelTask, GraderConfig, MutationScore, V
 from crf_prime.featdel.mutants import Mutant, gold_mutants
 from crf_prime.featdel.pycache import link_sources, source_entry
 from crf_prime.featdel.pytest_server import PytestServer
-from crf_prime.featdel.record import gold_runs, reproduced
-from crf_prime.featdel.replay import SEQUENCE, compare, load_replay, run_driver, run_variants, strip_tests
+from crf_prime.featdel.record import gold_runs, reproduced, restored_of, with_lines
+from crf_prime.featdel.replay import (
+    SEQUENCE,
+    compare,
+    load_replay,
+    run_driver,
+    run_variants,
+    strip_tests,
+    with_gold_alone,
+)
 from crf_prime.featdel.testenv import TestEnv
 from crf_prime.sandbox import Sandbox
 
@@ -94,10 +103,11 @@ class HeldOut:
                 calls = [calls[i] for i in picked]
             if not calls:
                 return []
-            first, second, _ = gold_runs(g.sandbox, g.env, task, gold, calls)
+            restored = restored_of(task, self.original)
+            first, second, ran = gold_runs(g.sandbox, g.env, task, gold, calls, reach=restored)
             seeds = {f"h:{i}": want for i, want in served_expected.items()}  # a retyped call's seed is a served call
             keep, self.expected, _ = reproduced(calls, first, second, [], seeds)
-            return keep
+            return with_lines(keep, ran, restored)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -158,8 +168,10 @@ def held_out_verdicts(
     grader: Grader, passing: list[Mutant], held: HeldOut | None, base: Path, pycs: Path | None = None
 ) -> list[str]:
     """ "survived" or "equivalent" for each mutant the replay and the tests accept: whether it differs from gold on the
-    held-out calls, all mutants in one box (a child per tree, as the replay's passes); "survived" without held-out
-    calls to tell (nothing tells it from gold but the tests: counted, not proven equivalent)."""
+    held-out calls, all mutants in one box (a child per tree, as the replay's passes), each running alone only the
+    calls whose gold run reached its code (:func:`reaching_calls`, as the replay does; gold's outcome stands for the
+    others, and the in-sequence run is whole); "survived" without held-out calls to tell (nothing tells it from gold
+    but the tests: counted, not proven equivalent)."""
     if held is None:
         return ["survived"] * len(passing)
     calls = held.calls() if passing else []
@@ -171,11 +183,21 @@ def held_out_verdicts(
             grader.build_tree({m.path: m.text}, run_dir / f"v{i}" / "repo", base=base)
             strip_tests(grader.task, run_dir / f"v{i}" / "repo")
             link_sources(pycs, run_dir / f"v{i}" / "repo")
+        alone: list[Collection[str] | None] = [reaching_calls(calls, m) for m in passing]
         outs = run_variants(
-            grader.sandbox, grader.env, grader.task, run_dir, len(passing), calls, seed=3, sequence=SEQUENCE
+            grader.sandbox,
+            grader.env,
+            grader.task,
+            run_dir,
+            len(passing),
+            calls,
+            seed=3,
+            sequence=SEQUENCE,
+            alone=alone,
         )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+    outs = [with_gold_alone(held.expected, ids, got) for ids, got in zip(alone, outs, strict=True)]
     return ["survived" if compare(held.expected, got)[0] else "equivalent" for got in outs]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib.util
 import json
 import os
 import pickle
@@ -580,6 +581,74 @@ def test_a_mutant_s_tree_runs_alone_only_the_calls_that_reach_its_code(monkeypat
     monkeypatch.setattr(replay_module, "run_variants", run_variants)
     assert replay_rejects(grader_of[task.task_id], mutants) == every
     assert len(boxes) == 2 and boxes[1][0] == boxes[0][0]  # the second box: the trees run again, as narrowed
+
+
+@pytest.mark.bwrap
+def test_held_out_calls_run_alone_only_where_gold_s_run_reached_a_mutant_s_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    task_dir, tasks, _ = generated(TOOLZ, 2)
+    spied: list[tuple[list, list[object]]] = []
+    real_run_variants = strength.run_variants
+
+    def run_variants(*args, **kwargs):
+        outs = real_run_variants(*args, **kwargs)
+        spied.append((kwargs["alone"], outs))
+        return outs
+
+    narrowed = survived = 0
+    for task in tasks:
+        grader = Grader(task, task_dir, config=GraderConfig(scan=False))
+        original, mutants = strength.task_mutants(task, 10)
+        gold = dataclasses.replace(mutants[0], text=original[mutants[0].path])
+        held = strength.HeldOut(grader, original)
+        calls = held.calls()
+        assert calls and all("lines" in c for c in calls)  # each held-out call says what gold's run of it reached
+        with grader.shared_base() as base:
+            with monkeypatch.context() as m:
+                m.setattr(strength, "reaching_calls", lambda calls, mutant: None)
+                every = strength.held_out_verdicts(grader, [*mutants, gold], held, base)
+            spied.clear()
+            with monkeypatch.context() as m:
+                m.setattr(strength, "run_variants", run_variants)
+                got = strength.held_out_verdicts(grader, [*mutants, gold], held, base)
+        assert got == every and got[-1] == "equivalent"  # the same verdicts as every call alone; gold is gold
+        survived += got.count("survived")
+        ((alone, outs),) = spied
+        assert alone == [strength.reaching_calls(calls, m) for m in [*mutants, gold]]
+        for ids, out in zip(alone, outs, strict=True):
+            if ids is not None and isinstance(out, dict):  # a narrowed tree ran alone only its calls, all in sequence
+                assert {k for k in out if not k.endswith(SEQ)} <= set(ids)
+                narrowed += len(ids) < len(calls)
+    assert survived and narrowed  # behaviour-changing mutants differ there; some reach only some calls
+
+
+def test_the_trace_follows_a_call_into_the_threads_it_starts(tmp_path: Path) -> None:
+    module = tmp_path / "pooled.py"
+    module.write_text(
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "def work(x):\n"
+        "    if x > 1:\n"
+        "        return x * 2\n"
+        "    return x\n"
+        "def run(xs):\n"
+        "    with ThreadPoolExecutor(2) as pool:\n"
+        "        return list(pool.map(work, xs))\n"
+    )
+    spec = importlib.util.spec_from_file_location("pooled", module)
+    assert spec is not None and spec.loader is not None
+    pooled = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pooled)
+    real = os.path.realpath(module)
+    before = replay_box.REACH
+    replay_box.REACH = {real: frozenset({3, 4, 5, 7})}
+    try:
+        got, reached = replay_box.reaching(lambda: pooled.run([1, 3]))
+        _, alone = replay_box.reaching(lambda: pooled.work(1))
+    finally:
+        replay_box.REACH = before
+    # the pool's workers ran lines 3-5: a mutant there changes this call's outcome
+    assert got == [1, 6] and reached == {real: [3, 4, 5, 7]} and alone == {real: [3, 5]}
 
 
 def task_mutants_of(task: FeatdelTask) -> list[Mutant]:
