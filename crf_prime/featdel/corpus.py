@@ -100,8 +100,7 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     turn's end; its verification goes on past it for as long as they took: ``generate.FINISH_SHARE``), keeps its
     tasks and queues again. Others wait while a package has not started, and once all have,
     while a queued one made tasks faster than the running turn does; the queued ones continue where they stopped
-    (``generate(resume=True)``), fastest first (tasks per second of their turns). A turn with a task that makes
-    them at under half the fastest queued rate ends at once (``SLOW_SHARE``). Under a time limit every listed
+    (``generate(resume=True)``), fastest first (tasks per second of their turns). Under a time limit every listed
     package gets a turn before any takes a second, and the time left goes to the packages that make tasks fastest.
     0: each package runs to its end in one go."""
     auto_setup: bool = True
@@ -215,10 +214,6 @@ def settings_key(settings: dict) -> str:
 NO_TASK_TURNS = 3
 """A package without a task yet keeps its first turn this many times longer: a package's first task is what the
 corpus needs most from it."""
-SLOW_SHARE = 0.5
-"""A package with a task whose turn makes tasks at under this share of the rate of the fastest package queued for a
-continuation ends its turn there: the time goes to the faster one (a slow suite's package made 2 tasks in 110 s of
-validation while a queued one made 20 in 64)."""
 
 
 class Queue(BaseModel):
@@ -250,16 +245,14 @@ class Queue(BaseModel):
     def left_s(self, tasks: int, seconds: float) -> float | None:
         """Seconds left of this turn after ``seconds`` of validation with ``tasks`` validated (the setup is not
         counted: it is paid once, and the waiting package has its own still to pay); None while nobody waits: no
-        package waits to start and none queued made tasks faster than this turn does. A turn with a task that makes
-        them at under :data:`SLOW_SHARE` of the fastest queued package's rate has none left."""
+        package waits to start and none queued made tasks faster than this turn does."""
         if not self.turn_s:
             return None
-        best = self.queued_rate()
-        rate = tasks / max(seconds, 1e-9)
-        if not self.waiting() and (best is None or rate >= best):
-            return None
-        left = self.turn_s * (1 if tasks else self.no_task_turns) - seconds
-        return min(left, 0.0) if tasks and best is not None and rate < SLOW_SHARE * best else left
+        if not self.waiting():
+            best = self.queued_rate()
+            if best is None or tasks / max(seconds, 1e-9) >= best:
+                return None
+        return self.turn_s * (1 if tasks else self.no_task_turns) - seconds
 
     def keep_going(self, tasks: int, seconds: float) -> bool:
         """``generate``'s turn: whether it has time left."""
