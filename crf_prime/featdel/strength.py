@@ -10,8 +10,8 @@ is then replayed on **held-out calls**: inputs generated (crf_prime/featdel/inpu
 recorded or generated — a second step away from what the tests did — with another seed and more per target than
 the served replay, minus the served inputs themselves, kept where gold is deterministic; all such mutants of a task in
 one box, each running alone only the calls whose gold run reached its code (gold's first run of them is traced, as
-the served calls' is). A mutant that differs from gold there is a survivor (behaviour-changing, accepted); one that agrees everywhere
-counts as equivalent and is left out. The rate is ``rejected / (rejected + survivors)``.
+the served calls' is). A mutant that differs from gold there is a survivor (behaviour-changing, accepted); one that
+agrees everywhere counts as equivalent and is left out. The rate is ``rejected / (rejected + survivors)``.
 
 The static code policy is not applied to mutants (it judges constructs, not behaviour; gold passes it).
 """
