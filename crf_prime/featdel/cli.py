@@ -8,6 +8,7 @@ the library's fields are one declaration. Progress goes to stderr: a live bar on
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +21,8 @@ from crf_prime.clihelp import print_next
 from crf_prime.errors import InputError, NegativeResult, NothingProduced
 from crf_prime.extras import require
 from crf_prime.featdel.corpus import CorpusConfig, read_sources, run_packages
-from crf_prime.featdel.generate import GenerateConfig, validate_dir
+from crf_prime.featdel.generate import GenerateConfig, check_out, validate_dir
+from crf_prime.featdel.suite_setup import set_up
 from crf_prime.placement import GradingSandbox
 from crf_prime.sandbox import Sandbox
 
@@ -30,6 +32,7 @@ ProgressFn = Callable[[str, int, int], None]
 LABELS = {
     "source": "fetching source",
     "venv": "test venv",
+    "setup": "setting up the suite",
     "coverage": "suite + coverage",
     "validate": "validating tasks",
 }
@@ -86,7 +89,15 @@ def generate(config: GenerateConfig) -> int:
 
     if config.replay:  # the replay is the anti-forgery check: without cloudpickle, refuse rather than drop it (exit 6)
         require("cloudpickle", "featdel")
+    check_out(config.out)  # before minutes of setup
+    t0 = time.monotonic()
     with progress_lines("crf-prime featdel generate") as progress:
+        progress("setup", 0, 1)
+        config, setup = set_up(config)
+        progress("setup", 1, 1)
+        if config.time_limit_s is not None:  # the limit counts from the command's start
+            left = max(config.time_limit_s - (time.monotonic() - t0), 1e-3)
+            config = config.model_copy(update={"time_limit_s": left})
         tasks, summary = generate(config, progress)
     table = Table(title=f"Feature Deletion: {summary.source.name} {summary.source.version}")
     table.add_column("metric")
@@ -94,6 +105,8 @@ def generate(config: GenerateConfig) -> int:
     table.add_row("pytest config", escape(summary.pytest_config))
     if summary.pytest_args:
         table.add_row("pytest args needed", " ".join(summary.pytest_args))
+    for action in setup.actions() if setup else ():
+        table.add_row("  setup", escape(action))
     table.add_row("suite tests", str(summary.suite_tests))
     table.add_row("public functions", str(summary.functions))
     for reason, n in summary.filtered.items():

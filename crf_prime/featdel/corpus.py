@@ -35,6 +35,7 @@ from crf_prime.featdel.models import (
     GenerateSummary,
     Granularity,
     PackageStatus,
+    SetupConfig,
     SourceLine,
     SuiteSetup,
     VerifyConfig,
@@ -48,11 +49,12 @@ from crf_prime.featdel.source import (
     license_of,
     parse_git_spec,
 )
+from crf_prime.featdel.suite_setup import set_up
 from crf_prime.placement import GradingSandbox
 from crf_prime.rayinit import init_ray
 
 
-class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
+class CorpusConfig(SetupConfig, VerifyConfig, GradingSandbox, BaseConfig):
     """A corpus run. The sandbox settings (``limits`` of one validation run, ``unsandboxed``, ``bwrap``) are
     :class:`crf_prime.placement.GradingSandbox`'s, as in ``featdel generate``."""
 
@@ -103,10 +105,6 @@ class CorpusConfig(VerifyConfig, GradingSandbox, BaseConfig):
     (``generate(resume=True)``), fastest first (tasks per second of their turns). Under a time limit every listed
     package gets a turn before any takes a second, and the time left goes to the packages that make tasks fastest.
     0: each package runs to its end in one go."""
-    auto_setup: bool = True
-    """Before generating, get each suite running as a person would (crf_prime/featdel/suite_setup.py): install
-    the distributions its tests import, find tests pytest's defaults miss, deselect tests that fail as shipped.
-    False: the suite must pass as shipped with only the line's own flags."""
 
 
 def read_sources(path: Path) -> list[SourceLine]:
@@ -370,18 +368,9 @@ def _build_package(
             **{k: settings[k] for k in VerifyConfig.model_fields},
             deselect=settings["deselect"],
             extra_requirements=settings["extra_requirements"],
+            auto_setup=settings.get("auto_setup", False),
         )
-        if settings.get("auto_setup", False):
-            from crf_prime.featdel.suite_setup import prepare_suite
-
-            setup = prepare_suite(cfg)
-            cfg = cfg.model_copy(
-                update={
-                    "extra_requirements": list(setup.extra_requirements),
-                    "pytest_args": list(setup.pytest_args),
-                    "deselect": [*cfg.deselect, *setup.deselected],
-                }
-            )
+        cfg, setup = set_up(cfg)
         left = _left(stop_at)
         if left == 0:  # the setup ran past the time limit: no validation starts
             return cancelled.model_dump()

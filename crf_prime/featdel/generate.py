@@ -58,6 +58,7 @@ from crf_prime.featdel.models import (
     MutationScore,
     RateStats,
     Rejection,
+    SetupConfig,
     SourceInfo,
     Target,
     TestEnvSpec,
@@ -87,7 +88,7 @@ DEFAULT_SOURCE = "pypi:toolz==1.2.0"
 logger = logging.getLogger(__name__)
 
 
-class GenerateConfig(VerifyConfig, GradingSandbox, BaseConfig):
+class GenerateConfig(SetupConfig, VerifyConfig, GradingSandbox, BaseConfig):
     """One generation run (``crf-prime featdel generate``: flags, ``@ file.toml`` keys and these fields share names).
     The sandbox settings (``limits`` of one task's validation run, ``unsandboxed``, ``bwrap``) are
     :class:`crf_prime.placement.GradingSandbox`'s."""

@@ -17,6 +17,16 @@ from crf_prime.records.failing import FailingTest
 Granularity = Literal["function", "feature", "block", "tail", "class"]
 
 
+class SetupConfig(BaseModel):
+    """Whether a suite is set up before generating (shared by ``featdel generate`` and ``featdel corpus``)."""
+
+    auto_setup: bool = True
+    """Before generating, get the suite running as a person would (crf_prime/featdel/suite_setup.py): install the
+    distributions its tests import, find tests pytest's defaults miss, deselect tests that fail as shipped.
+    False: the suite must pass as shipped with only the given flags (``deselect``, ``extra_requirements``,
+    ``pytest_args``)."""
+
+
 class VerifyConfig(BaseModel):
     """Which validated tasks are written: only verifiable ones, with a grader measured by gold's mutants (shared by
     ``featdel generate`` and ``featdel corpus``)."""

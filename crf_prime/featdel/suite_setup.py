@@ -586,6 +586,20 @@ def prepare_suite(cfg: GenerateConfig) -> SuiteSetup:
         shutil.rmtree(workspace, ignore_errors=True)
 
 
+def set_up(cfg: GenerateConfig) -> tuple[GenerateConfig, SuiteSetup | None]:
+    """``cfg`` with what the setup loop learned (:func:`prepare_suite`: its installs, pytest arguments and
+    deselections), and the loop's record; ``cfg`` unchanged and None when ``auto_setup`` is off."""
+    if not cfg.auto_setup:
+        return cfg, None
+    setup = prepare_suite(cfg)
+    learned = {
+        "extra_requirements": list(setup.extra_requirements),
+        "pytest_args": list(setup.pytest_args),
+        "deselect": [*cfg.deselect, *setup.deselected],
+    }
+    return cfg.model_copy(update=learned), setup
+
+
 def cache_key(project: Project, cfg: GenerateConfig) -> str:
     """The suite cache entry of the setup loop's result: the source, what the loop starts from (the host's pytest
     and coverage pins, the configured requirements, arguments and deselections) and the sandbox it runs in."""
@@ -619,6 +633,7 @@ __all__ = [
     "prepare_suite",
     "pytest_own",
     "refuse_pytest_own",
+    "set_up",
     "setup_suite",
     "without_path",
 ]

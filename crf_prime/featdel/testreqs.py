@@ -212,10 +212,16 @@ def plugin_requirements(root: Path) -> list[str]:
 
 
 def neutral_args(requirements: tuple[str, ...]) -> tuple[str, ...]:
-    """pytest arguments that switch off installed plugins which would break the per-test coverage map (pytest-cov
-    measuring on its own, pytest-xdist running tests in other processes)."""
+    """pytest arguments that switch off what installed plugins do beside the tests: what would break the per-test
+    coverage map (pytest-cov measuring on its own, pytest-xdist running tests in other processes), and
+    pytest-benchmark's timing rounds (a benchmarked function then runs once and the test still checks its result: a
+    second or more per benchmark in every grading run otherwise)."""
     names = {_canon(re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0]) for r in requirements}
-    return (("--no-cov",) if "pytest-cov" in names else ()) + (("-p", "no:xdist") if "pytest-xdist" in names else ())
+    return (
+        (("--no-cov",) if "pytest-cov" in names else ())
+        + (("-p", "no:xdist") if "pytest-xdist" in names else ())
+        + (("--benchmark-disable",) if "pytest-benchmark" in names else ())
+    )
 
 
 def suite_requirements(root: Path, project: str) -> tuple[str, ...]:
