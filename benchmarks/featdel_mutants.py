@@ -7,7 +7,7 @@ task so that the machine's load hits both alike:
 
 - **every call** (the baseline): each mutant's tree runs every served call alone, stopped at its first difference
   from gold;
-- **reaching calls** (what :func:`crf_prime.featdel.strength.replay_rejects` does): each tree runs alone only the
+- **reaching calls** (what :func:`crf_prime.featdel.strength.replay_verdicts` does): each tree runs alone only the
   calls whose gold run executed a line of its mutated code (``strength.reaching_calls``), gold's outcome standing
   for the others; the in-sequence run stays whole.
 
@@ -31,7 +31,7 @@ from crf_prime.featdel.generate import load_tasks
 from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import GraderConfig
 from crf_prime.featdel.replay import load_replay
-from crf_prime.featdel.strength import reaching_calls, replay_rejects, task_mutants
+from crf_prime.featdel.strength import MUTANT_CALL_TIMEOUT_S, reaching_calls, replay_verdicts, task_mutants
 
 
 def main() -> None:
@@ -58,9 +58,10 @@ def main() -> None:
             t0 = time.perf_counter()
             if how == "every":
                 attempts: list[dict[str, str | None]] = [{m.path: m.text} for m in mutants]
-                rejects = [not v.ok for v in grader.replay_many(attempts, stop_early=True)]
+                limit = MUTANT_CALL_TIMEOUT_S
+                rejects = [not v.ok for v in grader.replay_many(attempts, stop_early=True, call_timeout_s=limit)]
             else:
-                rejects = replay_rejects(grader, mutants)
+                rejects = [v != "pass" for v in replay_verdicts(grader, mutants)]
             timed[how] = (time.perf_counter() - t0, rejects)
         (a, ra), (b, rb) = timed["every"], timed["reaching"]
         every.append(a)

@@ -197,26 +197,35 @@ class Grader:
         pycs: Path | None = None,
         stop_early: bool = False,
         alone: list[Collection[str] | None] | None = None,
+        call_timeout_s: float | None = None,
     ) -> list[ReplayVerdict]:
         """:meth:`replay` for many attempts in one box (mutation testing: crf_prime/featdel/replay.py
         ``replay_trees``). The trees share one built base by hard links
         (``base``, else one built for this call) and, for gold's mutants only, its compiled modules (``pycs``),
-        gold's outcomes in the box, to stop each tree at its first difference (``stop_early``), and the calls each
-        runs alone (``alone``: those whose gold run reached its mutated code)."""
+        gold's outcomes in the box, to stop each tree at its first difference (``stop_early``), the calls each
+        runs alone (``alone``: those whose gold run reached its mutated code) and a call's limit (``call_timeout_s``,
+        else the config's)."""
         if self.task.replay is None:
             return [ReplayVerdict(calls=0, mismatches=()) for _ in attempts]
         if not attempts:
             return []
         if base is None:
             with self.shared_base() as built:
-                return self.replay_many(attempts, base=built, pycs=pycs, stop_early=stop_early, alone=alone)
+                return self.replay_many(
+                    attempts,
+                    base=built,
+                    pycs=pycs,
+                    stop_early=stop_early,
+                    alone=alone,
+                    call_timeout_s=call_timeout_s,
+                )
         return replay_trees(
             self.sandbox,
             self.env,
             self.task,
             self.task_dir,
             [functools.partial(overlay_tree, self.task, base, changes) for changes in attempts],
-            call_timeout_s=self.config.call_timeout_s,
+            call_timeout_s=self.config.call_timeout_s if call_timeout_s is None else call_timeout_s,
             strict=self.config.strict_canon,
             generated=self.config.generated_calls,
             lookups=[self.lookup_sites(changes) for changes in attempts],

@@ -211,8 +211,9 @@ class MutationScore(BaseModel):
     held_out_calls: int = 0
     """Calls beyond the served replay on which gold's outcomes were compared (0: none were needed or available)."""
     timed_out: int = 0
-    """Mutants the replay let through whose target tests ran past ``mutant_tests_wall_s``: on neither side of the
-    rate (the served grader's limit is longer)."""
+    """Mutants whose only difference in the replay is a call past ``strength.MUTANT_CALL_TIMEOUT_S``, or whose
+    target tests ran past ``mutant_tests_wall_s``: on neither side of the rate (the served grader's limits are
+    longer)."""
     rate: float | None = None
     """``rejected / behaviour_changing``; None when no mutant changed behaviour or the task has no replay to tell a
     surviving mutant from an equivalent one."""

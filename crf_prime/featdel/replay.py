@@ -64,6 +64,9 @@ class ReplayVerdict:
     """Ids of calls whose outcome differs from gold's (or is missing); ``id@seq``: in the in-sequence run."""
     detail: str = ""
     """First mismatch, described without gold's values."""
+    timed_out: bool = False
+    """Every mismatched call it ran outran its limit (no outcome told from gold's): a gold mutant under a limit shorter
+    than the served one may still have passed there."""
 
     @property
     def ok(self) -> bool:
@@ -622,20 +625,30 @@ def replay_trees(
         def taken(i: int, got: object) -> object:
             return with_gold_alone(expected, None if alone is None else alone[i], got)
 
+        def verdict(ran: dict[str, object], got: object) -> ReplayVerdict:
+            bad, detail = compare(ran, got)
+            return ReplayVerdict(
+                calls=replayed_calls(expected), mismatches=bad, detail=detail, timed_out=only_timeouts(bad, got)
+            )
+
         outs = [taken(i, got) for i, got in enumerate(run(None, judged_texts(expected) if stop_early else None))]
         verdicts, again = [], []
         for i, got in enumerate(outs):
             ran = {k: w for k, w in expected.items() if k in got} if stop_early and isinstance(got, dict) else expected
-            bad, detail = compare(ran, got)
-            if not bad and len(ran) < len(expected):
+            verdicts.append(verdict(ran, got))
+            if verdicts[-1].ok and len(ran) < len(expected):
                 again.append(i)  # stopped where the host sees no mismatch: its verdict needs every call
-            verdicts.append(ReplayVerdict(calls=replayed_calls(expected), mismatches=bad, detail=detail))
         for i, got in zip(again, run(again, None) if again else [], strict=True):
-            bad, detail = compare(expected, taken(i, got))
-            verdicts[i] = ReplayVerdict(calls=replayed_calls(expected), mismatches=bad, detail=detail)
+            verdicts[i] = verdict(expected, taken(i, got))
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     return verdicts
+
+
+def only_timeouts(bad: tuple[str, ...], got: object) -> bool:
+    """Whether the mismatched calls ``bad`` that ran all outran their limit (calls after a timeout never run)."""
+    ran = [got[i] for i in bad if i in got] if isinstance(got, dict) else []
+    return bool(ran) and all(_kind(outcome) == "timeout" for outcome in ran)
 
 
 def with_gold_alone(expected: dict[str, object], ran: Collection[str] | None, got: object) -> object:
@@ -661,6 +674,7 @@ __all__ = [
     "load_replay",
     "loosened",
     "module_of",
+    "only_timeouts",
     "replay_tree",
     "replay_trees",
     "replayed_calls",

@@ -48,6 +48,11 @@ HELD_OUT_PER_TARGET = 200
 """Held-out calls generated per target (the served replay generates ``record.GENERATED_PER_TARGET``)."""
 MAX_HELD_OUT = 400
 """Held-out calls kept per task (a deterministic sample), so that one task's check stays within seconds."""
+MUTANT_CALL_TIMEOUT_S = 1.0
+"""A call's limit in the mutants' replay (the served limit is the grader's ``call_timeout_s``, 5 s): a mutated loop
+that never ends cost the served limit per mutant (about 60 % of the mutants' replay time on 32 tasks of webcolors,
+simpleeval and base58), where gold's calls take milliseconds. A mutant whose only difference from gold is a call past
+it is counted apart (``timed_out``, on neither side of the rate): under the served limit it might still have passed."""
 HELD_OUT_SEED = 7919
 """Added to the task's seed: the held-out variations are not the served ones."""
 
@@ -120,24 +125,29 @@ def reaching_calls(calls: list[dict], mutant: Mutant) -> frozenset[str] | None:
     return frozenset(c["id"] for c in calls if not mutant.reach.isdisjoint(c["lines"].get(mutant.path, ())))
 
 
-def replay_rejects(
+ReplayKind = Literal["rejected", "pass", "timeout"]
+
+
+def replay_verdicts(
     grader: Grader, mutants: list[Mutant], *, base: Path | None = None, pycs: Path | None = None
-) -> list[bool]:
-    """Whether the replay rejects each mutant: all mutants in one box, each tree stopped at its first difference
+) -> list[ReplayKind]:
+    """The replay's verdict on each mutant: all mutants in one box, each tree stopped at its first difference
     from gold (most mutants differ on their first calls; one that does not runs every call, as the served replay
     does), and running alone only the calls whose gold run reached its mutated code (:func:`reaching_calls`; the
-    others cannot differ: a mutant the tests' calls never reach cost a whole replay to pass it). ``base``:
+    others cannot differ: a mutant the tests' calls never reach cost a whole replay to pass it), each call under
+    :data:`MUTANT_CALL_TIMEOUT_S`. "timeout": its only difference is a call past that limit. ``base``:
     :meth:`Grader.shared_base`'s tree; ``pycs``: its compiled modules (``pycache.source_entry``).
     A first pass on a sample of the calls cost more than it saved once each tree stops at its first difference: the
     mutants it did not reject ran those calls twice, in a second box."""
     if grader.task.replay is None:
-        return [False] * len(mutants)
+        return ["pass"] * len(mutants)
     calls, _ = load_replay(grader.task, grader.task_dir)
     served = [c for c in calls if grader.config.generated_calls or not c.get("derived")]
     alone: list[Collection[str] | None] = [reaching_calls(served, m) for m in mutants]
     attempts: list[dict[str, str | None]] = [{m.path: m.text} for m in mutants]
-    verdicts = grader.replay_many(attempts, base=base, pycs=pycs, stop_early=True, alone=alone)
-    return [not v.ok for v in verdicts]
+    limit = min(MUTANT_CALL_TIMEOUT_S, grader.config.call_timeout_s)
+    verdicts = grader.replay_many(attempts, base=base, pycs=pycs, stop_early=True, alone=alone, call_timeout_s=limit)
+    return ["pass" if v.ok else "timeout" if v.timed_out else "rejected" for v in verdicts]
 
 
 TestsVerdict = Literal["pass", "fail", "timeout"]
@@ -224,16 +234,16 @@ def mutation_score(
     )
     held = HeldOut(grader, original, pycs) if measurable else None
     with grader.shared_base() as base:  # one grading tree for every mutant, each made from it by hard links
-        rejects = replay_rejects(grader, mutants, base=base, pycs=pycs)
+        replayed = replay_verdicts(grader, mutants, base=base, pycs=pycs)
         tests = {
             i: verdict_of_tests(grader, mutants[i], base, tests_wall_s, pycs, warm)
-            for i, r in enumerate(rejects)
-            if not r
+            for i, r in enumerate(replayed)
+            if r == "pass"
         }
         passing = [i for i, v in tests.items() if v == "pass"]
         verdicts_held = held_out_verdicts(grader, [mutants[i] for i in passing], held, base, pycs)
         accepted = dict(zip(passing, verdicts_held, strict=True))
-        accepted |= {i: "timeout" for i, v in tests.items() if v == "timeout"}
+        accepted |= {i: "timeout" for i, v in [*tests.items(), *enumerate(replayed)] if v == "timeout"}
         verdicts = [(m.label, accepted.get(i, "rejected")) for i, m in enumerate(mutants)]
     rejected = sum(1 for _, v in verdicts if v == "rejected")
     survivors = tuple(label for label, v in verdicts if v == "survived")
@@ -251,12 +261,14 @@ def mutation_score(
 
 __all__ = [
     "HELD_OUT_PER_TARGET",
+    "MUTANT_CALL_TIMEOUT_S",
     "HeldOut",
+    "ReplayKind",
     "held_out_verdicts",
     "mutation_score",
     "mutation_seed",
     "reaching_calls",
-    "replay_rejects",
+    "replay_verdicts",
     "task_mutants",
     "verdict_of_tests",
 ]

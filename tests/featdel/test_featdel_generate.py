@@ -182,7 +182,14 @@ def test_local_project_with_features_and_cli(tmp_path: Path, capsys: pytest.Capt
     # not a terminal: progress arrives as plain lines while the run goes, ending with every task validated
     prefix = "crf-prime featdel generate: "
     lines = [line.removeprefix(prefix) for line in captured.err.splitlines() if line.startswith(prefix)]
-    assert lines[:4] == ["fetching source 0/1", "test venv 0/1", "suite + coverage 0/1", "validating tasks 0/10"]
+    assert lines[:6] == [
+        "setting up the suite 0/1",
+        "setting up the suite 1/1",
+        "fetching source 0/1",
+        "test venv 0/1",
+        "suite + coverage 0/1",
+        "validating tasks 0/10",
+    ]
     assert lines[-1] == "validating tasks 5/10"
     # written with the umask's modes (0755 / 0644 under 022), not mkdtemp's 0700
     umask = os.umask(0)
@@ -310,6 +317,20 @@ def test_suite_failing_as_shipped_is_a_clear_error(tmp_path: Path) -> None:
     task = tasks[0]
     env = ensure_test_env(task.test_env)
     assert validate_task(task, tmp_path / "out", sandbox=Sandbox(GradingSandbox()), env=env) is None
+
+
+def test_the_command_sets_the_suite_up_as_a_corpus_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``featdel generate`` runs the setup loop first: a test failing as shipped is deselected and the table says
+    so, where the library call above refuses; ``--no-auto-setup`` refuses as the library does, writing nothing."""
+    src = _project(tmp_path / "minilib", GOOD_TESTS + "\n\ndef test_broken():\n    assert slugify('A') == 'b'\n")
+    out = tmp_path / "out"
+    argv = ["featdel", "generate", "--source", str(src), "--out", str(out), "--max-tasks", "1"]
+    assert main([*argv, "--no-auto-setup"]) != 0
+    assert "does not pass as shipped" in capsys.readouterr().err and not out.exists()
+    assert main(argv) == 0
+    assert "deselected 1 of " in " ".join(capsys.readouterr().out.split())
+    [task] = load_tasks(out)
+    assert "tests/test_minilib.py::test_broken" in task.pytest_args
 
 
 def test_bad_sources_fail_clearly(tmp_path: Path) -> None:

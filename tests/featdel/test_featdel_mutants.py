@@ -31,9 +31,24 @@ from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import FeatdelTask, GraderConfig, MutationScore, RateStats
 from crf_prime.featdel.mutants import OPERATORS, Mutant, file_mutants, gold_mutants, restored_lines
 from crf_prime.featdel.pycache import source_entry
-from crf_prime.featdel.replay import LENIENT, SEQ, TYPE_LOOSE, judged, judged_texts, load_replay
+from crf_prime.featdel.replay import (
+    LENIENT,
+    SEQ,
+    TYPE_LOOSE,
+    ReplayVerdict,
+    judged,
+    judged_texts,
+    load_replay,
+    only_timeouts,
+)
 from crf_prime.featdel.replay_box import _forked
-from crf_prime.featdel.strength import mutation_score, mutation_seed, replay_rejects, verdict_of_tests
+from crf_prime.featdel.strength import (
+    MUTANT_CALL_TIMEOUT_S,
+    mutation_score,
+    mutation_seed,
+    replay_verdicts,
+    verdict_of_tests,
+)
 from crf_prime.placement import GRADING_LIMITS, GradingSandbox
 from crf_prime.sandbox import Sandbox
 
@@ -418,6 +433,26 @@ def test_generation_keeps_only_verifiable_tasks_with_a_strong_grader(tmp_path: P
 # -- many trees in one box: the verdicts of one box per tree ----------------------------------------------------------
 
 
+def _looping_first(text: str, qualname: str) -> str:
+    """``text`` with a loop that never ends before the first statement of function ``qualname``."""
+    node: ast.AST = ast.parse(text)
+    for name in qualname.split("."):
+        node = next(n for n in ast.iter_child_nodes(node) if getattr(n, "name", None) == name)
+    assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    first = node.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):  # after the docstring
+        first = node.body[1] if len(node.body) > 1 else first
+    lines = text.splitlines(keepends=True)
+    pad = " " * first.col_offset
+    lines.insert(first.lineno - 1, f"{pad}while True:\n{pad}    pass\n")
+    return "".join(lines)
+
+
+def kind(v: ReplayVerdict) -> str:
+    """:func:`replay_verdicts`' word for a verdict."""
+    return "pass" if v.ok else "timeout" if v.timed_out else "rejected"
+
+
 def _hanging(task: FeatdelTask) -> dict[str, str | None]:
     """The snapshot with its first deleted body replaced by a loop that never ends."""
     path = task.targets[0].path
@@ -455,7 +490,7 @@ def test_one_box_for_many_trees_gives_each_tree_s_own_verdict(monkeypatch: pytes
     same = dataclasses.replace(mutants[0], text=original[mutants[0].path])  # gold's own text: no call differs
     with monkeypatch.context() as m:
         m.setattr(replay_module, "run_variants", run_variants)
-        assert replay_rejects(grader, [*mutants, same]) == [*(not v.ok for v in alone[2:-2]), False]
+        assert replay_verdicts(grader, [*mutants, same]) == [*map(kind, together[2:-2]), "pass"]
     # one box, each tree stopped at its first difference (a tree stopped at one the host does not count is run again,
     # in full: not a stop-early box)
     assert boxes.count(True) == 1 and boxes[0]
@@ -553,14 +588,19 @@ def test_a_mutant_s_tree_runs_alone_only_the_calls_that_reach_its_code(monkeypat
         # a mutant whose code no call runs (a line past the file's end), and gold's own text: neither can differ
         unreached = dataclasses.replace(mutants[0], reach=frozenset({10**6}))
         same = dataclasses.replace(mutants[0], text=apply_unified_diff(dict(task.broken_files), task.gold_patch)[mutants[0].path])  # fmt: skip
-        every = [not v.ok for v in grader.replay_many([{m.path: m.text} for m in mutants], stop_early=True)]
+        every = [
+            kind(v)
+            for v in grader.replay_many(
+                [{m.path: m.text} for m in mutants], stop_early=True, call_timeout_s=MUTANT_CALL_TIMEOUT_S
+            )
+        ]
         boxes.clear()
         with monkeypatch.context() as m:
             m.setattr(replay_module, "run_variants", run_variants)
             m.setattr(replay_module, "_launch", launch)
-            got = replay_rejects(grader, [*mutants, same])
-            assert got == [*every, False]  # the verdicts of every call alone
-            assert replay_rejects(grader, [unreached]) == [every[0]]  # its in-sequence run still sees every call
+            got = replay_verdicts(grader, [*mutants, same])
+            assert got == [*every, "pass"]  # the verdicts of every call alone
+            assert replay_verdicts(grader, [unreached]) == [every[0]]  # its in-sequence run still sees every call
         alone, outs = boxes[0]
         want = [strength.reaching_calls(calls, m) for m in [*mutants, same]]
         assert alone == want
@@ -575,11 +615,12 @@ def test_a_mutant_s_tree_runs_alone_only_the_calls_that_reach_its_code(monkeypat
     # the same verdicts, gold's outcomes standing for the calls it does not run alone
     task = tasks[0]
     mutants = task_mutants_of(task)
-    every = [not v.ok for v in grader_of[task.task_id].replay_many([{m.path: m.text} for m in mutants])]
+    attempts = [{m.path: m.text} for m in mutants]
+    every = [kind(v) for v in grader_of[task.task_id].replay_many(attempts, call_timeout_s=MUTANT_CALL_TIMEOUT_S)]
     monkeypatch.setattr(replay_module, "judged_texts", lambda expected: dict.fromkeys(expected, "differs"))
     boxes.clear()
     monkeypatch.setattr(replay_module, "run_variants", run_variants)
-    assert replay_rejects(grader_of[task.task_id], mutants) == every
+    assert replay_verdicts(grader_of[task.task_id], mutants) == every
     assert len(boxes) == 2 and boxes[1][0] == boxes[0][0]  # the second box: the trees run again, as narrowed
 
 
@@ -686,25 +727,49 @@ def test_a_mutant_whose_tests_outrun_their_limit_is_on_neither_side_of_the_rate(
     looping = Mutant(path, 1, "statement", original[path] + LOOP_UNDER_PYTEST)
     grader = Grader(task, task_dir, config=GraderConfig(scan=False))
     with grader.shared_base() as base:
-        assert replay_rejects(grader, [looping], base=base) == [False]  # the replay cannot tell it from gold
+        assert replay_verdicts(grader, [looping], base=base) == ["pass"]  # the replay cannot tell it from gold
         assert verdict_of_tests(grader, looping, base, wall_s=2.0) == "timeout"  # under the served limit: unknown
         gold = Mutant(path, 1, "statement", original[path])
         assert verdict_of_tests(grader, gold, base, wall_s=2.0) == "pass"
         served = Sandbox(GradingSandbox(limits=GRADING_LIMITS.model_copy(update={"wall_seconds": 2.0})))
         strict = Grader(task, task_dir, sandbox=served, env=grader.env, config=GraderConfig(scan=False))
         assert verdict_of_tests(strict, looping, base, wall_s=2.0) == "fail"  # the served limit itself: rejected
+    # a mutant whose calls never end in the replay: its first call through the target outruns the mutants' short
+    # limit, and nothing else told it from gold
+    hanging = Mutant(path, 1, "statement", _looping_first(original[path], task.targets[0].qualname))
+    limits: list[float] = []
+    real_run_variants = replay_module.run_variants
+
+    def run_variants(*args, **kwargs):
+        limits.append(kwargs["call_timeout_s"])
+        return real_run_variants(*args, **kwargs)
+
+    monkeypatch.setattr(replay_module, "run_variants", run_variants)
+    with grader.shared_base() as base:
+        assert replay_verdicts(grader, [hanging], base=base) == ["timeout"]
+    assert limits == [MUTANT_CALL_TIMEOUT_S] and grader.config.call_timeout_s > MUTANT_CALL_TIMEOUT_S
     broken = {p: task.broken_files[p] for p in original}
     real = gold_mutants(broken, original, cap=10, seed=mutation_seed(task))
-    monkeypatch.setattr(strength, "gold_mutants", lambda *a, **k: [*real, looping])
-    score = mutation_score(task, task_dir, cap=11, sandbox=grader.sandbox, env=grader.env, tests_wall_s=2.0)
-    measured = task.mutation  # generation's score: the same mutants but the looping one
+    monkeypatch.setattr(strength, "gold_mutants", lambda *a, **k: [*real, looping, hanging])
+    score = mutation_score(task, task_dir, cap=12, sandbox=grader.sandbox, env=grader.env, tests_wall_s=2.0)
+    measured = task.mutation  # generation's score: the same mutants but the looping and hanging ones
     assert measured is not None and (measured.mutants, measured.timed_out) == (len(real), 0)
-    assert (score.mutants, score.timed_out) == (len(real) + 1, 1)
+    assert (score.mutants, score.timed_out) == (len(real) + 2, 2)
     assert (score.behaviour_changing, score.rejected, score.rate) == (
         measured.behaviour_changing,
         measured.rejected,
         measured.rate,
     )
+
+
+def test_a_verdict_is_a_timeout_only_when_every_mismatched_call_it_ran_outran_its_limit() -> None:
+    timeout, value = {"timeout": 1.0}, {"returned": ["int", 2], "args_after": []}
+    assert only_timeouts(("a",), {"a": timeout})
+    assert only_timeouts(("a", "b"), {"a": timeout})  # the calls after a timeout never ran
+    assert not only_timeouts(("a", "b"), {"a": value, "b": timeout})  # a value told it from gold first
+    assert not only_timeouts(("a",), {"a": value})
+    assert not only_timeouts((), {"a": timeout})  # no mismatch: nothing timed out
+    assert not only_timeouts(("a",), None)  # the box gave nothing back
 
 
 def test_a_timed_out_child_is_killed_with_its_own_children() -> None:

@@ -88,3 +88,4 @@ def test_plugins_that_break_the_coverage_map_are_switched_off() -> None:
     assert neutral_args(("pytest-cov>=4", "attrs")) == ("--no-cov",)
     assert neutral_args(("pytest_xdist==3.6.1", "pytest-cov")) == ("--no-cov", "-p", "no:xdist")
     assert neutral_args(("pytest", "coverage==7.6")) == ()
+    assert neutral_args(("pytest-benchmark==5.1.0", "pytest")) == ("--benchmark-disable",)
