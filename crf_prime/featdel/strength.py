@@ -18,6 +18,7 @@ The static code policy is not applied to mutants (it judges constructs, not beha
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import shutil
 import tempfile
@@ -33,7 +34,9 @@ from crf_prime.featdel.pycache import link_sources, source_entry
 from crf_prime.featdel.pytest_server import PytestServer
 from crf_prime.featdel.record import gold_runs, reproduced, restored_of, with_lines
 from crf_prime.featdel.replay import (
+    SEQ,
     SEQUENCE,
+    ReplayVerdict,
     compare,
     load_replay,
     run_driver,
@@ -129,14 +132,21 @@ ReplayKind = Literal["rejected", "pass", "timeout"]
 
 
 def replay_verdicts(
-    grader: Grader, mutants: list[Mutant], *, base: Path | None = None, pycs: Path | None = None
+    grader: Grader,
+    mutants: list[Mutant],
+    *,
+    base: Path | None = None,
+    pycs: Path | None = None,
+    gold: dict[str, str] | None = None,
 ) -> list[ReplayKind]:
     """The replay's verdict on each mutant: all mutants in one box, each tree stopped at its first difference
     from gold (most mutants differ on their first calls; one that does not runs every call, as the served replay
     does), and running alone only the calls whose gold run reached its mutated code (:func:`reaching_calls`; the
     others cannot differ: a mutant the tests' calls never reach cost a whole replay to pass it), each call under
-    :data:`MUTANT_CALL_TIMEOUT_S`. "timeout": its only difference is a call past that limit. ``base``:
-    :meth:`Grader.shared_base`'s tree; ``pycs``: its compiled modules (``pycache.source_entry``).
+    :data:`MUTANT_CALL_TIMEOUT_S`. "timeout": its only difference is a call past that limit. Where gold itself
+    (``gold``: its changed files, path -> text) does not run those calls within it, the limit says nothing: they
+    are replayed again under the served one. ``base``: :meth:`Grader.shared_base`'s tree; ``pycs``: its compiled
+    modules (``pycache.source_entry``).
     A first pass on a sample of the calls cost more than it saved once each tree stops at its first difference: the
     mutants it did not reject ran those calls twice, in a second box."""
     if grader.task.replay is None:
@@ -147,7 +157,35 @@ def replay_verdicts(
     attempts: list[dict[str, str | None]] = [{m.path: m.text} for m in mutants]
     limit = min(MUTANT_CALL_TIMEOUT_S, grader.config.call_timeout_s)
     verdicts = grader.replay_many(attempts, base=base, pycs=pycs, stop_early=True, alone=alone, call_timeout_s=limit)
-    return ["pass" if v.ok else "timeout" if v.timed_out else "rejected" for v in verdicts]
+    shorter = limit < grader.config.call_timeout_s  # else a timeout is the served grader's own rejection
+    slow = [i for i, v in enumerate(verdicts) if v.timed_out] if shorter else []
+    if slow and not gold_within(grader, slow, verdicts, base, pycs, gold):
+        again = grader.replay_many(
+            [attempts[i] for i in slow], base=base, pycs=pycs, stop_early=True, alone=[alone[i] for i in slow]
+        )
+        verdicts = [*verdicts]
+        for i, v in zip(slow, again, strict=True):
+            verdicts[i] = dataclasses.replace(v, timed_out=False)  # the served limit's verdict is the grader's
+    return ["pass" if v.ok else "timeout" if v.timed_out and shorter else "rejected" for v in verdicts]
+
+
+def gold_within(
+    grader: Grader,
+    slow: list[int],
+    verdicts: list[ReplayVerdict],
+    base: Path | None,
+    pycs: Path | None,
+    gold: dict[str, str] | None,
+) -> bool:
+    """Whether gold runs the calls the ``slow`` mutants timed out on within the mutants' limit (alone, as they
+    did); unknown without ``gold``'s text: False."""
+    if gold is None:
+        return False
+    ids = frozenset(c.removesuffix(SEQ) for i in slow for c in verdicts[i].mismatches)
+    [own] = grader.replay_many(
+        [dict(gold)], base=base, pycs=pycs, stop_early=True, alone=[ids], call_timeout_s=MUTANT_CALL_TIMEOUT_S
+    )
+    return own.ok
 
 
 TestsVerdict = Literal["pass", "fail", "timeout"]
@@ -234,7 +272,7 @@ def mutation_score(
     )
     held = HeldOut(grader, original, pycs) if measurable else None
     with grader.shared_base() as base:  # one grading tree for every mutant, each made from it by hard links
-        replayed = replay_verdicts(grader, mutants, base=base, pycs=pycs)
+        replayed = replay_verdicts(grader, mutants, base=base, pycs=pycs, gold=original)
         tests = {
             i: verdict_of_tests(grader, mutants[i], base, tests_wall_s, pycs, warm)
             for i, r in enumerate(replayed)

@@ -435,6 +435,16 @@ def test_generation_keeps_only_verifiable_tasks_with_a_strong_grader(tmp_path: P
 
 def _looping_first(text: str, qualname: str) -> str:
     """``text`` with a loop that never ends before the first statement of function ``qualname``."""
+    return _before_first(text, qualname, "while True:\n    pass")
+
+
+def _sleeping_first(text: str, qualname: str, seconds: float) -> str:
+    """``text`` with a sleep of ``seconds`` before the first statement of function ``qualname``: gold, slow."""
+    return _before_first(text, qualname, f"__import__('time').sleep({seconds!r})")
+
+
+def _before_first(text: str, qualname: str, code: str) -> str:
+    """``text`` with ``code`` before the first statement of function ``qualname`` (after its docstring)."""
     node: ast.AST = ast.parse(text)
     for name in qualname.split("."):
         node = next(n for n in ast.iter_child_nodes(node) if getattr(n, "name", None) == name)
@@ -444,13 +454,13 @@ def _looping_first(text: str, qualname: str) -> str:
         first = node.body[1] if len(node.body) > 1 else first
     lines = text.splitlines(keepends=True)
     pad = " " * first.col_offset
-    lines.insert(first.lineno - 1, f"{pad}while True:\n{pad}    pass\n")
+    lines.insert(first.lineno - 1, "".join(f"{pad}{line}\n" for line in code.splitlines()))
     return "".join(lines)
 
 
 def kind(v: ReplayVerdict) -> str:
-    """:func:`replay_verdicts`' word for a verdict."""
-    return "pass" if v.ok else "timeout" if v.timed_out else "rejected"
+    """:func:`replay_verdicts`' word for a verdict under the served limit."""
+    return "pass" if v.ok else "rejected"
 
 
 def _hanging(task: FeatdelTask) -> dict[str, str | None]:
@@ -490,6 +500,7 @@ def test_one_box_for_many_trees_gives_each_tree_s_own_verdict(monkeypatch: pytes
     same = dataclasses.replace(mutants[0], text=original[mutants[0].path])  # gold's own text: no call differs
     with monkeypatch.context() as m:
         m.setattr(replay_module, "run_variants", run_variants)
+        # the grader's own limit is the mutants' (1 s): a timeout there is the served grader's rejection
         assert replay_verdicts(grader, [*mutants, same]) == [*map(kind, together[2:-2]), "pass"]
     # one box, each tree stopped at its first difference (a tree stopped at one the host does not count is run again,
     # in full: not a stop-early box)
@@ -588,12 +599,7 @@ def test_a_mutant_s_tree_runs_alone_only_the_calls_that_reach_its_code(monkeypat
         # a mutant whose code no call runs (a line past the file's end), and gold's own text: neither can differ
         unreached = dataclasses.replace(mutants[0], reach=frozenset({10**6}))
         same = dataclasses.replace(mutants[0], text=apply_unified_diff(dict(task.broken_files), task.gold_patch)[mutants[0].path])  # fmt: skip
-        every = [
-            kind(v)
-            for v in grader.replay_many(
-                [{m.path: m.text} for m in mutants], stop_early=True, call_timeout_s=MUTANT_CALL_TIMEOUT_S
-            )
-        ]
+        every = [kind(v) for v in grader.replay_many([{m.path: m.text} for m in mutants], stop_early=True)]
         boxes.clear()
         with monkeypatch.context() as m:
             m.setattr(replay_module, "run_variants", run_variants)
@@ -615,8 +621,7 @@ def test_a_mutant_s_tree_runs_alone_only_the_calls_that_reach_its_code(monkeypat
     # the same verdicts, gold's outcomes standing for the calls it does not run alone
     task = tasks[0]
     mutants = task_mutants_of(task)
-    attempts = [{m.path: m.text} for m in mutants]
-    every = [kind(v) for v in grader_of[task.task_id].replay_many(attempts, call_timeout_s=MUTANT_CALL_TIMEOUT_S)]
+    every = [kind(v) for v in grader_of[task.task_id].replay_many([{m.path: m.text} for m in mutants])]
     monkeypatch.setattr(replay_module, "judged_texts", lambda expected: dict.fromkeys(expected, "differs"))
     boxes.clear()
     monkeypatch.setattr(replay_module, "run_variants", run_variants)
@@ -745,9 +750,20 @@ def test_a_mutant_whose_tests_outrun_their_limit_is_on_neither_side_of_the_rate(
         return real_run_variants(*args, **kwargs)
 
     monkeypatch.setattr(replay_module, "run_variants", run_variants)
+    short, served = MUTANT_CALL_TIMEOUT_S, grader.config.call_timeout_s
+    assert short < served
+    # gold runs the call it timed out on within the short limit: the mutant is counted apart
     with grader.shared_base() as base:
-        assert replay_verdicts(grader, [hanging], base=base) == ["timeout"]
-    assert limits == [MUTANT_CALL_TIMEOUT_S] and grader.config.call_timeout_s > MUTANT_CALL_TIMEOUT_S
+        assert replay_verdicts(grader, [hanging], base=base, gold=original) == ["timeout"]
+    assert limits == [short, short]  # the mutants' box, then gold's on that call
+    # gold's own run of it outlasts the short limit (or gold is not given): the served limit decides, and a call
+    # past that is the grader's rejection
+    slow_gold = {path: _sleeping_first(original[path], task.targets[0].qualname, seconds=short * 1.5)}
+    for gold in (slow_gold, None):
+        limits.clear()
+        with grader.shared_base() as base:
+            assert replay_verdicts(grader, [hanging], base=base, gold=gold) == ["rejected"]
+        assert limits == ([short, short, served] if gold else [short, served])
     broken = {p: task.broken_files[p] for p in original}
     real = gold_mutants(broken, original, cap=10, seed=mutation_seed(task))
     monkeypatch.setattr(strength, "gold_mutants", lambda *a, **k: [*real, looping, hanging])
