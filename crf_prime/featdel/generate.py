@@ -39,6 +39,7 @@ from pydantic_config import BaseConfig
 from crf_prime.errors import InputError
 from crf_prime.extras import require
 from crf_prime.featdel.baseline import Baseline, run_baseline
+from crf_prime.featdel.copies import TreeLines
 from crf_prime.featdel.corpus_meta import duplicate_keys
 from crf_prime.featdel.deletion import (
     FunctionInfo,
@@ -611,6 +612,7 @@ def generate(
         base_sha = make_archive(project.root, staging / base_rel)
         sources = source_files(project.root, project.package_dirs)
         pycs = source_entry(staging / base_rel, base_sha, sources, sandbox=sandbox, env=env)
+        tree = TreeLines(project.root)  # the archived tree: what the agent can read, less each task's changes
         earlier = _earlier(out, staging, base_sha) if resume else None
 
         if stop_at is not None:  # what runs at the limit is stopped there: its result would not be kept
@@ -659,7 +661,8 @@ def generate(
                 except Exception as e:
                     built.append(Rejection(candidate=c.key, reason="error", detail=f"{type(e).__name__}: {e}"[:500]))
             unchecked: list[Checked] = [(None, b if isinstance(b, Rejection) else None, Counter()) for b in built]
-            early: dict[str, Rejection] = {}  # rejected before grading: a copy, the policy, then the recorded replay
+            early: dict[str, Rejection] = {}  # rejected before grading: a duplicate, the policy, a copy in the tree,
+            # then the recorded replay
             mine: dict[str, str] = {}  # duplicate key -> the candidate of this batch that has it
             held: list[Candidate] = []  # a copy of an earlier candidate of this batch: checked in the next batch
             for c, b in zip(batch, built, strict=True):
@@ -674,6 +677,8 @@ def generate(
                     mine.update(dict.fromkeys(keys, b.task_id))
                     if (violation := gold_violation(b, staging)) is not None:
                         early[b.task_id] = violation
+                    elif (copy := tree.copy_of(b.gold_patch, skip=[*b.broken_files, *b.hidden_tests])) is not None:
+                        early[b.task_id] = Rejection(candidate=b.task_id, reason="gold-in-tree", detail=copy.detail())
             later = {c.key for c in held}
             tasks = [b for c, b in zip(batch, built, strict=True) if isinstance(b, FeatdelTask) and c.key not in later]
             tasks = [b for b in tasks if b.task_id not in early]

@@ -257,7 +257,7 @@ class RateStats(BaseModel):
         mutants whose tests ran out of time when there are any."""
         if not self.tasks:
             return f"no rate ({self.unmeasured} unmeasured)"
-        slow = f"; {self.timed_out} timed out in their tests, not counted" if self.timed_out else ""
+        slow = f"; {self.timed_out} timed out (a replayed call or their tests), not counted" if self.timed_out else ""
         return (
             f"median {self.median:.0%} p5 {self.p5:.0%} ({self.tasks} tasks, {self.unmeasured} unmeasured; "
             f"{self.rejected}/{self.behaviour_changing} behaviour-changing mutants rejected{slow})"
@@ -356,6 +356,7 @@ RejectReason = Literal[
     "slow-mutants",
     "not-servable",
     "duplicate",
+    "gold-in-tree",
     "error",
 ]
 
