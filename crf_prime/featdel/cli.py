@@ -93,12 +93,12 @@ def generate(config: GenerateConfig) -> int:
     t0 = time.monotonic()
     with progress_lines("crf-prime featdel generate") as progress:
         progress("setup", 0, 1)
-        config, setup = set_up(config)
+        run, setup = set_up(config)  # ``config`` stays what the user gave, for the messages below
         progress("setup", 1, 1)
         if config.time_limit_s is not None:  # the limit counts from the command's start
             left = max(config.time_limit_s - (time.monotonic() - t0), 1e-3)
-            config = config.model_copy(update={"time_limit_s": left})
-        tasks, summary = generate(config, progress)
+            run = run.model_copy(update={"time_limit_s": left})
+        tasks, summary = generate(run, progress)
     table = Table(title=f"Feature Deletion: {summary.source.name} {summary.source.version}")
     table.add_column("metric")
     table.add_column("value", justify="right")
