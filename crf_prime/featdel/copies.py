@@ -25,8 +25,9 @@ MAX_FILE_BYTES = 1 << 20
 
 
 def code_lines(lines: Iterable[str]) -> list[str]:
-    """The stripped lines that can tell a copy: long enough, not comments."""
-    out = [line.strip() for line in lines]
+    """The lines that can tell a copy, as a reformatted copy still has them: stripped, runs of blanks as one,
+    single quotes as double; long enough, not comments."""
+    out = (" ".join(line.split()).replace("'", '"') for line in lines)
     return [line for line in out if len(line) >= MIN_CHARS and not line.startswith("#")]
 
 

@@ -254,7 +254,7 @@ class RateStats(BaseModel):
 
     def line(self) -> str:
         """One line for tables: ``median 100% p5 90% (12 tasks, 1 unmeasured; 80/81 mutants rejected)``, and the
-        mutants whose tests ran out of time when there are any."""
+        mutants counted apart as timed out when there are any."""
         if not self.tasks:
             return f"no rate ({self.unmeasured} unmeasured)"
         slow = f"; {self.timed_out} timed out (a replayed call or their tests), not counted" if self.timed_out else ""

@@ -63,6 +63,18 @@ def test_a_copy_in_another_file_is_found_and_siblings_skipped_hidden_tests_and_s
     assert tree.copy_of(short, skip=["lib/m.py", "tests/test_m.py"]) is None
 
 
+def test_a_copy_with_other_quotes_and_blanks_is_still_a_copy(tmp_path: Path) -> None:
+    body = (
+        "    out = {'a': text.split(sep),   'b': limit}\n"
+        "    picked = sorted(out['a'], key=len)[:limit]\n"
+        "    return '-'.join(picked).strip()\n"
+    )
+    patch = "".join(f"+{line}\n" for line in body.splitlines())
+    copy = body.replace("'", '"').replace("   ", " ")  # double quotes, one blank
+    found = TreeLines(_tree(tmp_path, {"docs/copy.py": copy})).copy_of(patch, skip=[])
+    assert found is not None and (found.found, found.lines) == (3, 3)
+
+
 def test_three_of_four_lines_are_not_a_copy(tmp_path: Path) -> None:
     changed = BODY.replace("sorted(counted.items()", "sorted(list(counted.items())").replace("for p in", "for q in")
     tree = TreeLines(_tree(tmp_path, {"docs/near.py": changed}))
