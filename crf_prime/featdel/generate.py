@@ -526,6 +526,11 @@ class Turn(Protocol):
         fit."""
         ...
 
+    def queued_rate(self) -> float | None:
+        """Tasks per second of the fastest package waiting to continue (None: none waits): what the time a batch
+        takes past the turn's end would make there."""
+        ...
+
 
 TURN_BATCH = 4
 """The first batch of a turn with an end: small, so that a slow package's first grading and recording (minutes for
@@ -547,7 +552,18 @@ def batch_len(default: int, workers: int, left_s: float | None, spent_s: float, 
 FINISH_SHARE = 1.0
 """A batch's verification goes on past the turn's end for this share of the seconds its recording and grading
 took: stopping would throw that work away (the candidates are left unchecked and checked again in a continuation,
-if any), so finishing may cost the waiting package up to as much. 0: stop at the turn's end."""
+if any), so finishing may cost the waiting package up to as much. 0: stop at the turn's end. Only while finishing
+pays (:func:`finish_pays`)."""
+
+
+def finish_pays(made: int, in_batch: int, verify_s: float, queued: float | None) -> bool:
+    """Whether verifying the rest of a batch past its turn's end makes tasks at least as fast as the fastest queued
+    package would with that time (``queued``, tasks per second of its turn; None: none queued): always while the
+    package has no task (``made``), else while the batch's verification, counting the next candidate as a task,
+    keeps that pace (``in_batch`` tasks in ``verify_s`` seconds). Its recording and grading are paid, so finishing
+    costs only verification; a heavy suite's takes 20-30 s a candidate (croniter, soupsieve, textdistance), where a
+    queued package's whole turn made a task every 6 s."""
+    return not made or queued is None or in_batch + 1 >= queued * verify_s
 
 
 def generate(
@@ -571,6 +587,7 @@ def generate(
     stop_at = None if cfg.time_limit_s is None else t0 + cfg.time_limit_s
     timed_out = stopped = False
     in_batch = 0  # tasks verified in the batch being checked (the turn counts them)
+    verify_began = 0.0  # when the batch in hand began its verification
     sunk = 0.0  # seconds the batch in hand took to record and grade
     seconds: dict[str, float] = {}
     progress = progress or (lambda phase, done, total: None)
@@ -712,9 +729,9 @@ def generate(
             accepted = [t for t in ready if verdicts[t.task_id] is None]
             if over("grade", t_grade, turn_end):
                 return unchecked
-            nonlocal sunk
+            nonlocal sunk, verify_began
             sunk = time.perf_counter() - t_record
-            t_verify = time.perf_counter()
+            t_verify = verify_began = time.perf_counter()
             final = {t.task_id: v for t, v in zip(accepted, pool.map(verify, accepted), strict=True)}
             seconds["verify"] = seconds.get("verify", 0.0) + time.perf_counter() - t_verify
             out: list[Checked] = []
@@ -777,9 +794,14 @@ def generate(
 
         def finishing() -> bool:
             """Whether the turn ended less than :data:`FINISH_SHARE` of the batch's recording and grading seconds
-            ago (its ``left_s`` says how long ago)."""
-            left = None if turn is None else turn.left_s(made(), time.perf_counter() - t)
-            return left is not None and left > -FINISH_SHARE * sunk
+            ago (its ``left_s`` says how long ago), and finishing the batch pays (:func:`finish_pays`)."""
+            if turn is None:
+                return False
+            now = time.perf_counter()
+            left = turn.left_s(made(), now - t)
+            if left is None or left <= -FINISH_SHARE * sunk:
+                return False
+            return finish_pays(made(), in_batch, now - verify_began, turn.queued_rate())
 
         def more() -> bool:
             nonlocal timed_out, in_batch

@@ -31,7 +31,7 @@ from crf_prime.featdel.corpus import (
     write_board,
 )
 from crf_prime.featdel.corpus_build import assemble
-from crf_prime.featdel.generate import TURN_BATCH, GenerateConfig, batch_len, generate, load_tasks
+from crf_prime.featdel.generate import TURN_BATCH, GenerateConfig, batch_len, finish_pays, generate, load_tasks
 from crf_prime.featdel.models import GenerateSummary, PackageStatus, SourceInfo, SourceLine
 
 pytestmark = pytest.mark.bwrap
@@ -201,11 +201,13 @@ def test_a_batch_fits_what_is_left_of_the_turn() -> None:
     assert batch_len(16, 2, 9.0, 40.0, 4) == 0  # not one fits
 
 
-def _first_batch_then(left_after: float) -> SimpleNamespace:
-    """A turn with no end before the first task, then one ``left_after`` seconds from its end (negative: past it)."""
+def _first_batch_then(left_after: float, queued: float | None = None) -> SimpleNamespace:
+    """A turn with no end before the first task, then one ``left_after`` seconds from its end (negative: past it);
+    ``queued``: the fastest queued package's tasks per second."""
     return SimpleNamespace(
         keep_going=lambda tasks, seconds: tasks == 0 or left_after > 0,
         left_s=lambda tasks, seconds: 1e9 if tasks == 0 else left_after,
+        queued_rate=lambda: queued,
     )
 
 
@@ -223,6 +225,29 @@ def test_a_batch_is_verified_past_its_turn_s_end_for_as_long_as_it_took_to_grade
     monkeypatch.setattr(generate_module, "FINISH_SHARE", 0.0)
     tasks, summary = generate(cfg.model_copy(update={"out": tmp_path / "stop"}), turn=_first_batch_then(-1e-3))
     assert len(tasks) == summary.checked == 1 and summary.stopped_early
+
+
+def test_finishing_a_batch_past_the_turn_pays_only_at_the_queued_pace() -> None:
+    """``finish_pays``: always without a task, or with nobody queued; else the batch's verification, counting the
+    next candidate as a task, must keep the fastest queued package's pace (tasks per second)."""
+    assert finish_pays(0, 0, 500.0, 1.0)  # no task yet: its first is what the corpus needs most
+    assert finish_pays(3, 1, 500.0, None)  # nobody queued
+    assert finish_pays(3, 1, 12.0, 1 / 6) and finish_pays(3, 0, 6.0, 1 / 6)  # 2 in 12 s, 1 in 6 s: the pace
+    assert not finish_pays(3, 1, 12.1, 1 / 6) and not finish_pays(3, 0, 6.1, 1 / 6)
+    assert not finish_pays(1, 1, 24.0, 10 / 60)  # croniter's 24 s a verified task against a queue at 10/min
+
+
+def test_a_batch_past_its_turn_s_end_is_left_where_a_queued_package_makes_tasks_faster(tmp_path: Path) -> None:
+    """The turn ends (1 ms ago) once the first task is verified, and a queued package made a task per microsecond:
+    the batch's other candidates are left unchecked (the queue makes more with that time). A queue slower than the
+    batch's verification (a task an hour) lets it finish."""
+    src = project(tmp_path / "src" / "alpha", "alpha")
+    cfg = GenerateConfig(source=str(src), out=tmp_path / "fast", max_tasks=20, workers=1)
+    tasks, summary = generate(cfg, turn=_first_batch_then(-1e-3, queued=1e6))
+    assert len(tasks) == summary.checked == 1 and summary.stopped_early
+    slow = cfg.model_copy(update={"out": tmp_path / "slow"})
+    tasks, summary = generate(slow, turn=_first_batch_then(-1e-3, queued=1 / 3600))
+    assert len(tasks) == summary.checked == TURN_BATCH and summary.stopped_early
 
 
 def test_a_turn_ends_before_a_batch_that_does_not_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -258,7 +283,9 @@ def test_a_turn_with_others_waiting_validates_in_small_batches(tmp_path: Path, m
     monkeypatch.setattr(generate_module, "validate_batch", counted)
     monkeypatch.setattr(generate_module, "TURN_BATCH", 1)
     cfg = GenerateConfig(source=str(src), out=tmp_path / "turn", max_tasks=20, workers=1, mutants_per_task=0)
-    left = SimpleNamespace(keep_going=lambda tasks, seconds: True, left_s=lambda tasks, seconds: 1e9)
+    left = SimpleNamespace(
+        keep_going=lambda tasks, seconds: True, left_s=lambda tasks, seconds: 1e9, queued_rate=lambda: None
+    )
     _, summary = generate(cfg, turn=left)
     assert summary.candidates == 6 and sizes == [1, 5]
     sizes.clear()
@@ -272,7 +299,9 @@ def test_a_batch_still_grading_at_the_turns_end_is_stopped_there_and_left_unchec
     continuation without a turn makes the tasks a run in one go makes."""
     src = project(tmp_path / "src" / "alpha", "alpha")
     cfg = GenerateConfig(source=str(src), out=tmp_path / "cut", max_tasks=20, workers=1)
-    ends = SimpleNamespace(keep_going=lambda tasks, seconds: True, left_s=lambda tasks, seconds: 1e-3)
+    ends = SimpleNamespace(
+        keep_going=lambda tasks, seconds: True, left_s=lambda tasks, seconds: 1e-3, queued_rate=lambda: None
+    )
     start = time.monotonic()
     tasks, summary = generate(cfg, turn=ends)
     assert tasks == [] and summary.checked == 0 and summary.rejections == ()
