@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crf_prime.featdel import hide_test_id
+from crf_prime.featdel import hide_test_id, hypothesis_profile
 from crf_prime.featdel.pytest_server import BoxDied, PytestServer
 from crf_prime.featdel.testenv import TestEnv
 from crf_prime.sandbox import Sandbox
@@ -189,6 +189,7 @@ def _run(
     junit.unlink(missing_ok=True)
     head: list[str] = [str(env.python), "-s", "-P", "-B"]
     extra_paths: list[Path] = [hide_test_id.install_into(run_dir / "grader")]  # read-only in the box, beside the repo
+    hypothesis_profile.install_into(extra_paths[0])
     if guarded:
         hide_test_id.guard_into(extra_paths[0], repo, guarded)
     if lookups is not None:
@@ -202,7 +203,8 @@ def _run(
         extra_paths.append(env.plugin_dir)
     else:
         head += ["-m", "pytest"]
-    args = ["-p", "no:cacheprovider", "-p", hide_test_id.MODULE, "-q", f"--rootdir={repo}", f"--junitxml={junit}"]
+    args = ["-p", "no:cacheprovider", "-p", hide_test_id.MODULE, "-p", hypothesis_profile.MODULE]
+    args += ["-q", f"--rootdir={repo}", f"--junitxml={junit}"]
     args += pytest_args
     if collect_only:
         args.append("--collect-only")

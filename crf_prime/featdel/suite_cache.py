@@ -33,6 +33,7 @@ CODE_MODULES = (
     "baseline",
     "discovery",
     "hide_test_id",
+    "hypothesis_profile",
     "runner",
     "source",
     "suite_cache",
