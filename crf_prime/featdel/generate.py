@@ -942,6 +942,14 @@ def check_mutants(
             reason="slow-mutants",
             detail=f"grading gold's mutants took over {cfg.mutation_wall_s:g} s (--mutation-wall-s)",
         )
+    if score.constant:
+        return Rejection(
+            candidate=task.task_id,
+            reason="constant-outcome",
+            detail=f"every replayed call gives gold's one result, and the grader accepts it written out: {score.constant}"[
+                :500
+            ],
+        )
     if score.rate is not None and score.rate < cfg.min_mutation_rate:
         return Rejection(
             candidate=task.task_id,

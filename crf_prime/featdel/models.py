@@ -217,6 +217,10 @@ class MutationScore(BaseModel):
     rate: float | None = None
     """``rejected / behaviour_changing``; None when no mutant changed behaviour or the task has no replay to tell a
     surviving mutant from an equivalent one."""
+    constant: str = ""
+    """What the grader accepted in place of gold where every replayed call of each target gave one result a literal
+    writes (crf_prime/featdel/constant.py), e.g. ``MongeElkan.maximum: return 2``; "": no such body passes (such a
+    task is not written: ``constant-outcome``)."""
 
 
 class RateStats(BaseModel):
@@ -357,6 +361,7 @@ RejectReason = Literal[
     "not-servable",
     "duplicate",
     "gold-in-tree",
+    "constant-outcome",
     "error",
 ]
 

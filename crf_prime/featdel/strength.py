@@ -26,6 +26,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Literal, cast
 
+from crf_prime.featdel.constant import constant_body
 from crf_prime.featdel.deletion import apply_unified_diff
 from crf_prime.featdel.grader import Grader
 from crf_prime.featdel.models import FeatdelTask, GraderConfig, MutationScore, VerifyConfig
@@ -284,6 +285,7 @@ def mutation_score(
         accepted = dict(zip(passing, verdicts_held, strict=True))
         accepted |= {i: "timeout" for i, v in [*tests.items(), *enumerate(replayed)] if v == "timeout"}
         verdicts = [(m.label, accepted.get(i, "rejected")) for i, m in enumerate(mutants)]
+        constant = constant_passes(grader, original, base, tests_wall_s, pycs, warm)
     rejected = sum(1 for _, v in verdicts if v == "rejected")
     survivors = tuple(label for label, v in verdicts if v == "survived")
     changing = rejected + len(survivors)
@@ -295,7 +297,31 @@ def mutation_score(
         held_out_calls=held.derived if held is not None else 0,
         timed_out=sum(1 for _, v in verdicts if v == "timeout"),
         rate=round(rejected / changing, 4) if measurable and changing else None,
+        constant=constant,
     )
+
+
+def constant_passes(
+    grader: Grader,
+    original: dict[str, str],
+    base: Path,
+    tests_wall_s: float,
+    pycs: Path | None = None,
+    warm: PytestServer | None = None,
+) -> str:
+    """What a body of one literal result per target (crf_prime/featdel/constant.py) says where the grader accepts it
+    (its replay and its target tests, as a mutant's), else "". Asked only of tasks whose every replayed call of each
+    target gave one such result."""
+    if grader.task.replay is None:
+        return ""
+    calls, expected = load_replay(grader.task, grader.task_dir)
+    found = constant_body(grader.task, original, calls, expected)
+    if found is None:
+        return ""
+    body, said = found
+    if replay_verdicts(grader, [body], base=base, pycs=pycs, gold=original) != ["pass"]:
+        return ""
+    return said if verdict_of_tests(grader, body, base, tests_wall_s, pycs, warm) == "pass" else ""
 
 
 __all__ = [
@@ -303,6 +329,7 @@ __all__ = [
     "MUTANT_CALL_TIMEOUT_S",
     "HeldOut",
     "ReplayKind",
+    "constant_passes",
     "gold_within",
     "held_out_verdicts",
     "mutation_score",
