@@ -915,7 +915,8 @@ def check_mutants(
     warm: PytestServer | None = None,
 ) -> FeatdelTask | Rejection:
     """The task (its replay gaps known) with its mutation score, or why it is not written: a grader that lets
-    behaviour-changing mutants through, or whose mutants' grading outlasts ``mutation_wall_s``."""
+    behaviour-changing mutants through or accepts gold's one result written out (crf_prime/featdel/constant.py), or
+    whose mutants' grading outlasts ``mutation_wall_s``."""
     from crf_prime.featdel.strength import mutation_score  # start-up: +25 ms on every command
 
     if not cfg.mutants_per_task or task.replay is None:
@@ -943,13 +944,8 @@ def check_mutants(
             detail=f"grading gold's mutants took over {cfg.mutation_wall_s:g} s (--mutation-wall-s)",
         )
     if score.constant:
-        return Rejection(
-            candidate=task.task_id,
-            reason="constant-outcome",
-            detail=f"every replayed call gives gold's one result, and the grader accepts it written out: {score.constant}"[
-                :500
-            ],
-        )
+        said = f"every replayed call gives gold's one result, and the grader accepts it written out: {score.constant}"
+        return Rejection(candidate=task.task_id, reason="constant-outcome", detail=said[:500])
     if score.rate is not None and score.rate < cfg.min_mutation_rate:
         return Rejection(
             candidate=task.task_id,

@@ -13,7 +13,9 @@ one box, each running alone only the calls whose gold run reached its code (gold
 the served calls' is). A mutant that differs from gold there is a survivor (behaviour-changing, accepted); one that
 agrees everywhere counts as equivalent and is left out. The rate is ``rejected / (rejected + survivors)``.
 
-The static code policy is not applied to mutants (it judges constructs, not behaviour; gold passes it).
+The static code policy is not applied to mutants (it judges constructs, not behaviour; gold passes it). Where every
+replayed call of each target gave gold's one literal result, that result written out as the whole body is graded
+too (:func:`constant_passes`, crf_prime/featdel/constant.py): no rate tells it from gold.
 """
 
 from __future__ import annotations
