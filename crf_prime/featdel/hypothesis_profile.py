@@ -37,7 +37,7 @@ def load() -> bool:
     """Register and load the profile where Hypothesis is installed; whether it was."""
     if importlib.util.find_spec("hypothesis") is None:
         return False
-    from hypothesis import settings
+    from hypothesis import settings  # type: ignore[import-not-found]  # in the test venv, not crf-prime's
 
     settings.register_profile(PROFILE, derandomize=True, deadline=None, database=None, max_examples=MAX_EXAMPLES)
     settings.load_profile(PROFILE)
