@@ -4,6 +4,7 @@ box on a real venv with Hypothesis from PyPI, draws the same few examples and se
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -60,8 +61,8 @@ def _profile(run: PytestRun) -> dict:
 def test_every_run_draws_the_same_examples_without_a_deadline(env: TestEnv, tmp_path: Path) -> None:
     """Two cold runs and a warm one: the profile holds (``MAX_EXAMPLES``, derandomized, no deadline, no database),
     the drawn examples are the same list in each, and a test slower per example than Hypothesis' default deadline
-    passes. Without the plugin (the venv's own pytest, no ``-p crf_hypothesis``) the same slow test fails on the
-    deadline and the draws change with the run."""
+    passes. Without the plugin (the venv's own pytest, no ``-p crf_hypothesis``, no CI variable in the environment)
+    the same slow test fails on the deadline and the draws change with the run."""
     sandbox = Sandbox(SandboxConfig(limits=LIMITS))
     runs = [run_pytest(sandbox, env, _tree(tmp_path / f"cold{i}"), pythonpath=[], pytest_args=["-s"]) for i in range(2)]
     with PytestServer(sandbox, env) as warm:
@@ -80,11 +81,13 @@ def test_every_run_draws_the_same_examples_without_a_deadline(env: TestEnv, tmp_
     assert all(run.status_of("tests/test_props.py::test_slow")[0] == "passed" for run in runs)
 
     plain = []
+    bare = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}  # no CI variable: Hypothesis would load its "ci" profile
     for i in range(2):
         repo = _tree(tmp_path / f"plain{i}") / "repo"
         out = subprocess.run(
             [str(env.python), "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests"],
             cwd=repo,
+            env=bare,
             capture_output=True,
             text=True,
             check=False,
