@@ -93,7 +93,7 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 def test_generation_rejects_a_task_whose_calls_all_give_one_result(tmp_path: Path) -> None:
     """``imbalance`` counts ``(`` twice, so it returns 0 on every input: ``return 0`` passes its replay and its tests,
-    and the task is rejected as ``constant-outcome``; ``spread``, whose results differ, is written."""
+    and the task is rejected as ``constant-outcome``; ``initials``, whose results differ, is written."""
     module = textwrap.dedent(
         '''\
         def imbalance(text):
@@ -103,17 +103,16 @@ def test_generation_rejects_a_task_whose_calls_all_give_one_result(tmp_path: Pat
             return opened - closed
 
 
-        def spread(values, width=10):
-            """``values`` scaled to ``width`` columns."""
-            highest = max(values) if values else 0
-            scaled = [round(v * width / highest) if highest else 0 for v in values]
-            bars = ["#" * n + "." * (width - n) for n in scaled]
-            return "\\n".join(bars)
+        def initials(name, sep=" "):
+            """The first letter of each word of ``name``, upper-cased."""
+            words = [w for w in name.split(sep) if w]
+            letters = [w[0].upper() for w in words]
+            return "".join(letters)
         '''
     )
     tests = textwrap.dedent(
         """\
-        from levels import imbalance, spread
+        from levels import imbalance, initials
 
 
         def test_imbalance():
@@ -121,9 +120,9 @@ def test_generation_rejects_a_task_whose_calls_all_give_one_result(tmp_path: Pat
             assert imbalance("") == 0
 
 
-        def test_spread():
-            assert spread([1, 2], width=4) == "##..\\n####"
-            assert spread([3], width=2) == "##"
+        def test_initials():
+            assert initials("ada lovelace") == "AL"
+            assert initials("grace--hopper", sep="-") == "GH"
         """
     )
     src = _tree(
@@ -135,7 +134,7 @@ def test_generation_rejects_a_task_whose_calls_all_give_one_result(tmp_path: Pat
         },
     )
     tasks, summary = generate(GenerateConfig(source=str(src), out=tmp_path / "out", granularities=["function"]))
-    assert [t.task_id for t in tasks] == ["levels-local__levels.spread"]
+    assert [t.task_id for t in tasks] == ["levels-local__levels.initials"]
     assert tasks[0].mutation is not None and tasks[0].mutation.constant == ""
     [rejected] = summary.rejections
     assert (rejected.candidate, rejected.reason) == ("levels-local__levels.imbalance", "constant-outcome")
