@@ -16,7 +16,7 @@ import tokenize
 from dataclasses import dataclass
 
 from crf_prime.errors import InputError
-from crf_prime.featdel.syntax import parse
+from crf_prime.featdel.syntax import parse, shared
 
 STUB = "raise NotImplementedError"
 SKIP_DECORATORS = frozenset({"overload", "abstractmethod", "abstractproperty", "abc.abstractmethod", "typing.overload"})
@@ -76,7 +76,7 @@ def _is_stub(body: list[ast.stmt]) -> bool:
 
 def iter_functions(path: str, source: str) -> list[FunctionInfo]:
     """Every function/method in ``source`` that has a real body (not a stub, overload or abstract method)."""
-    tree = parse(source)
+    tree = shared(source)
     out: list[FunctionInfo] = []
 
     def visit(node: ast.AST, prefix: str, cls: str | None, public_scope: bool, in_function: bool) -> None:
@@ -178,7 +178,7 @@ def _header_colon(source: str, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tu
 
 def delete_bodies(source: str, qualnames: list[str]) -> str:
     """Replace the bodies of ``qualnames`` (in one file) with ``raise NotImplementedError``."""
-    tree = parse(source)
+    tree = shared(source)
     data = source.encode()
     offsets = _line_offsets(data)
     spans: list[tuple[int, int, bytes]] = []
@@ -211,7 +211,7 @@ def delete_bodies(source: str, qualnames: list[str]) -> str:
 
 def function_text(source: str, qualname: str) -> str:
     """Decorators + signature + docstring (+ body) of one function, as it appears in ``source``."""
-    tree = parse(source)
+    tree = shared(source)
     fn = _find(tree, qualname)
     lines = source.splitlines(keepends=True)
     start = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
@@ -342,7 +342,7 @@ def _stub_range(source: str, start: tuple[int, int], last: ast.stmt, indent: int
 def delete_block(source: str, qualname: str, block_line: int) -> str:
     """Replace the body of the compound statement at ``block_line`` inside ``qualname`` (its ``if``/``for``/
     ``while``/``with``/``try`` part; ``else``/``except``/``finally`` stay) with ``raise NotImplementedError``."""
-    fn = _find(parse(source), qualname)
+    fn = _find(shared(source), qualname)
     block = next((b for b in inner_blocks(fn) if b.lineno == block_line), None)
     if block is None:
         raise KeyError(f"{qualname!r}: no block at line {block_line}")
@@ -353,7 +353,7 @@ def delete_block(source: str, qualname: str, block_line: int) -> str:
 def delete_tail(source: str, qualname: str, keep: int) -> str:
     """Keep the first ``keep`` statements of ``qualname``'s body (after its docstring) and replace the rest with
     ``raise NotImplementedError``: the kept statements stay as context for the part to re-implement."""
-    fn = _find(parse(source), qualname)
+    fn = _find(shared(source), qualname)
     body = _function_statements(fn)
     if not 1 <= keep < len(body):
         raise ValueError(f"{qualname!r}: cannot keep {keep} of {len(body)} statements")
@@ -384,6 +384,6 @@ def line_span(nodes: list[ast.stmt]) -> frozenset[int]:
 def function_nodes(source: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
     """qualname -> def node for every function in ``source`` (first definition wins, as :func:`iter_functions`)."""
     out: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
-    for q, fn in _walk_defs(parse(source)):
+    for q, fn in _walk_defs(shared(source)):
         out.setdefault(q, fn)
     return out

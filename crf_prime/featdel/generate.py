@@ -79,7 +79,7 @@ from crf_prime.featdel.source import (
     pytest_config,
     source_files,
 )
-from crf_prime.featdel.syntax import parse
+from crf_prime.featdel.syntax import shared
 from crf_prime.featdel.testenv import TestEnv, default_spec, ensure_test_env, pinned, visible_copies
 from crf_prime.outputs import output_dir
 from crf_prime.placement import GradingSandbox
@@ -284,7 +284,7 @@ def _class_header(source: str, qualname: str) -> str:
     parts = qualname.split(".")
     if len(parts) < 2:
         return ""
-    node: ast.AST = parse(source)
+    node: ast.AST = shared(source)
     for part in parts[:-1]:
         found = next((c for c in ast.walk(node) if isinstance(c, ast.ClassDef) and c.name == part), None)
         if found is None:
@@ -433,7 +433,7 @@ def collection_untouched(
 
 def _lazy(source: str, lineno: int) -> bool:
     """The function defined at ``lineno`` of ``source`` (the original file) is async or a generator."""
-    for node in ast.walk(parse(source)):
+    for node in ast.walk(shared(source)):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.lineno == lineno:
             return isinstance(node, ast.AsyncFunctionDef) or _yields(node)
     return True  # not found: do not skip
@@ -650,9 +650,18 @@ def generate(
             done = {t.task_id for t in kept} | {r.candidate for r in rejections}
             cands = [c for c in cands if task_id_of(project, c) not in done and c.key not in done]
         code_of: dict[str, str] = {}  # duplicate key (corpus_meta.duplicate_keys) -> the validated task that has it
+        keys_of: dict[
+            str, tuple[str, str]
+        ] = {}  # task id -> its duplicate keys (a tenth of a second for a large module)
+
+        def keys(task: FeatdelTask) -> tuple[str, str]:
+            if task.task_id not in keys_of:
+                keys_of[task.task_id] = duplicate_keys(task)
+            return keys_of[task.task_id]
+
         deferred: list[Candidate] = []  # copies the last batch held back, to check once their twin's verdict is in
         for kept_task in covered + uncovered:
-            for key in duplicate_keys(kept_task):
+            for key in keys(kept_task):
                 code_of.setdefault(key, kept_task.task_id)
         pos = 0
         budget = max(cfg.max_tasks, int(cfg.replay_search * cfg.max_tasks))
@@ -685,13 +694,13 @@ def generate(
             for c, b in zip(batch, built, strict=True):
                 if not isinstance(b, FeatdelTask):
                     continue
-                keys = duplicate_keys(b)
-                if twin := next((code_of[k] for k in keys if k in code_of), None):
+                own = keys(b)
+                if twin := next((code_of[k] for k in own if k in code_of), None):
                     early[b.task_id] = Rejection(candidate=b.task_id, reason="duplicate", detail=f"the code of {twin}")
-                elif any(k in mine for k in keys):
+                elif any(k in mine for k in own):
                     held.append(c)
                 else:
-                    mine.update(dict.fromkeys(keys, b.task_id))
+                    mine.update(dict.fromkeys(own, b.task_id))
                     if (violation := gold_violation(b, staging)) is not None:
                         early[b.task_id] = violation
                     elif (copy := tree.copy_of(b.gold_patch, skip=[*b.broken_files, *b.hidden_tests])) is not None:
@@ -836,7 +845,7 @@ def generate(
                         preferred = not task.unreplayed_targets or not cfg.replay  # no replay: first found
                         (covered if preferred else uncovered).append(task)
                         lost[task.task_id] = dropped
-                        for key in duplicate_keys(task):
+                        for key in keys(task):
                             code_of.setdefault(key, task.task_id)
                 cands[pos:pos] = deferred  # the next batch begins with them
                 progress("validate", min(len(covered) + len(uncovered), cfg.max_tasks), cfg.max_tasks)

@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import random
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
+
+from crf_prime.featdel.syntax import SHARED_TREES, shared
 
 Operator = Literal["compare", "boolean", "arithmetic", "constant", "statement", "branch", "return"]
 OPERATORS: tuple[Operator, ...] = ("compare", "boolean", "arithmetic", "constant", "statement", "branch", "return")
@@ -232,34 +235,59 @@ def _reach(node: ast.AST, parents: dict[int, ast.AST]) -> frozenset[int] | None:
     return frozenset({statement.lineno, *range(node.lineno, node.end_lineno + 1)})  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt)
 
 
-def file_mutants(path: str, source: str, lines: frozenset[int]) -> list[Mutant]:
-    """Every mutant of ``source`` whose edited node lies wholly on ``lines``, in source order, but those that parse to
-    gold's own tree or to an earlier mutant's. Only the top-level statement holding the edit is parsed again (the rest
-    of the file is gold's, byte for byte): for a 1,500-line module that is what makes sampling 10 mutants cheap."""
-    tree = ast.parse(source)
+@dataclass(frozen=True)
+class _Gold:
+    """What every task deleting code from one module's text shares: its tree (:func:`syntax.shared`), the positioned
+    nodes an operator may touch in :func:`file_mutants`' order, each node's parent, the top-level statements' spans
+    and (filled on first use) the dump of each span's statements as parsed alone."""
+
+    tree: ast.Module
+    nodes: tuple[ast.AST, ...]
+    parents: dict[int, ast.AST]
+    spans: tuple[tuple[int, int], ...]
+    dumps: dict[tuple[int, int], str | None]
+
+
+@functools.lru_cache(maxsize=SHARED_TREES)
+def _gold(source: str) -> _Gold:
+    tree = shared(source)
     skip = _unmutable(tree)
-    parents = {  # within the top-level statements that hold a mutated line (the rest is never walked up from)
-        id(child): node
-        for stmt in tree.body
-        if any(n in lines for n in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
-        for node in ast.walk(stmt)
-        for child in ast.iter_child_nodes(node)
-    }
-    raw = source.encode().splitlines(keepends=True)
-    spans = _statement_spans(tree)
-    gold_dumps: dict[tuple[int, int], str | None] = {(0, 0): ast.dump(tree)}
-    source_lines = source.splitlines(keepends=True)
-    for first, last in spans:
-        try:
-            gold_dumps[(first, last)] = ast.dump(ast.parse("".join(source_lines[first - 1 : last])))
-        except SyntaxError:  # it shares a line with the next statement
-            gold_dumps[(first, last)] = None
-    out: list[Mutant] = []
-    seen: set[tuple[tuple[int, int], str]] = set()
     nodes = sorted(
         (n for n in ast.walk(tree) if hasattr(n, "lineno") and id(n) not in skip),
         key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset),  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt); typeshed declares positions on those subclasses, not on ast.AST
     )
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    return _Gold(tree, tuple(nodes), parents, tuple(_statement_spans(tree)), {})
+
+
+def _gold_dump(gold: _Gold, source_lines: list[str], span: tuple[int, int]) -> str | None:
+    """The dump of gold's statement at ``span`` parsed alone ((0, 0): the whole file); None where it does not parse
+    alone (it shares a line with the next statement)."""
+    if span not in gold.dumps:
+        try:
+            alone = ast.parse("".join(source_lines[span[0] - 1 : span[1]])) if span != (0, 0) else gold.tree
+            gold.dumps[span] = ast.dump(alone)
+        except SyntaxError:
+            gold.dumps[span] = None
+    return gold.dumps[span]
+
+
+def file_mutants(path: str, source: str, lines: frozenset[int]) -> list[Mutant]:
+    """Every mutant of ``source`` whose edited node lies wholly on ``lines``, in source order, but those that parse to
+    gold's own tree or to an earlier mutant's. Only the top-level statement holding the edit is parsed again (the rest
+    of the file is gold's, byte for byte): for a 1,500-line module that is what makes sampling 10 mutants cheap. What
+    the module's text alone decides (its tree, nodes, parents, statements) is worked out once per text (:func:`_gold`):
+    a package's candidates delete code from the same few modules."""
+    gold = _gold(source)
+    if not lines:
+        return []
+    low, high = min(lines), max(lines)
+    raw = source.encode().splitlines(keepends=True)
+    source_lines = source.splitlines(keepends=True)
+    spans = gold.spans
+    nodes = [n for n in gold.nodes if n.lineno <= high and n.end_lineno >= low]  # type: ignore[attr-defined]  # positioned nodes only
+    out: list[Mutant] = []
+    seen: set[tuple[tuple[int, int], str]] = set()
     for node in nodes:
         for edit in _edits(node):
             span = set(range(edit.node.lineno, edit.node.end_lineno + 1))  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt); typeshed declares positions on those subclasses, not on ast.AST
@@ -268,7 +296,7 @@ def file_mutants(path: str, source: str, lines: frozenset[int]) -> list[Mutant]:
             text = _apply(raw, edit.node, edit.replacement)
             where = next(s for s in spans if s[0] <= edit.node.lineno <= s[1])  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt)
             try:
-                if gold_dumps[where] is None:
+                if _gold_dump(gold, source_lines, where) is None:
                     raise SyntaxError(where)
                 key = (where, ast.dump(ast.parse(_mutated_statement(text, where, edit))))
             except SyntaxError:  # invalid, or the statement shares a line with the next one: judge the whole file
@@ -276,11 +304,11 @@ def file_mutants(path: str, source: str, lines: frozenset[int]) -> list[Mutant]:
                     key = ((0, 0), ast.dump(ast.parse(text)))
                 except SyntaxError:
                     continue
-            if key in seen or key[1] == gold_dumps.get(key[0]):
+            if key in seen or key[1] == _gold_dump(gold, source_lines, key[0]):
                 continue
             seen.add(key)
             line = edit.node.lineno  # type: ignore[attr-defined]  # positioned nodes only (expr/stmt); typeshed declares positions on those subclasses, not on ast.AST
-            reach = _reach(edit.node, parents)
+            reach = _reach(edit.node, gold.parents)
             out.append(Mutant(path=path, line=line, operator=edit.operator, text=text, reach=reach))
     return out
 

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
-from crf_prime.featdel.syntax import parse
+from crf_prime.featdel.syntax import parse, shared
 
 # stdlib modules ordinary library code uses for data and algorithms: every public member is allowed (minus
 # HARD_DENIED_MEMBERS); any other stdlib module only when the original imports it, and then only the members it uses
@@ -368,7 +368,7 @@ def _format_fields(text: str) -> list[str]:
 
 
 def _nodes(tree: ast.AST) -> list[ast.AST]:
-    """Every node of ``tree`` (walked once per tree, kept on the tree object: never shared between parses)."""
+    """Every node of ``tree`` (walked once per tree, kept on the tree object: one list per parse)."""
     cached = getattr(tree, "_crf_nodes", None)
     if cached is None:
         cached = list(ast.walk(tree))
@@ -986,7 +986,7 @@ def _text_and_tree(source: str | bytes) -> tuple[str, ast.AST] | Violation | Non
         return bad
     try:
         text = data.decode("utf-8-sig")
-        return text, parse(text)
+        return text, shared(text)
     except (SyntaxError, ValueError):  # UnicodeDecodeError is a ValueError
         return None
 
