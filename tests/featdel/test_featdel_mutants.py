@@ -193,7 +193,8 @@ EDGES = textwrap.dedent(
 @pytest.mark.parametrize("module", ["textwrap", "difflib", "json.decoder", "EDGES"])
 def test_parsing_only_the_edited_statement_gives_the_whole_file_s_mutants(module: str) -> None:
     """file_mutants re-parses only the top-level statement holding an edit: the same mutants, in the same order, as
-    re-parsing the whole file (stdlib modules on three windows of lines each; statements sharing a line)."""
+    re-parsing the whole file (stdlib modules on three windows of lines each; statements sharing a line), and the same
+    again when the windows are asked in another order."""
     import importlib
     import inspect
 
@@ -202,11 +203,14 @@ def test_parsing_only_the_edited_statement_gives_the_whole_file_s_mutants(module
     windows = [frozenset(range(1, n + 1))] if module == "EDGES" else []
     windows += [frozenset(range(a, min(a + 40, n + 1))) for a in (n // 5, n // 2, 4 * n // 5)]
     total = 0
+    first = {}
     for lines in windows:
-        got = [(m.line, m.operator, m.text) for m in file_mutants("m.py", source, lines)]
-        assert got == _whole_file_mutants(source, lines)
-        total += len(got)
+        first[lines] = [(m.line, m.operator, m.text, m.reach) for m in file_mutants("m.py", source, lines)]
+        assert [m[:3] for m in first[lines]] == _whole_file_mutants(source, lines)
+        total += len(first[lines])
     assert total > 20
+    for lines in reversed(windows):  # the text's facts are kept between calls: other windows first change nothing
+        assert [(m.line, m.operator, m.text, m.reach) for m in file_mutants("m.py", source, lines)] == first[lines]
 
 
 def test_a_mutant_names_the_lines_a_call_runs_exactly_when_it_runs_the_mutated_code() -> None:
