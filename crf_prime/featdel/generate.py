@@ -776,19 +776,35 @@ def generate(
             return False
 
         def verify(task: FeatdelTask) -> FeatdelTask | Rejection | None:
-            nonlocal in_batch
+            nonlocal in_batch, stopped
             if stop_at is not None and time.perf_counter() >= stop_at:
                 return None  # the time limit: left unchecked (a mutation score takes seconds to minutes)
             if halted() and not finishing():
                 return None  # the caller stopped it: left unchecked (a slow package's batch can take minutes)
+            cut = window_end()
+            box = sandbox if cut is None else sandbox.with_deadline(min(cut, sandbox.deadline or cut))
             try:
-                got: FeatdelTask | Rejection = check_mutants(task, staging, cfg, sandbox=sandbox, env=env, warm=warm)
+                got: FeatdelTask | Rejection = check_mutants(task, staging, cfg, sandbox=box, env=env, warm=warm)
             except Exception as e:
                 got = Rejection(candidate=task.task_id, reason="error", detail=f"{type(e).__name__}: {e}"[:500])
             if stop_at is not None and time.perf_counter() >= stop_at:
                 return None  # finished past the limit, its runs stopped there: not checked
+            if cut is not None and time.monotonic() >= cut:
+                stopped = True
+                return None  # past the turn's finishing window, its runs stopped there: not checked
             in_batch += isinstance(got, FeatdelTask)
             return got
+
+        def window_end() -> float | None:
+            """When a mutation score begun now is stopped (``time.monotonic()``): once the package has a task, one
+            finishing window after its turn's finishing window ends (each :data:`FINISH_SHARE` of the batch's
+            recording and grading seconds): a score begun in the window may outlast it by as much again, not more
+            (one task's gold mutants took 90 s, past every other package's wait); None before its first task or
+            while its turn has no end."""
+            if turn is None or not made():
+                return None
+            left = turn.left_s(made(), time.perf_counter() - t)
+            return None if left is None else time.monotonic() + left + 2 * FINISH_SHARE * sunk
 
         def made() -> int:
             return len(covered) + len(uncovered) + in_batch - (0 if earlier is None else len(earlier[0]))

@@ -215,11 +215,13 @@ def test_a_batch_is_verified_past_its_turn_s_end_for_as_long_as_it_took_to_grade
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The turn ends (1 ms ago) once the first task of the first batch is verified. The batch's other candidates are
-    graded and recorded: they are verified too (``FINISH_SHARE`` of the batch's recording and grading seconds is
-    more than 1 ms), and no batch follows. With ``FINISH_SHARE`` 0 (the old way) they are left unchecked and that
-    work is lost."""
+    graded and recorded: they are verified too (a finishing window of ``FINISH_SHARE`` times the batch's recording
+    and grading seconds is more than 1 ms; set here to a million times, which no score outlasts even on a loaded
+    machine), and no batch follows. With ``FINISH_SHARE`` 0 (the old way) they are left unchecked and that work is
+    lost."""
     src = project(tmp_path / "src" / "alpha", "alpha")
     cfg = GenerateConfig(source=str(src), out=tmp_path / "finish", max_tasks=20, workers=1)
+    monkeypatch.setattr(generate_module, "FINISH_SHARE", 1e6)  # a window no score outlasts on a loaded machine
     tasks, summary = generate(cfg, turn=_first_batch_then(-1e-3))
     assert len(tasks) == summary.checked == TURN_BATCH and summary.stopped_early
     monkeypatch.setattr(generate_module, "FINISH_SHARE", 0.0)
@@ -237,10 +239,13 @@ def test_finishing_a_batch_past_the_turn_pays_only_at_the_queued_pace() -> None:
     assert not finish_pays(1, 1, 24.0, 10 / 60)  # croniter's 24 s a verified task against a queue at 10/min
 
 
-def test_a_batch_past_its_turn_s_end_is_left_where_a_queued_package_makes_tasks_faster(tmp_path: Path) -> None:
+def test_a_batch_past_its_turn_s_end_is_left_where_a_queued_package_makes_tasks_faster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The turn ends (1 ms ago) once the first task is verified, and a queued package made a task per microsecond:
     the batch's other candidates are left unchecked (the queue makes more with that time). A queue slower than the
-    batch's verification (a task an hour) lets it finish."""
+    batch's verification (a task an hour) lets it finish (in a finishing window no score outlasts)."""
+    monkeypatch.setattr(generate_module, "FINISH_SHARE", 1e6)
     src = project(tmp_path / "src" / "alpha", "alpha")
     cfg = GenerateConfig(source=str(src), out=tmp_path / "fast", max_tasks=20, workers=1)
     tasks, summary = generate(cfg, turn=_first_batch_then(-1e-3, queued=1e6))
@@ -248,6 +253,43 @@ def test_a_batch_past_its_turn_s_end_is_left_where_a_queued_package_makes_tasks_
     slow = cfg.model_copy(update={"out": tmp_path / "slow"})
     tasks, summary = generate(slow, turn=_first_batch_then(-1e-3, queued=1 / 3600))
     assert len(tasks) == summary.checked == TURN_BATCH and summary.stopped_early
+
+
+def test_a_mutation_score_is_stopped_at_the_end_of_its_turn_s_finishing_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the package's first task a mutation score has no end but the time limit; once it has one, each is
+    given as its sandbox's deadline the turn's end plus twice ``FINISH_SHARE`` of the batch's recording and grading
+    seconds (the finishing window, and as much again), and one still running there (here: it outlasts that deadline)
+    is left unchecked, neither kept nor rejected, and the run says its turn stopped it. Without a turn nothing is
+    cut."""
+    src = project(tmp_path / "src" / "alpha", "alpha")
+    real = generate_module.check_mutants
+    deadlines: list[tuple[float | None, float]] = []
+
+    def outlasting(task, task_dir, cfg, *, sandbox, env, warm=None):
+        deadlines.append((sandbox.deadline, time.monotonic()))
+        got = real(task, task_dir, cfg, sandbox=sandbox, env=env, warm=warm)
+        while sandbox.deadline is not None and time.monotonic() < sandbox.deadline:  # work that lasts past it
+            time.sleep(0.01)
+        return got
+
+    monkeypatch.setattr(generate_module, "check_mutants", outlasting)
+    monkeypatch.setattr(generate_module, "FINISH_SHARE", 0.0)  # no window: the turn's end, 0.2 s after each start
+    cfg = GenerateConfig(source=str(src), out=tmp_path / "cut", max_tasks=20, workers=1)
+    tasks, summary = generate(cfg, turn=_first_batch_then(0.2))
+    assert deadlines[0][0] is None  # the first task's score: no deadline (no time limit either)
+    assert (
+        len(deadlines) == TURN_BATCH
+        and all(  # no second batch fits in 0.2 s
+            d is not None and began + 0.15 <= d <= began + 0.25 for d, began in deadlines[1:]
+        )
+    )
+    assert len(tasks) == summary.checked == 1 and not summary.rejected
+    assert summary.stopped_early and not summary.time_limit_reached
+    deadlines.clear()
+    tasks, summary = generate(cfg.model_copy(update={"out": tmp_path / "whole"}), turn=None)
+    assert [d for d, _ in deadlines] == [None] * summary.candidates and len(tasks) == summary.candidates
 
 
 def test_a_turn_ends_before_a_batch_that_does_not_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
