@@ -650,9 +650,8 @@ def generate(
             done = {t.task_id for t in kept} | {r.candidate for r in rejections}
             cands = [c for c in cands if task_id_of(project, c) not in done and c.key not in done]
         code_of: dict[str, str] = {}  # duplicate key (corpus_meta.duplicate_keys) -> the validated task that has it
-        keys_of: dict[
-            str, tuple[str, str]
-        ] = {}  # task id -> its duplicate keys (a tenth of a second for a large module)
+        # task id -> its duplicate keys (worked out once: a tenth of a second for a task in a large module)
+        keys_of: dict[str, tuple[str, str]] = {}
 
         def keys(task: FeatdelTask) -> tuple[str, str]:
             if task.task_id not in keys_of:
